@@ -1,0 +1,150 @@
+//! Command-line interface. Only parsing lives here; `cmd/` does the work.
+use std::path::PathBuf;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+
+use crate::export::http::DEFAULT_LISTEN;
+use crate::probes::sched::{DEFAULT_MAX_PROCS, DEFAULT_MAX_THREADS};
+
+const EXAMPLES: &str = "\
+Examples:
+  sudo waitmeter attach --pid 1234                      # 10 s, live table, then the report
+  sudo waitmeter attach --pid 1234 --duration 30 --output json > waits.json
+  sudo waitmeter run --pid 1234 --listen 127.0.0.1:9747 # Prometheus endpoint for one process
+  sudo waitmeter run --all                              # every process in this PID namespace (pod sidecar)
+
+Exit codes: 0 ok, 1 runtime failure, 2 bad usage or bad target.
+Needs CAP_BPF and CAP_PERFMON (or root) and a kernel with BTF (5.15 or later).";
+
+/// Measures waiting: where each thread's wall time goes (running, run queue,
+/// CPU throttling, GIL, locks, I/O, sleep) and who made it wait.
+#[derive(Parser, Debug)]
+#[command(name = "waitmeter", version, after_help = EXAMPLES)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+    /// More log output on stderr (-v: info, -vv: debug, including libbpf's log)
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Measure one process for a while: a live per-thread table, then a report
+    #[command(after_help = "\
+Examples:
+  sudo waitmeter attach --pid 1234
+  sudo waitmeter attach --pid 1234 --duration 30
+  sudo waitmeter attach --pid 1234 --duration 5 --output json | jq '.threads[] | {name, wait_ratio}'
+
+Ctrl-C ends the window early and still prints the report. If the process exits
+during the window, the report covers the time it ran and the exit code is 2.")]
+    Attach(AttachArgs),
+    /// Serve Prometheus metrics for one or more processes, or all of them
+    #[command(after_help = "\
+Examples:
+  sudo waitmeter run --pid 1234
+  sudo waitmeter run --pid 1234 --pid 5678 --listen 0.0.0.0:9747
+  sudo waitmeter run --all          # a pod sidecar with shareProcessNamespace: true
+
+Metrics: docs/metrics.md. Scrape http://ADDR:PORT/metrics.")]
+    Run(RunArgs),
+    /// Print docs/metrics.md, generated from the metric catalogue
+    #[command(hide = true)]
+    MetricsDoc,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// Probe settings shared by the commands.
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
+    /// BTF file for a kernel without /sys/kernel/btf/vmlinux (e.g. from BTFHub)
+    #[arg(long, value_name = "FILE")]
+    pub btf: Option<PathBuf>,
+    /// Most threads measured at once (kernel map size); excess events are counted as lost
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_THREADS, value_parser = clap::value_parser!(u32).range(16..=4_194_304))]
+    pub max_threads: u32,
+    /// Most processes watched at once
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PROCS, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub max_processes: u32,
+}
+
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if v.is_finite() && v > 0.0 && v <= 86_400.0 * 365.0 {
+        Ok(v)
+    } else {
+        Err(format!("`{s}`: give a number of seconds greater than 0"))
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct AttachArgs {
+    /// Process to measure (a PID of this PID namespace)
+    #[arg(long, value_name = "PID")]
+    pub pid: u32,
+    /// Length of the measurement window in seconds
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = positive_seconds)]
+    pub duration: f64,
+    /// Report format: a table for people, or one JSON object for scripts
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// Refresh interval of the live table in seconds
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = positive_seconds)]
+    pub interval: f64,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("targets").required(true).args(["pid", "all"])))]
+pub struct RunArgs {
+    /// Process to measure; repeat for several
+    #[arg(long, value_name = "PID")]
+    pub pid: Vec<u32>,
+    /// Every process of this PID namespace, following new processes and exits
+    #[arg(long, conflicts_with = "pid")]
+    pub all: bool,
+    /// Address to serve /metrics on
+    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
+    pub listen: String,
+    /// Distinct thread names per process with their own `thread` label; the rest are "other"
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub max_thread_labels: usize,
+    /// Add a `tid` label (one series per thread; for debugging)
+    #[arg(long)]
+    pub tid_labels: bool,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_needs_a_target() {
+        assert!(Cli::try_parse_from(["waitmeter", "run"]).is_err());
+        assert!(Cli::try_parse_from(["waitmeter", "run", "--all", "--pid", "1"]).is_err());
+        assert!(Cli::try_parse_from(["waitmeter", "run", "--pid", "1", "--pid", "2"]).is_ok());
+    }
+
+    #[test]
+    fn durations_must_be_positive() {
+        assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--duration", "0"]).is_err());
+        assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--duration", "x"]).is_err());
+        assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--duration", "0.5"]).is_ok());
+        assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "-3"]).is_err());
+    }
+}

@@ -1,0 +1,100 @@
+//! `waitmeter attach`: one process, one window, a report.
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::{install_stop_handler, session_options, stop_requested};
+use crate::cli::{AttachArgs, Output};
+use crate::model::partition::{secs, window, ThreadSample};
+use crate::probes::sched::monotonic_ns;
+use crate::report::{json, text, ProcessReport, ThreadRow};
+use crate::session::Session;
+use crate::usage;
+
+pub fn attach(args: &AttachArgs) -> Result<()> {
+    install_stop_handler();
+    let mut session = Session::start(&session_options(&args.probe, false))?;
+    session.attach(args.pid)?;
+    let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
+    let t0 = target.attached_ns;
+    let window_ns = (args.duration * 1e9) as u64;
+    let tick_ns = (args.interval * 1e9) as u64;
+    let live_view = args.output == Output::Text && std::io::stdout().is_terminal();
+    let color = live_view && std::env::var_os("NO_COLOR").is_none();
+
+    let mut exited: Vec<ThreadSample> = vec![];
+    let mut last: HashMap<u32, ThreadSample> = HashMap::new();
+    let mut live: Vec<ThreadSample> = vec![];
+    let mut drawn_lines = 0usize;
+    let mut exited_at: Option<u64> = None;
+    let mut next_tick = t0 + tick_ns;
+    let mut end;
+    loop {
+        let deadline = (t0 + window_ns).min(next_tick);
+        while monotonic_ns() < deadline && !stop_requested() && session.targets().all(|t| t.exited_ns.is_none()) {
+            std::thread::sleep(Duration::from_millis(50).min(Duration::from_nanos(deadline.saturating_sub(monotonic_ns()))));
+            if let Some(t) = session.reap().first() {
+                exited_at = t.exited_ns;
+            }
+        }
+        let snap = session.sample();
+        end = exited_at.unwrap_or(snap.at_ns);
+        let new_exits: Vec<ThreadSample> = snap.exited.into_values().flatten().collect();
+        live = snap.live.into_values().flatten().collect();
+        if live_view {
+            // the last interval: each thread's change since the previous tick
+            let rows: Vec<ThreadRow> = live
+                .iter()
+                .chain(new_exits.iter())
+                .map(|s| {
+                    let w = window(last.get(&s.host_tid), s);
+                    ThreadRow::from_sample(s, w, w.total())
+                })
+                .collect();
+            let r = ProcessReport::new(target.pid, target.comm.clone(), tick_ns, None, rows);
+            let mut out = std::io::stdout().lock();
+            if drawn_lines > 0 {
+                let _ = write!(out, "\x1b[{drawn_lines}A\x1b[J");
+            }
+            let frame = format!(
+                "waitmeter: PID {} ({}), {:.0}/{:.0} s, last {:.1} s (Ctrl-C ends early)\n{}",
+                target.pid,
+                target.comm,
+                secs(snap.at_ns.saturating_sub(t0)),
+                args.duration,
+                args.interval,
+                text::table(&r, color)
+            );
+            drawn_lines = frame.lines().count();
+            let _ = out.write_all(frame.as_bytes());
+            let _ = out.flush();
+        }
+        last = live.iter().map(|s| (s.host_tid, s.clone())).collect();
+        exited.extend(new_exits);
+        next_tick += tick_ns;
+        if exited_at.is_some() || stop_requested() || snap.at_ns >= t0 + window_ns {
+            break;
+        }
+    }
+    if live_view && drawn_lines > 0 {
+        print!("\x1b[{drawn_lines}A\x1b[J");
+    }
+
+    let rows: Vec<ThreadRow> = live.iter().chain(exited.iter()).map(|s| ThreadRow::from_sample(s, s.times, s.existed_ns())).collect();
+    let report = ProcessReport::new(target.pid, target.comm.clone(), end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows);
+    match args.output {
+        Output::Json => println!("{}", json::render(&report)),
+        Output::Text => print!("{}", text::report(&report, color)),
+    }
+    if let Some(e) = exited_at {
+        return Err(usage!(
+            "process {} exited {:.1} s into the {:.1} s window: the report covers the time it ran",
+            target.pid,
+            secs(e.saturating_sub(t0)),
+            args.duration
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! `waitmeter run`: watch processes continuously and serve /metrics.
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::{install_stop_handler, session_options, stop_requested};
+use crate::cli::RunArgs;
+use crate::export::http;
+use crate::export::prometheus::{AgentStatus, Exporter, ProcessInfo, EXITED_RETENTION_NS};
+use crate::probes::sched::monotonic_ns;
+use crate::session::Session;
+
+/// The hooks the sched probe attaches; each has a `waitmeter_probe_attached` series.
+const SCHED_HOOKS: [&str; 4] = ["sched_switch", "sched_wakeup", "sched_wakeup_new", "sched_process_exit"];
+/// How often exits are drained and processes checked.
+const TICK: Duration = Duration::from_millis(250);
+const DISCOVER_EVERY_NS: u64 = 1_000_000_000;
+
+pub fn run(args: &RunArgs) -> Result<()> {
+    install_stop_handler();
+    let mut session = Session::start(&session_options(&args.probe, args.all))?;
+    for pid in &args.pid {
+        session.attach(*pid)?;
+    }
+    if args.all {
+        session.discover()?;
+    }
+    let (tx, rx) = mpsc::channel::<http::Scrape>();
+    let addr = http::serve(&args.listen, tx)?;
+    let (attached, variant) = session.probe().attached();
+    eprintln!(
+        "waitmeter: serving http://{addr}/metrics for {} process(es){}; probes: {} ({variant})",
+        session.targets().count(),
+        if args.all { " and every new one" } else { "" },
+        attached.join(", ")
+    );
+    let mut exporter = Exporter::new(args.max_thread_labels, args.tid_labels);
+    let mut next_discover = monotonic_ns() + DISCOVER_EVERY_NS;
+    let mut warned_all_gone = false;
+    while !stop_requested() {
+        match rx.recv_timeout(TICK) {
+            Ok(scrape) => {
+                let snap = session.sample();
+                exporter.fold_exits(&snap.exited);
+                let procs: Vec<ProcessInfo> = session
+                    .targets()
+                    .map(|t| ProcessInfo { host_pid: t.host_pid, pid: t.pid, comm: t.comm.clone(), alive: t.exited_ns.is_none() })
+                    .collect();
+                let status = AgentStatus { attached: attached.clone(), expected: SCHED_HOOKS.to_vec(), variant, lost: session.probe().lost() };
+                let _ = scrape.reply.send(exporter.render(&procs, &snap, &status));
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        let exits = session.exits();
+        exporter.fold_exits(&exits);
+        let now = monotonic_ns();
+        if now >= next_discover {
+            next_discover = now + DISCOVER_EVERY_NS;
+            for t in session.reap() {
+                log::info!("process {} ({}) exited", t.pid, t.comm);
+            }
+            if args.all {
+                if let Err(e) = session.discover() {
+                    log::warn!("failed to look for new processes: {e:#}");
+                }
+            } else if !warned_all_gone && session.targets().all(|t| t.exited_ns.is_some()) {
+                log::warn!("every watched process has exited; still serving their last numbers for {} s", EXITED_RETENTION_NS / 1_000_000_000);
+                warned_all_gone = true;
+            }
+            let gone: Vec<u32> = session.forget_exited(now.saturating_sub(EXITED_RETENTION_NS)).iter().map(|t| t.host_pid).collect();
+            exporter.forget(&gone);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! The metric catalogue: every metric waitmeter exports, in one place.
+//! `docs/metrics.md` is generated from it (`waitmeter metrics-doc`); a test
+//! fails when the committed file is stale.
+use std::fmt::Write;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Info,
+}
+
+#[derive(Debug)]
+pub struct Metric {
+    /// name without the unit and type suffixes the encoder adds
+    pub base: &'static str,
+    pub kind: Kind,
+    pub unit: Option<&'static str>,
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+}
+
+impl Metric {
+    /// The sample name as scraped.
+    pub fn exposed(&self) -> String {
+        let mut n = self.base.to_string();
+        if let Some(u) = self.unit {
+            n = format!("{n}_{u}");
+        }
+        match self.kind {
+            Kind::Counter => n + "_total",
+            Kind::Info => n + "_info",
+            Kind::Gauge => n,
+        }
+    }
+}
+
+pub const THREAD_SECONDS: Metric = Metric {
+    base: "waitmeter_thread",
+    kind: Kind::Counter,
+    unit: Some("seconds"),
+    labels: &["pid", "comm", "thread", "state"],
+    help: "Wall time of a process' threads by state of the time model (running, runqueue, throttled, gil_wait, futex_wait, io_wait, sleep, other); the states of a thread sum to the time it existed. Threads with the same name are summed; past the per-process label bound they are summed as thread=\"other\".",
+};
+
+pub const WATCHED_PROCESSES: Metric = Metric {
+    base: "waitmeter_watched_processes",
+    kind: Kind::Gauge,
+    unit: None,
+    labels: &[],
+    help: "Processes being measured.",
+};
+
+pub const WATCHED_THREADS: Metric = Metric {
+    base: "waitmeter_watched_threads",
+    kind: Kind::Gauge,
+    unit: None,
+    labels: &[],
+    help: "Live threads being measured.",
+};
+
+pub const EVENTS_LOST: Metric = Metric {
+    base: "waitmeter_bpf_events_lost",
+    kind: Kind::Counter,
+    unit: None,
+    labels: &["probe", "reason"],
+    help: "Kernel events that could not be recorded, by probe and reason (thread_map_full: raise --max-threads; exit_ringbuf_full: a thread's final record was lost). Any increase means the numbers are incomplete.",
+};
+
+pub const PROBE_ATTACHED: Metric = Metric {
+    base: "waitmeter_probe_attached",
+    kind: Kind::Gauge,
+    unit: None,
+    labels: &["probe", "variant"],
+    help: "1 when the probe's hook is attached, 0 when it is not (degraded).",
+};
+
+pub const BUILD_INFO: Metric = Metric {
+    base: "waitmeter_build",
+    kind: Kind::Info,
+    unit: None,
+    labels: &["version"],
+    help: "waitmeter build information.",
+};
+
+pub const ALL: &[&Metric] = &[&THREAD_SECONDS, &WATCHED_PROCESSES, &WATCHED_THREADS, &EVENTS_LOST, &PROBE_ATTACHED, &BUILD_INFO];
+
+/// docs/metrics.md
+pub fn markdown() -> String {
+    let mut out = String::from(
+        "# Metrics reference\n\n\
+         Generated from `agent/src/export/catalogue.rs` by `waitmeter metrics-doc`; do not edit by hand\n\
+         (`make docs` regenerates it, and `make test` fails when it is stale).\n\n\
+         All metrics are served by `waitmeter run` on `/metrics` (default `127.0.0.1:9747`), in the\n\
+         Prometheus text format. Base units; counters end in `_total`. No node or cluster labels:\n\
+         add them in the scrape configuration. Label values taken from the target (`comm`, `thread`)\n\
+         are untrusted text: control characters are replaced and the length is capped at 64 characters.\n\n\
+         | metric | type | labels | meaning |\n|---|---|---|---|\n",
+    );
+    for m in ALL {
+        let kind = match m.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Info => "info (gauge, value 1)",
+        };
+        let labels = if m.labels.is_empty() { "—".to_string() } else { m.labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ") };
+        let _ = writeln!(out, "| `{}` | {} | {} | {} |", m.exposed(), kind, labels, m.help);
+    }
+    out.push_str(
+        "\n## Label bounds\n\n\
+         - `thread`: the thread's name (the Python thread name when known, else the OS comm). Threads of\n  \
+         one process with the same name are summed. The first `--max-thread-labels` (default 20)\n  \
+         distinct names of a process keep their own label; later ones are summed as `thread=\"other\"`.\n  \
+         A thread keeps the label it got first for its whole life, so every counter only grows.\n\
+         - `pid`: the PID as seen in the agent's PID namespace (the pod's, for a sidecar).\n\
+         - `--tid-labels` adds a `tid` label to `waitmeter_thread_seconds_total` (one series per thread: use\n  \
+         it for debugging, not for long-term storage).\n\
+         - Series of a process that exited are kept for 5 minutes, then dropped.\n",
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_conventions() {
+        for m in ALL {
+            assert!(m.base.starts_with("waitmeter_"), "{}", m.base);
+            assert!(!m.base.ends_with("_total") && !m.base.ends_with("_seconds"), "{}", m.base);
+        }
+        assert_eq!(THREAD_SECONDS.exposed(), "waitmeter_thread_seconds_total");
+        assert_eq!(BUILD_INFO.exposed(), "waitmeter_build_info");
+        assert_eq!(EVENTS_LOST.exposed(), "waitmeter_bpf_events_lost_total");
+    }
+
+    #[test]
+    fn docs_metrics_md_is_up_to_date() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md");
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == markdown(),
+            "docs/metrics.md is stale: run `make docs` (waitmeter metrics-doc > docs/metrics.md) and commit it"
+        );
+    }
+}

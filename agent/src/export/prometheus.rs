@@ -1,0 +1,264 @@
+//! Prometheus exposition of the session, built at scrape time from fresh map
+//! reads, encoded by the official `prometheus-client` crate.
+use std::collections::{BTreeMap, HashMap};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::catalogue::{self, Kind, Metric};
+use crate::model::labels::LabelBook;
+use crate::model::partition::{secs, ThreadSample, Times};
+use crate::model::state::State;
+use crate::session::Snapshot;
+
+/// How long the series of an exited process are still served.
+pub const EXITED_RETENTION_NS: u64 = 300 * 1_000_000_000;
+
+/// One `waitmeter_thread_seconds_total` series family (without `state`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct SeriesKey {
+    host_pid: u32,
+    thread: String,
+    tid: Option<u32>,
+}
+
+/// Per-process facts for labels.
+#[derive(Clone, Debug)]
+pub struct ProcessInfo {
+    pub host_pid: u32,
+    pub pid: u32,
+    pub comm: String,
+    pub alive: bool,
+}
+
+/// Self-metric inputs.
+#[derive(Clone, Debug, Default)]
+pub struct AgentStatus {
+    pub attached: Vec<String>,
+    pub expected: Vec<&'static str>,
+    pub variant: &'static str,
+    pub lost: Vec<(&'static str, u64)>,
+}
+
+/// Keeps counters monotonic across thread exits: exited threads' final times
+/// are folded into their series, and every thread keeps its first label.
+pub struct Exporter {
+    max_labels: usize,
+    tid_labels: bool,
+    books: HashMap<u32, LabelBook>,
+    /// (host TID, start) -> label
+    thread_labels: HashMap<(u32, u64), String>,
+    folded: BTreeMap<SeriesKey, Times>,
+}
+
+impl Exporter {
+    pub fn new(max_labels: usize, tid_labels: bool) -> Self {
+        Exporter { max_labels, tid_labels, books: HashMap::new(), thread_labels: HashMap::new(), folded: BTreeMap::new() }
+    }
+
+    fn key(&mut self, host_pid: u32, s: &ThreadSample) -> SeriesKey {
+        let id = (s.host_tid, s.start_ns);
+        let thread = match self.thread_labels.get(&id) {
+            Some(l) => l.clone(),
+            None => {
+                let book = self.books.entry(host_pid).or_insert_with(|| LabelBook::new(self.max_labels));
+                let l = book.label(&s.comm).to_string();
+                self.thread_labels.insert(id, l.clone());
+                l
+            }
+        };
+        SeriesKey { host_pid, thread, tid: self.tid_labels.then_some(s.tid) }
+    }
+
+    /// Fold the final samples of exited threads into their series (once each).
+    pub fn fold_exits(&mut self, exits: &BTreeMap<u32, Vec<ThreadSample>>) {
+        for (host_pid, threads) in exits {
+            for s in threads {
+                let k = self.key(*host_pid, s);
+                self.folded.entry(k).or_default().add(&s.times);
+                self.thread_labels.remove(&(s.host_tid, s.start_ns));
+            }
+        }
+    }
+
+    /// Forget everything about processes that are no longer served.
+    pub fn forget(&mut self, host_pids: &[u32]) {
+        for h in host_pids {
+            self.books.remove(h);
+            self.folded.retain(|k, _| k.host_pid != *h);
+        }
+    }
+
+    /// The exposition text for this scrape. `snap.exited` must already be folded.
+    pub fn render(&mut self, procs: &[ProcessInfo], snap: &Snapshot, status: &AgentStatus) -> String {
+        let mut series = self.folded.clone();
+        for (host_pid, threads) in &snap.live {
+            for s in threads {
+                let k = self.key(*host_pid, s);
+                series.entry(k).or_default().add(&s.times);
+            }
+        }
+        let by_host: HashMap<u32, &ProcessInfo> = procs.iter().map(|p| (p.host_pid, p)).collect();
+        let mut thread_seconds = vec![];
+        for (k, t) in &series {
+            let Some(p) = by_host.get(&k.host_pid) else { continue };
+            for st in State::ALL {
+                let mut labels = vec![
+                    ("pid".to_string(), p.pid.to_string()),
+                    ("comm".to_string(), p.comm.clone()),
+                    ("thread".to_string(), k.thread.clone()),
+                    ("state".to_string(), st.name().to_string()),
+                ];
+                if let Some(tid) = k.tid {
+                    labels.push(("tid".to_string(), tid.to_string()));
+                }
+                thread_seconds.push((labels, secs(t.get(st))));
+            }
+        }
+        let live_threads: usize = snap.live.values().map(Vec::len).sum();
+        let attached = status
+            .expected
+            .iter()
+            .map(|p| {
+                let on = status.attached.iter().any(|a| a == p);
+                (vec![("probe".to_string(), p.to_string()), ("variant".to_string(), status.variant.to_string())], on as i64)
+            })
+            .collect();
+        let lost = status
+            .lost
+            .iter()
+            .map(|(reason, n)| (vec![("probe".to_string(), "sched".to_string()), ("reason".to_string(), reason.to_string())], *n as f64))
+            .collect();
+        let exposition = Exposition {
+            thread_seconds,
+            watched_processes: procs.iter().filter(|p| p.alive).count() as i64,
+            watched_threads: live_threads as i64,
+            lost,
+            attached,
+        };
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(exposition));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).expect("encoding to a String cannot fail");
+        out
+    }
+}
+
+type Labels = Vec<(String, String)>;
+
+#[derive(Debug)]
+struct Exposition {
+    thread_seconds: Vec<(Labels, f64)>,
+    watched_processes: i64,
+    watched_threads: i64,
+    lost: Vec<(Labels, f64)>,
+    attached: Vec<(Labels, i64)>,
+}
+
+fn descriptor<'a>(enc: &'a mut DescriptorEncoder, m: &'a Metric, unit: &'a Option<Unit>) -> Result<prometheus_client::encoding::MetricEncoder<'a>, std::fmt::Error> {
+    let ty = match m.kind {
+        Kind::Counter => MetricType::Counter,
+        Kind::Gauge => MetricType::Gauge,
+        Kind::Info => MetricType::Info,
+    };
+    enc.encode_descriptor(m.base, m.help, unit.as_ref(), ty)
+}
+
+fn unit_of(m: &Metric) -> Option<Unit> {
+    match m.unit {
+        Some("seconds") => Some(Unit::Seconds),
+        Some(other) => Some(Unit::Other(other.to_string())),
+        None => None,
+    }
+}
+
+impl Collector for Exposition {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let m = &catalogue::THREAD_SECONDS;
+        let u = unit_of(m);
+        let mut me = descriptor(&mut enc, m, &u)?;
+        for (labels, v) in &self.thread_seconds {
+            ConstCounter::new(*v).encode(me.encode_family(labels)?)?;
+        }
+        for (m, v) in [(&catalogue::WATCHED_PROCESSES, self.watched_processes), (&catalogue::WATCHED_THREADS, self.watched_threads)] {
+            let u = unit_of(m);
+            ConstGauge::new(v).encode(descriptor(&mut enc, m, &u)?)?;
+        }
+        let m = &catalogue::EVENTS_LOST;
+        let u = unit_of(m);
+        let mut me = descriptor(&mut enc, m, &u)?;
+        for (labels, v) in &self.lost {
+            ConstCounter::new(*v).encode(me.encode_family(labels)?)?;
+        }
+        let m = &catalogue::PROBE_ATTACHED;
+        let u = unit_of(m);
+        let mut me = descriptor(&mut enc, m, &u)?;
+        for (labels, v) in &self.attached {
+            ConstGauge::new(*v).encode(me.encode_family(labels)?)?;
+        }
+        let m = &catalogue::BUILD_INFO;
+        let u = unit_of(m);
+        Info::new(vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())]).encode(descriptor(&mut enc, m, &u)?)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(tid: u32, comm: &str, start: u64, running: u64, exited: bool) -> ThreadSample {
+        let mut t = Times::default();
+        t.0[State::Running.index()] = running;
+        ThreadSample { tid, host_tid: tid + 1000, pid: 10, comm: comm.into(), start_ns: start, at_ns: start + running, exited, times: t }
+    }
+
+    fn value(text: &str, thread: &str, state: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with("waitmeter_thread_seconds_total{") && l.contains(&format!("thread=\"{thread}\"")) && l.contains(&format!("state=\"{state}\"")))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    #[test]
+    fn same_named_threads_sum_and_exits_stay_counted() {
+        let procs = [ProcessInfo { host_pid: 1010, pid: 10, comm: "svc".into(), alive: true }];
+        let status = AgentStatus { attached: vec!["sched_switch".into()], expected: vec!["sched_switch", "sched_wakeup"], variant: "tp_btf", lost: vec![("thread_map_full", 3)] };
+        let mut e = Exporter::new(1, false);
+        let mut snap = Snapshot::default();
+        snap.live.insert(1010, vec![sample(1, "worker", 0, 2_000_000_000, false), sample(2, "worker", 0, 1_000_000_000, false), sample(3, "io\"er", 0, 500_000_000, false)]);
+        let text = e.render(&procs, &snap, &status);
+        assert_eq!(value(&text, "worker", "running"), Some(3.0), "{text}");
+        // beyond the bound of 1 distinct name per process: "other"
+        assert_eq!(value(&text, "other", "running"), Some(0.5), "{text}");
+        assert!(text.contains("waitmeter_bpf_events_lost_total{probe=\"sched\",reason=\"thread_map_full\"} 3"), "{text}");
+        assert!(text.contains("waitmeter_probe_attached{probe=\"sched_wakeup\",variant=\"tp_btf\"} 0"), "{text}");
+        assert!(text.contains("waitmeter_build_info{version="), "{text}");
+        assert!(text.contains("# TYPE waitmeter_thread_seconds counter"), "{text}");
+
+        // thread 2 exits: its time stays in the "worker" series
+        let mut exits = BTreeMap::new();
+        exits.insert(1010, vec![sample(2, "worker", 0, 1_200_000_000, true)]);
+        e.fold_exits(&exits);
+        snap.live.insert(1010, vec![sample(1, "worker", 0, 2_500_000_000, false)]);
+        let text = e.render(&procs, &snap, &status);
+        assert_eq!(value(&text, "worker", "running"), Some(3.7), "{text}");
+        e.forget(&[1010]);
+        let text = e.render(&[], &Snapshot::default(), &status);
+        assert_eq!(value(&text, "worker", "running"), None);
+    }
+
+    #[test]
+    fn tid_labels_are_opt_in() {
+        let procs = [ProcessInfo { host_pid: 1010, pid: 10, comm: "svc".into(), alive: true }];
+        let mut e = Exporter::new(20, true);
+        let mut snap = Snapshot::default();
+        snap.live.insert(1010, vec![sample(1, "w", 0, 1_000_000_000, false), sample(2, "w", 0, 1_000_000_000, false)]);
+        let text = e.render(&procs, &snap, &AgentStatus::default());
+        assert!(text.contains("tid=\"1\"") && text.contains("tid=\"2\""), "{text}");
+    }
+}

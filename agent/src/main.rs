@@ -1,0 +1,57 @@
+//! waitmeter: measures waiting. See docs/architecture.md.
+mod cli;
+mod cmd;
+mod error;
+mod export;
+mod model;
+mod probes;
+mod procfs;
+mod report;
+mod session;
+
+use clap::Parser;
+
+/// Log lines on stderr, prefixed so they stand apart from a report.
+struct StderrLog(log::LevelFilter);
+
+impl log::Log for StderrLog {
+    fn enabled(&self, m: &log::Metadata) -> bool {
+        m.level() <= self.0
+    }
+    fn log(&self, r: &log::Record) {
+        if self.enabled(r.metadata()) {
+            let level = match r.level() {
+                log::Level::Error => "error: ",
+                log::Level::Warn => "warning: ",
+                _ => "",
+            };
+            eprintln!("waitmeter: {level}{}", r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn main() {
+    let cli = cli::Cli::parse();
+    let level = match cli.verbose {
+        0 => log::LevelFilter::Warn,
+        1 => log::LevelFilter::Info,
+        _ => log::LevelFilter::Debug,
+    };
+    let _ = log::set_boxed_logger(Box::new(StderrLog(level)));
+    log::set_max_level(level);
+    probes::route_libbpf_log();
+
+    let result = match &cli.cmd {
+        cli::Cmd::Attach(a) => cmd::attach::attach(a),
+        cli::Cmd::Run(r) => cmd::run::run(r),
+        cli::Cmd::MetricsDoc => {
+            print!("{}", export::catalogue::markdown());
+            Ok(())
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("waitmeter: {e:#}");
+        std::process::exit(error::exit_code(&e));
+    }
+}

@@ -1,0 +1,149 @@
+//! Partition arithmetic: per-state nanoseconds of a thread, windows, ratios.
+use super::state::{State, NR_STATES};
+
+/// Nanoseconds per state, indexed by `State::index()`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Times(pub [u64; NR_STATES]);
+
+impl Times {
+    /// Closed per-state time plus the open interval of the current state, as of `at`.
+    /// `state` is the raw ABI value; an unknown one is charged to `other`.
+    pub fn at(closed: [u64; NR_STATES], state: u32, since: u64, at: u64) -> Times {
+        let mut t = Times(closed);
+        let s = State::from_index(state as usize).unwrap_or(State::Other);
+        t.0[s.index()] += at.saturating_sub(since);
+        t
+    }
+
+    pub fn get(&self, s: State) -> u64 {
+        self.0[s.index()]
+    }
+
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// runqueue + throttled + gil_wait
+    pub fn waiting(&self) -> u64 {
+        State::ALL.iter().filter(|s| s.is_waiting()).map(|s| self.get(*s)).sum()
+    }
+
+    /// waiting / (waiting + running); `None` when the thread neither ran nor waited.
+    pub fn wait_ratio(&self) -> Option<f64> {
+        let w = self.waiting();
+        let denom = w + self.get(State::Running);
+        (denom > 0).then(|| w as f64 / denom as f64)
+    }
+
+    /// Per-state difference `self - earlier` (a window between two samples).
+    pub fn since(&self, earlier: &Times) -> Times {
+        let mut d = Times::default();
+        for i in 0..NR_STATES {
+            d.0[i] = self.0[i].saturating_sub(earlier.0[i]);
+        }
+        d
+    }
+
+    pub fn add(&mut self, other: &Times) {
+        for i in 0..NR_STATES {
+            self.0[i] += other.0[i];
+        }
+    }
+}
+
+pub fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// One thread as measured: who it is and where its time went.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThreadSample {
+    /// TID as the user sees it (in the agent's PID namespace)
+    pub tid: u32,
+    /// TID as the kernel sees it (initial PID namespace)
+    pub host_tid: u32,
+    /// PID (TGID) as the user sees it
+    pub pid: u32,
+    /// OS thread name (comm); untrusted text
+    pub comm: String,
+    /// CLOCK_MONOTONIC ns when the thread entered the measurement
+    pub start_ns: u64,
+    /// CLOCK_MONOTONIC ns of the sample, or of the thread's exit
+    pub at_ns: u64,
+    pub exited: bool,
+    pub times: Times,
+}
+
+impl ThreadSample {
+    /// How long the thread existed within the measurement.
+    pub fn existed_ns(&self) -> u64 {
+        self.at_ns.saturating_sub(self.start_ns)
+    }
+
+    /// Same thread (TIDs are reused: identity is host TID + start).
+    pub fn same_thread(&self, other: &ThreadSample) -> bool {
+        self.host_tid == other.host_tid && self.start_ns == other.start_ns
+    }
+}
+
+/// The part of `cur` that falls after `prev` (the same thread sampled earlier).
+pub fn window(prev: Option<&ThreadSample>, cur: &ThreadSample) -> Times {
+    match prev {
+        Some(p) if p.same_thread(cur) => cur.times.since(&p.times),
+        _ => cur.times,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(times: [u64; NR_STATES], start: u64, at: u64) -> ThreadSample {
+        ThreadSample {
+            tid: 7,
+            host_tid: 70,
+            pid: 1,
+            comm: "t".into(),
+            start_ns: start,
+            at_ns: at,
+            exited: false,
+            times: Times(times),
+        }
+    }
+
+    #[test]
+    fn open_interval_goes_to_current_state() {
+        let t = Times::at([10, 0, 0, 0, 0, 0, 0, 0], State::Sleep as u32, 100, 150);
+        assert_eq!(t.get(State::Running), 10);
+        assert_eq!(t.get(State::Sleep), 50);
+        assert_eq!(t.total(), 60);
+        // a clock that did not move adds nothing, never underflows
+        assert_eq!(Times::at([1; 8], 0, 200, 100).total(), 8);
+        // an unknown ABI state is charged to other
+        assert_eq!(Times::at([0; 8], 99, 0, 5).get(State::Other), 5);
+    }
+
+    #[test]
+    fn wait_ratio_is_waiting_over_waiting_plus_running() {
+        let mut t = Times::default();
+        assert_eq!(t.wait_ratio(), None);
+        t.0[State::Running.index()] = 2;
+        t.0[State::Runqueue.index()] = 1;
+        t.0[State::Throttled.index()] = 1;
+        t.0[State::GilWait.index()] = 4;
+        t.0[State::Sleep.index()] = 100; // idle time does not count
+        assert_eq!(t.waiting(), 6);
+        assert_eq!(t.wait_ratio(), Some(0.75));
+    }
+
+    #[test]
+    fn window_subtracts_only_the_same_thread() {
+        let a = sample([100, 0, 0, 0, 0, 0, 0, 0], 0, 100);
+        let b = sample([150, 20, 0, 0, 0, 0, 0, 0], 0, 170);
+        assert_eq!(window(Some(&a), &b).0, [50, 20, 0, 0, 0, 0, 0, 0]);
+        // a reused TID is a new thread: its window is all of it
+        let c = ThreadSample { start_ns: 120, ..b.clone() };
+        assert_eq!(window(Some(&a), &c), c.times);
+        assert_eq!(window(None, &b), b.times);
+    }
+}

@@ -1,0 +1,88 @@
+//! Loading, configuring and attaching the BPF probes, and reading their maps.
+//! Each probe family has `bpf/<stem>.bpf.c`, `bpf/<stem>.h`, `<stem>.rs` here
+//! and `docs/probes/<stem>.md`.
+pub mod sched;
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::procfs;
+use crate::usage;
+
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// Where the kernel publishes its own BTF.
+pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// Which of the capabilities the probes need are missing from `cap_eff`.
+/// The kernel accepts CAP_SYS_ADMIN in place of either (bpf_capable(),
+/// perfmon_capable()), which is also all that kernels before 5.8 know.
+pub fn missing_caps(cap_eff: u64) -> Vec<&'static str> {
+    let has = |c: u32| cap_eff & (1u64 << c) != 0;
+    let mut missing = vec![];
+    if !has(CAP_BPF) && !has(CAP_SYS_ADMIN) {
+        missing.push("CAP_BPF");
+    }
+    if !has(CAP_PERFMON) && !has(CAP_SYS_ADMIN) {
+        missing.push("CAP_PERFMON");
+    }
+    missing
+}
+
+/// Checks that make a failure to load say why, in one line, before libbpf tries.
+pub fn preflight(btf: Option<&Path>) -> Result<()> {
+    let cap_eff = procfs::self_cap_eff().unwrap_or(0);
+    let missing = missing_caps(cap_eff);
+    if !missing.is_empty() {
+        let who = if unsafe { libc::geteuid() } == 0 { "root without them" } else { "not root" };
+        return Err(usage!(
+            "missing {} ({who}): run as root (sudo waitmeter ...) or grant them: sudo setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep $(command -v waitmeter)",
+            missing.join(" and ")
+        ));
+    }
+    match btf {
+        Some(p) if !p.is_file() => Err(usage!(
+            "no BTF file at {}: pass --btf a BTF file for this kernel (e.g. from BTFHub), or leave it out to use {KERNEL_BTF}",
+            p.display()
+        )),
+        None if !Path::new(KERNEL_BTF).exists() => Err(usage!(
+            "kernel without BTF ({KERNEL_BTF} is missing): waitmeter needs CONFIG_DEBUG_INFO_BTF=y, or pass --btf FILE with BTF for this kernel (BTFHub)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Route libbpf's own messages into our log at debug level (never muted).
+pub fn route_libbpf_log() {
+    fn print(level: libbpf_rs::PrintLevel, msg: String) {
+        let msg = msg.trim_end();
+        match level {
+            libbpf_rs::PrintLevel::Warn => log::debug!(target: "libbpf", "warning: {msg}"),
+            _ => log::debug!(target: "libbpf", "{msg}"),
+        }
+    }
+    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, print)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capability_check_names_what_is_missing() {
+        let bpf = 1u64 << CAP_BPF;
+        let perfmon = 1u64 << CAP_PERFMON;
+        assert!(missing_caps(bpf | perfmon).is_empty());
+        assert_eq!(missing_caps(perfmon), ["CAP_BPF"]);
+        assert_eq!(missing_caps(bpf), ["CAP_PERFMON"]);
+        assert_eq!(missing_caps(0), ["CAP_BPF", "CAP_PERFMON"]);
+        // root on a modern kernel: everything
+        assert!(missing_caps(0x1ff_ffff_ffff).is_empty());
+        // CAP_SYS_ADMIN stands in for both
+        assert!(missing_caps(1u64 << CAP_SYS_ADMIN).is_empty());
+        assert_eq!(missing_caps(0x1ff_ffff_ffff & !(bpf | (1u64 << CAP_SYS_ADMIN))), ["CAP_BPF"]);
+    }
+}

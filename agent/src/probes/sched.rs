@@ -1,0 +1,326 @@
+//! The scheduler probe family (`bpf/sched.bpf.c`, `bpf/sched.h`,
+//! `docs/probes/sched.md`): loads it, hands it its configuration, attaches the
+//! tracepoints (tp_btf, falling back to raw tracepoints), and reads its maps.
+use std::cell::RefCell;
+use std::io::Read;
+use std::mem::{size_of, MaybeUninit};
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use anyhow::{Context, Result};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+
+use crate::model::partition::{ThreadSample, Times};
+use crate::model::state::{State, NR_STATES};
+use crate::model::syscalls;
+
+mod skel {
+    #![allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
+    include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
+}
+use skel::types::{wm_exit, wm_limits, wm_stat, wm_state, wm_task_ids, wm_thread};
+use skel::{SchedSkel, SchedSkelBuilder};
+
+// The state enum is ABI: the model's discriminants must be the kernel's.
+const _: () = {
+    assert!(State::Running as u32 == wm_state::WM_STATE_RUNNING.0);
+    assert!(State::Runqueue as u32 == wm_state::WM_STATE_RUNQUEUE.0);
+    assert!(State::Throttled as u32 == wm_state::WM_STATE_THROTTLED.0);
+    assert!(State::GilWait as u32 == wm_state::WM_STATE_GIL_WAIT.0);
+    assert!(State::FutexWait as u32 == wm_state::WM_STATE_FUTEX_WAIT.0);
+    assert!(State::IoWait as u32 == wm_state::WM_STATE_IO_WAIT.0);
+    assert!(State::Sleep as u32 == wm_state::WM_STATE_SLEEP.0);
+    assert!(State::Other as u32 == wm_state::WM_STATE_OTHER.0);
+    assert!(NR_STATES == wm_state::WM_NR_STATES.0 as usize);
+    assert!(syscalls::MAX_SYSCALLS == wm_limits::WM_MAX_SYSCALLS.0 as usize);
+};
+
+pub const DEFAULT_MAX_THREADS: u32 = wm_limits::WM_DEFAULT_MAX_THREADS.0;
+pub const DEFAULT_MAX_PROCS: u32 = wm_limits::WM_DEFAULT_MAX_PROCS.0;
+
+/// Why events were lost, as exported in the `reason` label.
+pub const LOSS_REASONS: [(u32, &str); 2] = [
+    (wm_stat::WM_STAT_THREAD_MAP_FULL.0, "thread_map_full"),
+    (wm_stat::WM_STAT_EXIT_RINGBUF_FULL.0, "exit_ringbuf_full"),
+];
+
+pub struct SchedOptions {
+    pub max_threads: u32,
+    pub max_procs: u32,
+    pub btf: Option<PathBuf>,
+    pub follow_forks: bool,
+    /// inode of the agent's PID namespace
+    pub pidns_ino: u64,
+    /// the agent runs in a PID namespace other than the initial one
+    pub translate_pids: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    TpBtf,
+    RawTp,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::TpBtf => "tp_btf",
+            Variant::RawTp => "raw_tp",
+        }
+    }
+}
+
+/// An attached probe and one record of each thread that exited.
+/// Fields drop in order: the ring buffer and links before the object.
+pub struct SchedProbe {
+    ringbuf: RingBuffer<'static>,
+    exits: Rc<RefCell<Vec<wm_exit>>>,
+    links: Vec<(String, Link)>,
+    skel: SchedSkel<'static>,
+    variant: Variant,
+}
+
+/// Host and namespace IDs of one task.
+pub type TaskIds = wm_task_ids;
+
+fn as_bytes<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: T is a plain-old-data ABI struct from the skeleton (no padding
+    // holes that matter to the kernel, which reads them as bytes).
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
+    // SAFETY: size checked; the ABI structs are valid for any bit pattern.
+    (b.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
+}
+
+fn open_and_load(opts: &SchedOptions, variant: Variant) -> Result<SchedSkel<'static>> {
+    // The skeleton borrows its object storage for as long as it lives: the
+    // whole run of the agent. One allocation per load attempt.
+    let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+    let mut builder = SchedSkelBuilder::default();
+    if let Some(btf) = &opts.btf {
+        builder.obj_builder.btf_custom_path(btf).context("failed to set the BTF path")?;
+    }
+    let mut open = builder.open(storage).context("failed to open the sched BPF object")?;
+    {
+        let rodata = open.maps.rodata_data.as_deref_mut().context("sched BPF object has no .rodata")?;
+        rodata.cfg.syscall_state = syscalls::table();
+        rodata.cfg.pidns_ino = opts.pidns_ino;
+        rodata.cfg.translate_pids = opts.translate_pids as u8;
+        rodata.cfg.follow_forks = opts.follow_forks as u8;
+    }
+    open.maps.threads.set_max_entries(opts.max_threads)?;
+    open.maps.watched.set_max_entries(opts.max_procs)?;
+    let btf = variant == Variant::TpBtf;
+    open.progs.sched_switch_btf.set_autoload(btf);
+    open.progs.sched_wakeup_btf.set_autoload(btf);
+    open.progs.sched_wakeup_new_btf.set_autoload(btf);
+    open.progs.sched_process_exit_btf.set_autoload(btf);
+    open.progs.sched_switch_raw.set_autoload(!btf);
+    open.progs.sched_wakeup_raw.set_autoload(!btf);
+    open.progs.sched_wakeup_new_raw.set_autoload(!btf);
+    open.progs.sched_process_exit_raw.set_autoload(!btf);
+    open.progs.task_ids.set_autoload(opts.translate_pids);
+    open.load().map_err(anyhow::Error::from)
+}
+
+impl SchedProbe {
+    /// Load and attach. Nothing is watched until `watch()`.
+    pub fn load(opts: &SchedOptions) -> Result<SchedProbe> {
+        let (skel, variant) = match open_and_load(opts, Variant::TpBtf) {
+            Ok(s) => (s, Variant::TpBtf),
+            Err(e) => {
+                log::warn!("tp_btf scheduler tracepoints did not load ({e:#}); falling back to raw tracepoints");
+                let s = open_and_load(opts, Variant::RawTp)
+                    .context("failed to load the scheduler probes (tp_btf and raw_tp); rerun with -v for libbpf's log")?;
+                (s, Variant::RawTp)
+            }
+        };
+        let suffix = match variant {
+            Variant::TpBtf => "_btf",
+            Variant::RawTp => "_raw",
+        };
+        let mut links = Vec::new();
+        for prog in skel.object().progs_mut() {
+            let name = prog.name().to_string_lossy().to_string();
+            if !name.ends_with(suffix) {
+                continue;
+            }
+            let link = prog.attach().with_context(|| format!("failed to attach {name}"))?;
+            links.push((name.trim_end_matches(suffix).to_string(), link));
+        }
+        let exits = Rc::new(RefCell::new(Vec::new()));
+        let sink = Rc::clone(&exits);
+        let mut rb = RingBufferBuilder::new();
+        // SAFETY of the 'static borrow: `skel` lives in the same struct and the
+        // ring buffer is dropped first (field order).
+        let exits_map: &'static libbpf_rs::MapMut<'static> =
+            unsafe { &*(&skel.maps.exits as *const libbpf_rs::MapMut<'static>) };
+        rb.add(exits_map, move |data: &[u8]| {
+            if let Some(rec) = from_bytes::<wm_exit>(data) {
+                sink.borrow_mut().push(rec);
+            }
+            0
+        })?;
+        let ringbuf = rb.build().context("failed to set up the exit ring buffer")?;
+        Ok(SchedProbe { ringbuf, exits, links, skel, variant })
+    }
+
+    /// Attached hooks (tracepoint names) and the variant in use.
+    pub fn attached(&self) -> (Vec<String>, &'static str) {
+        (self.links.iter().map(|(n, _)| n.clone()).collect(), self.variant.name())
+    }
+
+    pub fn watch(&self, host_tgid: u32) -> Result<()> {
+        self.skel
+            .maps
+            .watched
+            .update(&host_tgid.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("failed to watch process {host_tgid} (more than --max-processes?)"))
+    }
+
+    pub fn unwatch(&self, host_tgid: u32) {
+        let _ = self.skel.maps.watched.delete(&host_tgid.to_ne_bytes());
+    }
+
+    /// Host TGIDs in the watched map (the BPF side adds forked children).
+    pub fn watched(&self) -> Vec<u32> {
+        self.skel
+            .maps
+            .watched
+            .keys()
+            .filter_map(|k| Some(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?)))
+            .collect()
+    }
+
+    /// Start measuring a thread in `state` as of `now` (a thread that existed
+    /// before the probe saw it). An entry the BPF side created first wins.
+    pub fn seed_thread(&self, host_tid: u32, host_tgid: u32, ns_tid: u32, ns_tgid: u32, state: State, now: u64) {
+        let t = wm_thread {
+            state: state as u32,
+            since: now,
+            start: now,
+            tgid: host_tgid,
+            syscall: -1,
+            ns_tid,
+            ns_tgid,
+            ..Default::default()
+        };
+        let _ = self.skel.maps.threads.update(&host_tid.to_ne_bytes(), as_bytes(&t), MapFlags::NO_EXIST);
+    }
+
+    /// Forget a thread whose process is gone (its exit record was lost or it
+    /// exited before being seen).
+    pub fn forget_thread(&self, host_tid: u32) {
+        let _ = self.skel.maps.threads.delete(&host_tid.to_ne_bytes());
+    }
+
+    /// One consistent copy of an entry: two equal reads with an even `seq`.
+    fn read_thread(&self, key: &[u8]) -> Option<wm_thread> {
+        let map = &self.skel.maps.threads;
+        let mut last = None;
+        for _ in 0..16 {
+            let a = map.lookup(key, MapFlags::ANY).ok()??;
+            let b = map.lookup(key, MapFlags::ANY).ok()??;
+            let t: wm_thread = from_bytes(&b)?;
+            if a == b && t.seq % 2 == 0 {
+                return Some(t);
+            }
+            last = Some(t);
+        }
+        last
+    }
+
+    /// Every live watched thread, sampled now: (host TGID, sample).
+    /// `comm` is left empty for the caller to fill from /proc.
+    pub fn live_threads(&self) -> Vec<(u32, ThreadSample)> {
+        let keys: Vec<Vec<u8>> = self.skel.maps.threads.keys().collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let Some(host_tid) = key.get(..4).and_then(|k| k.try_into().ok()).map(u32::from_ne_bytes) else {
+                continue;
+            };
+            let Some(t) = self.read_thread(&key) else { continue };
+            let now = monotonic_ns();
+            out.push((
+                t.tgid,
+                ThreadSample {
+                    tid: t.ns_tid,
+                    host_tid,
+                    pid: t.ns_tgid,
+                    comm: String::new(),
+                    start_ns: t.start,
+                    at_ns: now,
+                    exited: false,
+                    times: Times::at(t.ns, t.state, t.since, now),
+                },
+            ));
+        }
+        out
+    }
+
+    /// Final samples of the threads that exited since the last call: (host TGID, sample).
+    pub fn drain_exits(&mut self) -> Vec<(u32, ThreadSample)> {
+        if let Err(e) = self.ringbuf.consume() {
+            log::warn!("failed to read the exit ring buffer: {e}");
+        }
+        self.exits
+            .borrow_mut()
+            .drain(..)
+            .map(|r| {
+                let comm = crate::model::labels::sanitize(&String::from_utf8_lossy(
+                    r.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect::<Vec<_>>().as_slice(),
+                ));
+                (
+                    r.t.tgid,
+                    ThreadSample {
+                        tid: r.t.ns_tid,
+                        host_tid: r.tid,
+                        pid: r.t.ns_tgid,
+                        comm,
+                        start_ns: r.t.start,
+                        at_ns: r.end,
+                        exited: true,
+                        times: Times::at(r.t.ns, r.t.state, r.t.since, r.end),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Events lost in the kernel so far, per reason (summed over CPUs).
+    pub fn lost(&self) -> Vec<(&'static str, u64)> {
+        LOSS_REASONS
+            .iter()
+            .map(|(idx, reason)| {
+                let per_cpu = self.skel.maps.stats.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY);
+                let total = per_cpu
+                    .ok()
+                    .flatten()
+                    .map(|v| v.iter().filter_map(|b| from_bytes::<u64>(b)).sum())
+                    .unwrap_or(0);
+                (*reason, total)
+            })
+            .collect()
+    }
+
+    /// Host <-> namespace IDs of every task in the agent's PID namespace
+    /// (only loaded when the agent is not in the initial PID namespace).
+    pub fn task_ids(&self) -> Result<Vec<TaskIds>> {
+        let link = self.skel.progs.task_ids.attach().context("failed to attach the task iterator")?;
+        let mut it = libbpf_rs::Iter::new(&link).context("failed to create the task iterator")?;
+        let mut buf = Vec::new();
+        it.read_to_end(&mut buf).context("failed to read the task iterator")?;
+        Ok(buf.chunks_exact(size_of::<TaskIds>()).filter_map(from_bytes::<TaskIds>).collect())
+    }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns().
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

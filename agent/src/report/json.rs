@@ -1,0 +1,139 @@
+//! `attach --output json`: the stable object of docs/architecture.md.
+//! Keys may be added, never renamed.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{ProcessReport, ThreadRow};
+use crate::model::partition::secs;
+use crate::model::state::State;
+
+/// Seconds per state, in the time model's order.
+#[derive(Serialize, Debug, PartialEq)]
+pub struct Seconds {
+    pub running: f64,
+    pub runqueue: f64,
+    pub throttled: f64,
+    pub gil_wait: f64,
+    pub futex_wait: f64,
+    pub io_wait: f64,
+    pub sleep: f64,
+    pub other: f64,
+}
+
+#[derive(Serialize, Debug)]
+pub struct JsonThread {
+    pub tid: u32,
+    pub name: String,
+    pub comm: String,
+    pub seconds: Seconds,
+    /// waiting / (waiting + running); null when the thread neither ran nor waited
+    pub wait_ratio: Option<f64>,
+    /// holder TID -> seconds (filled when the target is a Python process)
+    pub gil_wait_by_holder: BTreeMap<String, f64>,
+    /// time the thread existed within the window (the sum of `seconds`)
+    pub existed_s: f64,
+    pub exited: bool,
+}
+
+#[derive(Serialize, Debug)]
+pub struct JsonReport {
+    pub pid: u32,
+    pub comm: String,
+    pub duration_s: f64,
+    /// Python interpreter facts; null for a non-Python process
+    pub python: Option<serde_json::Value>,
+    /// cgroup CPU quota and throttling; null until measured
+    pub cgroup: Option<serde_json::Value>,
+    pub threads: Vec<JsonThread>,
+    pub verdict: Vec<String>,
+    /// the process exited during the window
+    pub exited: bool,
+    pub exited_after_s: Option<f64>,
+}
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+fn s(row: &ThreadRow, state: State) -> f64 {
+    round6(secs(row.times.get(state)))
+}
+
+pub fn thread(row: &ThreadRow) -> JsonThread {
+    JsonThread {
+        tid: row.tid,
+        name: row.name.clone(),
+        comm: row.comm.clone(),
+        seconds: Seconds {
+            running: s(row, State::Running),
+            runqueue: s(row, State::Runqueue),
+            throttled: s(row, State::Throttled),
+            gil_wait: s(row, State::GilWait),
+            futex_wait: s(row, State::FutexWait),
+            io_wait: s(row, State::IoWait),
+            sleep: s(row, State::Sleep),
+            other: s(row, State::Other),
+        },
+        wait_ratio: row.times.wait_ratio().map(|r| (r * 1e4).round() / 1e4),
+        gil_wait_by_holder: BTreeMap::new(),
+        existed_s: round6(secs(row.existed_ns)),
+        exited: row.exited,
+    }
+}
+
+pub fn report(r: &ProcessReport) -> JsonReport {
+    JsonReport {
+        pid: r.pid,
+        comm: r.comm.clone(),
+        duration_s: round6(secs(r.duration_ns)),
+        python: None,
+        cgroup: None,
+        threads: r.threads.iter().map(thread).collect(),
+        verdict: r.verdict.clone(),
+        exited: r.exited_after_ns.is_some(),
+        exited_after_s: r.exited_after_ns.map(|n| round6(secs(n))),
+    }
+}
+
+pub fn render(r: &ProcessReport) -> String {
+    serde_json::to_string_pretty(&report(r)).expect("a report always serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::partition::Times;
+
+    #[test]
+    fn shape_is_the_documented_one() {
+        let mut t = Times::default();
+        t.0[State::Running.index()] = 200_000_000;
+        t.0[State::GilWait.index()] = 9_500_000_000;
+        t.0[State::Runqueue.index()] = 100_000_000;
+        let row = ThreadRow { tid: 1234, name: "MainThread".into(), comm: "python3.11".into(), times: t, existed_ns: t.total(), exited: false };
+        let r = ProcessReport::new(1234, "python3.11".into(), 10_000_000_000, None, vec![row]);
+        let v: serde_json::Value = serde_json::from_str(&render(&r)).unwrap();
+        for key in ["pid", "comm", "duration_s", "python", "cgroup", "threads", "verdict"] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        assert_eq!(v["pid"], 1234);
+        assert_eq!(v["duration_s"], 10.0);
+        assert!(v["python"].is_null());
+        let th = &v["threads"][0];
+        assert_eq!(th["tid"], 1234);
+        assert_eq!(th["name"], "MainThread");
+        let secs = th["seconds"].as_object().unwrap();
+        let keys: Vec<_> = secs.keys().cloned().collect();
+        let mut want: Vec<_> = State::ALL.iter().map(|s| s.name().to_string()).collect();
+        want.sort();
+        let mut got = keys.clone();
+        got.sort();
+        assert_eq!(got, want);
+        assert_eq!(th["seconds"]["gil_wait"], 9.5);
+        assert_eq!(th["wait_ratio"], 0.9804);
+        assert!(th["gil_wait_by_holder"].is_object());
+        assert!(v["verdict"].is_array());
+        assert_eq!(v["exited"], false);
+    }
+}

@@ -1,0 +1,55 @@
+//! The attach report: per-thread partition of one process over the window,
+//! with a plain-words verdict; rendered as text (live and final) or JSON.
+pub mod json;
+pub mod text;
+pub mod verdict;
+
+use crate::model::partition::{secs, ThreadSample, Times};
+
+/// One thread over the report's window.
+#[derive(Clone, Debug)]
+pub struct ThreadRow {
+    pub tid: u32,
+    /// Python thread name when known (GIL issue), else the OS comm
+    pub name: String,
+    pub comm: String,
+    pub times: Times,
+    /// how long the thread existed within the window
+    pub existed_ns: u64,
+    pub exited: bool,
+}
+
+impl ThreadRow {
+    /// A row for `times` of thread `s` over a window it existed in for `existed_ns`.
+    pub fn from_sample(s: &ThreadSample, times: Times, existed_ns: u64) -> ThreadRow {
+        ThreadRow {
+            tid: s.tid,
+            name: s.comm.clone(),
+            comm: s.comm.clone(),
+            times,
+            existed_ns,
+            exited: s.exited,
+        }
+    }
+}
+
+/// One process over the report's window.
+#[derive(Clone, Debug)]
+pub struct ProcessReport {
+    pub pid: u32,
+    pub comm: String,
+    pub duration_ns: u64,
+    /// seconds after the window opened at which the process exited
+    pub exited_after_ns: Option<u64>,
+    pub threads: Vec<ThreadRow>,
+    pub verdict: Vec<String>,
+}
+
+impl ProcessReport {
+    /// Rows sorted by TID; the verdict derived from them.
+    pub fn new(pid: u32, comm: String, duration_ns: u64, exited_after_ns: Option<u64>, mut threads: Vec<ThreadRow>) -> Self {
+        threads.sort_by_key(|t| (t.tid, t.exited));
+        let verdict = verdict::findings(&threads, secs(duration_ns));
+        ProcessReport { pid, comm, duration_ns, exited_after_ns, threads, verdict }
+    }
+}

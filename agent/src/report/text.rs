@@ -1,0 +1,165 @@
+//! Terminal rendering: the per-thread table (live and final) with a bar per thread.
+use std::fmt::Write;
+
+use super::ProcessReport;
+use crate::model::partition::secs;
+use crate::model::state::State;
+
+pub const BAR_WIDTH: usize = 30;
+
+/// Column header, bar glyph (plain text) and ANSI colour of each state.
+fn style(s: State) -> (&'static str, char, &'static str) {
+    match s {
+        State::Running => ("RUN", '#', "32"),
+        State::Runqueue => ("RUNQ", 'q', "31"),
+        State::Throttled => ("THROT", 't', "35"),
+        State::GilWait => ("GIL", 'G', "33"),
+        State::FutexWait => ("FUTEX", 'f', "34"),
+        State::IoWait => ("IO", 'i', "36"),
+        State::Sleep => ("SLEEP", '.', "90"),
+        State::Other => ("OTHER", 'o', "37"),
+    }
+}
+
+/// A bar of `width` cells split in proportion to the states (largest remainder).
+pub fn bar_cells(times: &crate::model::partition::Times, width: usize) -> Vec<State> {
+    let total = times.total();
+    if total == 0 {
+        return vec![];
+    }
+    let exact: Vec<f64> = State::ALL.iter().map(|s| times.get(*s) as f64 * width as f64 / total as f64).collect();
+    let mut cells: Vec<usize> = exact.iter().map(|x| x.floor() as usize).collect();
+    let mut rest = width - cells.iter().sum::<usize>();
+    let mut order: Vec<usize> = (0..State::ALL.len()).collect();
+    order.sort_by(|a, b| (exact[*b] - exact[*b].floor()).total_cmp(&(exact[*a] - exact[*a].floor())));
+    for i in order {
+        if rest == 0 {
+            break;
+        }
+        if exact[i] > 0.0 {
+            cells[i] += 1;
+            rest -= 1;
+        }
+    }
+    State::ALL.iter().zip(cells).flat_map(|(s, n)| std::iter::repeat_n(*s, n)).collect()
+}
+
+fn bar(times: &crate::model::partition::Times, color: bool) -> String {
+    let mut out = String::new();
+    for s in bar_cells(times, BAR_WIDTH) {
+        let (_, glyph, code) = style(s);
+        if color {
+            let _ = write!(out, "\x1b[{code}m█\x1b[0m");
+        } else {
+            out.push(glyph);
+        }
+    }
+    out
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n - 1).chain(std::iter::once('~')).collect()
+    }
+}
+
+pub fn legend(color: bool) -> String {
+    State::ALL
+        .iter()
+        .map(|s| {
+            let (_, glyph, code) = style(*s);
+            if color {
+                format!("\x1b[{code}m█\x1b[0m {}", s.name())
+            } else {
+                format!("{glyph} {}", s.name())
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("  ")
+}
+
+/// The per-thread table: shares of each state in percent, wait ratio, bar.
+pub fn table(r: &ProcessReport, color: bool) -> String {
+    let mut out = String::new();
+    let _ = write!(out, "{:>7}  {:<16}", "TID", "THREAD");
+    for s in State::ALL {
+        let _ = write!(out, " {:>5}", style(s).0);
+    }
+    let _ = writeln!(out, "  {:>4}  {:>6}  STATES", "WAIT", "SECS");
+    for t in &r.threads {
+        let total = t.times.total();
+        let name = if t.exited { format!("{}†", truncate(&t.name, 15)) } else { truncate(&t.name, 16) };
+        let _ = write!(out, "{:>7}  {:<16}", t.tid, name);
+        for s in State::ALL {
+            let pct = if total > 0 { 100.0 * t.times.get(s) as f64 / total as f64 } else { 0.0 };
+            if pct == 0.0 {
+                let _ = write!(out, " {:>5}", "-");
+            } else {
+                let _ = write!(out, " {:>5.1}", pct);
+            }
+        }
+        let ratio = t.times.wait_ratio().map(|w| format!("{w:.2}")).unwrap_or_else(|| "-".into());
+        let _ = writeln!(out, "  {:>4}  {:>6.2}  {}", ratio, secs(total), bar(&t.times, color));
+    }
+    out
+}
+
+/// The final report: header, table, legend, verdict.
+pub fn report(r: &ProcessReport, color: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "waitmeter: PID {} ({}), {:.1} s, {} threads: share of each thread's time in each state (%)",
+        r.pid,
+        r.comm,
+        secs(r.duration_ns),
+        r.threads.len()
+    );
+    out.push_str(&table(r, color));
+    let _ = writeln!(out, "  {}   († exited)", legend(color));
+    if let Some(e) = r.exited_after_ns {
+        let _ = writeln!(out, "process {} exited {:.1} s into the window; the report covers the time it ran", r.pid, secs(e));
+    }
+    out.push_str("verdict:\n");
+    for v in &r.verdict {
+        let _ = writeln!(out, "  - {v}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::partition::Times;
+    use crate::report::ThreadRow;
+
+    #[test]
+    fn bar_is_proportional_and_full_width() {
+        let mut t = Times::default();
+        t.0[State::Running.index()] = 1;
+        t.0[State::Runqueue.index()] = 1;
+        let cells = bar_cells(&t, 30);
+        assert_eq!(cells.len(), 30);
+        assert_eq!(cells.iter().filter(|s| **s == State::Running).count(), 15);
+        t.0[State::Sleep.index()] = 1;
+        assert_eq!(bar_cells(&t, 30).len(), 30);
+        assert!(bar_cells(&Times::default(), 30).is_empty());
+    }
+
+    #[test]
+    fn table_shows_shares() {
+        let mut t = Times::default();
+        t.0[State::Running.index()] = 3_000_000_000;
+        t.0[State::Runqueue.index()] = 1_000_000_000;
+        let row = ThreadRow { tid: 42, name: "worker".into(), comm: "worker".into(), times: t, existed_ns: t.total(), exited: false };
+        let r = ProcessReport::new(42, "demo".into(), 4_000_000_000, None, vec![row]);
+        let text = report(&r, false);
+        assert!(text.contains("PID 42 (demo), 4.0 s, 1 threads"), "{text}");
+        let line = text.lines().find(|l| l.contains("worker")).unwrap();
+        assert!(line.contains(" 75.0  25.0"), "{line}");
+        assert!(line.contains("0.25"), "{line}");
+        assert!(line.ends_with(&format!("{}{}", "#".repeat(22), "q".repeat(8))) || line.ends_with(&format!("{}{}", "#".repeat(23), "q".repeat(7))), "{line}");
+    }
+}

@@ -1,0 +1,371 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * sched: per-thread time partition, aggregated in the kernel.
+ *
+ * For every thread of a watched process the `threads` map holds the state it
+ * is in, since when, and the nanoseconds already spent in each state. The
+ * scheduler tracepoints move a thread between states:
+ *
+ *   switch-in                 -> running
+ *   switch-out, preempted     -> runqueue
+ *   switch-out, blocked       -> futex_wait / io_wait / sleep / other, by the
+ *                                syscall in flight (read from the saved user
+ *                                registers, no syscall probe needed)
+ *   wakeup / wakeup_new       -> runqueue
+ *   exit                      -> final record on the `exits` ring buffer
+ *
+ * Cost: one hash lookup (`watched`) for a task of an unwatched process, per
+ * end of a context switch; see docs/probes/sched.md.
+ */
+#include <vmlinux.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "sched.h"
+#include "core_fixes.bpf.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* include/linux/sched.h; #defines do not reach vmlinux.h */
+#define WM_TASK_RUNNING 0x0000
+#define WM_TASK_UNINTERRUPTIBLE 0x0002
+#define WM_PF_EXITING 0x00000004
+#define WM_PF_KTHREAD 0x00200000
+#define WM_ENOSYS 38
+
+#define wm_barrier() asm volatile("" ::: "memory")
+
+const volatile struct wm_sched_config cfg = {};
+
+/* keep the ABI types in BTF so the skeleton exports them */
+struct wm_exit _wm_exit = {};
+struct wm_task_ids _wm_task_ids = {};
+enum wm_state _wm_state = WM_STATE_RUNNING;
+enum wm_stat _wm_stat = WM_STAT_THREAD_MAP_FULL;
+enum wm_limits _wm_limits = WM_MAX_SYSCALLS;
+
+/* host TGID -> flags (unused yet); presence means "watched" */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WM_DEFAULT_MAX_PROCS);
+	__type(key, __u32);
+	__type(value, __u32);
+} watched SEC(".maps");
+
+/* host TID -> time partition */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WM_DEFAULT_MAX_THREADS);
+	__type(key, __u32);
+	__type(value, struct wm_thread);
+} threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, WM_EXIT_RINGBUF_BYTES);
+} exits SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WM_NR_STATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+static __always_inline void count_loss(enum wm_stat stat)
+{
+	__u32 key = stat;
+	__u64 *val = bpf_map_lookup_elem(&stats, &key);
+
+	if (val)
+		*val += 1;
+}
+
+static __always_inline bool is_watched(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&watched, &tgid) != NULL;
+}
+
+/* The number of `pid` in the agent's PID namespace, 0 if not visible there. */
+static __always_inline __u32 ns_nr(struct pid *pid)
+{
+	unsigned int level = BPF_CORE_READ(pid, level);
+
+	for (int i = 0; i < WM_MAX_PIDNS_LEVELS; i++) {
+		struct upid up;
+
+		if (i > level)
+			break;
+		if (bpf_core_read(&up, sizeof(up), &pid->numbers[i]))
+			break;
+		if (BPF_CORE_READ(up.ns, ns.inum) == cfg.pidns_ino)
+			return up.nr;
+	}
+	return 0;
+}
+
+/* Close the open interval into its state and enter `to` at `now`. */
+static __always_inline void transition(struct wm_thread *t, __u32 to, __u64 now)
+{
+	__u32 from = t->state;
+	__u64 delta = now > t->since ? now - t->since : 0;
+
+	t->seq++;
+	wm_barrier();
+	if (from < WM_NR_STATES)
+		t->ns[from] += delta;
+	t->state = to;
+	t->since = now;
+	wm_barrier();
+	t->seq++;
+}
+
+static __always_inline struct wm_thread *
+new_thread(struct task_struct *task, __u32 tid, __u32 tgid, __u32 state, __u64 now)
+{
+	struct wm_thread fresh = {};
+	long err;
+
+	fresh.state = state;
+	fresh.since = now;
+	fresh.start = now;
+	fresh.tgid = tgid;
+	fresh.syscall = -1;
+	if (cfg.translate_pids) {
+		fresh.ns_tid = ns_nr(BPF_CORE_READ(task, thread_pid));
+		fresh.ns_tgid = ns_nr(BPF_CORE_READ(task, group_leader, thread_pid));
+	} else {
+		fresh.ns_tid = tid;
+		fresh.ns_tgid = tgid;
+	}
+	err = bpf_map_update_elem(&threads, &tid, &fresh, BPF_NOEXIST);
+	if (err && err != -17 /* EEXIST: user space inserted it meanwhile */) {
+		count_loss(WM_STAT_THREAD_MAP_FULL);
+		return NULL;
+	}
+	return bpf_map_lookup_elem(&threads, &tid);
+}
+
+/*
+ * What a thread that leaves the CPU without being runnable is blocked in.
+ * At sched_switch `prev` is still `current`, so its saved user registers are
+ * those of the syscall in flight: orig_ax is the syscall number and ax still
+ * holds -ENOSYS until the syscall returns. Anything else (a page fault, a
+ * kernel-internal wait) is io_wait when uninterruptible, other otherwise.
+ */
+static __always_inline __u32 blocked_state(__u32 task_state, __s32 *syscall)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	long nr = BPF_CORE_READ(regs, orig_ax);
+	long ax = BPF_CORE_READ(regs, ax);
+
+	if (nr >= 0 && nr < WM_MAX_SYSCALLS && ax == -WM_ENOSYS) {
+		*syscall = nr;
+		return cfg.syscall_state[nr & (WM_MAX_SYSCALLS - 1)];
+	}
+	*syscall = -1;
+	return (task_state & WM_TASK_UNINTERRUPTIBLE) ? WM_STATE_IO_WAIT : WM_STATE_OTHER;
+}
+
+static __always_inline void switch_out(bool preempt, struct task_struct *prev, __u64 now)
+{
+	__u32 tgid = BPF_CORE_READ(prev, tgid);
+	__u32 tid, task_state, to;
+	__s32 syscall = -1;
+	struct wm_thread *t;
+
+	if (!is_watched(tgid))
+		return;
+	tid = BPF_CORE_READ(prev, pid);
+	task_state = get_task_state(prev);
+	if (preempt || task_state == WM_TASK_RUNNING)
+		to = WM_STATE_RUNQUEUE;
+	else
+		to = blocked_state(task_state, &syscall);
+
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (!t) {
+		/* its final switch-out after sched_process_exit: nothing to add */
+		if (BPF_CORE_READ(prev, flags) & WM_PF_EXITING)
+			return;
+		t = new_thread(prev, tid, tgid, to, now);
+		if (t)
+			t->syscall = syscall;
+		return;
+	}
+	t->syscall = syscall;
+	t->nr_switches++;
+	transition(t, to, now);
+}
+
+static __always_inline void switch_in(struct task_struct *next, __u64 now)
+{
+	__u32 tgid = BPF_CORE_READ(next, tgid);
+	__u32 tid;
+	struct wm_thread *t;
+
+	if (!is_watched(tgid))
+		return;
+	tid = BPF_CORE_READ(next, pid);
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (!t) {
+		new_thread(next, tid, tgid, WM_STATE_RUNNING, now);
+		return;
+	}
+	transition(t, WM_STATE_RUNNING, now);
+}
+
+static __always_inline int on_switch(bool preempt, struct task_struct *prev,
+				     struct task_struct *next)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	if (BPF_CORE_READ(prev, pid))
+		switch_out(preempt, prev, now);
+	if (BPF_CORE_READ(next, pid))
+		switch_in(next, now);
+	return 0;
+}
+
+/* A new process whose parent is watched is watched too (--all, sidecars). */
+static __always_inline bool follow_fork(struct task_struct *p, __u32 tgid)
+{
+	__u32 one = 1;
+	__u32 parent;
+
+	if (!cfg.follow_forks || BPF_CORE_READ(p, pid) != tgid)
+		return false;
+	if (BPF_CORE_READ(p, flags) & WM_PF_KTHREAD)
+		return false;
+	parent = BPF_CORE_READ(p, real_parent, tgid);
+	if (!is_watched(parent))
+		return false;
+	bpf_map_update_elem(&watched, &tgid, &one, BPF_NOEXIST);
+	return true;
+}
+
+static __always_inline int on_wakeup(struct task_struct *p, bool is_new)
+{
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+	__u32 tid;
+	struct wm_thread *t;
+	__u64 now;
+
+	if (!is_watched(tgid) && !(is_new && follow_fork(p, tgid)))
+		return 0;
+	tid = BPF_CORE_READ(p, pid);
+	now = bpf_ktime_get_ns();
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (!t) {
+		new_thread(p, tid, tgid, WM_STATE_RUNQUEUE, now);
+		return 0;
+	}
+	/* a wakeup of a task that never left the run queue changes nothing */
+	if (t->state == WM_STATE_RUNNING || t->state == WM_STATE_RUNQUEUE ||
+	    t->state == WM_STATE_THROTTLED)
+		return 0;
+	transition(t, WM_STATE_RUNQUEUE, now);
+	return 0;
+}
+
+static __always_inline int on_exit(struct task_struct *p)
+{
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+	__u32 tid;
+	struct wm_thread *t;
+	struct wm_exit *rec;
+	__u64 now;
+
+	if (!is_watched(tgid))
+		return 0;
+	tid = BPF_CORE_READ(p, pid);
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (!t)
+		return 0;
+	now = bpf_ktime_get_ns();
+	transition(t, t->state, now);
+	rec = bpf_ringbuf_reserve(&exits, sizeof(*rec), 0);
+	if (rec) {
+		rec->tid = tid;
+		rec->_pad = 0;
+		rec->end = now;
+		__builtin_memcpy(&rec->t, t, sizeof(rec->t));
+		BPF_CORE_READ_STR_INTO(&rec->comm, p, comm);
+		bpf_ringbuf_submit(rec, 0);
+	} else {
+		count_loss(WM_STAT_EXIT_RINGBUF_FULL);
+	}
+	bpf_map_delete_elem(&threads, &tid);
+	return 0;
+}
+
+/* Typed BTF tracepoints (preferred). */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return on_switch(preempt, prev, next);
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(sched_wakeup_btf, struct task_struct *p)
+{
+	return on_wakeup(p, false);
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(sched_wakeup_new_btf, struct task_struct *p)
+{
+	return on_wakeup(p, true);
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(sched_process_exit_btf, struct task_struct *p)
+{
+	return on_exit(p);
+}
+
+/* Raw tracepoints: the fallback where tp_btf does not attach. */
+SEC("raw_tp/sched_switch")
+int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return on_switch(preempt, prev, next);
+}
+
+SEC("raw_tp/sched_wakeup")
+int BPF_PROG(sched_wakeup_raw, struct task_struct *p)
+{
+	return on_wakeup(p, false);
+}
+
+SEC("raw_tp/sched_wakeup_new")
+int BPF_PROG(sched_wakeup_new_raw, struct task_struct *p)
+{
+	return on_wakeup(p, true);
+}
+
+SEC("raw_tp/sched_process_exit")
+int BPF_PROG(sched_process_exit_raw, struct task_struct *p)
+{
+	return on_exit(p);
+}
+
+/*
+ * Host <-> namespace IDs of every task visible in the agent's PID namespace.
+ * BPF sees host IDs; a user in a container names namespace IDs.
+ */
+SEC("iter/task")
+int task_ids(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct wm_task_ids ids = {};
+
+	if (!task)
+		return 0;
+	ids.tid = task->pid;
+	ids.tgid = task->tgid;
+	ids.ns_tid = ns_nr(task->thread_pid);
+	ids.ns_tgid = ns_nr(task->group_leader->thread_pid);
+	if (ids.ns_tid)
+		bpf_seq_write(ctx->meta->seq, &ids, sizeof(ids));
+	return 0;
+}

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * sched: the kernel/user ABI of waitmeter's scheduler probes.
+ *
+ * Defined once, here. The agent gets these types from the generated skeleton
+ * (agent/src/probes/sched.rs uses `sched::types::*`); never mirror them by hand.
+ * Constants are enums so that they reach BTF.
+ */
+#ifndef WAITMETER_SCHED_H
+#define WAITMETER_SCHED_H
+
+/* The time model of docs/architecture.md: every thread is in exactly one of
+ * these states at any instant. The order is ABI: arrays are indexed by it. */
+enum wm_state {
+	WM_STATE_RUNNING = 0,    /* on a CPU */
+	WM_STATE_RUNQUEUE = 1,   /* runnable, not on a CPU */
+	WM_STATE_THROTTLED = 2,  /* runnable, cgroup CFS quota exhausted */
+	WM_STATE_GIL_WAIT = 3,   /* blocked on a CPython GIL futex word */
+	WM_STATE_FUTEX_WAIT = 4, /* blocked on any other futex */
+	WM_STATE_IO_WAIT = 5,    /* blocked in an I/O syscall or in D state */
+	WM_STATE_SLEEP = 6,      /* nanosleep, pause, sigsuspend, ... */
+	WM_STATE_OTHER = 7,      /* any other blocked state */
+	WM_NR_STATES = 8,
+};
+
+enum wm_limits {
+	/* syscall numbers below this are classified; higher ones are `other` */
+	WM_MAX_SYSCALLS = 512,
+	/* default map sizes; the agent resizes them before load */
+	WM_DEFAULT_MAX_THREADS = 16384,
+	WM_DEFAULT_MAX_PROCS = 4096,
+	WM_EXIT_RINGBUF_BYTES = 262144,
+	WM_COMM_LEN = 16,
+	/* deepest PID-namespace nesting searched when translating PIDs */
+	WM_MAX_PIDNS_LEVELS = 8,
+};
+
+/* Index of the per-CPU `stats` array: every loss is counted here and
+ * exported as waitmeter_bpf_events_lost_total{probe="sched",reason}. */
+enum wm_stat {
+	WM_STAT_THREAD_MAP_FULL = 0, /* an event of a watched thread found no room in `threads` */
+	WM_STAT_EXIT_RINGBUF_FULL = 1, /* a thread's final record did not fit in `exits` */
+	WM_NR_STATS = 2,
+};
+
+/* Per watched thread, keyed by host TID in the `threads` map.
+ * Invariant: sum(ns) + (now - since) == now - start.
+ * `seq` is odd while the BPF side updates the entry; user space retries. */
+struct wm_thread {
+	__u32 seq;
+	__u32 state;      /* enum wm_state, since `since` */
+	__u64 since;      /* CLOCK_MONOTONIC ns of the last transition */
+	__u64 start;      /* CLOCK_MONOTONIC ns the thread entered the window */
+	__u64 ns[WM_NR_STATES]; /* closed time per state */
+	__u32 tgid;       /* host TGID */
+	__s32 syscall;    /* syscall blocked in at the last switch-out, -1 if none */
+	__u32 ns_tid;     /* TID in the agent's PID namespace (0: not visible) */
+	__u32 ns_tgid;    /* TGID in the agent's PID namespace */
+	__u64 nr_switches; /* times it left the CPU */
+};
+
+/* A thread's final record, sent on the `exits` ring buffer at its exit;
+ * its `threads` entry is deleted at the same moment. */
+struct wm_exit {
+	__u32 tid;        /* host TID */
+	__u32 _pad;
+	__u64 end;        /* CLOCK_MONOTONIC ns of the exit */
+	struct wm_thread t;
+	char comm[WM_COMM_LEN];
+};
+
+/* One record per task of the `task_ids` iterator: host <-> namespace IDs. */
+struct wm_task_ids {
+	__u32 tid;
+	__u32 tgid;
+	__u32 ns_tid;
+	__u32 ns_tgid;
+};
+
+/* Read-only configuration, set by the agent before load. */
+struct wm_sched_config {
+	__u64 pidns_ino;     /* inode of the agent's PID namespace */
+	__u8 translate_pids; /* agent is not in the initial PID namespace */
+	__u8 follow_forks;   /* watch children of watched processes at fork */
+	__u8 _pad[6];
+	__u8 syscall_state[WM_MAX_SYSCALLS]; /* enum wm_state of a thread blocked in syscall nr */
+};
+
+#endif /* WAITMETER_SCHED_H */
