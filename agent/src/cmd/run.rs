@@ -19,6 +19,9 @@ const DISCOVER_EVERY_NS: u64 = 1_000_000_000;
 
 pub fn run(args: &RunArgs) -> Result<()> {
     install_stop_handler();
+    // bind first: a taken port fails before any probe is loaded
+    let (tx, rx) = mpsc::channel::<http::Scrape>();
+    let addr = http::serve(&args.listen, tx)?;
     let mut session = Session::start(&session_options(&args.probe, args.all))?;
     for pid in &args.pid {
         session.attach(*pid)?;
@@ -26,8 +29,6 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if args.all {
         session.discover()?;
     }
-    let (tx, rx) = mpsc::channel::<http::Scrape>();
-    let addr = http::serve(&args.listen, tx)?;
     let (attached, variant) = session.probe().attached();
     eprintln!(
         "waitmeter: serving http://{addr}/metrics for {} process(es){}; probes: {} ({variant})",

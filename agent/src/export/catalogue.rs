@@ -7,7 +7,6 @@ use std::fmt::Write;
 pub enum Kind {
     Counter,
     Gauge,
-    Info,
 }
 
 #[derive(Debug)]
@@ -29,7 +28,6 @@ impl Metric {
         }
         match self.kind {
             Kind::Counter => n + "_total",
-            Kind::Info => n + "_info",
             Kind::Gauge => n,
         }
     }
@@ -75,12 +73,14 @@ pub const PROBE_ATTACHED: Metric = Metric {
     help: "1 when the probe's hook is attached, 0 when it is not (degraded).",
 };
 
+/// A gauge of value 1 (not the OpenMetrics `info` type, which the classic
+/// Prometheus text format and promtool reject).
 pub const BUILD_INFO: Metric = Metric {
-    base: "waitmeter_build",
-    kind: Kind::Info,
+    base: "waitmeter_build_info",
+    kind: Kind::Gauge,
     unit: None,
     labels: &["version"],
-    help: "waitmeter build information.",
+    help: "waitmeter build information; always 1.",
 };
 
 pub const ALL: &[&Metric] = &[&THREAD_SECONDS, &WATCHED_PROCESSES, &WATCHED_THREADS, &EVENTS_LOST, &PROBE_ATTACHED, &BUILD_INFO];
@@ -101,7 +101,6 @@ pub fn markdown() -> String {
         let kind = match m.kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
-            Kind::Info => "info (gauge, value 1)",
         };
         let labels = if m.labels.is_empty() { "—".to_string() } else { m.labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ") };
         let _ = writeln!(out, "| `{}` | {} | {} | {} |", m.exposed(), kind, labels, m.help);

@@ -80,7 +80,7 @@ fn handle(mut stream: TcpStream, scrapes: &mpsc::Sender<Scrape>) -> std::io::Res
             let text = scrapes.send(Scrape { reply: tx }).ok().and_then(|_| rx.recv_timeout(IO_TIMEOUT).ok());
             match text {
                 Some(t) if om => ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", t),
-                Some(t) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", t),
+                Some(t) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", super::prometheus::to_text_004(&t)),
                 None => ("503 Service Unavailable", "text/plain", "waitmeter is shutting down\n".to_string()),
             }
         }

@@ -6,7 +6,6 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::info::Info;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -149,6 +148,36 @@ impl Exporter {
     }
 }
 
+/// The classic Prometheus text format (0.0.4) from the OpenMetrics text the
+/// encoder writes, for clients that do not ask for OpenMetrics (curl, promtool,
+/// older scrapers): counter families are named with their `_total` suffix,
+/// and the `# UNIT` and `# EOF` lines, which 0.0.4 does not have, are dropped.
+pub fn to_text_004(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "].into_iter().find_map(|p| Some((p, line.strip_prefix(p)?)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let name = if counters.contains(name) { format!("{name}_total") } else { name.to_string() };
+                out.push_str(&format!("{prefix}{name} {tail}\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 type Labels = Vec<(String, String)>;
 
 #[derive(Debug)]
@@ -164,7 +193,6 @@ fn descriptor<'a>(enc: &'a mut DescriptorEncoder, m: &'a Metric, unit: &'a Optio
     let ty = match m.kind {
         Kind::Counter => MetricType::Counter,
         Kind::Gauge => MetricType::Gauge,
-        Kind::Info => MetricType::Info,
     };
     enc.encode_descriptor(m.base, m.help, unit.as_ref(), ty)
 }
@@ -203,7 +231,9 @@ impl Collector for Exposition {
         }
         let m = &catalogue::BUILD_INFO;
         let u = unit_of(m);
-        Info::new(vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())]).encode(descriptor(&mut enc, m, &u)?)?;
+        let mut me = descriptor(&mut enc, m, &u)?;
+        let labels = vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())];
+        ConstGauge::new(1i64).encode(me.encode_family(&labels)?)?;
         Ok(())
     }
 }
@@ -250,6 +280,15 @@ mod tests {
         e.forget(&[1010]);
         let text = e.render(&[], &Snapshot::default(), &status);
         assert_eq!(value(&text, "worker", "running"), None);
+    }
+
+    #[test]
+    fn classic_text_format_names_counter_families_with_total() {
+        let om = "# HELP x_seconds Time.\n# TYPE x_seconds counter\n# UNIT x_seconds seconds\nx_seconds_total{a=\"b\"} 1.5\n# HELP g A gauge.\n# TYPE g gauge\ng 3\n# EOF\n";
+        assert_eq!(
+            to_text_004(om),
+            "# HELP x_seconds_total Time.\n# TYPE x_seconds_total counter\nx_seconds_total{a=\"b\"} 1.5\n# HELP g A gauge.\n# TYPE g gauge\ng 3\n"
+        );
     }
 
     #[test]

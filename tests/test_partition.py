@@ -1,0 +1,118 @@
+"""The time partition on workloads whose states are known (issue: foundation, tests 1-7)."""
+import time
+
+import pytest
+
+from conftest import Workload, attach, by_tid, share
+
+WINDOW = 2.0
+STATES = ["running", "runqueue", "throttled", "gil_wait", "futex_wait", "io_wait", "sleep", "other"]
+
+
+@pytest.fixture(scope="module")
+def mixed(workload_bin):
+    """One process: a busy thread, a sleeper, a reader blocked on an empty pipe
+    (since before the agent attached), a mutex holder and a waiter blocked on it."""
+    with Workload(workload_bin, "--busy", 1, "--sleep", 1, "--pipe", 1, "--mutex") as w:
+        t0 = time.monotonic()
+        report, _ = attach(w.pid, WINDOW)
+        wall = time.monotonic() - t0
+        yield w, report, wall
+
+
+def test_report_names_the_process_and_all_threads(mixed):
+    w, report, _ = mixed
+    assert report["pid"] == w.pid
+    assert report["python"] is None
+    assert set(by_tid(report)) == set(w.tids.values())
+    for role, tid in w.tids.items():
+        t = by_tid(report)[tid]
+        assert t["name"] == role  # pthread_setname_np names, read from the target
+        assert sorted(t["seconds"]) == sorted(STATES)
+        assert not t["exited"]
+
+
+def test_busy_thread_is_running(mixed):
+    w, report, _ = mixed
+    t = by_tid(report)[w.tids["busy-0"]]
+    assert share(t, "running") >= 0.95, t
+    assert t["wait_ratio"] is not None and t["wait_ratio"] <= 0.05
+
+
+def test_sleeping_thread_is_asleep(mixed):
+    w, report, _ = mixed
+    assert share(by_tid(report)[w.tids["sleeper-0"]], "sleep") >= 0.95
+
+
+def test_thread_blocked_on_empty_pipe_since_before_attach_is_io_wait(mixed):
+    w, report, _ = mixed
+    t = by_tid(report)[w.tids["reader-0"]]
+    assert share(t, "io_wait") >= 0.95, t
+    assert t["seconds"]["running"] == 0.0
+
+
+def test_mutex_waiter_is_futex_wait_and_holder_sleeps(mixed):
+    w, report, _ = mixed
+    assert share(by_tid(report)[w.tids["waiter"]], "futex_wait") >= 0.90
+    assert share(by_tid(report)[w.tids["holder"]], "sleep") >= 0.95  # pause()
+
+
+def test_states_sum_to_wall_time_for_every_thread(mixed):
+    w, report, wall = mixed
+    # the window is what was asked for, and no longer than the command took
+    assert WINDOW * 0.99 <= report["duration_s"] <= wall
+    for t in report["threads"]:
+        total = sum(t["seconds"].values())
+        assert abs(total - t["existed_s"]) <= 0.01 * t["existed_s"], t
+        # every thread existed for the whole window
+        assert abs(total - report["duration_s"]) <= 0.01 * report["duration_s"], t
+
+
+def test_two_busy_threads_pinned_to_one_cpu_share_it(workload_bin):
+    with Workload(workload_bin, "--pinned-pair", 0) as w:
+        report, _ = attach(w.pid, WINDOW)
+    threads = by_tid(report)
+    for role in ("spin-a", "spin-b"):
+        t = threads[w.tids[role]]
+        assert 0.40 <= share(t, "runqueue") <= 0.60, t
+        assert share(t, "running") + share(t, "runqueue") >= 0.98, t
+        total = sum(t["seconds"].values())
+        assert abs(total - report["duration_s"]) <= 0.01 * report["duration_s"]
+        assert 0.40 <= t["wait_ratio"] <= 0.60
+    assert any("waiting for a CPU (run queue)" in v for v in report["verdict"]), report["verdict"]
+
+
+def test_thread_that_exits_mid_window_gets_a_partial_row(workload_bin):
+    # the "short" thread spins for 1 s after "ready", then exits
+    with Workload(workload_bin, "--short-lived", 1000, "--sleep", 1) as w:
+        report, _ = attach(w.pid, 2.5)
+    t = by_tid(report)[w.tids["short"]]
+    assert t["exited"] is True
+    # it existed in the window from attach (shortly after "ready") until its exit
+    assert 0.5 <= t["existed_s"] <= 1.0, t
+    total = sum(t["seconds"].values())
+    assert abs(total - t["existed_s"]) <= 0.01 * t["existed_s"], t
+    assert share(t, "running") + share(t, "runqueue") >= 0.95, t
+    # the others were measured for the whole window
+    assert abs(sum(by_tid(report)[w.tids["sleeper-0"]]["seconds"].values()) - report["duration_s"]) <= 0.01 * report["duration_s"]
+
+
+def test_process_that_exits_mid_attach_gets_a_partial_report(workload_bin):
+    # the process exits 1.5 s after "ready"; the window asked for is 5 s
+    with Workload(workload_bin, "--busy", 1, "--sleep", 1, "--exit-after", 1500) as w:
+        t0 = time.monotonic()
+        report, cp = attach(w.pid, 5.0, check=False)
+        took = time.monotonic() - t0
+    assert cp.returncode == 2, cp.stderr
+    assert f"process {w.pid} exited" in cp.stderr and "the report covers the time it ran" in cp.stderr
+    assert len(cp.stderr.strip().splitlines()) == 1, cp.stderr
+    assert took < 4.0  # it did not wait out the window
+    assert report["exited"] is True
+    assert 1.0 <= report["exited_after_s"] <= 1.8, report
+    busy = by_tid(report)[w.tids["busy-0"]]
+    assert busy["exited"] is True
+    assert share(busy, "running") >= 0.90, busy
+    for t in report["threads"]:
+        total = sum(t["seconds"].values())
+        assert abs(total - t["existed_s"]) <= 0.01 * max(t["existed_s"], 0.01), t
+        assert t["existed_s"] <= report["exited_after_s"] + 0.05

@@ -1,0 +1,96 @@
+"""A real Prometheus scrapes `waitmeter run` on loopback (issue: foundation, test 8)."""
+import json
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from conftest import WAITMETER, Guard, Workload, free_port, wait_http, which
+
+HOOKS = ["sched_switch", "sched_wakeup", "sched_wakeup_new", "sched_process_exit"]
+
+
+def query(base, promql):
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=5) as r:
+        body = json.load(r)
+    assert body["status"] == "success", body
+    return {tuple(sorted(s["metric"].items())): float(s["value"][1]) for s in body["data"]["result"]}
+
+
+@pytest.fixture
+def pinned_pair_agent(workload_bin):
+    port = free_port()
+    with Workload(workload_bin, "--pinned-pair", 0) as w:
+        agent = subprocess.Popen([str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}"],
+                                 stderr=subprocess.PIPE, text=True)
+        with Guard(agent):
+            wait_http(f"http://127.0.0.1:{port}/metrics")
+            yield w, port, agent
+
+
+def test_exposition_is_valid_and_complete(pinned_pair_agent):
+    w, port, _ = pinned_pair_agent
+    text = wait_http(f"http://127.0.0.1:{port}/metrics")
+    assert "# TYPE waitmeter_thread_seconds_total counter" in text  # classic text format
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                 headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+        om = r.read().decode()
+    assert "# TYPE waitmeter_thread_seconds counter" in om and "# UNIT waitmeter_thread_seconds seconds" in om
+    assert om.endswith("# EOF\n")
+    for state in ["running", "runqueue", "throttled", "gil_wait", "futex_wait", "io_wait", "sleep", "other"]:
+        assert f'waitmeter_thread_seconds_total{{pid="{w.pid}",comm="main",thread="spin-a",state="{state}"}}' in text
+    for hook in HOOKS:
+        assert f'waitmeter_probe_attached{{probe="{hook}",variant="tp_btf"}} 1' in text
+    assert 'waitmeter_bpf_events_lost_total{probe="sched",reason="thread_map_full"} 0' in text
+    assert 'waitmeter_bpf_events_lost_total{probe="sched",reason="exit_ringbuf_full"} 0' in text
+    assert "waitmeter_build_info{version=" in text
+    assert "waitmeter_watched_processes 1" in text
+    # promtool's own linter accepts it
+    assert which("promtool"), "promtool (Debian prometheus) is installed by make setup"
+    cp = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+
+
+def test_real_prometheus_sees_half_runqueue_for_pinned_pair(pinned_pair_agent, tmp_path):
+    assert which("prometheus"), "prometheus (Debian package) is installed by make setup"
+    w, port, _ = pinned_pair_agent
+    prom_port = free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"scrape_configs:\n  - job_name: waitmeter\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+    )
+    prom = subprocess.Popen(
+        ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{prom_port}"
+    with Guard(prom):
+        wait_http(f"{base}/-/ready", timeout=30)
+        sel = f'waitmeter_thread_seconds_total{{pid="{w.pid}",thread=~"spin-a|spin-b"}}'
+        rq = f'rate(waitmeter_thread_seconds_total{{pid="{w.pid}",state="runqueue",thread=~"spin-a|spin-b"}}[5s])'
+        total = f'sum by (thread) (rate({sel}[5s]))'
+        # rate() over a series younger than its range extrapolates: wait until
+        # every series has samples spanning more than the range
+        deadline = time.monotonic() + 60
+        while True:
+            counts = query(base, f"min(count_over_time({sel}[8s]))")
+            if (counts and min(counts.values()) >= 8) or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        rates = query(base, rq)
+        sums = query(base, total)
+        up = query(base, 'up{job="waitmeter"}')
+    assert list(up.values()) == [1.0]
+    assert len(rates) == 2, rates
+    for labels, v in rates.items():
+        assert 0.35 <= v <= 0.65, (labels, v)
+    # the partition: all states of a thread add up to one second per second
+    assert len(sums) == 2, sums
+    for labels, v in sums.items():
+        assert 0.95 <= v <= 1.05, (labels, v)
