@@ -24,6 +24,8 @@ fn main() {
             .clang(&clang)
             .clang_args([
                 "-O2".into(),
+                // v3: atomic OR for the watched bitmap (kernel 5.12+; we need 5.15)
+                "-mcpu=v3".into(),
                 "-g".into(),
                 "-Wall".into(),
                 "-Werror".into(),

@@ -14,8 +14,8 @@
  *   wakeup / wakeup_new       -> runqueue
  *   exit                      -> final record on the `exits` ring buffer
  *
- * Cost: one hash lookup (`watched`) for a task of an unwatched process, per
- * end of a context switch; see docs/probes/sched.md.
+ * Cost for tasks of unwatched processes: one inlined array lookup (a bit test)
+ * per side of a context switch and per wakeup; see docs/probes/sched.md.
  */
 #include <vmlinux.h>
 #include <bpf/bpf_helpers.h>
@@ -44,7 +44,20 @@ enum wm_state _wm_state = WM_STATE_RUNNING;
 enum wm_stat _wm_stat = WM_STAT_THREAD_MAP_FULL;
 enum wm_limits _wm_limits = WM_MAX_SYSCALLS;
 
-/* host TGID -> flags (unused yet); presence means "watched" */
+/*
+ * Bit `tgid` set = process watched. The first check of every event, so an
+ * array (the lookup is inlined by the verifier) rather than a hash. User space
+ * sets and clears bits with atomic operations on its mmap of the array.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, WM_WATCH_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} watched_bits SEC(".maps");
+
+/* host TGID -> flags (unused yet): the watched processes, enumerable */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, WM_DEFAULT_MAX_PROCS);
@@ -83,7 +96,19 @@ static __always_inline void count_loss(enum wm_stat stat)
 
 static __always_inline bool is_watched(__u32 tgid)
 {
-	return bpf_map_lookup_elem(&watched, &tgid) != NULL;
+	__u32 word = tgid / 64;
+	__u64 *bits = bpf_map_lookup_elem(&watched_bits, &word);
+
+	return bits && (*bits >> (tgid % 64)) & 1;
+}
+
+static __always_inline void set_watched(__u32 tgid)
+{
+	__u32 word = tgid / 64;
+	__u64 *bits = bpf_map_lookup_elem(&watched_bits, &word);
+
+	if (bits)
+		__sync_fetch_and_or(bits, 1ULL << (tgid % 64));
 }
 
 /* The number of `pid` in the agent's PID namespace, 0 if not visible there. */
@@ -156,8 +181,8 @@ new_thread(struct task_struct *task, __u32 tid, __u32 tgid, __u32 state, __u64 n
 static __always_inline __u32 blocked_state(__u32 task_state, __s32 *syscall)
 {
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	long nr = BPF_CORE_READ(regs, orig_ax);
-	long ax = BPF_CORE_READ(regs, ax);
+	long nr = regs->orig_ax;
+	long ax = regs->ax;
 
 	if (nr >= 0 && nr < WM_MAX_SYSCALLS && ax == -WM_ENOSYS) {
 		*syscall = nr;
@@ -169,14 +194,12 @@ static __always_inline __u32 blocked_state(__u32 task_state, __s32 *syscall)
 
 static __always_inline void switch_out(bool preempt, struct task_struct *prev, __u64 now)
 {
-	__u32 tgid = BPF_CORE_READ(prev, tgid);
+	__u32 tgid = prev->tgid;
 	__u32 tid, task_state, to;
 	__s32 syscall = -1;
 	struct wm_thread *t;
 
-	if (!is_watched(tgid))
-		return;
-	tid = BPF_CORE_READ(prev, pid);
+	tid = prev->pid;
 	task_state = get_task_state(prev);
 	if (preempt || task_state == WM_TASK_RUNNING)
 		to = WM_STATE_RUNQUEUE;
@@ -186,7 +209,7 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t) {
 		/* its final switch-out after sched_process_exit: nothing to add */
-		if (BPF_CORE_READ(prev, flags) & WM_PF_EXITING)
+		if (prev->flags & WM_PF_EXITING)
 			return;
 		t = new_thread(prev, tid, tgid, to, now);
 		if (t)
@@ -200,13 +223,11 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 
 static __always_inline void switch_in(struct task_struct *next, __u64 now)
 {
-	__u32 tgid = BPF_CORE_READ(next, tgid);
+	__u32 tgid = next->tgid;
 	__u32 tid;
 	struct wm_thread *t;
 
-	if (!is_watched(tgid))
-		return;
-	tid = BPF_CORE_READ(next, pid);
+	tid = next->pid;
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t) {
 		new_thread(next, tid, tgid, WM_STATE_RUNNING, now);
@@ -218,11 +239,16 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now)
 static __always_inline int on_switch(bool preempt, struct task_struct *prev,
 				     struct task_struct *next)
 {
-	__u64 now = bpf_ktime_get_ns();
+	bool out = prev->pid && is_watched(prev->tgid);
+	bool in = next->pid && is_watched(next->tgid);
+	__u64 now;
 
-	if (BPF_CORE_READ(prev, pid))
+	if (!out && !in)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (out)
 		switch_out(preempt, prev, now);
-	if (BPF_CORE_READ(next, pid))
+	if (in)
 		switch_in(next, now);
 	return 0;
 }
@@ -233,27 +259,28 @@ static __always_inline bool follow_fork(struct task_struct *p, __u32 tgid)
 	__u32 one = 1;
 	__u32 parent;
 
-	if (!cfg.follow_forks || BPF_CORE_READ(p, pid) != tgid)
+	if (!cfg.follow_forks || p->pid != tgid)
 		return false;
-	if (BPF_CORE_READ(p, flags) & WM_PF_KTHREAD)
+	if (p->flags & WM_PF_KTHREAD)
 		return false;
-	parent = BPF_CORE_READ(p, real_parent, tgid);
+	parent = p->real_parent->tgid;
 	if (!is_watched(parent))
 		return false;
 	bpf_map_update_elem(&watched, &tgid, &one, BPF_NOEXIST);
+	set_watched(tgid);
 	return true;
 }
 
 static __always_inline int on_wakeup(struct task_struct *p, bool is_new)
 {
-	__u32 tgid = BPF_CORE_READ(p, tgid);
+	__u32 tgid = p->tgid;
 	__u32 tid;
 	struct wm_thread *t;
 	__u64 now;
 
 	if (!is_watched(tgid) && !(is_new && follow_fork(p, tgid)))
 		return 0;
-	tid = BPF_CORE_READ(p, pid);
+	tid = p->pid;
 	now = bpf_ktime_get_ns();
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t) {
@@ -270,7 +297,7 @@ static __always_inline int on_wakeup(struct task_struct *p, bool is_new)
 
 static __always_inline int on_exit(struct task_struct *p)
 {
-	__u32 tgid = BPF_CORE_READ(p, tgid);
+	__u32 tgid = p->tgid;
 	__u32 tid;
 	struct wm_thread *t;
 	struct wm_exit *rec;
@@ -278,7 +305,7 @@ static __always_inline int on_exit(struct task_struct *p)
 
 	if (!is_watched(tgid))
 		return 0;
-	tid = BPF_CORE_READ(p, pid);
+	tid = p->pid;
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t)
 		return 0;
@@ -299,7 +326,13 @@ static __always_inline int on_exit(struct task_struct *p)
 	return 0;
 }
 
-/* Typed BTF tracepoints (preferred). */
+/*
+ * Typed BTF tracepoints. No raw_tp fallback: tp_btf (Linux 5.5) is older than
+ * bpf_task_pt_regs() (5.15), which every variant would need, so a kernel that
+ * could load a raw_tp variant always loads this one. Their arguments are
+ * trusted BTF pointers: fields are read directly, with CO-RE relocations and
+ * no helper call.
+ */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
@@ -320,31 +353,6 @@ int BPF_PROG(sched_wakeup_new_btf, struct task_struct *p)
 
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(sched_process_exit_btf, struct task_struct *p)
-{
-	return on_exit(p);
-}
-
-/* Raw tracepoints: the fallback where tp_btf does not attach. */
-SEC("raw_tp/sched_switch")
-int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	return on_switch(preempt, prev, next);
-}
-
-SEC("raw_tp/sched_wakeup")
-int BPF_PROG(sched_wakeup_raw, struct task_struct *p)
-{
-	return on_wakeup(p, false);
-}
-
-SEC("raw_tp/sched_wakeup_new")
-int BPF_PROG(sched_wakeup_new_raw, struct task_struct *p)
-{
-	return on_wakeup(p, true);
-}
-
-SEC("raw_tp/sched_process_exit")
-int BPF_PROG(sched_process_exit_raw, struct task_struct *p)
 {
 	return on_exit(p);
 }

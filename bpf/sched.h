@@ -33,6 +33,8 @@ enum wm_limits {
 	WM_COMM_LEN = 16,
 	/* deepest PID-namespace nesting searched when translating PIDs */
 	WM_MAX_PIDNS_LEVELS = 8,
+	/* words of the watched-TGID bitmap: PID_MAX_LIMIT (4M) / 64 */
+	WM_WATCH_WORDS = 65536,
 };
 
 /* Index of the per-CPU `stats` array: every loss is counted here and

@@ -8,7 +8,7 @@ use super::{install_stop_handler, session_options, stop_requested};
 use crate::cli::RunArgs;
 use crate::export::http;
 use crate::export::prometheus::{AgentStatus, Exporter, ProcessInfo, EXITED_RETENTION_NS};
-use crate::probes::sched::monotonic_ns;
+use crate::probes::sched::{monotonic_ns, VARIANT};
 use crate::session::Session;
 
 /// The hooks the sched probe attaches; each has a `waitmeter_probe_attached` series.
@@ -29,7 +29,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if args.all {
         session.discover()?;
     }
-    let (attached, variant) = session.probe().attached();
+    let attached = session.probe().attached();
+    let variant = VARIANT;
     eprintln!(
         "waitmeter: serving http://{addr}/metrics for {} process(es){}; probes: {} ({variant})",
         session.targets().count(),

@@ -1,11 +1,13 @@
 //! The scheduler probe family (`bpf/sched.bpf.c`, `bpf/sched.h`,
 //! `docs/probes/sched.md`): loads it, hands it its configuration, attaches the
-//! tracepoints (tp_btf, falling back to raw tracepoints), and reads its maps.
+//! BTF tracepoints and the task iterator, and reads its maps.
 use std::cell::RefCell;
 use std::io::Read;
 use std::mem::{size_of, MaybeUninit};
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
@@ -56,30 +58,18 @@ pub struct SchedOptions {
     pub translate_pids: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Variant {
-    TpBtf,
-    RawTp,
-}
-
-impl Variant {
-    fn name(self) -> &'static str {
-        match self {
-            Variant::TpBtf => "tp_btf",
-            Variant::RawTp => "raw_tp",
-        }
-    }
-}
-
-/// An attached probe and one record of each thread that exited.
 /// Fields drop in order: the ring buffer and links before the object.
 pub struct SchedProbe {
     ringbuf: RingBuffer<'static>,
     exits: Rc<RefCell<Vec<wm_exit>>>,
     links: Vec<(String, Link)>,
     skel: SchedSkel<'static>,
-    variant: Variant,
+    /// `watched_bits`, shared with the kernel (mmap of the array map)
+    bits: &'static [AtomicU64],
 }
+
+/// The hook variant in use (the `variant` label of waitmeter_probe_attached).
+pub const VARIANT: &str = "tp_btf";
 
 /// Host and namespace IDs of one task.
 pub type TaskIds = wm_task_ids;
@@ -95,7 +85,7 @@ fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
     (b.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
 }
 
-fn open_and_load(opts: &SchedOptions, variant: Variant) -> Result<SchedSkel<'static>> {
+fn open_and_load(opts: &SchedOptions) -> Result<SchedSkel<'static>> {
     // The skeleton borrows its object storage for as long as it lives: the
     // whole run of the agent. One allocation per load attempt.
     let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
@@ -113,15 +103,6 @@ fn open_and_load(opts: &SchedOptions, variant: Variant) -> Result<SchedSkel<'sta
     }
     open.maps.threads.set_max_entries(opts.max_threads)?;
     open.maps.watched.set_max_entries(opts.max_procs)?;
-    let btf = variant == Variant::TpBtf;
-    open.progs.sched_switch_btf.set_autoload(btf);
-    open.progs.sched_wakeup_btf.set_autoload(btf);
-    open.progs.sched_wakeup_new_btf.set_autoload(btf);
-    open.progs.sched_process_exit_btf.set_autoload(btf);
-    open.progs.sched_switch_raw.set_autoload(!btf);
-    open.progs.sched_wakeup_raw.set_autoload(!btf);
-    open.progs.sched_wakeup_new_raw.set_autoload(!btf);
-    open.progs.sched_process_exit_raw.set_autoload(!btf);
     open.progs.task_ids.set_autoload(opts.translate_pids);
     open.load().map_err(anyhow::Error::from)
 }
@@ -129,19 +110,10 @@ fn open_and_load(opts: &SchedOptions, variant: Variant) -> Result<SchedSkel<'sta
 impl SchedProbe {
     /// Load and attach. Nothing is watched until `watch()`.
     pub fn load(opts: &SchedOptions) -> Result<SchedProbe> {
-        let (skel, variant) = match open_and_load(opts, Variant::TpBtf) {
-            Ok(s) => (s, Variant::TpBtf),
-            Err(e) => {
-                log::warn!("tp_btf scheduler tracepoints did not load ({e:#}); falling back to raw tracepoints");
-                let s = open_and_load(opts, Variant::RawTp)
-                    .context("failed to load the scheduler probes (tp_btf and raw_tp); rerun with -v for libbpf's log")?;
-                (s, Variant::RawTp)
-            }
-        };
-        let suffix = match variant {
-            Variant::TpBtf => "_btf",
-            Variant::RawTp => "_raw",
-        };
+        let skel = open_and_load(opts).context(
+            "failed to load the scheduler probes (needs Linux 5.15 or later with BTF); rerun with -vv for libbpf's log",
+        )?;
+        let suffix = "_btf";
         let mut links = Vec::new();
         for prog in skel.object().progs_mut() {
             let name = prog.name().to_string_lossy().to_string();
@@ -165,12 +137,18 @@ impl SchedProbe {
             0
         })?;
         let ringbuf = rb.build().context("failed to set up the exit ring buffer")?;
-        Ok(SchedProbe { ringbuf, exits, links, skel, variant })
+        let bits = map_bits(&skel.maps.watched_bits)?;
+        Ok(SchedProbe { ringbuf, exits, links, skel, bits })
     }
 
-    /// Attached hooks (tracepoint names) and the variant in use.
-    pub fn attached(&self) -> (Vec<String>, &'static str) {
-        (self.links.iter().map(|(n, _)| n.clone()).collect(), self.variant.name())
+    /// Attached hooks (tracepoint names).
+    pub fn attached(&self) -> Vec<String> {
+        self.links.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    fn bit(&self, host_tgid: u32) -> Result<(&AtomicU64, u64)> {
+        let word = self.bits.get(host_tgid as usize / 64).with_context(|| format!("PID {host_tgid} is above PID_MAX_LIMIT"))?;
+        Ok((word, 1u64 << (host_tgid % 64)))
     }
 
     pub fn watch(&self, host_tgid: u32) -> Result<()> {
@@ -178,10 +156,16 @@ impl SchedProbe {
             .maps
             .watched
             .update(&host_tgid.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
-            .with_context(|| format!("failed to watch process {host_tgid} (more than --max-processes?)"))
+            .with_context(|| format!("failed to watch process {host_tgid} (more than --max-processes?)"))?;
+        let (word, mask) = self.bit(host_tgid)?;
+        word.fetch_or(mask, Ordering::SeqCst);
+        Ok(())
     }
 
     pub fn unwatch(&self, host_tgid: u32) {
+        if let Ok((word, mask)) = self.bit(host_tgid) {
+            word.fetch_and(!mask, Ordering::SeqCst);
+        }
         let _ = self.skel.maps.watched.delete(&host_tgid.to_ne_bytes());
     }
 
@@ -315,6 +299,23 @@ impl SchedProbe {
         it.read_to_end(&mut buf).context("failed to read the task iterator")?;
         Ok(buf.chunks_exact(size_of::<TaskIds>()).filter_map(from_bytes::<TaskIds>).collect())
     }
+}
+
+/// Map the `watched_bits` array (BPF_F_MMAPABLE) into our address space, for
+/// atomic bit updates that cannot race with the kernel's own.
+fn map_bits(map: &libbpf_rs::MapMut<'_>) -> Result<&'static [AtomicU64]> {
+    let words = wm_limits::WM_WATCH_WORDS.0 as usize;
+    let len = words * size_of::<u64>();
+    // SAFETY: a shared mapping of the map's fd of exactly its value area; it
+    // lives as long as the process (the map is never closed before exit).
+    let ptr = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0)
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error()).context("failed to mmap the watched bitmap");
+    }
+    // SAFETY: `len` bytes, page-aligned, valid for the life of the process.
+    Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicU64>(), words) })
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns().

@@ -1,0 +1,47 @@
+# waitmeter — build, test and demo. Run as root (the probes need CAP_BPF and CAP_PERFMON).
+#   make demo    build, start a bundled workload, attach, show the table
+#   make test    unit tests, then integration tests on the real kernel
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+CARGO   ?= cargo
+PYTHON  ?= python3
+AGENT   := agent/target/release/waitmeter
+APT_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev bpftool prometheus libcap2-bin util-linux
+
+.PHONY: all setup build test unit integration docs demo clean
+
+all: build
+
+# Idempotent: installs only what is missing.
+setup:
+	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "setup: installing $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@command -v $(CARGO) >/dev/null || { echo "setup: no cargo: install Rust with rustup (https://rustup.rs), then rerun"; exit 1; }
+	@$(PYTHON) -c 'import pytest' 2>/dev/null || $(PYTHON) -m pip install -q pytest
+	@echo "setup: ok"
+
+build:
+	cd agent && $(CARGO) build --release --locked
+
+unit:
+	cd agent && $(CARGO) test --release --locked
+
+integration: build
+	$(PYTHON) -m pytest -rs tests/
+
+test: unit integration
+
+# Regenerate docs/metrics.md from the metric catalogue (a unit test fails when stale).
+docs: build
+	$(AGENT) metrics-doc > docs/metrics.md
+
+demo: setup build
+	@bash tests/demo.sh $(AGENT)
+
+clean:
+	cd agent && $(CARGO) clean
+	rm -rf tests/.build
