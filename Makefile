@@ -5,9 +5,11 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 CARGO   ?= cargo
-PYTHON  ?= python3
 AGENT   := agent/target/release/waitmeter
-APT_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev bpftool prometheus libcap2-bin util-linux
+# the tests' own Python environment (pytest from PyPI), whatever python3 the machine has
+VENV    := .venv
+PYTHON  := $(VENV)/bin/python
+APT_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev bpftool prometheus libcap2-bin util-linux python3-venv
 
 .PHONY: all setup build test unit integration docs demo clean
 
@@ -21,8 +23,13 @@ setup:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 	@command -v $(CARGO) >/dev/null || { echo "setup: no cargo: install Rust with rustup (https://rustup.rs), then rerun"; exit 1; }
-	@$(PYTHON) -c 'import pytest' 2>/dev/null || $(PYTHON) -m pip install -q pytest
+	@$(MAKE) --no-print-directory $(VENV)/.ok
 	@echo "setup: ok"
+
+$(VENV)/.ok:
+	python3 -m venv $(VENV)
+	$(PYTHON) -m pip install -q pytest
+	touch $@
 
 build:
 	cd agent && $(CARGO) build --release --locked
@@ -30,7 +37,7 @@ build:
 unit:
 	cd agent && $(CARGO) test --release --locked
 
-integration: build
+integration: build $(VENV)/.ok
 	$(PYTHON) -m pytest -rs tests/
 
 test: unit integration

@@ -23,6 +23,8 @@ pub struct SessionOptions {
 /// A watched process.
 #[derive(Clone, Debug)]
 pub struct Target {
+    /// unique for the session: a reused PID is a new target
+    pub id: u64,
     /// PID in the agent's namespace
     pub pid: u32,
     pub host_pid: u32,
@@ -37,17 +39,18 @@ pub struct Target {
 #[derive(Debug, Default)]
 pub struct Snapshot {
     pub at_ns: u64,
-    /// host PID -> its live threads
-    pub live: BTreeMap<u32, Vec<ThreadSample>>,
-    /// host PID -> threads that exited since the previous snapshot
-    pub exited: BTreeMap<u32, Vec<ThreadSample>>,
+    /// target id -> its live threads
+    pub live: BTreeMap<u64, Vec<ThreadSample>>,
+    /// target id -> threads that exited since the previous snapshot
+    pub exited: BTreeMap<u64, Vec<ThreadSample>>,
 }
 
 pub struct Session {
     probe: SchedProbe,
     translate: bool,
     self_pid: u32,
-    targets: BTreeMap<u32, Target>,
+    targets: BTreeMap<u64, Target>,
+    next_id: u64,
 }
 
 /// Host IDs of a process' threads: (host TGID, [(host TID, ns TID)]).
@@ -66,7 +69,7 @@ impl Session {
             pidns_ino,
             translate_pids: translate,
         })?;
-        Ok(Session { probe, translate, self_pid: std::process::id(), targets: BTreeMap::new() })
+        Ok(Session { probe, translate, self_pid: std::process::id(), targets: BTreeMap::new(), next_id: 1 })
     }
 
     pub fn probe(&self) -> &SchedProbe {
@@ -79,6 +82,12 @@ impl Session {
 
     pub fn target_by_pid(&self, pid: u32) -> Option<&Target> {
         self.targets.values().find(|t| t.pid == pid)
+    }
+
+    /// The newest target with this host PID (an exited one keeps its PID
+    /// until it is forgotten; a new process reusing it is a newer target).
+    fn by_host_pid(&self, host_pid: u32) -> Option<&Target> {
+        self.targets.values().rev().find(|t| t.host_pid == host_pid)
     }
 
     /// ns TID -> (host TID, host TGID) for every task of the agent's namespace.
@@ -142,9 +151,12 @@ impl Session {
             self.seed(pid, &again);
         }
         log::debug!("watching PID {pid} (host PID {host_pid}, {} threads)", ids.1.len());
+        let id = self.next_id;
+        self.next_id += 1;
         self.targets.insert(
-            host_pid,
+            id,
             Target {
+                id,
                 pid,
                 host_pid,
                 comm: sanitize(&stat.comm),
@@ -176,8 +188,6 @@ impl Session {
                 continue;
             }
             let Some(ids) = self.host_ids(pid, map.as_ref()) else { continue };
-            // an exited target with a reused PID is replaced
-            self.targets.remove(&ids.0);
             self.add_target(pid, stat, ids)?;
             added += 1;
         }
@@ -202,36 +212,36 @@ impl Session {
 
     /// Drop exited targets that exited before `before_ns`.
     pub fn forget_exited(&mut self, before_ns: u64) -> Vec<Target> {
-        let old: Vec<u32> = self
+        let old: Vec<u64> = self
             .targets
             .values()
             .filter(|t| t.exited_ns.is_some_and(|e| e < before_ns))
-            .map(|t| t.host_pid)
+            .map(|t| t.id)
             .collect();
         old.iter().filter_map(|h| self.targets.remove(h)).collect()
     }
 
     /// Final samples of threads that exited since the last call, by host PID.
     /// Call often enough that the exit ring buffer does not fill.
-    pub fn exits(&mut self) -> BTreeMap<u32, Vec<ThreadSample>> {
-        let mut out: BTreeMap<u32, Vec<ThreadSample>> = BTreeMap::new();
+    pub fn exits(&mut self) -> BTreeMap<u64, Vec<ThreadSample>> {
+        let mut out: BTreeMap<u64, Vec<ThreadSample>> = BTreeMap::new();
         for (host_pid, s) in self.probe.drain_exits() {
-            if self.targets.contains_key(&host_pid) {
-                out.entry(host_pid).or_default().push(s);
+            if let Some(t) = self.by_host_pid(host_pid) {
+                out.entry(t.id).or_default().push(s);
             }
         }
         out
     }
 
     /// Every live watched thread sampled now, by host PID, with its name.
-    pub fn live(&mut self) -> BTreeMap<u32, Vec<ThreadSample>> {
-        let mut out: BTreeMap<u32, Vec<ThreadSample>> = BTreeMap::new();
+    pub fn live(&mut self) -> BTreeMap<u64, Vec<ThreadSample>> {
+        let mut out: BTreeMap<u64, Vec<ThreadSample>> = BTreeMap::new();
         let watched: std::collections::HashSet<u32> = self.probe.watched().into_iter().collect();
         for (host_pid, mut s) in self.probe.live_threads() {
-            match self.targets.get(&host_pid) {
+            match self.by_host_pid(host_pid) {
                 Some(t) if t.exited_ns.is_none() => {
                     s.comm = procfs::task_comm(t.pid, s.tid).map(|c| sanitize(&c)).unwrap_or_else(|| "?".into());
-                    out.entry(host_pid).or_default().push(s);
+                    out.entry(t.id).or_default().push(s);
                 }
                 Some(_) | None if !watched.contains(&host_pid) => {
                     // left over from a process that is gone

@@ -47,7 +47,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 exporter.fold_exits(&snap.exited);
                 let procs: Vec<ProcessInfo> = session
                     .targets()
-                    .map(|t| ProcessInfo { host_pid: t.host_pid, pid: t.pid, comm: t.comm.clone(), alive: t.exited_ns.is_none() })
+                    .map(|t| ProcessInfo { id: t.id, pid: t.pid, comm: t.comm.clone(), alive: t.exited_ns.is_none() })
                     .collect();
                 let status = AgentStatus { attached: attached.clone(), expected: SCHED_HOOKS.to_vec(), variant, lost: session.probe().lost() };
                 let _ = scrape.reply.send(exporter.render(&procs, &snap, &status));
@@ -71,7 +71,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 log::warn!("every watched process has exited; still serving their last numbers for {} s", EXITED_RETENTION_NS / 1_000_000_000);
                 warned_all_gone = true;
             }
-            let gone: Vec<u32> = session.forget_exited(now.saturating_sub(EXITED_RETENTION_NS)).iter().map(|t| t.host_pid).collect();
+            let gone: Vec<u64> = session.forget_exited(now.saturating_sub(EXITED_RETENTION_NS)).iter().map(|t| t.id).collect();
             exporter.forget(&gone);
         }
     }

@@ -21,7 +21,7 @@ pub const EXITED_RETENTION_NS: u64 = 300 * 1_000_000_000;
 /// One `waitmeter_thread_seconds_total` series family (without `state`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct SeriesKey {
-    host_pid: u32,
+    target: u64,
     thread: String,
     tid: Option<u32>,
 }
@@ -29,7 +29,8 @@ struct SeriesKey {
 /// Per-process facts for labels.
 #[derive(Clone, Debug)]
 pub struct ProcessInfo {
-    pub host_pid: u32,
+    /// session target id
+    pub id: u64,
     pub pid: u32,
     pub comm: String,
     pub alive: bool,
@@ -49,9 +50,9 @@ pub struct AgentStatus {
 pub struct Exporter {
     max_labels: usize,
     tid_labels: bool,
-    books: HashMap<u32, LabelBook>,
-    /// (host TID, start) -> label
-    thread_labels: HashMap<(u32, u64), String>,
+    books: HashMap<u64, LabelBook>,
+    /// (target, host TID, start) -> label
+    thread_labels: HashMap<(u64, u32, u64), String>,
     folded: BTreeMap<SeriesKey, Times>,
 }
 
@@ -60,52 +61,53 @@ impl Exporter {
         Exporter { max_labels, tid_labels, books: HashMap::new(), thread_labels: HashMap::new(), folded: BTreeMap::new() }
     }
 
-    fn key(&mut self, host_pid: u32, s: &ThreadSample) -> SeriesKey {
-        let id = (s.host_tid, s.start_ns);
+    fn key(&mut self, target: u64, s: &ThreadSample) -> SeriesKey {
+        let id = (target, s.host_tid, s.start_ns);
         let thread = match self.thread_labels.get(&id) {
             Some(l) => l.clone(),
             None => {
-                let book = self.books.entry(host_pid).or_insert_with(|| LabelBook::new(self.max_labels));
+                let book = self.books.entry(target).or_insert_with(|| LabelBook::new(self.max_labels));
                 let l = book.label(&s.comm).to_string();
                 self.thread_labels.insert(id, l.clone());
                 l
             }
         };
-        SeriesKey { host_pid, thread, tid: self.tid_labels.then_some(s.tid) }
+        SeriesKey { target, thread, tid: self.tid_labels.then_some(s.tid) }
     }
 
     /// Fold the final samples of exited threads into their series (once each).
-    pub fn fold_exits(&mut self, exits: &BTreeMap<u32, Vec<ThreadSample>>) {
-        for (host_pid, threads) in exits {
+    pub fn fold_exits(&mut self, exits: &BTreeMap<u64, Vec<ThreadSample>>) {
+        for (target, threads) in exits {
             for s in threads {
-                let k = self.key(*host_pid, s);
+                let k = self.key(*target, s);
                 self.folded.entry(k).or_default().add(&s.times);
-                self.thread_labels.remove(&(s.host_tid, s.start_ns));
+                self.thread_labels.remove(&(*target, s.host_tid, s.start_ns));
             }
         }
     }
 
     /// Forget everything about processes that are no longer served.
-    pub fn forget(&mut self, host_pids: &[u32]) {
-        for h in host_pids {
-            self.books.remove(h);
-            self.folded.retain(|k, _| k.host_pid != *h);
+    pub fn forget(&mut self, targets: &[u64]) {
+        for t in targets {
+            self.books.remove(t);
+            self.folded.retain(|k, _| k.target != *t);
+            self.thread_labels.retain(|k, _| k.0 != *t);
         }
     }
 
     /// The exposition text for this scrape. `snap.exited` must already be folded.
     pub fn render(&mut self, procs: &[ProcessInfo], snap: &Snapshot, status: &AgentStatus) -> String {
         let mut series = self.folded.clone();
-        for (host_pid, threads) in &snap.live {
+        for (target, threads) in &snap.live {
             for s in threads {
-                let k = self.key(*host_pid, s);
+                let k = self.key(*target, s);
                 series.entry(k).or_default().add(&s.times);
             }
         }
-        let by_host: HashMap<u32, &ProcessInfo> = procs.iter().map(|p| (p.host_pid, p)).collect();
+        let by_id: HashMap<u64, &ProcessInfo> = procs.iter().map(|p| (p.id, p)).collect();
         let mut thread_seconds = vec![];
         for (k, t) in &series {
-            let Some(p) = by_host.get(&k.host_pid) else { continue };
+            let Some(p) = by_id.get(&k.target) else { continue };
             for st in State::ALL {
                 let mut labels = vec![
                     ("pid".to_string(), p.pid.to_string()),
@@ -256,11 +258,11 @@ mod tests {
 
     #[test]
     fn same_named_threads_sum_and_exits_stay_counted() {
-        let procs = [ProcessInfo { host_pid: 1010, pid: 10, comm: "svc".into(), alive: true }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true }];
         let status = AgentStatus { attached: vec!["sched_switch".into()], expected: vec!["sched_switch", "sched_wakeup"], variant: "tp_btf", lost: vec![("thread_map_full", 3)] };
         let mut e = Exporter::new(1, false);
         let mut snap = Snapshot::default();
-        snap.live.insert(1010, vec![sample(1, "worker", 0, 2_000_000_000, false), sample(2, "worker", 0, 1_000_000_000, false), sample(3, "io\"er", 0, 500_000_000, false)]);
+        snap.live.insert(1, vec![sample(1, "worker", 0, 2_000_000_000, false), sample(2, "worker", 0, 1_000_000_000, false), sample(3, "io\"er", 0, 500_000_000, false)]);
         let text = e.render(&procs, &snap, &status);
         assert_eq!(value(&text, "worker", "running"), Some(3.0), "{text}");
         // beyond the bound of 1 distinct name per process: "other"
@@ -272,12 +274,12 @@ mod tests {
 
         // thread 2 exits: its time stays in the "worker" series
         let mut exits = BTreeMap::new();
-        exits.insert(1010, vec![sample(2, "worker", 0, 1_200_000_000, true)]);
+        exits.insert(1, vec![sample(2, "worker", 0, 1_200_000_000, true)]);
         e.fold_exits(&exits);
-        snap.live.insert(1010, vec![sample(1, "worker", 0, 2_500_000_000, false)]);
+        snap.live.insert(1, vec![sample(1, "worker", 0, 2_500_000_000, false)]);
         let text = e.render(&procs, &snap, &status);
         assert_eq!(value(&text, "worker", "running"), Some(3.7), "{text}");
-        e.forget(&[1010]);
+        e.forget(&[1]);
         let text = e.render(&[], &Snapshot::default(), &status);
         assert_eq!(value(&text, "worker", "running"), None);
     }
@@ -293,10 +295,10 @@ mod tests {
 
     #[test]
     fn tid_labels_are_opt_in() {
-        let procs = [ProcessInfo { host_pid: 1010, pid: 10, comm: "svc".into(), alive: true }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true }];
         let mut e = Exporter::new(20, true);
         let mut snap = Snapshot::default();
-        snap.live.insert(1010, vec![sample(1, "w", 0, 1_000_000_000, false), sample(2, "w", 0, 1_000_000_000, false)]);
+        snap.live.insert(1, vec![sample(1, "w", 0, 1_000_000_000, false), sample(2, "w", 0, 1_000_000_000, false)]);
         let text = e.render(&procs, &snap, &AgentStatus::default());
         assert!(text.contains("tid=\"1\"") && text.contains("tid=\"2\""), "{text}");
     }

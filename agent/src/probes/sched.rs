@@ -66,6 +66,8 @@ pub struct SchedProbe {
     skel: SchedSkel<'static>,
     /// `watched_bits`, shared with the kernel (mmap of the array map)
     bits: &'static [AtomicU64],
+    /// threads user space could not seed because `threads` was full
+    seed_lost: std::cell::Cell<u64>,
 }
 
 /// The hook variant in use (the `variant` label of waitmeter_probe_attached).
@@ -138,7 +140,7 @@ impl SchedProbe {
         })?;
         let ringbuf = rb.build().context("failed to set up the exit ring buffer")?;
         let bits = map_bits(&skel.maps.watched_bits)?;
-        Ok(SchedProbe { ringbuf, exits, links, skel, bits })
+        Ok(SchedProbe { ringbuf, exits, links, skel, bits, seed_lost: Default::default() })
     }
 
     /// Attached hooks (tracepoint names).
@@ -192,7 +194,14 @@ impl SchedProbe {
             ns_tgid,
             ..Default::default()
         };
-        let _ = self.skel.maps.threads.update(&host_tid.to_ne_bytes(), as_bytes(&t), MapFlags::NO_EXIST);
+        match self.skel.maps.threads.update(&host_tid.to_ne_bytes(), as_bytes(&t), MapFlags::NO_EXIST) {
+            Ok(()) => {}
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                log::debug!("failed to seed thread {host_tid}: {e}");
+                self.seed_lost.set(self.seed_lost.get() + 1);
+            }
+        }
     }
 
     /// Forget a thread whose process is gone (its exit record was lost or it
@@ -285,7 +294,8 @@ impl SchedProbe {
                     .flatten()
                     .map(|v| v.iter().filter_map(|b| from_bytes::<u64>(b)).sum())
                     .unwrap_or(0);
-                (*reason, total)
+                let user = if *idx == wm_stat::WM_STAT_THREAD_MAP_FULL.0 { self.seed_lost.get() } else { 0 };
+                (*reason, total + user)
             })
             .collect()
     }
