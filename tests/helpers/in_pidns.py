@@ -10,62 +10,33 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
+from pathlib import Path
 
-
-def start_workload(binary, args):
-    p = subprocess.Popen([binary, *args], stdout=subprocess.PIPE, text=True)
-    tids = {}
-    for line in p.stdout:
-        if line.startswith("tid "):
-            _, role, tid = line.split()
-            tids[role] = int(tid)
-        elif line.strip() == "ready":
-            break
-    return p, tids
-
-
-def scrape(url, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                return r.read().decode()
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from conftest import Workload, wait_http  # noqa: E402
 
 
 def main():
     mode, waitmeter, workload = sys.argv[1:4]
     out = {"ns_self_pid": os.getpid()}
     if mode == "attach":
-        p, tids = start_workload(workload, sys.argv[4:])
-        try:
-            cp = subprocess.run([waitmeter, "attach", "--pid", str(p.pid), "--duration", "1.5", "--output", "json"],
+        with Workload(workload, *sys.argv[4:]) as w:
+            cp = subprocess.run([waitmeter, "attach", "--pid", str(w.pid), "--duration", "1.5", "--output", "json"],
                                 capture_output=True, text=True, timeout=60)
-            out.update(pid=p.pid, tids=tids, rc=cp.returncode, stderr=cp.stderr,
+            out.update(pid=w.pid, tids=w.tids, rc=cp.returncode, stderr=cp.stderr,
                        report=json.loads(cp.stdout) if cp.stdout.strip() else None)
-        finally:
-            p.kill()
-            p.wait()
     elif mode == "run-all":
         port = sys.argv[4]
         url = f"http://127.0.0.1:{port}/metrics"
         agent = subprocess.Popen([waitmeter, "run", "--all", "--listen", f"127.0.0.1:{port}"],
                                  stderr=subprocess.PIPE, text=True)
         try:
-            out["before"] = scrape(url)
-            p, tids = start_workload(workload, sys.argv[5:])  # started after the agent
-            try:
+            out["before"] = wait_http(url)
+            with Workload(workload, *sys.argv[5:]) as w:  # started after the agent
                 time.sleep(2.5)  # discovery runs every second
-                out.update(pid=p.pid, tids=tids, during=scrape(url))
-            finally:
-                p.kill()
-                p.wait()
+                out.update(pid=w.pid, tids=w.tids, during=wait_http(url))
             time.sleep(2.5)
-            out["after"] = scrape(url)
+            out["after"] = wait_http(url)
         finally:
             agent.terminate()
             try:
