@@ -32,6 +32,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define WM_PF_EXITING 0x00000004
 #define WM_PF_KTHREAD 0x00200000
 #define WM_ENOSYS 38
+/* x86-64 syscall numbers */
+#define WM_NR_FUTEX 202
+#define WM_NR_FUTEX_WAIT 455
 
 #define wm_barrier() asm volatile("" ::: "memory")
 
@@ -40,6 +43,9 @@ const volatile struct wm_sched_config cfg = {};
 /* keep the ABI types in BTF so the skeleton exports them */
 struct wm_exit _wm_exit = {};
 struct wm_task_ids _wm_task_ids = {};
+struct wm_gil_key _wm_gil_key = {};
+struct wm_gil _wm_gil = {};
+struct wm_blame_key _wm_blame_key = {};
 enum wm_state _wm_state = WM_STATE_RUNNING;
 enum wm_stat _wm_stat = WM_STAT_THREAD_MAP_FULL;
 enum wm_limits _wm_limits = WM_MAX_SYSCALLS;
@@ -72,6 +78,22 @@ struct {
 	__type(key, __u32);
 	__type(value, struct wm_thread);
 } threads SEC(".maps");
+
+/* (TGID, futex word) -> the GIL it belongs to; filled from agent/src/python */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WM_DEFAULT_MAX_GIL_WORDS);
+	__type(key, struct wm_gil_key);
+	__type(value, struct wm_gil);
+} gil_words SEC(".maps");
+
+/* (waiter, holder) -> ns of GIL wait; closed intervals only */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WM_DEFAULT_MAX_BLAME);
+	__type(key, struct wm_blame_key);
+	__type(value, __u64);
+} gil_blame SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -145,6 +167,54 @@ static __always_inline void transition(struct wm_thread *t, __u32 to, __u64 now)
 	t->seq++;
 }
 
+/*
+ * Who holds the GIL a thread is about to sleep on: read, in the waiter's own
+ * address space (it is `current`), `locked` and `last_holder`, then the
+ * holder thread state's OS thread id. 0 when free or unreadable.
+ */
+static __always_inline __u64 gil_holder(const struct wm_gil *g)
+{
+	int locked = 0;
+	__u64 tstate = 0, id = 0;
+
+	if (bpf_probe_read_user(&locked, sizeof(locked), (void *)(g->gil + g->off_locked)) || locked <= 0)
+		return 0;
+	if (bpf_probe_read_user(&tstate, sizeof(tstate), (void *)(g->gil + g->off_last_holder)) || !tstate)
+		return 0;
+	if (bpf_probe_read_user(&id, sizeof(id), (void *)(tstate + g->off_holder_id)))
+		return 0;
+	return id;
+}
+
+/* Charge the GIL wait that ends now to the thread that held the GIL. */
+static __always_inline void charge_gil_wait(struct wm_thread *t, __u32 tid, __u64 now)
+{
+	struct wm_blame_key key = { .tid = tid, .holder = t->gil_holder };
+	__u64 delta = now > t->since ? now - t->since : 0;
+	__u64 *ns;
+
+	ns = bpf_map_lookup_elem(&gil_blame, &key);
+	if (ns) {
+		__sync_fetch_and_add(ns, delta);
+		return;
+	}
+	if (bpf_map_update_elem(&gil_blame, &key, &delta, BPF_NOEXIST)) {
+		ns = bpf_map_lookup_elem(&gil_blame, &key);
+		if (ns)
+			__sync_fetch_and_add(ns, delta);
+		else
+			count_loss(WM_STAT_BLAME_MAP_FULL);
+	}
+}
+
+/* Leave the current state for `to`, charging a GIL wait to its holder. */
+static __always_inline void leave(struct wm_thread *t, __u32 tid, __u32 to, __u64 now)
+{
+	if (t->state == WM_STATE_GIL_WAIT)
+		charge_gil_wait(t, tid, now);
+	transition(t, to, now);
+}
+
 static __always_inline struct wm_thread *
 new_thread(struct task_struct *task, __u32 tid, __u32 tgid, __u32 state, __u64 now)
 {
@@ -178,7 +248,7 @@ new_thread(struct task_struct *task, __u32 tid, __u32 tgid, __u32 state, __u64 n
  * holds -ENOSYS until the syscall returns. Anything else (a page fault, a
  * kernel-internal wait) is io_wait when uninterruptible, other otherwise.
  */
-static __always_inline __u32 blocked_state(__u32 task_state, __s32 *syscall)
+static __always_inline __u32 blocked_state(__u32 task_state, __s32 *syscall, __u64 *futex_word)
 {
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	long nr = regs->orig_ax;
@@ -186,6 +256,9 @@ static __always_inline __u32 blocked_state(__u32 task_state, __s32 *syscall)
 
 	if (nr >= 0 && nr < WM_MAX_SYSCALLS && ax == -WM_ENOSYS) {
 		*syscall = nr;
+		/* futex(2) and futex_wait(2) take the word's address first */
+		if (nr == WM_NR_FUTEX || nr == WM_NR_FUTEX_WAIT)
+			*futex_word = regs->di;
 		return cfg.syscall_state[nr & (WM_MAX_SYSCALLS - 1)];
 	}
 	*syscall = -1;
@@ -197,6 +270,7 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 	__u32 tgid = prev->tgid;
 	__u32 tid, task_state, to;
 	__s32 syscall = -1;
+	__u64 futex_word = 0, holder = 0;
 	struct wm_thread *t;
 
 	tid = prev->pid;
@@ -204,7 +278,16 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 	if (preempt || task_state == WM_TASK_RUNNING)
 		to = WM_STATE_RUNQUEUE;
 	else
-		to = blocked_state(task_state, &syscall);
+		to = blocked_state(task_state, &syscall, &futex_word);
+	if (to == WM_STATE_FUTEX_WAIT && futex_word) {
+		struct wm_gil_key key = { .tgid = tgid, .uaddr = futex_word };
+		struct wm_gil *gil = bpf_map_lookup_elem(&gil_words, &key);
+
+		if (gil) {
+			to = WM_STATE_GIL_WAIT;
+			holder = gil_holder(gil);
+		}
+	}
 
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t) {
@@ -212,13 +295,16 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 		if (prev->flags & WM_PF_EXITING)
 			return;
 		t = new_thread(prev, tid, tgid, to, now);
-		if (t)
+		if (t) {
 			t->syscall = syscall;
+			t->gil_holder = holder;
+		}
 		return;
 	}
 	t->syscall = syscall;
 	t->nr_switches++;
-	transition(t, to, now);
+	leave(t, tid, to, now);
+	t->gil_holder = holder;
 }
 
 static __always_inline void switch_in(struct task_struct *next, __u64 now)
@@ -233,7 +319,7 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now)
 		new_thread(next, tid, tgid, WM_STATE_RUNNING, now);
 		return;
 	}
-	transition(t, WM_STATE_RUNNING, now);
+	leave(t, tid, WM_STATE_RUNNING, now);
 }
 
 static __always_inline int on_switch(bool preempt, struct task_struct *prev,
@@ -291,7 +377,7 @@ static __always_inline int on_wakeup(struct task_struct *p, bool is_new)
 	if (t->state == WM_STATE_RUNNING || t->state == WM_STATE_RUNQUEUE ||
 	    t->state == WM_STATE_THROTTLED)
 		return 0;
-	transition(t, WM_STATE_RUNQUEUE, now);
+	leave(t, tid, WM_STATE_RUNQUEUE, now);
 	return 0;
 }
 
@@ -310,7 +396,7 @@ static __always_inline int on_exit(struct task_struct *p)
 	if (!t)
 		return 0;
 	now = bpf_ktime_get_ns();
-	transition(t, t->state, now);
+	leave(t, tid, t->state, now);
 	rec = bpf_ringbuf_reserve(&exits, sizeof(*rec), 0);
 	if (rec) {
 		rec->tid = tid;
@@ -373,6 +459,7 @@ int task_ids(struct bpf_iter__task *ctx)
 	ids.tgid = task->tgid;
 	ids.ns_tid = ns_nr(task->thread_pid);
 	ids.ns_tgid = ns_nr(task->group_leader->thread_pid);
+	ids.fsbase = task->thread.fsbase;
 	if (ids.ns_tid)
 		bpf_seq_write(ctx->meta->seq, &ids, sizeof(ids));
 	return 0;

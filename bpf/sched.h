@@ -35,6 +35,9 @@ enum wm_limits {
 	WM_MAX_PIDNS_LEVELS = 8,
 	/* words of the watched-TGID bitmap: PID_MAX_LIMIT (4M) / 64 */
 	WM_WATCH_WORDS = 65536,
+	/* GIL futex words (3 per GIL) and (waiter, holder) blame pairs */
+	WM_DEFAULT_MAX_GIL_WORDS = 1024,
+	WM_DEFAULT_MAX_BLAME = 16384,
 };
 
 /* Index of the per-CPU `stats` array: every loss is counted here and
@@ -42,7 +45,8 @@ enum wm_limits {
 enum wm_stat {
 	WM_STAT_THREAD_MAP_FULL = 0, /* an event of a watched thread found no room in `threads` */
 	WM_STAT_EXIT_RINGBUF_FULL = 1, /* a thread's final record did not fit in `exits` */
-	WM_NR_STATS = 2,
+	WM_STAT_BLAME_MAP_FULL = 2, /* a GIL wait could not be charged to its holder */
+	WM_NR_STATS = 3,
 };
 
 /* Per watched thread, keyed by host TID in the `threads` map.
@@ -59,6 +63,7 @@ struct wm_thread {
 	__u32 ns_tid;     /* TID in the agent's PID namespace (0: not visible) */
 	__u32 ns_tgid;    /* TGID in the agent's PID namespace */
 	__u64 nr_switches; /* times it left the CPU */
+	__u64 gil_holder;  /* in gil_wait: who held the GIL at switch-out (as the process' thread states name it), 0 unknown */
 };
 
 /* A thread's final record, sent on the `exits` ring buffer at its exit;
@@ -77,6 +82,30 @@ struct wm_task_ids {
 	__u32 tgid;
 	__u32 ns_tid;
 	__u32 ns_tgid;
+	__u64 fsbase; /* x86-64 FS base: pthread_self() of a glibc thread */
+};
+
+/* A futex word of a CPython GIL, keyed by process: `gil_words` map. */
+struct wm_gil_key {
+	__u32 tgid;       /* host TGID */
+	__u32 _pad;
+	__u64 uaddr;      /* the futex word (user address) */
+};
+
+/* How to find who holds that GIL (offsets from agent/src/python/layout.rs). */
+struct wm_gil {
+	__u64 gil;             /* address of struct _gil_runtime_state */
+	__u32 off_locked;      /* int locked */
+	__u32 off_last_holder; /* PyThreadState *last_holder */
+	__u32 off_holder_id;   /* in PyThreadState: native_thread_id or thread_id */
+	__u32 _pad;
+};
+
+/* GIL wait of a thread charged to the holder: `gil_blame` map, value ns. */
+struct wm_blame_key {
+	__u32 tid;        /* waiter, host TID */
+	__u32 _pad;
+	__u64 holder;     /* the holder's id as its thread state names it; 0 unknown */
 };
 
 /* Read-only configuration, set by the agent before load. */

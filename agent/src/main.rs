@@ -6,6 +6,7 @@ mod export;
 mod model;
 mod probes;
 mod procfs;
+mod python;
 mod report;
 mod session;
 

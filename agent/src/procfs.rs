@@ -40,11 +40,27 @@ pub fn parse_stat(s: &str) -> Option<TaskStat> {
     })
 }
 
-/// Parse /proc/PID/task/TID/syscall: the number of the syscall the task is
-/// blocked in; `None` when running, not in a syscall (-1) or unreadable.
-pub fn parse_syscall(s: &str) -> Option<u32> {
-    let first = s.split_whitespace().next()?;
-    first.parse::<i64>().ok().filter(|n| *n >= 0).map(|n| n as u32)
+/// A syscall a task is blocked in: its number and first argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Syscall {
+    pub nr: u32,
+    pub arg0: u64,
+}
+
+/// Parse /proc/PID/task/TID/syscall; `None` when running, not in a syscall
+/// (-1) or unreadable.
+pub fn parse_syscall(s: &str) -> Option<Syscall> {
+    let mut f = s.split_whitespace();
+    let nr = f.next()?.parse::<i64>().ok().filter(|n| *n >= 0)? as u32;
+    let arg0 = f.next().and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok()).unwrap_or(0);
+    Some(Syscall { nr, arg0 })
+}
+
+/// The `NSpid:` line of /proc/PID/task/TID/status: the TID in the agent's
+/// namespace first, in the task's own namespace last.
+pub fn parse_nspid(status: &str) -> Option<Vec<u32>> {
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    line.split_whitespace().map(|v| v.parse().ok()).collect()
 }
 
 /// CapEff from /proc/self/status.
@@ -67,7 +83,16 @@ pub fn task_stat(pid: u32, tid: u32) -> Option<TaskStat> {
     read(&format!("/proc/{pid}/task/{tid}/stat")).and_then(|s| parse_stat(&s))
 }
 
-pub fn task_syscall(pid: u32, tid: u32) -> Option<u32> {
+pub fn task_nspid(pid: u32, tid: u32) -> Option<Vec<u32>> {
+    read(&format!("/proc/{pid}/task/{tid}/status")).and_then(|s| parse_nspid(&s))
+}
+
+/// Inode of a process' PID namespace.
+pub fn pidns_ino(pid: u32) -> Option<u64> {
+    fs::metadata(format!("/proc/{pid}/ns/pid")).ok().map(|m| m.ino())
+}
+
+pub fn task_syscall(pid: u32, tid: u32) -> Option<Syscall> {
     read(&format!("/proc/{pid}/task/{tid}/syscall")).and_then(|s| parse_syscall(&s))
 }
 
@@ -136,11 +161,18 @@ mod tests {
 
     #[test]
     fn parses_syscall() {
-        assert_eq!(parse_syscall("202 0x7f00 0x80 0x0 0x0 0x0 0x0 0x7ffd 0x7f01\n"), Some(202));
-        assert_eq!(parse_syscall("0 0x3 0x7ffd 0x1 0x0 0x0 0x0 0x7ffd 0x7f01\n"), Some(0));
+        assert_eq!(parse_syscall("202 0x7f00 0x80 0x0 0x0 0x0 0x0 0x7ffd 0x7f01\n"), Some(Syscall { nr: 202, arg0: 0x7f00 }));
+        assert_eq!(parse_syscall("0 0x3 0x7ffd 0x1 0x0 0x0 0x0 0x7ffd 0x7f01\n"), Some(Syscall { nr: 0, arg0: 3 }));
         assert_eq!(parse_syscall("running\n"), None);
         assert_eq!(parse_syscall("-1 0x7ffd 0x7f01\n"), None);
         assert_eq!(parse_syscall(""), None);
+    }
+
+    #[test]
+    fn parses_nspid() {
+        assert_eq!(parse_nspid("Name:\tx\nNSpid:\t4242\t7\nNSsid: 1\n"), Some(vec![4242, 7]));
+        assert_eq!(parse_nspid("NSpid:\t12\n"), Some(vec![12]));
+        assert_eq!(parse_nspid("Name: x\n"), None);
     }
 
     #[test]

@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 use crate::model::labels::sanitize;
 use crate::model::partition::ThreadSample;
 use crate::model::state::initial_state;
-use crate::probes::sched::{monotonic_ns, SchedOptions, SchedProbe};
+use crate::probes::sched::{monotonic_ns, GilSpec, SchedOptions, SchedProbe};
+use crate::python::{self, layout::HolderId, Python};
 use crate::probes::{self};
 use crate::procfs;
 use crate::usage;
@@ -33,6 +34,12 @@ pub struct Target {
     pub attached_ns: u64,
     /// CLOCK_MONOTONIC ns at which the agent noticed it had exited
     pub exited_ns: Option<u64>,
+    /// the CPython interpreter in it, if any
+    pub python: Option<Python>,
+    /// futex words of its GILs
+    gil_words: Vec<u64>,
+    /// it lives in the agent's PID namespace (its thread ids are ours)
+    same_pidns: bool,
 }
 
 /// Threads sampled at one moment, grouped by process.
@@ -49,6 +56,7 @@ pub struct Session {
     probe: SchedProbe,
     translate: bool,
     self_pid: u32,
+    pidns_ino: u64,
     targets: BTreeMap<u64, Target>,
     next_id: u64,
 }
@@ -69,7 +77,7 @@ impl Session {
             pidns_ino,
             translate_pids: translate,
         })?;
-        Ok(Session { probe, translate, self_pid: std::process::id(), targets: BTreeMap::new(), next_id: 1 })
+        Ok(Session { probe, translate, self_pid: std::process::id(), pidns_ino, targets: BTreeMap::new(), next_id: 1 })
     }
 
     pub fn probe(&self) -> &SchedProbe {
@@ -106,14 +114,15 @@ impl Session {
         }
     }
 
-    /// Seed the threads of a process with their current state and watch it.
-    fn seed(&self, pid: u32, ids: &HostIds) {
+    /// Seed the threads of a process with their current state.
+    fn seed(&self, pid: u32, ids: &HostIds, gil_words: &[u64]) {
         let (host_tgid, tids) = ids;
         let states: Vec<_> = tids
             .iter()
             .filter_map(|(host_tid, tid)| {
                 let st = procfs::task_stat(pid, *tid)?;
-                Some((*host_tid, *tid, initial_state(st.state, procfs::task_syscall(pid, *tid))))
+                let sc = procfs::task_syscall(pid, *tid).map(|s| (s.nr, s.arg0));
+                Some((*host_tid, *tid, initial_state(st.state, sc, |a| gil_words.contains(&a))))
             })
             .collect();
         let now = monotonic_ns();
@@ -140,15 +149,46 @@ impl Session {
         self.add_target(pid, stat, ids)
     }
 
+    /// Find CPython in the process and register its GILs' futex words.
+    fn find_python(&self, pid: u32, host_pid: u32) -> (Option<Python>, Vec<u64>) {
+        let py = match python::detect(pid) {
+            Ok(py) => py,
+            Err(e) => {
+                log::warn!("process {pid}: cannot tell whether it runs Python ({e:#}); measuring it without GIL states");
+                None
+            }
+        };
+        let Some(p) = &py else { return (None, vec![]) };
+        let Some(l) = p.layout else {
+            log::warn!("process {pid} runs Python {}, which waitmeter does not know (3.8–3.13): GIL waits count as futex_wait", p.version);
+            return (py, vec![]);
+        };
+        let off_holder_id = match l.holder_id {
+            HolderId::NativeThreadId { offset } | HolderId::PthreadT { offset } => offset as u32,
+        };
+        let mut words = vec![];
+        for gil in &p.gils {
+            let w = l.futex_words(*gil);
+            let spec = GilSpec { gil: *gil, off_locked: l.locked as u32, off_last_holder: l.last_holder as u32, off_holder_id };
+            if let Err(e) = self.probe.add_gil(host_pid, &w, spec) {
+                log::warn!("process {pid}: {e:#}; GIL waits count as futex_wait");
+                return (py, vec![]);
+            }
+            words.extend(w);
+        }
+        (py, words)
+    }
+
     fn add_target(&mut self, pid: u32, stat: procfs::TaskStat, ids: HostIds) -> Result<()> {
         let host_pid = ids.0;
-        self.seed(pid, &ids);
+        let (py, gil_words) = self.find_python(pid, host_pid);
+        self.seed(pid, &ids, &gil_words);
         self.probe.watch(host_pid)?;
         // threads created between the first scan and the watch: seed them too
         // (an entry the probe created meanwhile is kept)
         let map = if self.translate { self.ns_to_host().ok() } else { None };
         if let Some(again) = self.host_ids(pid, map.as_ref()) {
-            self.seed(pid, &again);
+            self.seed(pid, &again, &gil_words);
         }
         log::debug!("watching PID {pid} (host PID {host_pid}, {} threads)", ids.1.len());
         let id = self.next_id;
@@ -163,6 +203,9 @@ impl Session {
                 starttime: stat.starttime,
                 attached_ns: monotonic_ns(),
                 exited_ns: None,
+                python: py,
+                gil_words,
+                same_pidns: procfs::pidns_ino(pid) == Some(self.pidns_ino),
             },
         );
         Ok(())
@@ -204,6 +247,7 @@ impl Session {
             if !alive {
                 t.exited_ns = Some(now);
                 self.probe.unwatch(t.host_pid);
+                self.probe.remove_gils(t.host_pid);
                 gone.push(t.clone());
             }
         }
@@ -221,29 +265,57 @@ impl Session {
         old.iter().filter_map(|h| self.targets.remove(h)).collect()
     }
 
-    /// Final samples of threads that exited since the last call, by host PID.
+    /// Final samples of threads that exited since the last call, by target.
     /// Call often enough that the exit ring buffer does not fill.
     pub fn exits(&mut self) -> BTreeMap<u64, Vec<ThreadSample>> {
+        let exits = self.probe.drain_exits();
         let mut out: BTreeMap<u64, Vec<ThreadSample>> = BTreeMap::new();
-        for (host_pid, s) in self.probe.drain_exits() {
+        if exits.is_empty() {
+            return out;
+        }
+        let blame = self.blame_by_thread();
+        let mut resolver = HolderResolver::default();
+        let mut gone = vec![];
+        for (host_pid, mut s) in exits {
+            gone.push(s.host_tid);
             if let Some(t) = self.by_host_pid(host_pid) {
+                s.gil_by_holder = resolver.resolve(self, t, blame.get(&s.host_tid).map(Vec::as_slice).unwrap_or(&[]), None);
                 out.entry(t.id).or_default().push(s);
             }
         }
+        self.probe.forget_blame(&gone);
         out
     }
 
-    /// Every live watched thread sampled now, by host PID, with its name.
+    /// GIL blame of the probe's map, by waiter host TID: [(holder id, ns)].
+    fn blame_by_thread(&self) -> std::collections::HashMap<u32, Vec<(u64, u64)>> {
+        let mut by: std::collections::HashMap<u32, Vec<(u64, u64)>> = Default::default();
+        for (tid, holder, ns) in self.probe.gil_blame() {
+            by.entry(tid).or_default().push((holder, ns));
+        }
+        by
+    }
+
+    /// Every live watched thread sampled now, by target, with its name and
+    /// its GIL wait per holder.
     pub fn live(&mut self) -> BTreeMap<u64, Vec<ThreadSample>> {
         let mut out: BTreeMap<u64, Vec<ThreadSample>> = BTreeMap::new();
         let watched: std::collections::HashSet<u32> = self.probe.watched().into_iter().collect();
-        for (host_pid, mut s) in self.probe.live_threads() {
-            match self.by_host_pid(host_pid) {
+        let blame = self.blame_by_thread();
+        let mut resolver = HolderResolver::default();
+        for lt in self.probe.live_threads() {
+            let mut s = lt.sample;
+            match self.by_host_pid(lt.host_tgid) {
                 Some(t) if t.exited_ns.is_none() => {
                     s.comm = procfs::task_comm(t.pid, s.tid).map(|c| sanitize(&c)).unwrap_or_else(|| "?".into());
+                    if t.python.is_some() {
+                        let open = lt.gil_holder.map(|h| (h, s.times.get(crate::model::state::State::GilWait)));
+                        let closed = blame.get(&s.host_tid).map(Vec::as_slice).unwrap_or(&[]);
+                        s.gil_by_holder = resolver.resolve(self, t, closed, open);
+                    }
                     out.entry(t.id).or_default().push(s);
                 }
-                Some(_) | None if !watched.contains(&host_pid) => {
+                Some(_) | None if !watched.contains(&lt.host_tgid) => {
                     // left over from a process that is gone
                     self.probe.forget_thread(s.host_tid);
                 }
@@ -258,5 +330,66 @@ impl Session {
         let exited = self.exits();
         let live = self.live();
         Snapshot { at_ns: monotonic_ns(), live, exited }
+    }
+}
+
+/// Turns the holder ids the probe records into TIDs of the agent's namespace,
+/// building each mapping once per sample and only when needed.
+#[derive(Default)]
+struct HolderResolver {
+    /// FS base -> TID, per target (CPython 3.8–3.10: pthread_t)
+    fsbase: std::collections::HashMap<u64, std::collections::HashMap<u64, u32>>,
+    /// TID in the target's own namespace -> TID in ours, per target
+    nstid: std::collections::HashMap<u64, std::collections::HashMap<u64, u32>>,
+}
+
+impl HolderResolver {
+    fn holder_tid(&mut self, session: &Session, t: &Target, id: u64) -> u32 {
+        if id == 0 {
+            return 0;
+        }
+        match t.python.as_ref().and_then(python::holder_id) {
+            Some(HolderId::NativeThreadId { .. }) if t.same_pidns => id as u32,
+            Some(HolderId::NativeThreadId { .. }) => {
+                let map = self.nstid.entry(t.id).or_insert_with(|| {
+                    procfs::tasks(t.pid)
+                        .into_iter()
+                        .filter_map(|tid| Some((*procfs::task_nspid(t.pid, tid)?.last()? as u64, tid)))
+                        .collect()
+                });
+                map.get(&id).copied().unwrap_or(0)
+            }
+            Some(HolderId::PthreadT { .. }) => {
+                let map = self.fsbase.entry(t.id).or_insert_with(|| {
+                    session
+                        .probe
+                        .task_ids()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|x| x.ns_tgid == t.pid)
+                        .map(|x| (x.fsbase, x.ns_tid))
+                        .collect()
+                });
+                map.get(&id).copied().unwrap_or(0)
+            }
+            None => 0,
+        }
+    }
+
+    /// holder TID -> ns, from closed waits and the open one.
+    fn resolve(&mut self, session: &Session, t: &Target, closed: &[(u64, u64)], open: Option<(u64, u64)>) -> BTreeMap<u32, u64> {
+        let mut out = BTreeMap::new();
+        let closed_total: u64 = closed.iter().map(|c| c.1).sum();
+        for (id, ns) in closed {
+            *out.entry(self.holder_tid(session, t, *id)).or_insert(0) += ns;
+        }
+        // the open wait: the part of gil_wait not yet closed into the map
+        if let Some((id, gil_total)) = open {
+            let open_ns = gil_total.saturating_sub(closed_total);
+            if open_ns > 0 {
+                *out.entry(self.holder_tid(session, t, id)).or_insert(0) += open_ns;
+            }
+        }
+        out
     }
 }

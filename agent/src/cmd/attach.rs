@@ -9,7 +9,7 @@ use super::{install_stop_handler, session_options, stop_requested};
 use crate::cli::{AttachArgs, Output};
 use crate::model::partition::{secs, window, ThreadSample};
 use crate::probes::sched::monotonic_ns;
-use crate::report::{json, text, ProcessReport, ThreadRow};
+use crate::report::{json, text, ProcessReport, PythonInfo, ThreadRow};
 use crate::session::Session;
 use crate::usage;
 
@@ -19,6 +19,14 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
     session.attach(args.pid)?;
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
     let t0 = target.attached_ns;
+    let python = target.python.as_ref().map(|p| PythonInfo {
+        version: p.version.clone(),
+        gil: p.gil_state(),
+        gil_probe: if p.gils.is_empty() { "none" } else { "futex" },
+        free_threaded: p.free_threaded,
+        binary: p.binary.display().to_string(),
+        symbols: p.symtab,
+    });
     let window_ns = (args.duration * 1e9) as u64;
     let tick_ns = (args.interval * 1e9) as u64;
     let live_view = args.output == Output::Text && std::io::stdout().is_terminal();
@@ -53,7 +61,7 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
                     ThreadRow::from_sample(s, w, w.total())
                 })
                 .collect();
-            let r = ProcessReport::new(target.pid, target.comm.clone(), tick_ns, None, rows);
+            let r = ProcessReport::new(target.pid, target.comm.clone(), python.clone(), tick_ns, None, rows);
             let mut out = std::io::stdout().lock();
             if drawn_lines > 0 {
                 let _ = write!(out, "\x1b[{drawn_lines}A\x1b[J");
@@ -83,7 +91,7 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
     }
 
     let rows: Vec<ThreadRow> = live.iter().chain(exited.iter()).map(|s| ThreadRow::from_sample(s, s.times, s.existed_ns())).collect();
-    let report = ProcessReport::new(target.pid, target.comm.clone(), end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows);
+    let report = ProcessReport::new(target.pid, target.comm.clone(), python, end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows);
     match args.output {
         Output::Json => println!("{}", json::render(&report)),
         Output::Text => print!("{}", text::report(&report, color)),

@@ -72,6 +72,8 @@ pub struct ThreadSample {
     pub at_ns: u64,
     pub exited: bool,
     pub times: Times,
+    /// gil_wait per holder: holder TID (user-visible; 0 = not known) -> ns
+    pub gil_by_holder: std::collections::BTreeMap<u32, u64>,
 }
 
 impl ThreadSample {
@@ -108,6 +110,7 @@ mod tests {
             at_ns: at,
             exited: false,
             times: Times(times),
+            gil_by_holder: Default::default(),
         }
     }
 

@@ -21,7 +21,7 @@ mod skel {
     #![allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
     include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
 }
-use skel::types::{wm_exit, wm_limits, wm_stat, wm_state, wm_task_ids, wm_thread};
+use skel::types::{wm_blame_key, wm_exit, wm_gil, wm_gil_key, wm_limits, wm_stat, wm_state, wm_task_ids, wm_thread};
 use skel::{SchedSkel, SchedSkelBuilder};
 
 // The state enum is ABI: the model's discriminants must be the kernel's.
@@ -42,9 +42,10 @@ pub const DEFAULT_MAX_THREADS: u32 = wm_limits::WM_DEFAULT_MAX_THREADS.0;
 pub const DEFAULT_MAX_PROCS: u32 = wm_limits::WM_DEFAULT_MAX_PROCS.0;
 
 /// Why events were lost, as exported in the `reason` label.
-pub const LOSS_REASONS: [(u32, &str); 2] = [
+pub const LOSS_REASONS: [(u32, &str); 3] = [
     (wm_stat::WM_STAT_THREAD_MAP_FULL.0, "thread_map_full"),
     (wm_stat::WM_STAT_EXIT_RINGBUF_FULL.0, "exit_ringbuf_full"),
+    (wm_stat::WM_STAT_BLAME_MAP_FULL.0, "blame_map_full"),
 ];
 
 pub struct SchedOptions {
@@ -76,6 +77,23 @@ pub const VARIANT: &str = "tp_btf";
 /// Host and namespace IDs of one task.
 pub type TaskIds = wm_task_ids;
 
+/// A live thread as the kernel has it now.
+pub struct LiveThread {
+    pub host_tgid: u32,
+    pub sample: ThreadSample,
+    /// in gil_wait now: the holder id recorded at its switch-out
+    pub gil_holder: Option<u64>,
+}
+
+/// How the probe finds a GIL's holder (offsets within CPython structs).
+#[derive(Clone, Copy, Debug)]
+pub struct GilSpec {
+    pub gil: u64,
+    pub off_locked: u32,
+    pub off_last_holder: u32,
+    pub off_holder_id: u32,
+}
+
 fn as_bytes<T: Copy>(v: &T) -> &[u8] {
     // SAFETY: T is a plain-old-data ABI struct from the skeleton (no padding
     // holes that matter to the kernel, which reads them as bytes).
@@ -105,7 +123,6 @@ fn open_and_load(opts: &SchedOptions) -> Result<SchedSkel<'static>> {
     }
     open.maps.threads.set_max_entries(opts.max_threads)?;
     open.maps.watched.set_max_entries(opts.max_procs)?;
-    open.progs.task_ids.set_autoload(opts.translate_pids);
     open.load().map_err(anyhow::Error::from)
 }
 
@@ -226,9 +243,59 @@ impl SchedProbe {
         last
     }
 
-    /// Every live watched thread, sampled now: (host TGID, sample).
-    /// `comm` is left empty for the caller to fill from /proc.
-    pub fn live_threads(&self) -> Vec<(u32, ThreadSample)> {
+    /// Recognise waits on these futex words of process `host_tgid` as GIL waits.
+    pub fn add_gil(&self, host_tgid: u32, words: &[u64], spec: GilSpec) -> Result<()> {
+        let v = wm_gil {
+            gil: spec.gil,
+            off_locked: spec.off_locked,
+            off_last_holder: spec.off_last_holder,
+            off_holder_id: spec.off_holder_id,
+            ..Default::default()
+        };
+        for w in words {
+            let k = wm_gil_key { tgid: host_tgid, uaddr: *w, ..Default::default() };
+            self.skel
+                .maps
+                .gil_words
+                .update(as_bytes(&k), as_bytes(&v), MapFlags::ANY)
+                .with_context(|| format!("failed to register the GIL of process {host_tgid}"))?;
+        }
+        Ok(())
+    }
+
+    pub fn remove_gils(&self, host_tgid: u32) {
+        let map = &self.skel.maps.gil_words;
+        let keys: Vec<Vec<u8>> = map.keys().filter(|k| from_bytes::<wm_gil_key>(k).is_some_and(|k| k.tgid == host_tgid)).collect();
+        for k in keys {
+            let _ = map.delete(&k);
+        }
+    }
+
+    /// Closed GIL waits so far: (waiter host TID, holder id) -> ns.
+    pub fn gil_blame(&self) -> Vec<(u32, u64, u64)> {
+        let map = &self.skel.maps.gil_blame;
+        map.keys()
+            .filter_map(|k| {
+                let key: wm_blame_key = from_bytes(&k)?;
+                let v = map.lookup(&k, MapFlags::ANY).ok()??;
+                Some((key.tid, key.holder, from_bytes::<u64>(&v)?))
+            })
+            .collect()
+    }
+
+    /// Drop the blame entries of threads that are gone (already reported).
+    pub fn forget_blame(&self, host_tids: &[u32]) {
+        let map = &self.skel.maps.gil_blame;
+        let keys: Vec<Vec<u8>> =
+            map.keys().filter(|k| from_bytes::<wm_blame_key>(k).is_some_and(|k| host_tids.contains(&k.tid))).collect();
+        for k in keys {
+            let _ = map.delete(&k);
+        }
+    }
+
+    /// Every live watched thread, sampled now. `comm` is left empty for the
+    /// caller to fill from /proc.
+    pub fn live_threads(&self) -> Vec<LiveThread> {
         let keys: Vec<Vec<u8>> = self.skel.maps.threads.keys().collect();
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
@@ -237,9 +304,9 @@ impl SchedProbe {
             };
             let Some(t) = self.read_thread(&key) else { continue };
             let now = monotonic_ns();
-            out.push((
-                t.tgid,
-                ThreadSample {
+            out.push(LiveThread {
+                host_tgid: t.tgid,
+                sample: ThreadSample {
                     tid: t.ns_tid,
                     host_tid,
                     pid: t.ns_tgid,
@@ -248,8 +315,10 @@ impl SchedProbe {
                     at_ns: now,
                     exited: false,
                     times: Times::at(t.ns, t.state, t.since, now),
+                    gil_by_holder: Default::default(),
                 },
-            ));
+                gil_holder: (t.state == State::GilWait as u32).then_some(t.gil_holder),
+            });
         }
         out
     }
@@ -277,6 +346,7 @@ impl SchedProbe {
                         at_ns: r.end,
                         exited: true,
                         times: Times::at(r.t.ns, r.t.state, r.t.since, r.end),
+                        gil_by_holder: Default::default(),
                     },
                 )
             })
@@ -300,8 +370,7 @@ impl SchedProbe {
             .collect()
     }
 
-    /// Host <-> namespace IDs of every task in the agent's PID namespace
-    /// (only loaded when the agent is not in the initial PID namespace).
+    /// Host <-> namespace IDs (and FS base) of every task in the agent's PID namespace.
     pub fn task_ids(&self) -> Result<Vec<TaskIds>> {
         let link = self.skel.progs.task_ids.attach().context("failed to attach the task iterator")?;
         let mut it = libbpf_rs::Iter::new(&link).context("failed to create the task iterator")?;

@@ -29,11 +29,25 @@ pub struct JsonThread {
     pub seconds: Seconds,
     /// waiting / (waiting + running); null when the thread neither ran nor waited
     pub wait_ratio: Option<f64>,
-    /// holder TID -> seconds (filled when the target is a Python process)
+    /// holder TID -> seconds of gil_wait ("unknown": the GIL was free or unreadable at the wait's start)
     pub gil_wait_by_holder: BTreeMap<String, f64>,
     /// time the thread existed within the window (the sum of `seconds`)
     pub existed_s: f64,
     pub exited: bool,
+}
+
+#[derive(Serialize, Debug)]
+pub struct JsonPython {
+    pub version: String,
+    /// enabled / disabled (free-threaded build without the GIL) / unknown (unsupported version)
+    pub gil: &'static str,
+    /// futex: GIL waits recognised by futex word at switch-out; none: not measured
+    pub gil_probe: &'static str,
+    pub free_threaded: bool,
+    /// the file holding _PyRuntime, as the target names it
+    pub binary: String,
+    /// that file has a symbol table (.symtab)
+    pub symbols: bool,
 }
 
 #[derive(Serialize, Debug)]
@@ -42,7 +56,7 @@ pub struct JsonReport {
     pub comm: String,
     pub duration_s: f64,
     /// Python interpreter facts; null for a non-Python process
-    pub python: Option<serde_json::Value>,
+    pub python: Option<JsonPython>,
     /// cgroup CPU quota and throttling; null until measured
     pub cgroup: Option<serde_json::Value>,
     pub threads: Vec<JsonThread>,
@@ -76,7 +90,12 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
             other: s(row, State::Other),
         },
         wait_ratio: row.times.wait_ratio().map(|r| (r * 1e4).round() / 1e4),
-        gil_wait_by_holder: BTreeMap::new(),
+        gil_wait_by_holder: row
+            .gil_by_holder
+            .iter()
+            .filter(|(_, ns)| **ns > 0)
+            .map(|(tid, ns)| (if *tid == 0 { "unknown".to_string() } else { tid.to_string() }, round6(secs(*ns))))
+            .collect(),
         existed_s: round6(secs(row.existed_ns)),
         exited: row.exited,
     }
@@ -87,7 +106,14 @@ pub fn report(r: &ProcessReport) -> JsonReport {
         pid: r.pid,
         comm: r.comm.clone(),
         duration_s: round6(secs(r.duration_ns)),
-        python: None,
+        python: r.python.as_ref().map(|p| JsonPython {
+            version: p.version.clone(),
+            gil: p.gil,
+            gil_probe: p.gil_probe,
+            free_threaded: p.free_threaded,
+            binary: p.binary.clone(),
+            symbols: p.symbols,
+        }),
         cgroup: None,
         threads: r.threads.iter().map(thread).collect(),
         verdict: r.verdict.clone(),
@@ -111,8 +137,8 @@ mod tests {
         t.0[State::Running.index()] = 200_000_000;
         t.0[State::GilWait.index()] = 9_500_000_000;
         t.0[State::Runqueue.index()] = 100_000_000;
-        let row = ThreadRow { tid: 1234, name: "MainThread".into(), comm: "python3.11".into(), times: t, existed_ns: t.total(), exited: false };
-        let r = ProcessReport::new(1234, "python3.11".into(), 10_000_000_000, None, vec![row]);
+        let row = ThreadRow { tid: 1234, name: "MainThread".into(), comm: "python3.11".into(), times: t, existed_ns: t.total(), exited: false, gil_by_holder: Default::default() };
+        let r = ProcessReport::new(1234, "python3.11".into(), None, 10_000_000_000, None, vec![row]);
         let v: serde_json::Value = serde_json::from_str(&render(&r)).unwrap();
         for key in ["pid", "comm", "duration_s", "python", "cgroup", "threads", "verdict"] {
             assert!(v.get(key).is_some(), "missing {key}");

@@ -4,6 +4,8 @@ pub mod json;
 pub mod text;
 pub mod verdict;
 
+use std::collections::BTreeMap;
+
 use crate::model::partition::{secs, ThreadSample, Times};
 
 /// One thread over the report's window.
@@ -17,6 +19,8 @@ pub struct ThreadRow {
     /// how long the thread existed within the window
     pub existed_ns: u64,
     pub exited: bool,
+    /// gil_wait per holder TID (0: not known)
+    pub gil_by_holder: BTreeMap<u32, u64>,
 }
 
 impl ThreadRow {
@@ -29,8 +33,22 @@ impl ThreadRow {
             times,
             existed_ns,
             exited: s.exited,
+            gil_by_holder: s.gil_by_holder.clone(),
         }
     }
+}
+
+/// The interpreter of a Python target, as reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PythonInfo {
+    pub version: String,
+    /// enabled / disabled / unknown
+    pub gil: &'static str,
+    /// how GIL waits are measured: futex (default), none
+    pub gil_probe: &'static str,
+    pub free_threaded: bool,
+    pub binary: String,
+    pub symbols: bool,
 }
 
 /// One process over the report's window.
@@ -38,6 +56,7 @@ impl ThreadRow {
 pub struct ProcessReport {
     pub pid: u32,
     pub comm: String,
+    pub python: Option<PythonInfo>,
     pub duration_ns: u64,
     /// seconds after the window opened at which the process exited
     pub exited_after_ns: Option<u64>,
@@ -47,9 +66,16 @@ pub struct ProcessReport {
 
 impl ProcessReport {
     /// Rows sorted by TID; the verdict derived from them.
-    pub fn new(pid: u32, comm: String, duration_ns: u64, exited_after_ns: Option<u64>, mut threads: Vec<ThreadRow>) -> Self {
+    pub fn new(
+        pid: u32,
+        comm: String,
+        python: Option<PythonInfo>,
+        duration_ns: u64,
+        exited_after_ns: Option<u64>,
+        mut threads: Vec<ThreadRow>,
+    ) -> Self {
         threads.sort_by_key(|t| (t.tid, t.exited));
         let verdict = verdict::findings(&threads, secs(duration_ns));
-        ProcessReport { pid, comm, duration_ns, exited_after_ns, threads, verdict }
+        ProcessReport { pid, comm, python, duration_ns, exited_after_ns, threads, verdict }
     }
 }

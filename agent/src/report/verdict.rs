@@ -22,6 +22,19 @@ fn what(state: State) -> &'static str {
     }
 }
 
+/// ", 97% of it behind processor (4243)": the thread that held the GIL longest meanwhile.
+fn gil_culprit(r: &ThreadRow, rows: &[ThreadRow]) -> String {
+    let total: u64 = r.gil_by_holder.values().sum();
+    let Some((tid, ns)) = r.gil_by_holder.iter().filter(|(t, _)| **t != 0).max_by_key(|(_, ns)| **ns) else {
+        return String::new();
+    };
+    if total == 0 {
+        return String::new();
+    }
+    let name = rows.iter().find(|x| x.tid == *tid).map(|x| x.name.as_str()).unwrap_or("a thread");
+    format!(", {:.0}% of it behind {name} ({tid})", 100.0 * *ns as f64 / total as f64)
+}
+
 pub fn findings(rows: &[ThreadRow], window_s: f64) -> Vec<String> {
     let mut out = vec![];
     for r in rows {
@@ -34,8 +47,9 @@ pub fn findings(rows: &[ThreadRow], window_s: f64) -> Vec<String> {
         let worst_wait = State::ALL.into_iter().filter(|s| s.is_waiting()).max_by_key(|s| r.times.get(*s));
         if let Some(s) = worst_wait {
             if r.times.waiting() as f64 / total as f64 >= WAITING_SHARE && r.times.get(s) > 0 {
+                let behind = if s == State::GilWait { gil_culprit(r, rows) } else { String::new() };
                 out.push(format!(
-                    "thread {} ({}) spent {:.1} s of {:.1} s {} ({:.0}%), wait ratio {:.2}: it had work and could not do it",
+                    "thread {} ({}) spent {:.1} s of {:.1} s {} ({:.0}%){behind}, wait ratio {:.2}: it had work and could not do it",
                     r.name,
                     r.tid,
                     secs(r.times.get(s)),
@@ -79,7 +93,7 @@ mod tests {
         for (s, ns) in pairs {
             t.0[s.index()] = *ns;
         }
-        ThreadRow { tid, name: name.into(), comm: name.into(), times: t, existed_ns: t.total(), exited: false }
+        ThreadRow { tid, name: name.into(), comm: name.into(), times: t, existed_ns: t.total(), exited: false, gil_by_holder: Default::default() }
     }
 
     #[test]
@@ -89,6 +103,16 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert!(f[0].contains("spin-a (11) spent 5.0 s of 10.0 s waiting for a CPU (run queue) (50%)"), "{}", f[0]);
         assert!(f[0].contains("wait ratio 0.50"));
+    }
+
+    #[test]
+    fn gil_victim_names_the_holder() {
+        let mut victim = row(11, "ingest", &[(State::GilWait, 9_000_000_000), (State::Running, 1_000_000_000)]);
+        victim.gil_by_holder.insert(12, 8_100_000_000);
+        victim.gil_by_holder.insert(0, 900_000_000);
+        let rows = [victim, row(12, "processor", &[(State::Running, 10_000_000_000)])];
+        let f = findings(&rows, 10.0);
+        assert!(f[0].contains("ingest (11) spent 9.0 s of 10.0 s waiting for the Python GIL (90%), 90% of it behind processor (12)"), "{}", f[0]);
     }
 
     #[test]

@@ -1,0 +1,132 @@
+//! CPython internals per version, as data: where the GIL is, its fields, and
+//! how a thread state names its OS thread. The only place in waitmeter that
+//! knows CPython versions. Values measured on x86-64 glibc builds (see
+//! docs/python-support.md and ../shared/reference/cpython-gil.md).
+
+/// Where the GIL struct (`struct _gil_runtime_state`) lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GilLocation {
+    /// One global GIL embedded in `_PyRuntime` (3.8–3.11): `&_PyRuntime + offset`.
+    Runtime { offset: u64 },
+    /// One GIL per interpreter (3.12+): walk `*(_PyRuntime + head)` through
+    /// `interp + next`; each interpreter's GIL is `*(interp + gil_ptr)`.
+    PerInterpreter { head: u64, next: u64, gil_ptr: u64 },
+}
+
+/// The field of a `PyThreadState` that identifies its OS thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HolderId {
+    /// `native_thread_id`: the TID as seen in the target's PID namespace (3.11+)
+    NativeThreadId { offset: u64 },
+    /// `thread_id`: `pthread_self()`, on x86-64 glibc the thread's FS base (3.8–3.10)
+    PthreadT { offset: u64 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub minor: u32,
+    pub free_threaded: bool,
+    pub gil: GilLocation,
+    /// offsets within the GIL struct
+    pub enabled: Option<u64>,
+    pub last_holder: u64,
+    pub locked: u64,
+    pub cond: u64,
+    pub mutex: u64,
+    pub holder_id: HolderId,
+}
+
+/// glibc (2.25+) `pthread_cond_t.__g_signals[2]`: the futex words condvar waiters sleep on.
+pub const GLIBC_COND_SIGNALS: [u64; 2] = [40, 44];
+/// `pthread_mutex_t.__lock`: the futex word of a contended mutex.
+pub const GLIBC_MUTEX_LOCK: u64 = 0;
+
+const fn default_build(minor: u32, gil: GilLocation, holder_id: HolderId) -> Layout {
+    Layout { minor, free_threaded: false, gil, enabled: None, last_holder: 8, locked: 16, cond: 32, mutex: 80, holder_id }
+}
+
+pub const LAYOUTS: &[Layout] = &[
+    default_build(8, GilLocation::Runtime { offset: 0x480 }, HolderId::PthreadT { offset: 0xb0 }),
+    default_build(9, GilLocation::Runtime { offset: 0x160 }, HolderId::PthreadT { offset: 0xb0 }),
+    default_build(10, GilLocation::Runtime { offset: 0x160 }, HolderId::PthreadT { offset: 0xb0 }),
+    default_build(11, GilLocation::Runtime { offset: 0x168 }, HolderId::NativeThreadId { offset: 0xa0 }),
+    default_build(
+        12,
+        GilLocation::PerInterpreter { head: 0x28, next: 0x0, gil_ptr: 0x180 },
+        HolderId::NativeThreadId { offset: 0x90 },
+    ),
+    default_build(
+        13,
+        GilLocation::PerInterpreter { head: 0x278, next: 0x1c60, gil_ptr: 0x10 },
+        HolderId::NativeThreadId { offset: 0xa0 },
+    ),
+    // 3.13t (--disable-gil): `enabled` first, every other field 8 bytes later
+    Layout {
+        minor: 13,
+        free_threaded: true,
+        gil: GilLocation::PerInterpreter { head: 0x278, next: 0x1c60, gil_ptr: 0x10 },
+        enabled: Some(0),
+        last_holder: 16,
+        locked: 24,
+        cond: 40,
+        mutex: 88,
+        holder_id: HolderId::NativeThreadId { offset: 0xa0 },
+    },
+];
+
+/// The layout of CPython 3.`minor` (free-threaded or not); `None`: unsupported.
+pub fn layout(minor: u32, free_threaded: bool) -> Option<&'static Layout> {
+    LAYOUTS.iter().find(|l| l.minor == minor && l.free_threaded == free_threaded)
+}
+
+impl Layout {
+    /// The futex words a thread waiting for this GIL sleeps on: the condition
+    /// variable's two signal words and the GIL mutex.
+    pub fn futex_words(&self, gil: u64) -> [u64; 3] {
+        let c = gil + self.cond;
+        [c + GLIBC_COND_SIGNALS[0], c + GLIBC_COND_SIGNALS[1], gil + self.mutex + GLIBC_MUTEX_LOCK]
+    }
+}
+
+/// The 3.13+ `_Py_DebugOffsets` at the start of `_PyRuntime`.
+pub const DEBUG_OFFSETS_COOKIE: &[u8; 8] = b"xdebugpy";
+pub const DEBUG_OFFSETS_VERSION: u64 = 8;
+pub const DEBUG_OFFSETS_FREE_THREADED: u64 = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_supported_version_has_one_layout() {
+        for minor in 8..=13 {
+            assert!(layout(minor, false).is_some(), "3.{minor}");
+        }
+        assert!(layout(13, true).is_some());
+        assert!(layout(7, false).is_none());
+        assert!(layout(14, false).is_none());
+        assert!(layout(12, true).is_none());
+    }
+
+    #[test]
+    fn futex_words_match_the_measured_ones() {
+        // measured with bpftrace on sys_enter_futex (reference cpython-gil.md §2):
+        // waiters sleep on gil+72/76, the mutex is gil+80; 3.13t adds 8
+        assert_eq!(layout(11, false).unwrap().futex_words(0x1000), [0x1000 + 72, 0x1000 + 76, 0x1000 + 80]);
+        assert_eq!(layout(13, true).unwrap().futex_words(0x1000), [0x1000 + 80, 0x1000 + 84, 0x1000 + 88]);
+    }
+
+    #[test]
+    fn recorded_gil_addresses() {
+        // &_PyRuntime + offset, from gdb on the pyenv builds
+        let at = |minor| match layout(minor, false).unwrap().gil {
+            GilLocation::Runtime { offset } => offset,
+            other => panic!("3.{minor}: {other:?}"),
+        };
+        assert_eq!(at(8), 0x480);
+        assert_eq!(at(9), 0x160);
+        assert_eq!(at(10), 0x160);
+        assert_eq!(at(11), 0x168);
+        assert!(matches!(layout(12, false).unwrap().gil, GilLocation::PerInterpreter { gil_ptr: 0x180, .. }));
+    }
+}

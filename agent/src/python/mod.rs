@@ -1,0 +1,257 @@
+//! Everything waitmeter knows about CPython: finding the interpreter in a
+//! process, its version and build, and its GILs. Version knowledge is data,
+//! in `layout`; nothing outside this module matches on versions.
+pub mod elf;
+pub mod layout;
+pub mod memory;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use layout::{GilLocation, HolderId, Layout};
+
+/// A CPython interpreter found in a process.
+#[derive(Clone, Debug)]
+pub struct Python {
+    /// "3.11.7"
+    pub version: String,
+    pub minor: u32,
+    pub free_threaded: bool,
+    /// the file that holds `_PyRuntime`, as the target names it
+    pub binary: PathBuf,
+    /// that file has a `.symtab` (local symbols such as `take_gil`)
+    pub symtab: bool,
+    /// the layout of this version; `None`: a version waitmeter does not know
+    pub layout: Option<&'static Layout>,
+    /// runtime address of `_PyRuntime`
+    pub runtime: u64,
+    /// GIL structs (one per interpreter with its own GIL); empty if unknown
+    pub gils: Vec<u64>,
+    /// the GIL is in use (always on default builds; 3.13t: only when enabled)
+    pub gil_enabled: bool,
+}
+
+impl Python {
+    /// `enabled`, `disabled` (free-threaded build running without it) or
+    /// `unknown` (a version whose layout waitmeter does not have).
+    pub fn gil_state(&self) -> &'static str {
+        match (self.layout, self.gil_enabled) {
+            (None, _) => "unknown",
+            (Some(_), true) => "enabled",
+            (Some(_), false) => "disabled",
+        }
+    }
+}
+
+/// One line of /proc/PID/maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub offset: u64,
+    pub path: String,
+}
+
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let range = f.next()?;
+            let _perms = f.next()?;
+            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+            let _dev = f.next()?;
+            let _inode = f.next()?;
+            let path = f.collect::<Vec<_>>().join(" ");
+            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+            path.starts_with('/').then_some(Mapping { start, offset, path })
+        })
+        .collect()
+}
+
+/// `libpython3.11.so.1.0` -> (11, false); `libpython3.13t.so` -> (13, true).
+pub fn minor_from_name(name: &str) -> Option<(u32, bool)> {
+    let base = name.rsplit('/').next()?;
+    let rest = base.strip_prefix("libpython3.").or_else(|| base.strip_prefix("python3."))?;
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let minor = digits.parse().ok()?;
+    let ft = rest[digits.len()..].starts_with('t');
+    Some((minor, ft))
+}
+
+/// "3.9.18" from PY_VERSION_HEX (0x030912f0).
+pub fn version_from_hex(hex: u32) -> (u32, u32, u32) {
+    (hex >> 24, (hex >> 16) & 0xff, (hex >> 8) & 0xff)
+}
+
+/// Find the `PY_VERSION` string ("3.9.18") of minor `minor` in a binary: a
+/// string "3.<minor>.<digits>" ending in NUL (or a "+" suffix), not preceded by a
+/// digit or dot. The linker merges it into longer strings that end the same
+/// way (".../Python-3.9.18"), so it need not start at a NUL.
+pub fn find_version_string(data: &[u8], minor: u32) -> Option<String> {
+    let needle = format!("3.{minor}.");
+    let n = needle.as_bytes();
+    let mut i = 0;
+    while let Some(pos) = data.get(i..)?.windows(n.len()).position(|w| w == n) {
+        let at = i + pos;
+        let tail = &data[at + n.len()..];
+        let digits = tail.iter().take_while(|b| b.is_ascii_digit()).count();
+        let before_ok = at == 0 || !(data[at - 1].is_ascii_digit() || data[at - 1] == b'.');
+        let after = tail.get(digits).copied();
+        if before_ok && digits > 0 && digits <= 2 && matches!(after, Some(0) | Some(b'+')) {
+            return Some(format!("3.{minor}.{}", std::str::from_utf8(&tail[..digits]).ok()?));
+        }
+        i = at + 1;
+    }
+    None
+}
+
+fn target_path(pid: u32, path: &str) -> PathBuf {
+    // through the target's root: right inside containers too
+    PathBuf::from(format!("/proc/{pid}/root{path}"))
+}
+
+/// Find CPython in process `pid` (a PID of the agent's namespace).
+/// `Ok(None)`: not a Python process.
+pub fn detect(pid: u32) -> Result<Option<Python>> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).with_context(|| format!("failed to read /proc/{pid}/maps"))?;
+    let maps = parse_maps(&maps);
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.to_string_lossy().to_string());
+    // libpython first (a shared build's executable has no _PyRuntime), then the executable
+    let mut candidates: Vec<String> = vec![];
+    for m in &maps {
+        let base = Path::new(&m.path).file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if base.starts_with("libpython3.") && !candidates.contains(&m.path) {
+            candidates.push(m.path.clone());
+        }
+    }
+    if let Some(e) = exe {
+        let e = e.trim_end_matches(" (deleted)").to_string();
+        if !candidates.contains(&e) {
+            candidates.push(e);
+        }
+    }
+    for path in candidates {
+        let Ok(data) = std::fs::read(target_path(pid, &path)) else { continue };
+        let Ok(elf) = elf::Elf::parse(&data) else { continue };
+        let Some(sym) = elf.symbol("_PyRuntime") else { continue };
+        let Some(start) = maps.iter().filter(|m| m.path == path).map(|m| m.start - m.offset).min() else { continue };
+        let bias = if elf.kind == elf::ET_EXEC { 0 } else { start.wrapping_sub(elf.load_base) };
+        let runtime = bias.wrapping_add(sym.value);
+        return Ok(Some(describe(pid, &path, &elf, bias, runtime)?));
+    }
+    Ok(None)
+}
+
+fn describe(pid: u32, path: &str, elf: &elf::Elf, bias: u64, runtime: u64) -> Result<Python> {
+    let from_name = minor_from_name(path);
+    // 3.11+ export Py_Version = PY_VERSION_HEX
+    let hex = elf.symbol("Py_Version").and_then(|s| {
+        let mut b = [0u8; 4];
+        memory::read(pid, bias.wrapping_add(s.value), &mut b).ok()?;
+        Some(u32::from_le_bytes(b))
+    });
+    let (minor, version) = match hex {
+        Some(h) if h >> 24 == 3 => {
+            let (_, minor, micro) = version_from_hex(h);
+            (minor, format!("3.{minor}.{micro}"))
+        }
+        _ => {
+            let minor = from_name.map(|f| f.0).context("cannot tell the Python version: no Py_Version and no version in the file name")?;
+            let v = find_version_string(elf.data(), minor).unwrap_or_else(|| format!("3.{minor}"));
+            (minor, v)
+        }
+    };
+    // 3.13+: _Py_DebugOffsets at the start of _PyRuntime says free-threaded or not
+    let mut free_threaded = from_name.is_some_and(|f| f.1);
+    if minor >= 13 {
+        let mut cookie = [0u8; 8];
+        if memory::read(pid, runtime, &mut cookie).is_ok() && &cookie == layout::DEBUG_OFFSETS_COOKIE {
+            free_threaded = memory::read_u64(pid, runtime + layout::DEBUG_OFFSETS_FREE_THREADED).unwrap_or(0) != 0;
+        }
+    }
+    let layout = layout::layout(minor, free_threaded);
+    let gils = match layout {
+        Some(l) => gil_addresses(pid, runtime, l).unwrap_or_default(),
+        None => vec![],
+    };
+    let gil_enabled = match layout.and_then(|l| l.enabled) {
+        Some(off) => gils.iter().any(|g| memory::read_i32(pid, g + off).is_ok_and(|e| e != 0)),
+        None => layout.is_some(),
+    };
+    Ok(Python {
+        version,
+        minor,
+        free_threaded,
+        binary: PathBuf::from(path),
+        symtab: elf.has_symtab(),
+        layout,
+        runtime,
+        gils,
+        gil_enabled,
+    })
+}
+
+/// The GIL structs of the process: the global one, or one per interpreter.
+pub fn gil_addresses(pid: u32, runtime: u64, l: &Layout) -> Result<Vec<u64>> {
+    match l.gil {
+        GilLocation::Runtime { offset } => Ok(vec![runtime + offset]),
+        GilLocation::PerInterpreter { head, next, gil_ptr } => {
+            let mut out = vec![];
+            let mut interp = memory::read_u64(pid, runtime + head)?;
+            for _ in 0..256 {
+                if interp == 0 {
+                    break;
+                }
+                let gil = memory::read_u64(pid, interp + gil_ptr)?;
+                if gil != 0 && !out.contains(&gil) {
+                    out.push(gil);
+                }
+                interp = memory::read_u64(pid, interp + next)?;
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// How the holder ids that the probe records name threads in this process.
+pub fn holder_id(p: &Python) -> Option<HolderId> {
+    p.layout.map(|l| l.holder_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines() {
+        let maps = "7f0000000000-7f0000001000 r--p 00000000 08:01 123 /usr/lib/libpython3.11.so.1.0\n\
+                    7f0000001000-7f0000002000 r-xp 00001000 08:01 123 /usr/lib/libpython3.11.so.1.0\n\
+                    7ffd00000000-7ffd00001000 rw-p 00000000 00:00 0 [stack]\n\
+                    7f0000003000-7f0000004000 r--p 00000000 08:01 9 /tmp/a b.so\n";
+        let m = parse_maps(maps);
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[1], Mapping { start: 0x7f0000001000, offset: 0x1000, path: "/usr/lib/libpython3.11.so.1.0".into() });
+        assert_eq!(m[2].path, "/tmp/a b.so");
+    }
+
+    #[test]
+    fn names_and_versions() {
+        assert_eq!(minor_from_name("/usr/lib/libpython3.11.so.1.0"), Some((11, false)));
+        assert_eq!(minor_from_name("libpython3.13t.so.1.0"), Some((13, true)));
+        assert_eq!(minor_from_name("/usr/bin/python3.9"), Some((9, false)));
+        assert_eq!(minor_from_name("/usr/bin/python"), None);
+        assert_eq!(version_from_hex(0x030b07f0), (3, 11, 7));
+        assert_eq!(version_from_hex(0x030c01f0), (3, 12, 1));
+    }
+
+    #[test]
+    fn version_string_scan() {
+        let data = b"junk3.10.1x\x00other\x003.10.13\x00more";
+        assert_eq!(find_version_string(data, 10).as_deref(), Some("3.10.13"));
+        assert_eq!(find_version_string(b"\x003.9.18+\x00", 9).as_deref(), Some("3.9.18"));
+        assert_eq!(find_version_string(b"\x003.9.x\x00", 9), None);
+        assert_eq!(find_version_string(b"/src/Python-3.8.18\x00", 8).as_deref(), Some("3.8.18"));
+        assert_eq!(find_version_string(b"13.8.18\x00", 8), None);
+        assert_eq!(find_version_string(b"", 9), None);
+    }
+}
