@@ -111,7 +111,8 @@ def test_process_that_exits_mid_attach_gets_a_partial_report(workload_bin):
     assert 1.0 <= report["exited_after_s"] <= 1.8, report
     busy = by_tid(report)[w.tids["busy-0"]]
     assert busy["exited"] is True
-    assert share(busy, "running") >= 0.90, busy
+    # runnable all the time it existed (how much of it on a CPU depends on the machine's load)
+    assert share(busy, "running") + share(busy, "runqueue") >= 0.95, busy
     for t in report["threads"]:
         total = sum(t["seconds"].values())
         assert abs(total - t["existed_s"]) <= 0.01 * max(t["existed_s"], 0.01), t
