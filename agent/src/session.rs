@@ -40,6 +40,9 @@ pub struct Target {
     gil_words: Vec<u64>,
     /// it lives in the agent's PID namespace (its thread ids are ours)
     same_pidns: bool,
+    /// Python thread names by TID, and when they were read
+    names: std::collections::HashMap<u32, String>,
+    names_at: u64,
 }
 
 /// Threads sampled at one moment, grouped by process.
@@ -60,6 +63,9 @@ pub struct Session {
     targets: BTreeMap<u64, Target>,
     next_id: u64,
 }
+
+/// How often Python thread names are re-read.
+const NAMES_EVERY_NS: u64 = 1_000_000_000;
 
 /// Host IDs of a process' threads: (host TGID, [(host TID, ns TID)]).
 type HostIds = (u32, Vec<(u32, u32)>);
@@ -206,6 +212,8 @@ impl Session {
                 python: py,
                 gil_words,
                 same_pidns: procfs::pidns_ino(pid) == Some(self.pidns_ino),
+                names: Default::default(),
+                names_at: 0,
             },
         );
         Ok(())
@@ -279,6 +287,7 @@ impl Session {
         for (host_pid, mut s) in exits {
             gone.push(s.host_tid);
             if let Some(t) = self.by_host_pid(host_pid) {
+                s.py_name = t.names.get(&s.tid).cloned();
                 s.gil_by_holder = resolver.resolve(self, t, blame.get(&s.host_tid).map(Vec::as_slice).unwrap_or(&[]), None);
                 out.entry(t.id).or_default().push(s);
             }
@@ -296,9 +305,44 @@ impl Session {
         by
     }
 
+    /// Re-read the Python thread names of targets whose names are older than
+    /// a second (threads come and go, and are renamed).
+    fn refresh_names(&mut self) {
+        let now = monotonic_ns();
+        let stale: Vec<u64> = self
+            .targets
+            .values()
+            .filter(|t| t.exited_ns.is_none() && t.python.as_ref().is_some_and(|p| p.layout.is_some_and(|l| l.objects.is_some())))
+            .filter(|t| now.saturating_sub(t.names_at) >= NAMES_EVERY_NS)
+            .map(|t| t.id)
+            .collect();
+        if stale.is_empty() {
+            return;
+        }
+        let ids = self.probe.task_ids().unwrap_or_default();
+        for id in stale {
+            let Some(t) = self.targets.get_mut(&id) else { continue };
+            let p = t.python.as_ref().expect("filtered on python");
+            let objects = p.layout.and_then(|l| l.objects).expect("filtered on objects");
+            t.names_at = now;
+            match python::names::thread_names(t.pid, p.runtime, &objects) {
+                Ok(by_ident) => {
+                    // ident is pthread_self(), which is the thread's FS base on x86-64 glibc
+                    t.names = ids
+                        .iter()
+                        .filter(|x| x.ns_tgid == t.pid)
+                        .filter_map(|x| Some((x.ns_tid, sanitize(by_ident.get(&x.fsbase)?))))
+                        .collect();
+                }
+                Err(e) => log::debug!("process {}: cannot read Python thread names: {e:#}", t.pid),
+            }
+        }
+    }
+
     /// Every live watched thread sampled now, by target, with its name and
     /// its GIL wait per holder.
     pub fn live(&mut self) -> BTreeMap<u64, Vec<ThreadSample>> {
+        self.refresh_names();
         let mut out: BTreeMap<u64, Vec<ThreadSample>> = BTreeMap::new();
         let watched: std::collections::HashSet<u32> = self.probe.watched().into_iter().collect();
         let blame = self.blame_by_thread();
@@ -308,6 +352,7 @@ impl Session {
             match self.by_host_pid(lt.host_tgid) {
                 Some(t) if t.exited_ns.is_none() => {
                     s.comm = procfs::task_comm(t.pid, s.tid).map(|c| sanitize(&c)).unwrap_or_else(|| "?".into());
+                    s.py_name = t.names.get(&s.tid).cloned();
                     if t.python.is_some() {
                         let open = lt.gil_holder.map(|h| (h, s.times.get(crate::model::state::State::GilWait)));
                         let closed = blame.get(&s.host_tid).map(Vec::as_slice).unwrap_or(&[]);

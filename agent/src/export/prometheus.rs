@@ -67,7 +67,7 @@ impl Exporter {
             Some(l) => l.clone(),
             None => {
                 let book = self.books.entry(target).or_insert_with(|| LabelBook::new(self.max_labels));
-                let l = book.label(&s.comm).to_string();
+                let l = book.label(s.name()).to_string();
                 self.thread_labels.insert(id, l.clone());
                 l
             }
@@ -247,7 +247,7 @@ mod tests {
     fn sample(tid: u32, comm: &str, start: u64, running: u64, exited: bool) -> ThreadSample {
         let mut t = Times::default();
         t.0[State::Running.index()] = running;
-        ThreadSample { tid, host_tid: tid + 1000, pid: 10, comm: comm.into(), start_ns: start, at_ns: start + running, exited, times: t, gil_by_holder: Default::default() }
+        ThreadSample { tid, host_tid: tid + 1000, pid: 10, comm: comm.into(), py_name: None, start_ns: start, at_ns: start + running, exited, times: t, gil_by_holder: Default::default() }
     }
 
     fn value(text: &str, thread: &str, state: &str) -> Option<f64> {

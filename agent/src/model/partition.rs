@@ -66,6 +66,8 @@ pub struct ThreadSample {
     pub pid: u32,
     /// OS thread name (comm); untrusted text
     pub comm: String,
+    /// Python thread name (`threading.Thread.name`) when known; untrusted text
+    pub py_name: Option<String>,
     /// CLOCK_MONOTONIC ns when the thread entered the measurement
     pub start_ns: u64,
     /// CLOCK_MONOTONIC ns of the sample, or of the thread's exit
@@ -77,6 +79,11 @@ pub struct ThreadSample {
 }
 
 impl ThreadSample {
+    /// The name people know the thread by: its Python name, else its comm.
+    pub fn name(&self) -> &str {
+        self.py_name.as_deref().unwrap_or(&self.comm)
+    }
+
     /// How long the thread existed within the measurement.
     pub fn existed_ns(&self) -> u64 {
         self.at_ns.saturating_sub(self.start_ns)
@@ -106,6 +113,7 @@ mod tests {
             host_tid: 70,
             pid: 1,
             comm: "t".into(),
+            py_name: None,
             start_ns: start,
             at_ns: at,
             exited: false,

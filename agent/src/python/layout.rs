@@ -22,6 +22,40 @@ pub enum HolderId {
     PthreadT { offset: u64 },
 }
 
+/// How the attributes of a Python-class instance (a `threading.Thread`) are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InstanceDict {
+    /// a dict pointer at the type's `tp_dictoffset` (3.8–3.10)
+    DictOffset,
+    /// managed: dict pointer at obj-24, values pointer at obj-32 (3.11)
+    Managed311,
+    /// managed: obj-24 holds a dict pointer, or `values - 1` (odd) (3.12)
+    Tagged312,
+    /// dict pointer at obj-24, else values inline at obj + tp_basicsize (3.13)
+    Inline313,
+}
+
+/// Object layouts needed to read thread names (`threading._active`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Objects {
+    /// `_PyRuntime.interpreters.head`
+    pub interp_head: u64,
+    /// the modules dict (`sys.modules`) in `PyInterpreterState`
+    pub interp_modules: u64,
+    /// dict keys object: the 3.11 format (log2 sizes, kinds) or the 3.8 one
+    pub keys_v311: bool,
+    /// where `values[]` starts in a split dict's values object
+    pub values_offset: u64,
+    /// sizeof(PyASCIIObject), sizeof(PyCompactUnicodeObject)
+    pub ascii_size: u64,
+    pub compact_size: u64,
+    /// ints carry `lv_tag` (3.12+) instead of a signed `ob_size`
+    pub long_tagged: bool,
+    pub instance_dict: InstanceDict,
+    /// `PyHeapTypeObject.ht_cached_keys`: the shared keys of instances
+    pub ht_cached_keys: u64,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub minor: u32,
@@ -34,6 +68,8 @@ pub struct Layout {
     pub cond: u64,
     pub mutex: u64,
     pub holder_id: HolderId,
+    /// `None`: thread names are not read (free-threaded builds)
+    pub objects: Option<Objects>,
 }
 
 /// glibc (2.25+) `pthread_cond_t.__g_signals[2]`: the futex words condvar waiters sleep on.
@@ -41,24 +77,54 @@ pub const GLIBC_COND_SIGNALS: [u64; 2] = [40, 44];
 /// `pthread_mutex_t.__lock`: the futex word of a contended mutex.
 pub const GLIBC_MUTEX_LOCK: u64 = 0;
 
-const fn default_build(minor: u32, gil: GilLocation, holder_id: HolderId) -> Layout {
-    Layout { minor, free_threaded: false, gil, enabled: None, last_holder: 8, locked: 16, cond: 32, mutex: 80, holder_id }
+const fn default_build(minor: u32, gil: GilLocation, holder_id: HolderId, objects: Objects) -> Layout {
+    Layout { minor, free_threaded: false, gil, enabled: None, last_holder: 8, locked: 16, cond: 32, mutex: 80, holder_id, objects: Some(objects) }
+}
+
+/// Measured with tests/helpers/measure_cpython.py on the pyenv builds and Debian's 3.11.
+const fn objects(minor: u32) -> Objects {
+    let (interp_head, interp_modules, ht_cached_keys) = match minor {
+        8 => (0x20, 56, 872),
+        9 => (0x20, 856, 864),
+        10 => (0x20, 856, 872),
+        11 => (0x28, 888, 872),
+        12 => (0x28, 944, 880),
+        _ => (0x278, 7656, 880),
+    };
+    Objects {
+        interp_head,
+        interp_modules,
+        keys_v311: minor >= 11,
+        values_offset: if minor >= 13 { 8 } else { 0 },
+        ascii_size: if minor >= 12 { 40 } else { 48 },
+        compact_size: if minor >= 12 { 56 } else { 72 },
+        long_tagged: minor >= 12,
+        instance_dict: match minor {
+            8..=10 => InstanceDict::DictOffset,
+            11 => InstanceDict::Managed311,
+            12 => InstanceDict::Tagged312,
+            _ => InstanceDict::Inline313,
+        },
+        ht_cached_keys,
+    }
 }
 
 pub const LAYOUTS: &[Layout] = &[
-    default_build(8, GilLocation::Runtime { offset: 0x480 }, HolderId::PthreadT { offset: 0xb0 }),
-    default_build(9, GilLocation::Runtime { offset: 0x160 }, HolderId::PthreadT { offset: 0xb0 }),
-    default_build(10, GilLocation::Runtime { offset: 0x160 }, HolderId::PthreadT { offset: 0xb0 }),
-    default_build(11, GilLocation::Runtime { offset: 0x168 }, HolderId::NativeThreadId { offset: 0xa0 }),
+    default_build(8, GilLocation::Runtime { offset: 0x480 }, HolderId::PthreadT { offset: 0xb0 }, objects(8)),
+    default_build(9, GilLocation::Runtime { offset: 0x160 }, HolderId::PthreadT { offset: 0xb0 }, objects(9)),
+    default_build(10, GilLocation::Runtime { offset: 0x160 }, HolderId::PthreadT { offset: 0xb0 }, objects(10)),
+    default_build(11, GilLocation::Runtime { offset: 0x168 }, HolderId::NativeThreadId { offset: 0xa0 }, objects(11)),
     default_build(
         12,
         GilLocation::PerInterpreter { head: 0x28, next: 0x0, gil_ptr: 0x180 },
         HolderId::NativeThreadId { offset: 0x90 },
+        objects(12),
     ),
     default_build(
         13,
         GilLocation::PerInterpreter { head: 0x278, next: 0x1c60, gil_ptr: 0x10 },
         HolderId::NativeThreadId { offset: 0xa0 },
+        objects(13),
     ),
     // 3.13t (--disable-gil): `enabled` first, every other field 8 bytes later
     Layout {
@@ -71,6 +137,7 @@ pub const LAYOUTS: &[Layout] = &[
         cond: 40,
         mutex: 88,
         holder_id: HolderId::NativeThreadId { offset: 0xa0 },
+        objects: None,
     },
 ];
 

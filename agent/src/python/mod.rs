@@ -4,6 +4,7 @@
 pub mod elf;
 pub mod layout;
 pub mod memory;
+pub mod names;
 
 use std::path::{Path, PathBuf};
 

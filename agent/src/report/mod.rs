@@ -28,7 +28,7 @@ impl ThreadRow {
     pub fn from_sample(s: &ThreadSample, times: Times, existed_ns: u64) -> ThreadRow {
         ThreadRow {
             tid: s.tid,
-            name: s.comm.clone(),
+            name: s.name().to_string(),
             comm: s.comm.clone(),
             times,
             existed_ns,
