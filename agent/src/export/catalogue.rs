@@ -41,6 +41,14 @@ pub const THREAD_SECONDS: Metric = Metric {
     help: "Wall time of a process' threads by state of the time model (running, runqueue, throttled, gil_wait, futex_wait, io_wait, sleep, other); the states of a thread sum to the time it existed. Threads with the same name are summed; past the per-process label bound they are summed as thread=\"other\".",
 };
 
+pub const GIL_WAIT_SECONDS: Metric = Metric {
+    base: "waitmeter_gil_wait",
+    kind: Kind::Counter,
+    unit: Some("seconds"),
+    labels: &["pid", "thread", "holder"],
+    help: "Time Python threads spent waiting for the GIL, by the thread that held it meanwhile (holder=\"unknown\": the GIL was free or unreadable when the wait began). Thread and holder labels are bounded like waitmeter_thread_seconds_total.",
+};
+
 pub const WATCHED_PROCESSES: Metric = Metric {
     base: "waitmeter_watched_processes",
     kind: Kind::Gauge,
@@ -83,7 +91,7 @@ pub const BUILD_INFO: Metric = Metric {
     help: "waitmeter build information; always 1.",
 };
 
-pub const ALL: &[&Metric] = &[&THREAD_SECONDS, &WATCHED_PROCESSES, &WATCHED_THREADS, &EVENTS_LOST, &PROBE_ATTACHED, &BUILD_INFO];
+pub const ALL: &[&Metric] = &[&THREAD_SECONDS, &GIL_WAIT_SECONDS, &WATCHED_PROCESSES, &WATCHED_THREADS, &EVENTS_LOST, &PROBE_ATTACHED, &BUILD_INFO];
 
 /// docs/metrics.md
 pub fn markdown() -> String {

@@ -54,11 +54,23 @@ pub struct Exporter {
     /// (target, host TID, start) -> label
     thread_labels: HashMap<(u64, u32, u64), String>,
     folded: BTreeMap<SeriesKey, Times>,
+    /// (waiter series, holder label) -> ns of exited waiters
+    folded_gil: BTreeMap<(SeriesKey, String), u64>,
+    /// (target, TID) -> thread label, for naming GIL holders (also after they exit)
+    tid_labels_by_target: HashMap<(u64, u32), String>,
 }
 
 impl Exporter {
     pub fn new(max_labels: usize, tid_labels: bool) -> Self {
-        Exporter { max_labels, tid_labels, books: HashMap::new(), thread_labels: HashMap::new(), folded: BTreeMap::new() }
+        Exporter {
+            max_labels,
+            tid_labels,
+            books: HashMap::new(),
+            thread_labels: HashMap::new(),
+            folded: BTreeMap::new(),
+            folded_gil: BTreeMap::new(),
+            tid_labels_by_target: HashMap::new(),
+        }
     }
 
     fn key(&mut self, target: u64, s: &ThreadSample) -> SeriesKey {
@@ -72,7 +84,15 @@ impl Exporter {
                 l
             }
         };
+        self.tid_labels_by_target.insert((target, s.tid), thread.clone());
         SeriesKey { target, thread, tid: self.tid_labels.then_some(s.tid) }
+    }
+
+    fn holder_label(&self, target: u64, holder: u32) -> String {
+        if holder == 0 {
+            return "unknown".to_string();
+        }
+        self.tid_labels_by_target.get(&(target, holder)).cloned().unwrap_or_else(|| "unknown".to_string())
     }
 
     /// Fold the final samples of exited threads into their series (once each).
@@ -80,7 +100,11 @@ impl Exporter {
         for (target, threads) in exits {
             for s in threads {
                 let k = self.key(*target, s);
-                self.folded.entry(k).or_default().add(&s.times);
+                self.folded.entry(k.clone()).or_default().add(&s.times);
+                for (holder, ns) in &s.gil_by_holder {
+                    let h = self.holder_label(*target, *holder);
+                    *self.folded_gil.entry((k.clone(), h)).or_default() += ns;
+                }
                 self.thread_labels.remove(&(*target, s.host_tid, s.start_ns));
             }
         }
@@ -91,18 +115,37 @@ impl Exporter {
         for t in targets {
             self.books.remove(t);
             self.folded.retain(|k, _| k.target != *t);
+            self.folded_gil.retain(|k, _| k.0.target != *t);
             self.thread_labels.retain(|k, _| k.0 != *t);
+            self.tid_labels_by_target.retain(|k, _| k.0 != *t);
         }
     }
 
     /// The exposition text for this scrape. `snap.exited` must already be folded.
     pub fn render(&mut self, procs: &[ProcessInfo], snap: &Snapshot, status: &AgentStatus) -> String {
         let mut series = self.folded.clone();
-        for (target, threads) in &snap.live {
-            for s in threads {
-                let k = self.key(*target, s);
-                series.entry(k).or_default().add(&s.times);
+        let mut gil = self.folded_gil.clone();
+        // labels first, so that holders are named whatever the order of threads
+        let keyed: Vec<(u64, SeriesKey, &ThreadSample)> =
+            snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))).map(|(t, s)| (t, self.key(t, s), s)).collect();
+        for (target, k, s) in keyed {
+            series.entry(k.clone()).or_default().add(&s.times);
+            for (holder, ns) in &s.gil_by_holder {
+                *gil.entry((k.clone(), self.holder_label(target, *holder))).or_default() += ns;
             }
+        }
+        let mut gil_seconds = vec![];
+        for ((k, holder), ns) in &gil {
+            let Some(p) = procs.iter().find(|p| p.id == k.target) else { continue };
+            let mut labels = vec![
+                ("pid".to_string(), p.pid.to_string()),
+                ("thread".to_string(), k.thread.clone()),
+                ("holder".to_string(), holder.clone()),
+            ];
+            if let Some(tid) = k.tid {
+                labels.push(("tid".to_string(), tid.to_string()));
+            }
+            gil_seconds.push((labels, secs(*ns)));
         }
         let by_id: HashMap<u64, &ProcessInfo> = procs.iter().map(|p| (p.id, p)).collect();
         let mut thread_seconds = vec![];
@@ -137,6 +180,7 @@ impl Exporter {
             .collect();
         let exposition = Exposition {
             thread_seconds,
+            gil_seconds,
             watched_processes: procs.iter().filter(|p| p.alive).count() as i64,
             watched_threads: live_threads as i64,
             lost,
@@ -185,6 +229,7 @@ type Labels = Vec<(String, String)>;
 #[derive(Debug)]
 struct Exposition {
     thread_seconds: Vec<(Labels, f64)>,
+    gil_seconds: Vec<(Labels, f64)>,
     watched_processes: i64,
     watched_threads: i64,
     lost: Vec<(Labels, f64)>,
@@ -213,6 +258,12 @@ impl Collector for Exposition {
         let u = unit_of(m);
         let mut me = descriptor(&mut enc, m, &u)?;
         for (labels, v) in &self.thread_seconds {
+            ConstCounter::new(*v).encode(me.encode_family(labels)?)?;
+        }
+        let m = &catalogue::GIL_WAIT_SECONDS;
+        let u = unit_of(m);
+        let mut me = descriptor(&mut enc, m, &u)?;
+        for (labels, v) in &self.gil_seconds {
             ConstCounter::new(*v).encode(me.encode_family(labels)?)?;
         }
         for (m, v) in [(&catalogue::WATCHED_PROCESSES, self.watched_processes), (&catalogue::WATCHED_THREADS, self.watched_threads)] {
@@ -291,6 +342,20 @@ mod tests {
             to_text_004(om),
             "# HELP x_seconds_total Time.\n# TYPE x_seconds_total counter\nx_seconds_total{a=\"b\"} 1.5\n# HELP g A gauge.\n# TYPE g gauge\ng 3\n"
         );
+    }
+
+    #[test]
+    fn gil_wait_is_labelled_with_the_holder_name() {
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true }];
+        let mut e = Exporter::new(20, false);
+        let mut victim = sample(1, "ingest", 0, 100_000_000, false);
+        victim.gil_by_holder.insert(2, 900_000_000);
+        victim.gil_by_holder.insert(0, 50_000_000);
+        let mut snap = Snapshot::default();
+        snap.live.insert(1, vec![victim, sample(2, "processor", 0, 1_000_000_000, false)]);
+        let text = e.render(&procs, &snap, &AgentStatus::default());
+        assert!(text.contains("waitmeter_gil_wait_seconds_total{pid=\"10\",thread=\"ingest\",holder=\"processor\"} 0.9"), "{text}");
+        assert!(text.contains("waitmeter_gil_wait_seconds_total{pid=\"10\",thread=\"ingest\",holder=\"unknown\"} 0.05"), "{text}");
     }
 
     #[test]
