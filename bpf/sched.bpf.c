@@ -221,6 +221,10 @@ new_thread(struct task_struct *task, __u32 tid, __u32 tgid, __u32 state, __u64 n
 	struct wm_thread fresh = {};
 	long err;
 
+	/* past sched_process_exit (its record is sent): an exiting thread that
+	 * still sleeps or wakes in do_exit() is not measured again */
+	if (task->flags & WM_PF_EXITING)
+		return NULL;
 	fresh.state = state;
 	fresh.since = now;
 	fresh.start = now;
@@ -291,9 +295,6 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t) {
-		/* its final switch-out after sched_process_exit: nothing to add */
-		if (prev->flags & WM_PF_EXITING)
-			return;
 		t = new_thread(prev, tid, tgid, to, now);
 		if (t) {
 			t->syscall = syscall;
@@ -402,6 +403,7 @@ static __always_inline int on_exit(struct task_struct *p)
 		rec->tid = tid;
 		rec->_pad = 0;
 		rec->end = now;
+		rec->fsbase = p->thread.fsbase;
 		__builtin_memcpy(&rec->t, t, sizeof(rec->t));
 		BPF_CORE_READ_STR_INTO(&rec->comm, p, comm);
 		bpf_ringbuf_submit(rec, 0);

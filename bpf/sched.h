@@ -72,6 +72,7 @@ struct wm_exit {
 	__u32 tid;        /* host TID */
 	__u32 _pad;
 	__u64 end;        /* CLOCK_MONOTONIC ns of the exit */
+	__u64 fsbase;     /* x86-64 FS base: pthread_self() of a glibc thread */
 	struct wm_thread t;
 	char comm[WM_COMM_LEN];
 };

@@ -52,9 +52,10 @@ def workload_bin():
 class Workload:
     """A running ground-truth workload; kills its process on exit."""
 
-    def __init__(self, binary, *args, cpu=None, timeout=10.0):
+    def __init__(self, binary, *args, env=None, stdin=None, timeout=20.0):
         cmd = [str(binary), *map(str, args)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=stdin, text=True,
+                                     env=None if env is None else {**os.environ, **env})
         self.tids = {}
         deadline = time.monotonic() + timeout
         for line in self.proc.stdout:
@@ -68,7 +69,7 @@ class Workload:
         else:
             self.close()
             raise RuntimeError(f"workload {cmd} ended before it was ready")
-        if "main" not in self.tids:
+        if time.monotonic() > deadline:
             self.close()
             raise RuntimeError(f"workload {cmd} not ready after {timeout} s")
 
@@ -81,6 +82,8 @@ class Workload:
             self.proc.kill()
         self.proc.wait()
         self.proc.stdout.close()
+        if self.proc.stdin:
+            self.proc.stdin.close()
 
     def __enter__(self):
         return self

@@ -36,13 +36,14 @@ pub struct Target {
     pub exited_ns: Option<u64>,
     /// the CPython interpreter in it, if any
     pub python: Option<Python>,
-    /// futex words of its GILs
-    gil_words: Vec<u64>,
     /// it lives in the agent's PID namespace (its thread ids are ours)
     same_pidns: bool,
     /// Python thread names by TID, and when they were read
     names: std::collections::HashMap<u32, String>,
     names_at: u64,
+    /// FS base (pthread_t) -> TID of every thread seen, exited ones included:
+    /// names GIL holders of 3.8–3.10 after they are gone
+    fsbase_tids: std::collections::HashMap<u64, u32>,
 }
 
 /// Threads sampled at one moment, grouped by process.
@@ -210,10 +211,10 @@ impl Session {
                 attached_ns: monotonic_ns(),
                 exited_ns: None,
                 python: py,
-                gil_words,
                 same_pidns: procfs::pidns_ino(pid) == Some(self.pidns_ino),
                 names: Default::default(),
                 names_at: 0,
+                fsbase_tids: Default::default(),
             },
         );
         Ok(())
@@ -284,7 +285,12 @@ impl Session {
         let blame = self.blame_by_thread();
         let mut resolver = HolderResolver::default();
         let mut gone = vec![];
-        for (host_pid, mut s) in exits {
+        for (host_pid, fsbase, s) in &exits {
+            if let Some(id) = self.by_host_pid(*host_pid).map(|t| t.id) {
+                self.targets.get_mut(&id).expect("found").fsbase_tids.insert(*fsbase, s.tid);
+            }
+        }
+        for (host_pid, _, mut s) in exits {
             gone.push(s.host_tid);
             if let Some(t) = self.by_host_pid(host_pid) {
                 s.py_name = t.names.get(&s.tid).cloned();
@@ -322,6 +328,7 @@ impl Session {
         let ids = self.probe.task_ids().unwrap_or_default();
         for id in stale {
             let Some(t) = self.targets.get_mut(&id) else { continue };
+            t.fsbase_tids.extend(ids.iter().filter(|x| x.ns_tgid == t.pid).map(|x| (x.fsbase, x.ns_tid)));
             let p = t.python.as_ref().expect("filtered on python");
             let objects = p.layout.and_then(|l| l.objects).expect("filtered on objects");
             t.names_at = now;
@@ -405,6 +412,10 @@ impl HolderResolver {
                 map.get(&id).copied().unwrap_or(0)
             }
             Some(HolderId::PthreadT { .. }) => {
+                if let Some(tid) = t.fsbase_tids.get(&id) {
+                    return *tid;
+                }
+                // a thread not seen yet: read the live ones (once per sample)
                 let map = self.fsbase.entry(t.id).or_insert_with(|| {
                     session
                         .probe

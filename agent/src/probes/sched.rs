@@ -324,8 +324,9 @@ impl SchedProbe {
         out
     }
 
-    /// Final samples of the threads that exited since the last call: (host TGID, sample).
-    pub fn drain_exits(&mut self) -> Vec<(u32, ThreadSample)> {
+    /// Final samples of the threads that exited since the last call:
+    /// (host TGID, FS base, sample).
+    pub fn drain_exits(&mut self) -> Vec<(u32, u64, ThreadSample)> {
         if let Err(e) = self.ringbuf.consume() {
             log::warn!("failed to read the exit ring buffer: {e}");
         }
@@ -338,6 +339,7 @@ impl SchedProbe {
                 ));
                 (
                     r.t.tgid,
+                    r.fsbase,
                     ThreadSample {
                         tid: r.t.ns_tid,
                         host_tid: r.tid,

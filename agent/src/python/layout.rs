@@ -157,7 +157,6 @@ impl Layout {
 
 /// The 3.13+ `_Py_DebugOffsets` at the start of `_PyRuntime`.
 pub const DEBUG_OFFSETS_COOKIE: &[u8; 8] = b"xdebugpy";
-pub const DEBUG_OFFSETS_VERSION: u64 = 8;
 pub const DEBUG_OFFSETS_FREE_THREADED: u64 = 16;
 
 #[cfg(test)]

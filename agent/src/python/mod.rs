@@ -17,7 +17,6 @@ use layout::{GilLocation, HolderId, Layout};
 pub struct Python {
     /// "3.11.7"
     pub version: String,
-    pub minor: u32,
     pub free_threaded: bool,
     /// the file that holds `_PyRuntime`, as the target names it
     pub binary: PathBuf,
@@ -134,10 +133,13 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
     for path in candidates {
         let Ok(data) = std::fs::read(target_path(pid, &path)) else { continue };
         let Ok(elf) = elf::Elf::parse(&data) else { continue };
-        let Some(sym) = elf.symbol("_PyRuntime") else { continue };
+        // exported in .dynsym by every build seen; 3.12+ also name its section
+        let Some(runtime_vaddr) = elf.symbol("_PyRuntime").map(|s| s.value).or_else(|| elf.section(".PyRuntime").map(|s| s.addr)) else {
+            continue;
+        };
         let Some(start) = maps.iter().filter(|m| m.path == path).map(|m| m.start - m.offset).min() else { continue };
         let bias = if elf.kind == elf::ET_EXEC { 0 } else { start.wrapping_sub(elf.load_base) };
-        let runtime = bias.wrapping_add(sym.value);
+        let runtime = bias.wrapping_add(runtime_vaddr);
         return Ok(Some(describe(pid, &path, &elf, bias, runtime)?));
     }
     Ok(None)
@@ -181,7 +183,6 @@ fn describe(pid: u32, path: &str, elf: &elf::Elf, bias: u64, runtime: u64) -> Re
     };
     Ok(Python {
         version,
-        minor,
         free_threaded,
         binary: PathBuf::from(path),
         symtab: elf.has_symtab(),
