@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 /// Probe families; each has `bpf/<stem>.bpf.c`, `bpf/<stem>.h` and `src/probes/<stem>.rs`.
-const PROBES: &[&str] = &["sched"];
+const PROBES: &[&str] = &["sched", "gil"];
 
 fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("..");
@@ -38,6 +38,7 @@ fn main() {
             .unwrap_or_else(|e| panic!("failed to build bpf/{stem}.bpf.c: {e:#}"));
         println!("cargo:rerun-if-changed={}", src.display());
         println!("cargo:rerun-if-changed={}", bpf.join(format!("{stem}.h")).display());
+        println!("cargo:rerun-if-changed={}", bpf.join("vmlinux").join(arch).join("vmlinux.h").display());
     }
     println!("cargo:rerun-if-changed={}", bpf.join("core_fixes.bpf.h").display());
     println!("cargo:rerun-if-env-changed=WAITMETER_CLANG");

@@ -129,3 +129,49 @@ def test_gil_wait_matches_known_holds(minor):
     assert m, text
     measured = float(m.group(1))
     assert abs(measured - held_s) <= 0.05 * held_s, (measured, held_s)
+
+
+@pytest.mark.parametrize("minor", [8, 12])
+def test_uprobe_mode_measures_hold_times(minor):
+    """--gil-probe uprobe: the holder's 20 holds of 50 ms land in the
+    [33.6 ms, 67.1 ms) bucket of waitmeter_gil_hold_seconds (3.8 also has the
+    take_gil.constprop.0 clone)."""
+    py = pyenv_python(minor)
+    if not py:
+        pytest.fail(f"pyenv 3.{minor} not installed here")
+    build = build_holdgil(py)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    with Workload(py, ACCURACY, build, 50, 20, stdin=subprocess.PIPE) as w:
+        agent = subprocess.Popen([str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}",
+                                  "--gil-probe", "uprobe"], stderr=subprocess.DEVNULL)
+        with Guard(agent):
+            wait_http(url)
+            w.proc.stdin.write("go\n")
+            w.proc.stdin.flush()
+            assert w.proc.stdout.readline().split()[0] == "done"
+            text = wait_http(url)
+    def value(name, **want):
+        want.update(pid=str(w.pid), thread="holder")
+        for line in text.splitlines():
+            m = re.match(r'^(\w+)\{(.*)\} (\S+)$', line)
+            if m and m.group(1) == name and dict(re.findall(r'(\w+)="([^"]*)"', m.group(2))) == want:
+                return float(m.group(3))
+        raise AssertionError((name, want, text))
+    below_33ms = value("waitmeter_gil_hold_seconds_bucket", le="0.033554432")
+    below_67ms = value("waitmeter_gil_hold_seconds_bucket", le="0.067108864")
+    assert below_67ms - below_33ms >= 20, text
+    assert value("waitmeter_gil_hold_seconds_sum") >= 1.0
+
+
+def test_uprobe_mode_on_a_stripped_build_falls_back_to_futex():
+    py, env = stripped_env(11)
+    if not py:
+        pytest.fail("pyenv 3.11 not installed here")
+    with Workload(py, STARVE, "same", env=env) as w:
+        report, cp = attach(w.pid, 1.0, "--gil-probe", "uprobe")
+    assert report["python"]["gil_probe"] == "futex" and report["python"]["symbols"] is False
+    assert "no take_gil/drop_gil symbols (stripped)" in cp.stderr and "using the futex method" in cp.stderr
+    ingest = by_tid(report)[w.tids["ingest"]]
+    assert share(ingest, "gil_wait") >= 0.70  # waits are measured all the same
+    assert "gil_hold" not in ingest

@@ -54,6 +54,15 @@ Metrics: docs/metrics.md. Scrape http://ADDR:PORT/metrics.")]
     MetricsDoc,
 }
 
+/// How GIL waits and holds are measured.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GilProbe {
+    /// GIL waits from futex words at context switches: no uprobe, works on stripped builds
+    Futex,
+    /// also uprobes on take_gil/drop_gil (needs .symtab): hold-time histograms, ~2 µs per GIL hand-off
+    Uprobe,
+}
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
     Text,
@@ -72,6 +81,9 @@ pub struct ProbeArgs {
     /// Most processes watched at once
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PROCS, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub max_processes: u32,
+    /// GIL measurement for Python targets: futex (default, cheapest) or uprobe (adds hold times)
+    #[arg(long, value_enum, default_value_t = GilProbe::Futex)]
+    pub gil_probe: GilProbe,
 }
 
 fn positive_seconds(s: &str) -> Result<f64, String> {

@@ -1,12 +1,14 @@
 //! A measurement session: the processes being watched and the sched probe,
 //! turned into per-thread samples with user-visible IDs and names.
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
 use crate::model::labels::sanitize;
 use crate::model::partition::ThreadSample;
 use crate::model::state::initial_state;
+use crate::probes::gil::GilProbe;
 use crate::probes::sched::{monotonic_ns, GilSpec, SchedOptions, SchedProbe};
 use crate::python::{self, layout::HolderId, Python};
 use crate::probes::{self};
@@ -19,6 +21,8 @@ pub struct SessionOptions {
     pub max_procs: u32,
     /// watch the children a watched process forks (`run --all`)
     pub follow_forks: bool,
+    /// attach the precise GIL probe (uprobes) to Python targets with symbols
+    pub gil_uprobes: bool,
 }
 
 /// A watched process.
@@ -63,6 +67,10 @@ pub struct Session {
     pidns_ino: u64,
     targets: BTreeMap<u64, Target>,
     next_id: u64,
+    gil_uprobes: bool,
+    max_threads: u32,
+    /// precise GIL probes, by target id
+    gil_probes: std::collections::HashMap<u64, GilProbe>,
 }
 
 /// How often Python thread names are re-read.
@@ -84,7 +92,17 @@ impl Session {
             pidns_ino,
             translate_pids: translate,
         })?;
-        Ok(Session { probe, translate, self_pid: std::process::id(), pidns_ino, targets: BTreeMap::new(), next_id: 1 })
+        Ok(Session {
+            probe,
+            translate,
+            self_pid: std::process::id(),
+            pidns_ino,
+            targets: BTreeMap::new(),
+            next_id: 1,
+            gil_uprobes: opts.gil_uprobes,
+            max_threads: opts.max_threads,
+            gil_probes: Default::default(),
+        })
     }
 
     pub fn probe(&self) -> &SchedProbe {
@@ -200,6 +218,23 @@ impl Session {
         log::debug!("watching PID {pid} (host PID {host_pid}, {} threads)", ids.1.len());
         let id = self.next_id;
         self.next_id += 1;
+        if let Some(p) = py.as_ref().filter(|p| self.gil_uprobes && !p.gils.is_empty()) {
+            if p.gil_functions.is_empty() {
+                log::warn!(
+                    "process {pid}: {} has no take_gil/drop_gil symbols (stripped): --gil-probe uprobe is not possible, using the futex method",
+                    p.binary.display()
+                );
+            } else {
+                let path = PathBuf::from(format!("/proc/{pid}/root{}", p.binary.display()));
+                match GilProbe::attach(pid, &path, &p.gil_functions, self.max_threads) {
+                    Ok(g) => {
+                        log::info!("process {pid}: {} GIL uprobes attached", g.attached());
+                        self.gil_probes.insert(id, g);
+                    }
+                    Err(e) => log::warn!("process {pid}: {e:#}; using the futex method"),
+                }
+            }
+        }
         self.targets.insert(
             id,
             Target {
@@ -255,6 +290,7 @@ impl Session {
                 .is_some_and(|s| s.starttime == t.starttime && !matches!(s.state, 'Z' | 'X'));
             if !alive {
                 t.exited_ns = Some(now);
+                self.gil_probes.remove(&t.id);
                 self.probe.unwatch(t.host_pid);
                 self.probe.remove_gils(t.host_pid);
                 gone.push(t.clone());
@@ -283,6 +319,7 @@ impl Session {
             return out;
         }
         let blame = self.blame_by_thread();
+        let holds = self.gil_holds();
         let mut resolver = HolderResolver::default();
         let mut gone = vec![];
         for (host_pid, fsbase, s) in &exits {
@@ -295,11 +332,32 @@ impl Session {
             if let Some(t) = self.by_host_pid(host_pid) {
                 s.py_name = t.names.get(&s.tid).cloned();
                 s.gil_by_holder = resolver.resolve(self, t, blame.get(&s.host_tid).map(Vec::as_slice).unwrap_or(&[]), None);
+                s.gil_hold = holds.get(&s.host_tid).copied();
                 out.entry(t.id).or_default().push(s);
             }
         }
         self.probe.forget_blame(&gone);
         out
+    }
+
+    /// GIL hold histograms of every precise GIL probe, by host TID.
+    fn gil_holds(&self) -> std::collections::HashMap<u32, crate::model::hist::HoldHist> {
+        self.gil_probes.values().flat_map(|g| g.holds()).collect()
+    }
+
+    /// How GIL waits of a target are measured: futex, uprobe (futex plus
+    /// hold times), or none.
+    pub fn gil_probe_name(&self, t: &Target) -> &'static str {
+        match &t.python {
+            Some(p) if !p.gils.is_empty() && self.gil_probes.contains_key(&t.id) => "uprobe",
+            Some(p) if !p.gils.is_empty() => "futex",
+            _ => "none",
+        }
+    }
+
+    /// Holds the precise GIL probes could not record.
+    pub fn gil_holds_lost(&self) -> u64 {
+        self.gil_probes.values().map(|g| g.lost()).sum()
     }
 
     /// GIL blame of the probe's map, by waiter host TID: [(holder id, ns)].
@@ -353,6 +411,7 @@ impl Session {
         let mut out: BTreeMap<u64, Vec<ThreadSample>> = BTreeMap::new();
         let watched: std::collections::HashSet<u32> = self.probe.watched().into_iter().collect();
         let blame = self.blame_by_thread();
+        let holds = self.gil_holds();
         let mut resolver = HolderResolver::default();
         for lt in self.probe.live_threads() {
             let mut s = lt.sample;
@@ -364,6 +423,7 @@ impl Session {
                         let open = lt.gil_holder.map(|h| (h, s.times.get(crate::model::state::State::GilWait)));
                         let closed = blame.get(&s.host_tid).map(Vec::as_slice).unwrap_or(&[]);
                         s.gil_by_holder = resolver.resolve(self, t, closed, open);
+                        s.gil_hold = holds.get(&s.host_tid).copied();
                     }
                     out.entry(t.id).or_default().push(s);
                 }

@@ -22,7 +22,7 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
     let python = target.python.as_ref().map(|p| PythonInfo {
         version: p.version.clone(),
         gil: p.gil_state(),
-        gil_probe: if p.gils.is_empty() { "none" } else { "futex" },
+        gil_probe: session.gil_probe_name(&target),
         free_threaded: p.free_threaded,
         binary: p.binary.display().to_string(),
         symbols: p.symtab,

@@ -27,5 +27,11 @@ pub fn stop_requested() -> bool {
 }
 
 pub fn session_options(p: &ProbeArgs, follow_forks: bool) -> SessionOptions {
-    SessionOptions { btf: p.btf.clone(), max_threads: p.max_threads, max_procs: p.max_processes, follow_forks }
+    SessionOptions {
+        btf: p.btf.clone(),
+        max_threads: p.max_threads,
+        max_procs: p.max_processes,
+        follow_forks,
+        gil_uprobes: p.gil_probe == crate::cli::GilProbe::Uprobe,
+    }
 }

@@ -49,7 +49,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     .targets()
                     .map(|t| ProcessInfo { id: t.id, pid: t.pid, comm: t.comm.clone(), alive: t.exited_ns.is_none() })
                     .collect();
-                let status = AgentStatus { attached: attached.clone(), expected: SCHED_HOOKS.to_vec(), variant, lost: session.probe().lost() };
+                let mut lost = session.probe().lost();
+                lost.push(("gil", "holds_map_full", session.gil_holds_lost()));
+                let status = AgentStatus { attached: attached.clone(), expected: SCHED_HOOKS.to_vec(), variant, lost };
                 let _ = scrape.reply.send(exporter.render(&procs, &snap, &status));
             }
             Err(RecvTimeoutError::Timeout) => {}

@@ -7,6 +7,7 @@ use std::fmt::Write;
 pub enum Kind {
     Counter,
     Gauge,
+    Histogram,
 }
 
 #[derive(Debug)]
@@ -28,7 +29,7 @@ impl Metric {
         }
         match self.kind {
             Kind::Counter => n + "_total",
-            Kind::Gauge => n,
+            Kind::Gauge | Kind::Histogram => n,
         }
     }
 }
@@ -47,6 +48,14 @@ pub const GIL_WAIT_SECONDS: Metric = Metric {
     unit: Some("seconds"),
     labels: &["pid", "thread", "holder"],
     help: "Time Python threads spent waiting for the GIL, by the thread that held it meanwhile (holder=\"unknown\": the GIL was free or unreadable when the wait began). Thread and holder labels are bounded like waitmeter_thread_seconds_total.",
+};
+
+pub const GIL_HOLD_SECONDS: Metric = Metric {
+    base: "waitmeter_gil_hold",
+    kind: Kind::Histogram,
+    unit: Some("seconds"),
+    labels: &["pid", "thread"],
+    help: "How long Python threads held the GIL each time (log2 buckets from 1 µs). Only with --gil-probe uprobe on interpreters with symbols.",
 };
 
 pub const WATCHED_PROCESSES: Metric = Metric {
@@ -70,7 +79,7 @@ pub const EVENTS_LOST: Metric = Metric {
     kind: Kind::Counter,
     unit: None,
     labels: &["probe", "reason"],
-    help: "Kernel events that could not be recorded, by probe and reason (thread_map_full: raise --max-threads; exit_ringbuf_full: a thread's final record was lost). Any increase means the numbers are incomplete.",
+    help: "Kernel events that could not be recorded, by probe and reason (thread_map_full, holds_map_full: raise --max-threads; exit_ringbuf_full: a thread's final record was lost; blame_map_full: a GIL wait was not charged to its holder). Any increase means the numbers are incomplete.",
 };
 
 pub const PROBE_ATTACHED: Metric = Metric {
@@ -91,7 +100,7 @@ pub const BUILD_INFO: Metric = Metric {
     help: "waitmeter build information; always 1.",
 };
 
-pub const ALL: &[&Metric] = &[&THREAD_SECONDS, &GIL_WAIT_SECONDS, &WATCHED_PROCESSES, &WATCHED_THREADS, &EVENTS_LOST, &PROBE_ATTACHED, &BUILD_INFO];
+pub const ALL: &[&Metric] = &[&THREAD_SECONDS, &GIL_WAIT_SECONDS, &GIL_HOLD_SECONDS, &WATCHED_PROCESSES, &WATCHED_THREADS, &EVENTS_LOST, &PROBE_ATTACHED, &BUILD_INFO];
 
 /// docs/metrics.md
 pub fn markdown() -> String {
@@ -109,6 +118,7 @@ pub fn markdown() -> String {
         let kind = match m.kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
         };
         let labels = if m.labels.is_empty() { "—".to_string() } else { m.labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ") };
         let _ = writeln!(out, "| `{}` | {} | {} | {} |", m.exposed(), kind, labels, m.help);

@@ -10,6 +10,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::catalogue::{self, Kind, Metric};
+use crate::model::hist::HoldHist;
 use crate::model::labels::LabelBook;
 use crate::model::partition::{secs, ThreadSample, Times};
 use crate::model::state::State;
@@ -42,7 +43,8 @@ pub struct AgentStatus {
     pub attached: Vec<String>,
     pub expected: Vec<&'static str>,
     pub variant: &'static str,
-    pub lost: Vec<(&'static str, u64)>,
+    /// (probe, reason, events)
+    pub lost: Vec<(&'static str, &'static str, u64)>,
 }
 
 /// Keeps counters monotonic across thread exits: exited threads' final times
@@ -56,6 +58,7 @@ pub struct Exporter {
     folded: BTreeMap<SeriesKey, Times>,
     /// (waiter series, holder label) -> ns of exited waiters
     folded_gil: BTreeMap<(SeriesKey, String), u64>,
+    folded_holds: BTreeMap<SeriesKey, HoldHist>,
     /// (target, TID) -> thread label, for naming GIL holders (also after they exit)
     tid_labels_by_target: HashMap<(u64, u32), String>,
 }
@@ -69,6 +72,7 @@ impl Exporter {
             thread_labels: HashMap::new(),
             folded: BTreeMap::new(),
             folded_gil: BTreeMap::new(),
+            folded_holds: BTreeMap::new(),
             tid_labels_by_target: HashMap::new(),
         }
     }
@@ -105,6 +109,9 @@ impl Exporter {
                     let h = self.holder_label(*target, *holder);
                     *self.folded_gil.entry((k.clone(), h)).or_default() += ns;
                 }
+                if let Some(h) = &s.gil_hold {
+                    self.folded_holds.entry(k.clone()).or_default().add(h);
+                }
                 self.thread_labels.remove(&(*target, s.host_tid, s.start_ns));
             }
         }
@@ -116,6 +123,7 @@ impl Exporter {
             self.books.remove(t);
             self.folded.retain(|k, _| k.target != *t);
             self.folded_gil.retain(|k, _| k.0.target != *t);
+            self.folded_holds.retain(|k, _| k.target != *t);
             self.thread_labels.retain(|k, _| k.0 != *t);
             self.tid_labels_by_target.retain(|k, _| k.0 != *t);
         }
@@ -125,6 +133,7 @@ impl Exporter {
     pub fn render(&mut self, procs: &[ProcessInfo], snap: &Snapshot, status: &AgentStatus) -> String {
         let mut series = self.folded.clone();
         let mut gil = self.folded_gil.clone();
+        let mut holds = self.folded_holds.clone();
         // labels first, so that holders are named whatever the order of threads
         let keyed: Vec<(u64, SeriesKey, &ThreadSample)> =
             snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))).map(|(t, s)| (t, self.key(t, s), s)).collect();
@@ -133,6 +142,18 @@ impl Exporter {
             for (holder, ns) in &s.gil_by_holder {
                 *gil.entry((k.clone(), self.holder_label(target, *holder))).or_default() += ns;
             }
+            if let Some(h) = &s.gil_hold {
+                holds.entry(k.clone()).or_default().add(h);
+            }
+        }
+        let mut gil_holds = vec![];
+        for (k, h) in &holds {
+            let Some(p) = procs.iter().find(|p| p.id == k.target) else { continue };
+            let mut labels = vec![("pid".to_string(), p.pid.to_string()), ("thread".to_string(), k.thread.clone())];
+            if let Some(tid) = k.tid {
+                labels.push(("tid".to_string(), tid.to_string()));
+            }
+            gil_holds.push((labels, *h));
         }
         let mut gil_seconds = vec![];
         for ((k, holder), ns) in &gil {
@@ -176,11 +197,12 @@ impl Exporter {
         let lost = status
             .lost
             .iter()
-            .map(|(reason, n)| (vec![("probe".to_string(), "sched".to_string()), ("reason".to_string(), reason.to_string())], *n as f64))
+            .map(|(probe, reason, n)| (vec![("probe".to_string(), probe.to_string()), ("reason".to_string(), reason.to_string())], *n as f64))
             .collect();
         let exposition = Exposition {
             thread_seconds,
             gil_seconds,
+            gil_holds,
             watched_processes: procs.iter().filter(|p| p.alive).count() as i64,
             watched_threads: live_threads as i64,
             lost,
@@ -230,6 +252,7 @@ type Labels = Vec<(String, String)>;
 struct Exposition {
     thread_seconds: Vec<(Labels, f64)>,
     gil_seconds: Vec<(Labels, f64)>,
+    gil_holds: Vec<(Labels, HoldHist)>,
     watched_processes: i64,
     watched_threads: i64,
     lost: Vec<(Labels, f64)>,
@@ -240,6 +263,7 @@ fn descriptor<'a>(enc: &'a mut DescriptorEncoder, m: &'a Metric, unit: &'a Optio
     let ty = match m.kind {
         Kind::Counter => MetricType::Counter,
         Kind::Gauge => MetricType::Gauge,
+        Kind::Histogram => MetricType::Histogram,
     };
     enc.encode_descriptor(m.base, m.help, unit.as_ref(), ty)
 }
@@ -265,6 +289,17 @@ impl Collector for Exposition {
         let mut me = descriptor(&mut enc, m, &u)?;
         for (labels, v) in &self.gil_seconds {
             ConstCounter::new(*v).encode(me.encode_family(labels)?)?;
+        }
+        let m = &catalogue::GIL_HOLD_SECONDS;
+        let u = unit_of(m);
+        let mut me = descriptor(&mut enc, m, &u)?;
+        for (labels, h) in &self.gil_holds {
+            me.encode_family(labels)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                secs(h.sum_ns),
+                h.count,
+                &h.prometheus_buckets(),
+                None,
+            )?;
         }
         for (m, v) in [(&catalogue::WATCHED_PROCESSES, self.watched_processes), (&catalogue::WATCHED_THREADS, self.watched_threads)] {
             let u = unit_of(m);
@@ -298,7 +333,7 @@ mod tests {
     fn sample(tid: u32, comm: &str, start: u64, running: u64, exited: bool) -> ThreadSample {
         let mut t = Times::default();
         t.0[State::Running.index()] = running;
-        ThreadSample { tid, host_tid: tid + 1000, pid: 10, comm: comm.into(), py_name: None, start_ns: start, at_ns: start + running, exited, times: t, gil_by_holder: Default::default() }
+        ThreadSample { tid, host_tid: tid + 1000, pid: 10, comm: comm.into(), py_name: None, start_ns: start, at_ns: start + running, exited, times: t, gil_by_holder: Default::default(), gil_hold: None }
     }
 
     fn value(text: &str, thread: &str, state: &str) -> Option<f64> {
@@ -310,7 +345,7 @@ mod tests {
     #[test]
     fn same_named_threads_sum_and_exits_stay_counted() {
         let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true }];
-        let status = AgentStatus { attached: vec!["sched_switch".into()], expected: vec!["sched_switch", "sched_wakeup"], variant: "tp_btf", lost: vec![("thread_map_full", 3)] };
+        let status = AgentStatus { attached: vec!["sched_switch".into()], expected: vec!["sched_switch", "sched_wakeup"], variant: "tp_btf", lost: vec![("sched", "thread_map_full", 3)] };
         let mut e = Exporter::new(1, false);
         let mut snap = Snapshot::default();
         snap.live.insert(1, vec![sample(1, "worker", 0, 2_000_000_000, false), sample(2, "worker", 0, 1_000_000_000, false), sample(3, "io\"er", 0, 500_000_000, false)]);

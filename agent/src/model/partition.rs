@@ -76,6 +76,8 @@ pub struct ThreadSample {
     pub times: Times,
     /// gil_wait per holder: holder TID (user-visible; 0 = not known) -> ns
     pub gil_by_holder: std::collections::BTreeMap<u32, u64>,
+    /// GIL hold times (only with the precise GIL probe)
+    pub gil_hold: Option<super::hist::HoldHist>,
 }
 
 impl ThreadSample {
@@ -119,6 +121,7 @@ mod tests {
             exited: false,
             times: Times(times),
             gil_by_holder: Default::default(),
+            gil_hold: None,
         }
     }
 

@@ -317,6 +317,7 @@ impl SchedProbe {
                     exited: false,
                     times: Times::at(t.ns, t.state, t.since, now),
                     gil_by_holder: Default::default(),
+                    gil_hold: None,
                 },
                 gil_holder: (t.state == State::GilWait as u32).then_some(t.gil_holder),
             });
@@ -351,14 +352,15 @@ impl SchedProbe {
                         exited: true,
                         times: Times::at(r.t.ns, r.t.state, r.t.since, r.end),
                         gil_by_holder: Default::default(),
+                    gil_hold: None,
                     },
                 )
             })
             .collect()
     }
 
-    /// Events lost in the kernel so far, per reason (summed over CPUs).
-    pub fn lost(&self) -> Vec<(&'static str, u64)> {
+    /// Events lost in the kernel so far: (probe, reason, count summed over CPUs).
+    pub fn lost(&self) -> Vec<(&'static str, &'static str, u64)> {
         LOSS_REASONS
             .iter()
             .map(|(idx, reason)| {
@@ -369,7 +371,7 @@ impl SchedProbe {
                     .map(|v| v.iter().filter_map(|b| from_bytes::<u64>(b)).sum())
                     .unwrap_or(0);
                 let user = if *idx == wm_stat::WM_STAT_THREAD_MAP_FULL.0 { self.seed_lost.get() } else { 0 };
-                (*reason, total + user)
+                ("sched", *reason, total + user)
             })
             .collect()
     }

@@ -12,6 +12,40 @@ use anyhow::{Context, Result};
 
 use layout::{GilLocation, HolderId, Layout};
 
+/// A `take_gil`/`drop_gil` function (or a compiler clone of one) in the binary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GilFunction {
+    pub name: String,
+    /// offset in the file, as uprobes want it
+    pub file_offset: u64,
+    /// take_gil (else drop_gil)
+    pub take: bool,
+}
+
+/// `take_gil`, `drop_gil` and their clones (`.constprop.0`, `.isra.0`,
+/// `.part.0`, `.lto_priv.0`, chained); not the `.cold` fragments.
+pub fn is_gil_function(name: &str) -> Option<bool> {
+    let (take, rest) = if let Some(r) = name.strip_prefix("take_gil") {
+        (true, r)
+    } else {
+        (false, name.strip_prefix("drop_gil")?)
+    };
+    let mut parts = rest.split('.').skip(1);
+    if rest.is_empty() {
+        return Some(take);
+    }
+    if !rest.starts_with('.') {
+        return None;
+    }
+    loop {
+        match (parts.next(), parts.next()) {
+            (None, _) => return Some(take),
+            (Some("constprop" | "isra" | "part" | "lto_priv"), Some(n)) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => {}
+            _ => return None,
+        }
+    }
+}
+
 /// A CPython interpreter found in a process.
 #[derive(Clone, Debug)]
 pub struct Python {
@@ -30,6 +64,8 @@ pub struct Python {
     pub gils: Vec<u64>,
     /// the GIL is in use (always on default builds; 3.13t: only when enabled)
     pub gil_enabled: bool,
+    /// take_gil/drop_gil and clones, from .symtab (empty when stripped)
+    pub gil_functions: Vec<GilFunction>,
 }
 
 impl Python {
@@ -181,8 +217,17 @@ fn describe(pid: u32, path: &str, elf: &elf::Elf, bias: u64, runtime: u64) -> Re
         Some(off) => gils.iter().any(|g| memory::read_i32(pid, g + off).is_ok_and(|e| e != 0)),
         None => layout.is_some(),
     };
+    let gil_functions = elf
+        .symbols(|n| is_gil_function(n).is_some())
+        .into_iter()
+        .filter_map(|sym| {
+            let sec = elf.sections.iter().find(|s| s.addr != 0 && sym.value >= s.addr && sym.value < s.addr + s.size)?;
+            Some(GilFunction { take: is_gil_function(&sym.name)?, file_offset: sym.value - sec.addr + sec.offset, name: sym.name })
+        })
+        .collect();
     Ok(Python {
         version,
+        gil_functions,
         free_threaded,
         binary: PathBuf::from(path),
         symtab: elf.has_symtab(),
@@ -244,6 +289,45 @@ mod tests {
         assert_eq!(minor_from_name("/usr/bin/python"), None);
         assert_eq!(version_from_hex(0x030b07f0), (3, 11, 7));
         assert_eq!(version_from_hex(0x030c01f0), (3, 12, 1));
+    }
+
+    #[test]
+    fn gil_function_names() {
+        for (n, want) in [
+            ("take_gil", Some(true)),
+            ("drop_gil", Some(false)),
+            ("take_gil.constprop.0", Some(true)),
+            ("take_gil.lto_priv.0", Some(true)),
+            ("drop_gil.isra.0.constprop.1", Some(false)),
+            ("take_gil.lto_priv.0.cold", None),
+            ("take_gil.cold", None),
+            ("take_gilx", None),
+            ("_take_gil", None),
+            ("take_gil.constprop.", None),
+        ] {
+            assert_eq!(is_gil_function(n), want, "{n}");
+        }
+    }
+
+    #[test]
+    fn gil_state_words() {
+        let mut p = Python {
+            version: "3.13.5".into(),
+            free_threaded: true,
+            binary: "libpython3.13t.so".into(),
+            symtab: false,
+            layout: layout::layout(13, true),
+            runtime: 0,
+            gils: vec![0x1000],
+            gil_enabled: false,
+            gil_functions: vec![],
+        };
+        // 3.13t as it runs by default: the GIL struct exists, `enabled` is 0
+        assert_eq!(p.gil_state(), "disabled");
+        p.gil_enabled = true; // PYTHON_GIL=1
+        assert_eq!(p.gil_state(), "enabled");
+        p.layout = None;
+        assert_eq!(p.gil_state(), "unknown");
     }
 
     #[test]

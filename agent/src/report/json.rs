@@ -31,9 +31,22 @@ pub struct JsonThread {
     pub wait_ratio: Option<f64>,
     /// holder TID -> seconds of gil_wait ("unknown": the GIL was free or unreadable at the wait's start)
     pub gil_wait_by_holder: BTreeMap<String, f64>,
+    /// GIL hold times, with --gil-probe uprobe only
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gil_hold: Option<JsonHold>,
     /// time the thread existed within the window (the sum of `seconds`)
     pub existed_s: f64,
     pub exited: bool,
+}
+
+/// GIL holds of a thread: how many, how long in total, and quantiles (upper
+/// bounds of log2 buckets).
+#[derive(Serialize, Debug)]
+pub struct JsonHold {
+    pub count: u64,
+    pub total_s: f64,
+    pub p50_s: Option<f64>,
+    pub p99_s: Option<f64>,
 }
 
 #[derive(Serialize, Debug)]
@@ -41,7 +54,8 @@ pub struct JsonPython {
     pub version: String,
     /// enabled / disabled (free-threaded build without the GIL) / unknown (unsupported version)
     pub gil: &'static str,
-    /// futex: GIL waits recognised by futex word at switch-out; none: not measured
+    /// futex: GIL waits recognised by futex word at switch-out; uprobe: also
+    /// hold times from take_gil/drop_gil uprobes; none: not measured
     pub gil_probe: &'static str,
     pub free_threaded: bool,
     /// the file holding _PyRuntime, as the target names it
@@ -96,6 +110,12 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
             .filter(|(_, ns)| **ns > 0)
             .map(|(tid, ns)| (if *tid == 0 { "unknown".to_string() } else { tid.to_string() }, round6(secs(*ns))))
             .collect(),
+        gil_hold: row.gil_hold.map(|h| JsonHold {
+            count: h.count,
+            total_s: round6(secs(h.sum_ns)),
+            p50_s: h.quantile_ns(0.5).map(|n| round6(secs(n))),
+            p99_s: h.quantile_ns(0.99).map(|n| round6(secs(n))),
+        }),
         existed_s: round6(secs(row.existed_ns)),
         exited: row.exited,
     }
@@ -137,7 +157,7 @@ mod tests {
         t.0[State::Running.index()] = 200_000_000;
         t.0[State::GilWait.index()] = 9_500_000_000;
         t.0[State::Runqueue.index()] = 100_000_000;
-        let row = ThreadRow { tid: 1234, name: "MainThread".into(), comm: "python3.11".into(), times: t, existed_ns: t.total(), exited: false, gil_by_holder: Default::default() };
+        let row = ThreadRow { tid: 1234, name: "MainThread".into(), comm: "python3.11".into(), times: t, existed_ns: t.total(), exited: false, gil_by_holder: Default::default(), gil_hold: None };
         let r = ProcessReport::new(1234, "python3.11".into(), None, 10_000_000_000, None, vec![row]);
         let v: serde_json::Value = serde_json::from_str(&render(&r)).unwrap();
         for key in ["pid", "comm", "duration_s", "python", "cgroup", "threads", "verdict"] {

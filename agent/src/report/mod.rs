@@ -21,6 +21,8 @@ pub struct ThreadRow {
     pub exited: bool,
     /// gil_wait per holder TID (0: not known)
     pub gil_by_holder: BTreeMap<u32, u64>,
+    /// GIL hold times (precise GIL probe only)
+    pub gil_hold: Option<crate::model::hist::HoldHist>,
 }
 
 impl ThreadRow {
@@ -34,6 +36,7 @@ impl ThreadRow {
             existed_ns,
             exited: s.exited,
             gil_by_holder: s.gil_by_holder.clone(),
+            gil_hold: s.gil_hold,
         }
     }
 }

@@ -93,7 +93,7 @@ mod tests {
         for (s, ns) in pairs {
             t.0[s.index()] = *ns;
         }
-        ThreadRow { tid, name: name.into(), comm: name.into(), times: t, existed_ns: t.total(), exited: false, gil_by_holder: Default::default() }
+        ThreadRow { tid, name: name.into(), comm: name.into(), times: t, existed_ns: t.total(), exited: false, gil_by_holder: Default::default(), gil_hold: None }
     }
 
     #[test]
