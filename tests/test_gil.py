@@ -6,8 +6,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-import sysconfig  # noqa: F401  (the interpreters' own sysconfig is asked below)
 import time
 from pathlib import Path
 
@@ -103,10 +101,9 @@ def build_holdgil(py):
     return out
 
 
-@pytest.mark.parametrize("minor", [8, 11, 12, 13])
-def test_gil_wait_matches_known_holds(minor):
-    """A C extension holds the GIL for exactly 50 ms, 20 times; the waiter's
-    measured GIL wait, blamed on the holder, equals the total held (5%)."""
+def run_known_holds(minor, *agent_args):
+    """The accuracy workload under `waitmeter run`: returns (pid, seconds the
+    holder really held the GIL, the exposition after the holds)."""
     py = pyenv_python(minor)
     if not py:
         pytest.fail(f"pyenv 3.{minor} not installed here")
@@ -114,7 +111,7 @@ def test_gil_wait_matches_known_holds(minor):
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     with Workload(py, ACCURACY, build, 50, 20, stdin=subprocess.PIPE) as w:
-        agent = subprocess.Popen([str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}"],
+        agent = subprocess.Popen([str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}", *agent_args],
                                  stderr=subprocess.DEVNULL)
         with Guard(agent):
             wait_http(url)  # watching from here on
@@ -122,10 +119,16 @@ def test_gil_wait_matches_known_holds(minor):
             w.proc.stdin.flush()
             line = w.proc.stdout.readline().split()
             assert line[0] == "done", line
-            held_s = int(line[1]) / 1e9
             time.sleep(0.2)  # the last hand-back of the GIL
-            text = wait_http(url)
-    m = re.search(rf'waitmeter_gil_wait_seconds_total{{pid="{w.pid}",thread="waiter",holder="holder"}} (\S+)', text)
+            return w.pid, int(line[1]) / 1e9, wait_http(url)
+
+
+@pytest.mark.parametrize("minor", [8, 11, 12, 13])
+def test_gil_wait_matches_known_holds(minor):
+    """A C extension holds the GIL for exactly 50 ms, 20 times; the waiter's
+    measured GIL wait, blamed on the holder, equals the total held (5%)."""
+    pid, held_s, text = run_known_holds(minor)
+    m = re.search(rf'waitmeter_gil_wait_seconds_total{{pid="{pid}",thread="waiter",holder="holder"}} (\S+)', text)
     assert m, text
     measured = float(m.group(1))
     assert abs(measured - held_s) <= 0.05 * held_s, (measured, held_s)
@@ -136,23 +139,10 @@ def test_uprobe_mode_measures_hold_times(minor):
     """--gil-probe uprobe: the holder's 20 holds of 50 ms land in the
     [33.6 ms, 67.1 ms) bucket of waitmeter_gil_hold_seconds (3.8 also has the
     take_gil.constprop.0 clone)."""
-    py = pyenv_python(minor)
-    if not py:
-        pytest.fail(f"pyenv 3.{minor} not installed here")
-    build = build_holdgil(py)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/metrics"
-    with Workload(py, ACCURACY, build, 50, 20, stdin=subprocess.PIPE) as w:
-        agent = subprocess.Popen([str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}",
-                                  "--gil-probe", "uprobe"], stderr=subprocess.DEVNULL)
-        with Guard(agent):
-            wait_http(url)
-            w.proc.stdin.write("go\n")
-            w.proc.stdin.flush()
-            assert w.proc.stdout.readline().split()[0] == "done"
-            text = wait_http(url)
+    pid, _, text = run_known_holds(minor, "--gil-probe", "uprobe")
+
     def value(name, **want):
-        want.update(pid=str(w.pid), thread="holder")
+        want.update(pid=str(pid), thread="holder")
         for line in text.splitlines():
             m = re.match(r'^(\w+)\{(.*)\} (\S+)$', line)
             if m and m.group(1) == name and dict(re.findall(r'(\w+)="([^"]*)"', m.group(2))) == want:

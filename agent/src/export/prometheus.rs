@@ -146,43 +146,22 @@ impl Exporter {
                 holds.entry(k.clone()).or_default().add(h);
             }
         }
+        let by_id: HashMap<u64, &ProcessInfo> = procs.iter().map(|p| (p.id, p)).collect();
         let mut gil_holds = vec![];
         for (k, h) in &holds {
-            let Some(p) = procs.iter().find(|p| p.id == k.target) else { continue };
-            let mut labels = vec![("pid".to_string(), p.pid.to_string()), ("thread".to_string(), k.thread.clone())];
-            if let Some(tid) = k.tid {
-                labels.push(("tid".to_string(), tid.to_string()));
-            }
-            gil_holds.push((labels, *h));
+            let Some(p) = by_id.get(&k.target) else { continue };
+            gil_holds.push((series_labels(p, k, false, &[]), *h));
         }
         let mut gil_seconds = vec![];
         for ((k, holder), ns) in &gil {
-            let Some(p) = procs.iter().find(|p| p.id == k.target) else { continue };
-            let mut labels = vec![
-                ("pid".to_string(), p.pid.to_string()),
-                ("thread".to_string(), k.thread.clone()),
-                ("holder".to_string(), holder.clone()),
-            ];
-            if let Some(tid) = k.tid {
-                labels.push(("tid".to_string(), tid.to_string()));
-            }
-            gil_seconds.push((labels, secs(*ns)));
+            let Some(p) = by_id.get(&k.target) else { continue };
+            gil_seconds.push((series_labels(p, k, false, &[("holder", holder)]), secs(*ns)));
         }
-        let by_id: HashMap<u64, &ProcessInfo> = procs.iter().map(|p| (p.id, p)).collect();
         let mut thread_seconds = vec![];
         for (k, t) in &series {
             let Some(p) = by_id.get(&k.target) else { continue };
             for st in State::ALL {
-                let mut labels = vec![
-                    ("pid".to_string(), p.pid.to_string()),
-                    ("comm".to_string(), p.comm.clone()),
-                    ("thread".to_string(), k.thread.clone()),
-                    ("state".to_string(), st.name().to_string()),
-                ];
-                if let Some(tid) = k.tid {
-                    labels.push(("tid".to_string(), tid.to_string()));
-                }
-                thread_seconds.push((labels, secs(t.get(st))));
+                thread_seconds.push((series_labels(p, k, true, &[("state", st.name())]), secs(t.get(st))));
             }
         }
         let live_threads: usize = snap.live.values().map(Vec::len).sum();
@@ -214,6 +193,20 @@ impl Exporter {
         prometheus_client::encoding::text::encode(&mut out, &registry).expect("encoding to a String cannot fail");
         out
     }
+}
+
+/// `pid`, `comm` (if asked), `thread`, then `extra`, then `tid` when TID labels are on.
+fn series_labels(p: &ProcessInfo, k: &SeriesKey, comm: bool, extra: &[(&str, &str)]) -> Labels {
+    let mut labels = vec![("pid".to_string(), p.pid.to_string())];
+    if comm {
+        labels.push(("comm".to_string(), p.comm.clone()));
+    }
+    labels.push(("thread".to_string(), k.thread.clone()));
+    labels.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
+    if let Some(tid) = k.tid {
+        labels.push(("tid".to_string(), tid.to_string()));
+    }
+    labels
 }
 
 /// The classic Prometheus text format (0.0.4) from the OpenMetrics text the
@@ -276,20 +269,28 @@ fn unit_of(m: &Metric) -> Option<Unit> {
     }
 }
 
+fn counters(enc: &mut DescriptorEncoder, m: &Metric, series: &[(Labels, f64)]) -> Result<(), std::fmt::Error> {
+    let u = unit_of(m);
+    let mut me = descriptor(enc, m, &u)?;
+    for (labels, v) in series {
+        ConstCounter::new(*v).encode(me.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauges(enc: &mut DescriptorEncoder, m: &Metric, series: &[(Labels, i64)]) -> Result<(), std::fmt::Error> {
+    let u = unit_of(m);
+    let mut me = descriptor(enc, m, &u)?;
+    for (labels, v) in series {
+        ConstGauge::new(*v).encode(me.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
 impl Collector for Exposition {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let m = &catalogue::THREAD_SECONDS;
-        let u = unit_of(m);
-        let mut me = descriptor(&mut enc, m, &u)?;
-        for (labels, v) in &self.thread_seconds {
-            ConstCounter::new(*v).encode(me.encode_family(labels)?)?;
-        }
-        let m = &catalogue::GIL_WAIT_SECONDS;
-        let u = unit_of(m);
-        let mut me = descriptor(&mut enc, m, &u)?;
-        for (labels, v) in &self.gil_seconds {
-            ConstCounter::new(*v).encode(me.encode_family(labels)?)?;
-        }
+        counters(&mut enc, &catalogue::THREAD_SECONDS, &self.thread_seconds)?;
+        counters(&mut enc, &catalogue::GIL_WAIT_SECONDS, &self.gil_seconds)?;
         let m = &catalogue::GIL_HOLD_SECONDS;
         let u = unit_of(m);
         let mut me = descriptor(&mut enc, m, &u)?;
@@ -305,24 +306,10 @@ impl Collector for Exposition {
             let u = unit_of(m);
             ConstGauge::new(v).encode(descriptor(&mut enc, m, &u)?)?;
         }
-        let m = &catalogue::EVENTS_LOST;
-        let u = unit_of(m);
-        let mut me = descriptor(&mut enc, m, &u)?;
-        for (labels, v) in &self.lost {
-            ConstCounter::new(*v).encode(me.encode_family(labels)?)?;
-        }
-        let m = &catalogue::PROBE_ATTACHED;
-        let u = unit_of(m);
-        let mut me = descriptor(&mut enc, m, &u)?;
-        for (labels, v) in &self.attached {
-            ConstGauge::new(*v).encode(me.encode_family(labels)?)?;
-        }
-        let m = &catalogue::BUILD_INFO;
-        let u = unit_of(m);
-        let mut me = descriptor(&mut enc, m, &u)?;
-        let labels = vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())];
-        ConstGauge::new(1i64).encode(me.encode_family(&labels)?)?;
-        Ok(())
+        counters(&mut enc, &catalogue::EVENTS_LOST, &self.lost)?;
+        gauges(&mut enc, &catalogue::PROBE_ATTACHED, &self.attached)?;
+        let version = vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())];
+        gauges(&mut enc, &catalogue::BUILD_INFO, &[(version, 1)])
     }
 }
 

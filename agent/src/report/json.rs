@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{ProcessReport, ThreadRow};
+use super::{ProcessReport, PythonInfo, ThreadRow};
 use crate::model::partition::secs;
 use crate::model::state::State;
 
@@ -50,27 +50,12 @@ pub struct JsonHold {
 }
 
 #[derive(Serialize, Debug)]
-pub struct JsonPython {
-    pub version: String,
-    /// enabled / disabled (free-threaded build without the GIL) / unknown (unsupported version)
-    pub gil: &'static str,
-    /// futex: GIL waits recognised by futex word at switch-out; uprobe: also
-    /// hold times from take_gil/drop_gil uprobes; none: not measured
-    pub gil_probe: &'static str,
-    pub free_threaded: bool,
-    /// the file holding _PyRuntime, as the target names it
-    pub binary: String,
-    /// that file has a symbol table (.symtab)
-    pub symbols: bool,
-}
-
-#[derive(Serialize, Debug)]
 pub struct JsonReport {
     pub pid: u32,
     pub comm: String,
     pub duration_s: f64,
     /// Python interpreter facts; null for a non-Python process
-    pub python: Option<JsonPython>,
+    pub python: Option<PythonInfo>,
     /// cgroup CPU quota and throttling; null until measured
     pub cgroup: Option<serde_json::Value>,
     pub threads: Vec<JsonThread>,
@@ -126,14 +111,7 @@ pub fn report(r: &ProcessReport) -> JsonReport {
         pid: r.pid,
         comm: r.comm.clone(),
         duration_s: round6(secs(r.duration_ns)),
-        python: r.python.as_ref().map(|p| JsonPython {
-            version: p.version.clone(),
-            gil: p.gil,
-            gil_probe: p.gil_probe,
-            free_threaded: p.free_threaded,
-            binary: p.binary.clone(),
-            symbols: p.symbols,
-        }),
+        python: r.python.clone(),
         cgroup: None,
         threads: r.threads.iter().map(thread).collect(),
         verdict: r.verdict.clone(),

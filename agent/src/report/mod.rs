@@ -41,16 +41,19 @@ impl ThreadRow {
     }
 }
 
-/// The interpreter of a Python target, as reported.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The interpreter of a Python target, as reported (the JSON `python` block).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct PythonInfo {
     pub version: String,
-    /// enabled / disabled / unknown
+    /// enabled / disabled (free-threaded build without the GIL) / unknown (unsupported version)
     pub gil: &'static str,
-    /// how GIL waits are measured: futex (default), none
+    /// futex: GIL waits recognised by futex word at switch-out; uprobe: also
+    /// hold times from take_gil/drop_gil uprobes; none: not measured
     pub gil_probe: &'static str,
     pub free_threaded: bool,
+    /// the file holding _PyRuntime, as the target names it
     pub binary: String,
+    /// that file has a symbol table (.symtab)
     pub symbols: bool,
 }
 
