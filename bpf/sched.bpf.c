@@ -35,6 +35,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* x86-64 syscall numbers */
 #define WM_NR_FUTEX 202
 #define WM_NR_FUTEX_WAIT 455
+#define WM_NR_FUTEX_WAKE 454
+#define WM_NR_FUTEX_REQUEUE 456
 
 #define wm_barrier() asm volatile("" ::: "memory")
 
@@ -46,6 +48,10 @@ struct wm_task_ids _wm_task_ids = {};
 struct wm_gil_key _wm_gil_key = {};
 struct wm_gil _wm_gil = {};
 struct wm_blame_key _wm_blame_key = {};
+struct wm_futex_key _wm_futex_key = {};
+struct wm_preempt_key _wm_preempt_key = {};
+struct wm_preempt _wm_preempt = {};
+struct wm_throttle _wm_throttle = {};
 enum wm_state _wm_state = WM_STATE_RUNNING;
 enum wm_stat _wm_stat = WM_STAT_THREAD_MAP_FULL;
 enum wm_limits _wm_limits = WM_MAX_SYSCALLS;
@@ -99,6 +105,27 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, WM_EXIT_RINGBUF_BYTES);
 } exits SEC(".maps");
+
+/* (waiter, waker, futex) -> ns of futex wait; closed intervals only */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WM_DEFAULT_MAX_FUTEX_BLAME);
+	__type(key, struct wm_futex_key);
+	__type(value, __u64);
+} futex_blame SEC(".maps");
+
+/* (waiter, task that had the CPU) -> ns of run-queue wait */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WM_DEFAULT_MAX_PREEMPT_BLAME);
+	__type(key, struct wm_preempt_key);
+	__type(value, struct wm_preempt);
+} preempt_blame SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, WM_THROTTLE_RINGBUF_BYTES);
+} throttles SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -186,33 +213,88 @@ static __always_inline __u64 gil_holder(const struct wm_gil *g)
 	return id;
 }
 
-/* Charge the GIL wait that ends now to the thread that held the GIL. */
-static __always_inline void charge_gil_wait(struct wm_thread *t, __u32 tid, __u64 now)
+/* *map[key] += delta, creating the entry; counts `full` when there is no room. */
+static __always_inline void add_ns(void *map, void *key, __u64 delta, enum wm_stat full)
 {
-	struct wm_blame_key key = { .tid = tid, .holder = t->gil_holder };
-	__u64 delta = now > t->since ? now - t->since : 0;
-	__u64 *ns;
+	__u64 *ns = bpf_map_lookup_elem(map, key);
 
-	ns = bpf_map_lookup_elem(&gil_blame, &key);
 	if (ns) {
 		__sync_fetch_and_add(ns, delta);
 		return;
 	}
-	if (bpf_map_update_elem(&gil_blame, &key, &delta, BPF_NOEXIST)) {
-		ns = bpf_map_lookup_elem(&gil_blame, &key);
+	if (bpf_map_update_elem(map, key, &delta, BPF_NOEXIST)) {
+		ns = bpf_map_lookup_elem(map, key);
 		if (ns)
 			__sync_fetch_and_add(ns, delta);
 		else
-			count_loss(WM_STAT_BLAME_MAP_FULL);
+			count_loss(full);
 	}
 }
 
-/* Leave the current state for `to`, charging a GIL wait to its holder. */
+/* Report a throttled stretch that ends now. */
+static __always_inline void emit_throttle(struct wm_thread *t, __u32 tid, __u64 now)
+{
+	struct wm_throttle *e = bpf_ringbuf_reserve(&throttles, sizeof(*e), 0);
+
+	if (!e) {
+		count_loss(WM_STAT_THROTTLE_RINGBUF_FULL);
+		return;
+	}
+	e->tid = tid;
+	e->tgid = t->tgid;
+	e->start = t->since;
+	e->end = now;
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* Charge the GIL wait that ends now to the thread that held the GIL. */
+static __always_inline void charge_gil_wait(struct wm_thread *t, __u32 tid, __u64 now)
+{
+	struct wm_blame_key key = { .tid = tid, .holder = t->gil_holder };
+
+	add_ns(&gil_blame, &key, now > t->since ? now - t->since : 0, WM_STAT_BLAME_MAP_FULL);
+}
+
+/*
+ * Leave the current state for `to`, charging the wait that ends to whoever
+ * caused it: a GIL wait to the holder, a futex wait to its waker and address;
+ * a throttled stretch is reported.
+ */
 static __always_inline void leave(struct wm_thread *t, __u32 tid, __u32 to, __u64 now)
 {
-	if (t->state == WM_STATE_GIL_WAIT)
+	if (t->state == WM_STATE_GIL_WAIT) {
 		charge_gil_wait(t, tid, now);
+	} else if (t->state == WM_STATE_FUTEX_WAIT && t->futex_addr) {
+		struct wm_futex_key key = { .tid = tid, .waker = t->waker, .addr = t->futex_addr };
+
+		add_ns(&futex_blame, &key, now > t->since ? now - t->since : 0, WM_STAT_FUTEX_MAP_FULL);
+	} else if (t->state == WM_STATE_THROTTLED && to != WM_STATE_THROTTLED) {
+		emit_throttle(t, tid, now);
+	}
 	transition(t, to, now);
+}
+
+/* Charge a run-queue wait that ends now to the task that had the CPU. */
+static __always_inline void charge_runqueue(struct wm_thread *t, __u32 tid, struct task_struct *prev, __u64 now)
+{
+	struct wm_preempt_key key = { .tid = tid, .by_tid = prev->pid, .by_tgid = prev->tgid };
+	__u64 delta = now > t->since ? now - t->since : 0;
+	struct wm_preempt *v = bpf_map_lookup_elem(&preempt_blame, &key);
+
+	if (!v) {
+		struct wm_preempt fresh = {};
+
+		BPF_CORE_READ_STR_INTO(&fresh.comm, prev, group_leader, comm);
+		if (bpf_map_update_elem(&preempt_blame, &key, &fresh, BPF_NOEXIST) &&
+		    !bpf_map_lookup_elem(&preempt_blame, &key)) {
+			count_loss(WM_STAT_PREEMPT_MAP_FULL);
+			return;
+		}
+		v = bpf_map_lookup_elem(&preempt_blame, &key);
+		if (!v)
+			return;
+	}
+	__sync_fetch_and_add(&v->ns, delta);
 }
 
 static __always_inline struct wm_thread *
@@ -280,7 +362,7 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 	tid = prev->pid;
 	task_state = get_task_state(prev);
 	if (preempt || task_state == WM_TASK_RUNNING)
-		to = WM_STATE_RUNQUEUE;
+		to = task_throttled(prev) ? WM_STATE_THROTTLED : WM_STATE_RUNQUEUE;
 	else
 		to = blocked_state(task_state, &syscall, &futex_word);
 	if (to == WM_STATE_FUTEX_WAIT && futex_word) {
@@ -299,6 +381,7 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 		if (t) {
 			t->syscall = syscall;
 			t->gil_holder = holder;
+			t->futex_addr = futex_word;
 		}
 		return;
 	}
@@ -306,9 +389,11 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 	t->nr_switches++;
 	leave(t, tid, to, now);
 	t->gil_holder = holder;
+	t->futex_addr = futex_word;
+	t->waker = 0;
 }
 
-static __always_inline void switch_in(struct task_struct *next, __u64 now)
+static __always_inline void switch_in(struct task_struct *next, struct task_struct *prev, __u64 now)
 {
 	__u32 tgid = next->tgid;
 	__u32 tid;
@@ -320,6 +405,8 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now)
 		new_thread(next, tid, tgid, WM_STATE_RUNNING, now);
 		return;
 	}
+	if (t->state == WM_STATE_RUNQUEUE)
+		charge_runqueue(t, tid, prev, now);
 	leave(t, tid, WM_STATE_RUNNING, now);
 }
 
@@ -336,7 +423,39 @@ static __always_inline int on_switch(bool preempt, struct task_struct *prev,
 	if (out)
 		switch_out(preempt, prev, now);
 	if (in)
-		switch_in(next, now);
+		switch_in(next, prev, now);
+	return 0;
+}
+
+/*
+ * Who wakes a thread blocked on a futex: at sched_waking the waker is
+ * `current`. It counts as the waker only while it is inside a futex(2) call
+ * (FUTEX_WAKE and friends), or exiting (the kernel's futex wake of the
+ * thread's clear_child_tid word, which pthread_join waits on); a wakeup from
+ * a timer or a signal leaves 0 ("timeout").
+ */
+static __always_inline int on_waking(struct task_struct *p)
+{
+	struct task_struct *cur;
+	struct pt_regs *regs;
+	struct wm_thread *t;
+	__u32 tid;
+	long nr;
+
+	if (!is_watched(p->tgid))
+		return 0;
+	tid = p->pid;
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (!t || t->state != WM_STATE_FUTEX_WAIT)
+		return 0;
+	cur = bpf_get_current_task_btf();
+	regs = (struct pt_regs *)bpf_task_pt_regs(cur);
+	nr = regs->orig_ax;
+	if ((nr == WM_NR_FUTEX || nr == WM_NR_FUTEX_WAKE || nr == WM_NR_FUTEX_REQUEUE) && (long)regs->ax == -WM_ENOSYS)
+		t->waker = cur->pid;
+	/* an exiting thread wakes its joiner through CLONE_CHILD_CLEARTID */
+	else if ((cur->flags & WM_PF_EXITING) && cur->tgid == p->tgid)
+		t->waker = cur->pid;
 	return 0;
 }
 
@@ -431,6 +550,12 @@ SEC("tp_btf/sched_wakeup")
 int BPF_PROG(sched_wakeup_btf, struct task_struct *p)
 {
 	return on_wakeup(p, false);
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(sched_waking_btf, struct task_struct *p)
+{
+	return on_waking(p);
 }
 
 SEC("tp_btf/sched_wakeup_new")

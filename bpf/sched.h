@@ -38,6 +38,10 @@ enum wm_limits {
 	/* GIL futex words (3 per GIL) and (waiter, holder) blame pairs */
 	WM_DEFAULT_MAX_GIL_WORDS = 1024,
 	WM_DEFAULT_MAX_BLAME = 16384,
+	/* (waiter, waker, futex) and (waiter, preemptor) pairs */
+	WM_DEFAULT_MAX_FUTEX_BLAME = 16384,
+	WM_DEFAULT_MAX_PREEMPT_BLAME = 16384,
+	WM_THROTTLE_RINGBUF_BYTES = 262144,
 };
 
 /* Index of the per-CPU `stats` array: every loss is counted here and
@@ -46,7 +50,10 @@ enum wm_stat {
 	WM_STAT_THREAD_MAP_FULL = 0, /* an event of a watched thread found no room in `threads` */
 	WM_STAT_EXIT_RINGBUF_FULL = 1, /* a thread's final record did not fit in `exits` */
 	WM_STAT_BLAME_MAP_FULL = 2, /* a GIL wait could not be charged to its holder */
-	WM_NR_STATS = 3,
+	WM_STAT_FUTEX_MAP_FULL = 3, /* a futex wait could not be charged to its waker */
+	WM_STAT_PREEMPT_MAP_FULL = 4, /* a run-queue wait could not be charged to its preemptor */
+	WM_STAT_THROTTLE_RINGBUF_FULL = 5, /* a throttled stretch was not reported */
+	WM_NR_STATS = 6,
 };
 
 /* Per watched thread, keyed by host TID in the `threads` map.
@@ -64,6 +71,9 @@ struct wm_thread {
 	__u32 ns_tgid;    /* TGID in the agent's PID namespace */
 	__u64 nr_switches; /* times it left the CPU */
 	__u64 gil_holder;  /* in gil_wait: who held the GIL at switch-out (as the process' thread states name it), 0 unknown */
+	__u64 futex_addr;  /* in futex_wait: the futex word */
+	__u32 waker;       /* in futex_wait: host TID of the thread whose FUTEX_WAKE woke it; 0 none yet / timeout */
+	__u32 _pad2;
 };
 
 /* A thread's final record, sent on the `exits` ring buffer at its exit;
@@ -100,6 +110,34 @@ struct wm_gil {
 	__u32 off_last_holder; /* PyThreadState *last_holder */
 	__u32 off_holder_id;   /* in PyThreadState: native_thread_id or thread_id */
 	__u32 _pad;
+};
+
+/* Futex wait of a thread charged to its waker and address: `futex_blame`, value ns. */
+struct wm_futex_key {
+	__u32 tid;        /* waiter, host TID */
+	__u32 waker;      /* host TID; 0 = not woken by a futex wake (timeout, signal) */
+	__u64 addr;       /* the futex word */
+};
+
+/* Run-queue wait of a thread charged to the task that ran on its CPU before it. */
+struct wm_preempt_key {
+	__u32 tid;        /* waiter, host TID */
+	__u32 by_tid;     /* host TID of the task that had the CPU; 0 = idle */
+	__u32 by_tgid;
+	__u32 _pad;
+};
+
+struct wm_preempt {
+	__u64 ns;
+	char comm[WM_COMM_LEN]; /* of the process (group leader) that had the CPU */
+};
+
+/* A stretch of time a thread spent throttled, on the `throttles` ring buffer. */
+struct wm_throttle {
+	__u32 tid;        /* host TID */
+	__u32 tgid;       /* host TGID */
+	__u64 start;      /* CLOCK_MONOTONIC ns */
+	__u64 end;
 };
 
 /* GIL wait of a thread charged to the holder: `gil_blame` map, value ns. */

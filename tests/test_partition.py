@@ -104,8 +104,10 @@ def test_process_that_exits_mid_attach_gets_a_partial_report(workload_bin):
         report, cp = attach(w.pid, 5.0, check=False)
         took = time.monotonic() - t0
     assert cp.returncode == 2, cp.stderr
-    assert f"process {w.pid} exited" in cp.stderr and "the report covers the time it ran" in cp.stderr
-    assert len(cp.stderr.strip().splitlines()) == 1, cp.stderr
+    lines = cp.stderr.strip().splitlines()
+    assert lines[0].startswith(f"waitmeter: watching PID {w.pid}"), cp.stderr
+    assert len(lines) == 2, cp.stderr  # then one line: why it ended early
+    assert f"process {w.pid} exited" in lines[1] and "the report covers the time it ran" in lines[1]
     assert took < 4.0  # it did not wait out the window
     assert report["exited"] is True
     assert 1.0 <= report["exited_after_s"] <= 1.8, report

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
+use crate::model::blame::{FutexWait, Preemptor};
 use crate::model::labels::sanitize;
 use crate::model::partition::ThreadSample;
 use crate::model::state::initial_state;
@@ -45,6 +46,11 @@ pub struct Target {
     /// Python thread names by TID, and when they were read
     names: std::collections::HashMap<u32, String>,
     names_at: u64,
+    /// its CPU cgroup, and the cgroup's counters when the target was attached
+    pub cgroup: Option<crate::cgroup::Cgroup>,
+    pub cgroup_start: Option<crate::cgroup::CpuStat>,
+    /// throttled stretches (TID, stretch), the most recent THROTTLE_KEEP
+    pub throttles: std::collections::VecDeque<(u32, crate::model::throttle::Stretch)>,
     /// FS base (pthread_t) -> TID of every thread seen, exited ones included:
     /// names GIL holders of 3.8–3.10 after they are gone
     fsbase_tids: std::collections::HashMap<u64, u32>,
@@ -72,6 +78,9 @@ pub struct Session {
     /// precise GIL probes, by target id
     gil_probes: std::collections::HashMap<u64, GilProbe>,
 }
+
+/// Throttled stretches kept per target (for the signature).
+const THROTTLE_KEEP: usize = 4096;
 
 /// How often Python thread names are re-read.
 const NAMES_EVERY_NS: u64 = 1_000_000_000;
@@ -218,6 +227,7 @@ impl Session {
         log::debug!("watching PID {pid} (host PID {host_pid}, {} threads)", ids.1.len());
         let id = self.next_id;
         self.next_id += 1;
+        let cgroup = crate::cgroup::of_process(pid);
         if let Some(p) = py.as_ref().filter(|p| self.gil_uprobes && !p.gils.is_empty()) {
             if p.gil_functions.is_empty() {
                 log::warn!(
@@ -250,6 +260,9 @@ impl Session {
                 names: Default::default(),
                 names_at: 0,
                 fsbase_tids: Default::default(),
+                cgroup_start: cgroup.as_ref().and_then(|c| c.stat()),
+                cgroup,
+                throttles: Default::default(),
             },
         );
         Ok(())
@@ -314,12 +327,14 @@ impl Session {
     /// Call often enough that the exit ring buffer does not fill.
     pub fn exits(&mut self) -> BTreeMap<u64, Vec<ThreadSample>> {
         let exits = self.probe.drain_exits();
+        self.collect_throttles();
         let mut out: BTreeMap<u64, Vec<ThreadSample>> = BTreeMap::new();
         if exits.is_empty() {
             return out;
         }
         let blame = self.blame_by_thread();
         let holds = self.gil_holds();
+        let waits = self.waits_by_thread();
         let mut resolver = HolderResolver::default();
         let mut gone = vec![];
         for (host_pid, fsbase, s) in &exits {
@@ -333,11 +348,61 @@ impl Session {
                 s.py_name = t.names.get(&s.tid).cloned();
                 s.gil_by_holder = resolver.resolve(self, t, blame.get(&s.host_tid).map(Vec::as_slice).unwrap_or(&[]), None);
                 s.gil_hold = holds.get(&s.host_tid).copied();
+                self.attach_waits(t, &mut s, &waits, &mut resolver);
                 out.entry(t.id).or_default().push(s);
             }
         }
         self.probe.forget_blame(&gone);
         out
+    }
+
+    /// Throttled stretches reported by the probe, kept with their target.
+    fn collect_throttles(&mut self) {
+        let mut resolver = HolderResolver::default();
+        for (host_tid, host_tgid, start, end) in self.probe.drain_throttles() {
+            let Some(id) = self.by_host_pid(host_tgid).map(|t| t.id) else { continue };
+            let tid = resolver.ns_tid(self, host_tid);
+            let t = self.targets.get_mut(&id).expect("found");
+            t.throttles.push_back((tid, crate::model::throttle::Stretch { start, end }));
+            while t.throttles.len() > THROTTLE_KEEP {
+                t.throttles.pop_front();
+            }
+        }
+    }
+
+    /// Futex and run-queue blame records, by waiter host TID.
+    fn waits_by_thread(&self) -> Waits {
+        let mut w = Waits::default();
+        for r in self.probe.futex_blame() {
+            w.futex.entry(r.0).or_default().push(r);
+        }
+        for r in self.probe.preempt_blame() {
+            w.preempt.entry(r.0).or_default().push(r);
+        }
+        w
+    }
+
+    /// Fill a sample's futex waits (by word and waker) and run-queue waits (by
+    /// what had the CPU), with IDs of the agent's namespace.
+    fn attach_waits(&self, t: &Target, s: &mut ThreadSample, waits: &Waits, r: &mut HolderResolver) {
+        if let Some(recs) = waits.futex.get(&s.host_tid) {
+            s.futex = recs
+                .iter()
+                .map(|(_, waker, addr, ns)| FutexWait { addr: *addr, waker: if *waker == 0 { 0 } else { r.ns_tid(self, *waker) }, ns: *ns })
+                .collect();
+        }
+        if let Some(recs) = waits.preempt.get(&s.host_tid) {
+            for (_, by_tid, by_tgid, comm, ns) in recs {
+                let who = if *by_tid == 0 {
+                    Preemptor::Idle
+                } else if *by_tgid == t.host_pid {
+                    Preemptor::Thread(r.ns_tid(self, *by_tid))
+                } else {
+                    Preemptor::Process { pid: r.ns_tid(self, *by_tgid), comm: sanitize(comm) }
+                };
+                *s.runqueue_by.entry(who).or_insert(0) += ns;
+            }
+        }
     }
 
     /// GIL hold histograms of every precise GIL probe, by host TID.
@@ -412,6 +477,7 @@ impl Session {
         let watched: std::collections::HashSet<u32> = self.probe.watched().into_iter().collect();
         let blame = self.blame_by_thread();
         let holds = self.gil_holds();
+        let waits = self.waits_by_thread();
         let mut resolver = HolderResolver::default();
         for lt in self.probe.live_threads() {
             let mut s = lt.sample;
@@ -425,6 +491,7 @@ impl Session {
                         s.gil_by_holder = resolver.resolve(self, t, closed, open);
                         s.gil_hold = holds.get(&s.host_tid).copied();
                     }
+                    self.attach_waits(t, &mut s, &waits, &mut resolver);
                     out.entry(t.id).or_default().push(s);
                 }
                 Some(_) | None if !watched.contains(&lt.host_tgid) => {
@@ -447,8 +514,17 @@ impl Session {
 
 /// Turns the holder ids the probe records into TIDs of the agent's namespace,
 /// building each mapping once per sample and only when needed.
+/// Futex and run-queue blame records of one sample, by waiter host TID.
+#[derive(Default)]
+struct Waits {
+    futex: HashMap<u32, Vec<crate::probes::sched::FutexRecord>>,
+    preempt: HashMap<u32, Vec<crate::probes::sched::PreemptRecord>>,
+}
+
 #[derive(Default)]
 struct HolderResolver {
+    /// host TID -> TID in the agent's namespace (read once per sample, when needed)
+    host_ns: Option<HashMap<u32, u32>>,
     /// FS base -> TID, per target (CPython 3.8–3.10: pthread_t)
     fsbase: std::collections::HashMap<u64, std::collections::HashMap<u64, u32>>,
     /// TID in the target's own namespace -> TID in ours, per target
@@ -456,6 +532,18 @@ struct HolderResolver {
 }
 
 impl HolderResolver {
+    /// A host TID (or TGID) as the agent's namespace names it; the host's
+    /// when the task is not visible there (or already gone).
+    fn ns_tid(&mut self, session: &Session, host: u32) -> u32 {
+        if !session.translate {
+            return host;
+        }
+        let map = self.host_ns.get_or_insert_with(|| {
+            session.probe.task_ids().unwrap_or_default().into_iter().map(|x| (x.tid, x.ns_tid)).collect()
+        });
+        map.get(&host).copied().unwrap_or(host)
+    }
+
     fn holder_tid(&mut self, session: &Session, t: &Target, id: u64) -> u32 {
         if id == 0 {
             return 0;

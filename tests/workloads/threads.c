@@ -10,6 +10,7 @@
 //   --mutex               a holder that sleeps holding a mutex, and
 //                         a waiter blocked in pthread_mutex_lock    -> futex_wait
 //   --pinned-pair CPU     two spinning threads pinned to CPU        -> runqueue ~50%
+//   --pinned-busy CPU     one spinning thread pinned to CPU (two such processes share it)
 //   --short-lived MS      a spinning thread that exits MS ms after "ready"
 //   --exit-after MS       the whole process exits MS ms after "ready"
 #define _GNU_SOURCE
@@ -176,6 +177,10 @@ int main(int argc, char **argv)
 			start(role("spin-b", -1, atoi(v), spin));
 			expect += 2;
 			i++;
+		} else if (!strcmp(a, "--pinned-busy") && v) {
+			start(role("spin", -1, atoi(v), spin));
+			expect++;
+			i++;
 		} else if (!strcmp(a, "--short-lived") && v) {
 			short_lived_ms = atol(v);
 			start(role("short", -1, -1, short_lived));
@@ -186,7 +191,7 @@ int main(int argc, char **argv)
 			i++;
 		} else {
 			fprintf(stderr, "usage: %s [--busy N] [--sleep N] [--pipe N] [--mutex] "
-					"[--pinned-pair CPU] [--short-lived MS] [--exit-after MS]\n", argv[0]);
+					"[--pinned-pair CPU] [--pinned-busy CPU] [--short-lived MS] [--exit-after MS]\n", argv[0]);
 			return 2;
 		}
 	}

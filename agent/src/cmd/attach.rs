@@ -9,7 +9,8 @@ use super::{install_stop_handler, session_options, stop_requested};
 use crate::cli::{AttachArgs, Output};
 use crate::model::partition::{secs, window, ThreadSample};
 use crate::probes::sched::monotonic_ns;
-use crate::report::{json, text, ProcessReport, PythonInfo, ThreadRow};
+use crate::model::throttle::{self, Stretch};
+use crate::report::{json, text, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling};
 use crate::session::Session;
 use crate::usage;
 
@@ -19,6 +20,8 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
     session.attach(args.pid)?;
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
     let t0 = target.attached_ns;
+    // one line when measuring starts (scripts can wait for it)
+    eprintln!("waitmeter: watching PID {} ({}) for {} s", target.pid, target.comm, args.duration);
     let python = target.python.as_ref().map(|p| PythonInfo {
         version: p.version.clone(),
         gil: p.gil_state(),
@@ -91,7 +94,35 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
     }
 
     let rows: Vec<ThreadRow> = live.iter().chain(exited.iter()).map(|s| ThreadRow::from_sample(s, s.times, s.existed_ns())).collect();
+    let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
     let report = ProcessReport::new(target.pid, target.comm.clone(), python, end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows);
+    let report = match &target.cgroup {
+        Some(cg) => {
+            let quota = cg.quota();
+            let delta = match (cg.stat(), target.cgroup_start) {
+                (Some(now), Some(start)) => now.since(&start),
+                _ => Default::default(),
+            };
+            let period_ns = quota.map(|q| q.period_us * 1000).unwrap_or(100_000_000);
+            let stretches: Vec<Stretch> = target.throttles.iter().filter(|(_, s)| s.end >= t0).map(|(_, s)| *s).collect();
+            let throttling = Throttling {
+                stretches: stretches.len(),
+                concentration: throttle::phase_concentration(&stretches, period_ns),
+                signature: throttle::signature(&stretches, period_ns),
+                period_s: period_ns as f64 / 1e9,
+            };
+            let cgroup = CgroupReport {
+                path: cg.path.clone(),
+                quota_cores: quota.and_then(|q| q.cores()),
+                period_s: quota.map(|q| q.period_us as f64 / 1e6),
+                throttled_s: delta.throttled_ns as f64 / 1e9,
+                nr_throttled: delta.nr_throttled,
+                nr_periods: delta.nr_periods,
+            };
+            report.with_cgroup(Some(cgroup), Some(throttling))
+        }
+        None => report,
+    };
     match args.output {
         Output::Json => println!("{}", json::render(&report)),
         Output::Text => print!("{}", text::report(&report, color)),

@@ -7,7 +7,7 @@ use anyhow::Result;
 use super::{install_stop_handler, session_options, stop_requested};
 use crate::cli::RunArgs;
 use crate::export::http;
-use crate::export::prometheus::{AgentStatus, Exporter, ProcessInfo, EXITED_RETENTION_NS};
+use crate::export::prometheus::{AgentStatus, CgroupInfo, Exporter, ProcessInfo, EXITED_RETENTION_NS};
 use crate::probes::sched::{monotonic_ns, VARIANT};
 use crate::session::Session;
 
@@ -52,7 +52,17 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 let mut lost = session.probe().lost();
                 lost.push(("gil", "holds_map_full", session.gil_holds_lost()));
                 let status = AgentStatus { attached: attached.clone(), expected: SCHED_HOOKS.to_vec(), variant, lost };
-                let _ = scrape.reply.send(exporter.render(&procs, &snap, &status));
+                let mut cgroups: Vec<CgroupInfo> = vec![];
+                for t in session.targets().filter(|t| t.exited_ns.is_none()) {
+                    let Some(cg) = &t.cgroup else { continue };
+                    if cgroups.iter().any(|c| c.path == cg.path) {
+                        continue;
+                    }
+                    if let Some(stat) = cg.stat() {
+                        cgroups.push(CgroupInfo { path: cg.path.clone(), stat, quota_cores: cg.quota().and_then(|q| q.cores()) });
+                    }
+                }
+                let _ = scrape.reply.send(exporter.render(&procs, &cgroups, &snap, &status));
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,

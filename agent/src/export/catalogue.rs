@@ -58,6 +58,46 @@ pub const GIL_HOLD_SECONDS: Metric = Metric {
     help: "How long Python threads held the GIL each time (log2 buckets from 1 µs). Only with --gil-probe uprobe on interpreters with symbols.",
 };
 
+pub const FUTEX_WAIT_SECONDS: Metric = Metric {
+    base: "waitmeter_futex_wait",
+    kind: Kind::Counter,
+    unit: Some("seconds"),
+    labels: &["pid", "thread", "waker"],
+    help: "Time threads spent blocked on futexes (locks, conditions, semaphores; not the GIL), by the thread whose wake-up ended the wait (waker=\"timeout\": a timeout or signal ended it). Labels bounded like waitmeter_thread_seconds_total.",
+};
+
+pub const CGROUP_THROTTLED_SECONDS: Metric = Metric {
+    base: "waitmeter_cgroup_throttled",
+    kind: Kind::Counter,
+    unit: Some("seconds"),
+    labels: &["cgroup"],
+    help: "Time the cgroup of a watched process was throttled by its CFS CPU quota (cpu.stat throttled_time / throttled_usec).",
+};
+
+pub const CGROUP_THROTTLED_PERIODS: Metric = Metric {
+    base: "waitmeter_cgroup_throttled_periods",
+    kind: Kind::Counter,
+    unit: None,
+    labels: &["cgroup"],
+    help: "CFS periods in which the cgroup was throttled (cpu.stat nr_throttled).",
+};
+
+pub const CGROUP_PERIODS: Metric = Metric {
+    base: "waitmeter_cgroup_periods",
+    kind: Kind::Counter,
+    unit: None,
+    labels: &["cgroup"],
+    help: "CFS periods in which the cgroup had runnable tasks (cpu.stat nr_periods).",
+};
+
+pub const CGROUP_QUOTA_CORES: Metric = Metric {
+    base: "waitmeter_cgroup_cpu_quota_cores",
+    kind: Kind::Gauge,
+    unit: None,
+    labels: &["cgroup"],
+    help: "The cgroup's CFS CPU quota in cores (quota / period); absent when unlimited.",
+};
+
 pub const WATCHED_PROCESSES: Metric = Metric {
     base: "waitmeter_watched_processes",
     kind: Kind::Gauge,
@@ -100,7 +140,15 @@ pub const BUILD_INFO: Metric = Metric {
     help: "waitmeter build information; always 1.",
 };
 
-pub const ALL: &[&Metric] = &[&THREAD_SECONDS, &GIL_WAIT_SECONDS, &GIL_HOLD_SECONDS, &WATCHED_PROCESSES, &WATCHED_THREADS, &EVENTS_LOST, &PROBE_ATTACHED, &BUILD_INFO];
+pub const ALL: &[&Metric] = &[&THREAD_SECONDS,
+    &GIL_WAIT_SECONDS,
+    &GIL_HOLD_SECONDS,
+    &FUTEX_WAIT_SECONDS,
+    &CGROUP_THROTTLED_SECONDS,
+    &CGROUP_THROTTLED_PERIODS,
+    &CGROUP_PERIODS,
+    &CGROUP_QUOTA_CORES,
+    &WATCHED_PROCESSES, &WATCHED_THREADS, &EVENTS_LOST, &PROBE_ATTACHED, &BUILD_INFO];
 
 /// docs/metrics.md
 pub fn markdown() -> String {

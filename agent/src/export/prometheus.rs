@@ -37,6 +37,14 @@ pub struct ProcessInfo {
     pub alive: bool,
 }
 
+/// A cgroup of the watched processes, read at scrape time.
+#[derive(Clone, Debug)]
+pub struct CgroupInfo {
+    pub path: String,
+    pub stat: crate::cgroup::CpuStat,
+    pub quota_cores: Option<f64>,
+}
+
 /// Self-metric inputs.
 #[derive(Clone, Debug, Default)]
 pub struct AgentStatus {
@@ -59,6 +67,8 @@ pub struct Exporter {
     /// (waiter series, holder label) -> ns of exited waiters
     folded_gil: BTreeMap<(SeriesKey, String), u64>,
     folded_holds: BTreeMap<SeriesKey, HoldHist>,
+    /// (waiter series, waker label) -> ns of exited waiters
+    folded_futex: BTreeMap<(SeriesKey, String), u64>,
     /// (target, TID) -> thread label, for naming GIL holders (also after they exit)
     tid_labels_by_target: HashMap<(u64, u32), String>,
 }
@@ -73,6 +83,7 @@ impl Exporter {
             folded: BTreeMap::new(),
             folded_gil: BTreeMap::new(),
             folded_holds: BTreeMap::new(),
+            folded_futex: BTreeMap::new(),
             tid_labels_by_target: HashMap::new(),
         }
     }
@@ -99,6 +110,15 @@ impl Exporter {
         self.tid_labels_by_target.get(&(target, holder)).cloned().unwrap_or_else(|| "unknown".to_string())
     }
 
+    /// A waker's thread label; "timeout" when no thread woke the waiter,
+    /// "other" for a thread that is not one of the process' (another process).
+    fn waker_label(&self, target: u64, waker: u32) -> String {
+        if waker == 0 {
+            return "timeout".to_string();
+        }
+        self.tid_labels_by_target.get(&(target, waker)).cloned().unwrap_or_else(|| "other".to_string())
+    }
+
     /// Fold the final samples of exited threads into their series (once each).
     pub fn fold_exits(&mut self, exits: &BTreeMap<u64, Vec<ThreadSample>>) {
         for (target, threads) in exits {
@@ -112,6 +132,10 @@ impl Exporter {
                 if let Some(h) = &s.gil_hold {
                     self.folded_holds.entry(k.clone()).or_default().add(h);
                 }
+                for (waker, ns) in crate::model::blame::by_waker(&s.futex) {
+                    let w = self.waker_label(*target, waker);
+                    *self.folded_futex.entry((k.clone(), w)).or_default() += ns;
+                }
                 self.thread_labels.remove(&(*target, s.host_tid, s.start_ns));
             }
         }
@@ -124,16 +148,18 @@ impl Exporter {
             self.folded.retain(|k, _| k.target != *t);
             self.folded_gil.retain(|k, _| k.0.target != *t);
             self.folded_holds.retain(|k, _| k.target != *t);
+            self.folded_futex.retain(|k, _| k.0.target != *t);
             self.thread_labels.retain(|k, _| k.0 != *t);
             self.tid_labels_by_target.retain(|k, _| k.0 != *t);
         }
     }
 
     /// The exposition text for this scrape. `snap.exited` must already be folded.
-    pub fn render(&mut self, procs: &[ProcessInfo], snap: &Snapshot, status: &AgentStatus) -> String {
+    pub fn render(&mut self, procs: &[ProcessInfo], cgroups: &[CgroupInfo], snap: &Snapshot, status: &AgentStatus) -> String {
         let mut series = self.folded.clone();
         let mut gil = self.folded_gil.clone();
         let mut holds = self.folded_holds.clone();
+        let mut futex = self.folded_futex.clone();
         // labels first, so that holders are named whatever the order of threads
         let keyed: Vec<(u64, SeriesKey, &ThreadSample)> =
             snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))).map(|(t, s)| (t, self.key(t, s), s)).collect();
@@ -145,7 +171,11 @@ impl Exporter {
             if let Some(h) = &s.gil_hold {
                 holds.entry(k.clone()).or_default().add(h);
             }
+            for (waker, ns) in crate::model::blame::by_waker(&s.futex) {
+                *futex.entry((k.clone(), self.waker_label(target, waker))).or_default() += ns;
+            }
         }
+        let mut futex_seconds = vec![];
         let by_id: HashMap<u64, &ProcessInfo> = procs.iter().map(|p| (p.id, p)).collect();
         let mut gil_holds = vec![];
         for (k, h) in &holds {
@@ -157,6 +187,15 @@ impl Exporter {
             let Some(p) = by_id.get(&k.target) else { continue };
             gil_seconds.push((series_labels(p, k, false, &[("holder", holder)]), secs(*ns)));
         }
+        for ((k, waker), ns) in &futex {
+            let Some(p) = by_id.get(&k.target) else { continue };
+            futex_seconds.push((series_labels(p, k, false, &[("waker", waker)]), secs(*ns)));
+        }
+        let cg = |c: &CgroupInfo| vec![("cgroup".to_string(), c.path.clone())];
+        let cgroup_throttled = cgroups.iter().map(|c| (cg(c), c.stat.throttled_ns as f64 / 1e9)).collect();
+        let cgroup_throttled_periods = cgroups.iter().map(|c| (cg(c), c.stat.nr_throttled as f64)).collect();
+        let cgroup_periods = cgroups.iter().map(|c| (cg(c), c.stat.nr_periods as f64)).collect();
+        let cgroup_quota = cgroups.iter().filter_map(|c| Some((cg(c), c.quota_cores?))).collect();
         let mut thread_seconds = vec![];
         for (k, t) in &series {
             let Some(p) = by_id.get(&k.target) else { continue };
@@ -182,6 +221,11 @@ impl Exporter {
             thread_seconds,
             gil_seconds,
             gil_holds,
+            futex_seconds,
+            cgroup_throttled,
+            cgroup_throttled_periods,
+            cgroup_periods,
+            cgroup_quota,
             watched_processes: procs.iter().filter(|p| p.alive).count() as i64,
             watched_threads: live_threads as i64,
             lost,
@@ -246,6 +290,11 @@ struct Exposition {
     thread_seconds: Vec<(Labels, f64)>,
     gil_seconds: Vec<(Labels, f64)>,
     gil_holds: Vec<(Labels, HoldHist)>,
+    futex_seconds: Vec<(Labels, f64)>,
+    cgroup_throttled: Vec<(Labels, f64)>,
+    cgroup_throttled_periods: Vec<(Labels, f64)>,
+    cgroup_periods: Vec<(Labels, f64)>,
+    cgroup_quota: Vec<(Labels, f64)>,
     watched_processes: i64,
     watched_threads: i64,
     lost: Vec<(Labels, f64)>,
@@ -302,6 +351,15 @@ impl Collector for Exposition {
                 None,
             )?;
         }
+        counters(&mut enc, &catalogue::FUTEX_WAIT_SECONDS, &self.futex_seconds)?;
+        counters(&mut enc, &catalogue::CGROUP_THROTTLED_SECONDS, &self.cgroup_throttled)?;
+        counters(&mut enc, &catalogue::CGROUP_THROTTLED_PERIODS, &self.cgroup_throttled_periods)?;
+        counters(&mut enc, &catalogue::CGROUP_PERIODS, &self.cgroup_periods)?;
+        let u = unit_of(&catalogue::CGROUP_QUOTA_CORES);
+        let mut me = descriptor(&mut enc, &catalogue::CGROUP_QUOTA_CORES, &u)?;
+        for (labels, v) in &self.cgroup_quota {
+            ConstGauge::new(*v).encode(me.encode_family(labels)?)?;
+        }
         for (m, v) in [(&catalogue::WATCHED_PROCESSES, self.watched_processes), (&catalogue::WATCHED_THREADS, self.watched_threads)] {
             let u = unit_of(m);
             ConstGauge::new(v).encode(descriptor(&mut enc, m, &u)?)?;
@@ -320,7 +378,7 @@ mod tests {
     fn sample(tid: u32, comm: &str, start: u64, running: u64, exited: bool) -> ThreadSample {
         let mut t = Times::default();
         t.0[State::Running.index()] = running;
-        ThreadSample { tid, host_tid: tid + 1000, pid: 10, comm: comm.into(), py_name: None, start_ns: start, at_ns: start + running, exited, times: t, gil_by_holder: Default::default(), gil_hold: None }
+        ThreadSample { tid, host_tid: tid + 1000, pid: 10, comm: comm.into(), py_name: None, start_ns: start, at_ns: start + running, exited, times: t, gil_by_holder: Default::default(), gil_hold: None, futex: vec![], runqueue_by: Default::default() }
     }
 
     fn value(text: &str, thread: &str, state: &str) -> Option<f64> {
@@ -336,7 +394,7 @@ mod tests {
         let mut e = Exporter::new(1, false);
         let mut snap = Snapshot::default();
         snap.live.insert(1, vec![sample(1, "worker", 0, 2_000_000_000, false), sample(2, "worker", 0, 1_000_000_000, false), sample(3, "io\"er", 0, 500_000_000, false)]);
-        let text = e.render(&procs, &snap, &status);
+        let text = e.render(&procs, &[], &snap, &status);
         assert_eq!(value(&text, "worker", "running"), Some(3.0), "{text}");
         // beyond the bound of 1 distinct name per process: "other"
         assert_eq!(value(&text, "other", "running"), Some(0.5), "{text}");
@@ -350,10 +408,10 @@ mod tests {
         exits.insert(1, vec![sample(2, "worker", 0, 1_200_000_000, true)]);
         e.fold_exits(&exits);
         snap.live.insert(1, vec![sample(1, "worker", 0, 2_500_000_000, false)]);
-        let text = e.render(&procs, &snap, &status);
+        let text = e.render(&procs, &[], &snap, &status);
         assert_eq!(value(&text, "worker", "running"), Some(3.7), "{text}");
         e.forget(&[1]);
-        let text = e.render(&[], &Snapshot::default(), &status);
+        let text = e.render(&[], &[], &Snapshot::default(), &status);
         assert_eq!(value(&text, "worker", "running"), None);
     }
 
@@ -375,7 +433,7 @@ mod tests {
         victim.gil_by_holder.insert(0, 50_000_000);
         let mut snap = Snapshot::default();
         snap.live.insert(1, vec![victim, sample(2, "processor", 0, 1_000_000_000, false)]);
-        let text = e.render(&procs, &snap, &AgentStatus::default());
+        let text = e.render(&procs, &[], &snap, &AgentStatus::default());
         assert!(text.contains("waitmeter_gil_wait_seconds_total{pid=\"10\",thread=\"ingest\",holder=\"processor\"} 0.9"), "{text}");
         assert!(text.contains("waitmeter_gil_wait_seconds_total{pid=\"10\",thread=\"ingest\",holder=\"unknown\"} 0.05"), "{text}");
     }
@@ -386,7 +444,7 @@ mod tests {
         let mut e = Exporter::new(20, true);
         let mut snap = Snapshot::default();
         snap.live.insert(1, vec![sample(1, "w", 0, 1_000_000_000, false), sample(2, "w", 0, 1_000_000_000, false)]);
-        let text = e.render(&procs, &snap, &AgentStatus::default());
+        let text = e.render(&procs, &[], &snap, &AgentStatus::default());
         assert!(text.contains("tid=\"1\"") && text.contains("tid=\"2\""), "{text}");
     }
 }

@@ -1,7 +1,9 @@
 //! Pure model: per-thread samples in, time partition, ratios and label sets out.
 //! Nothing here touches the kernel, /proc or the network; everything is unit-tested.
+pub mod blame;
 pub mod hist;
 pub mod labels;
 pub mod partition;
 pub mod state;
 pub mod syscalls;
+pub mod throttle;

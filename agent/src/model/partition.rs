@@ -78,6 +78,10 @@ pub struct ThreadSample {
     pub gil_by_holder: std::collections::BTreeMap<u32, u64>,
     /// GIL hold times (only with the precise GIL probe)
     pub gil_hold: Option<super::hist::HoldHist>,
+    /// closed futex waits, by word and waker
+    pub futex: Vec<super::blame::FutexWait>,
+    /// run-queue wait by what had the CPU meanwhile -> ns
+    pub runqueue_by: std::collections::BTreeMap<super::blame::Preemptor, u64>,
 }
 
 impl ThreadSample {
@@ -122,6 +126,8 @@ mod tests {
             times: Times(times),
             gil_by_holder: Default::default(),
             gil_hold: None,
+            futex: vec![],
+            runqueue_by: Default::default(),
         }
     }
 

@@ -21,7 +21,10 @@ mod skel {
     #![allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
     include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
 }
-use skel::types::{wm_blame_key, wm_exit, wm_gil, wm_gil_key, wm_limits, wm_stat, wm_state, wm_task_ids, wm_thread};
+use skel::types::{
+    wm_blame_key, wm_exit, wm_futex_key, wm_gil, wm_gil_key, wm_limits, wm_preempt, wm_preempt_key, wm_stat, wm_state, wm_task_ids,
+    wm_thread, wm_throttle,
+};
 use skel::{SchedSkel, SchedSkelBuilder};
 
 // The state enum is ABI: the model's discriminants must be the kernel's.
@@ -42,11 +45,21 @@ pub const DEFAULT_MAX_THREADS: u32 = wm_limits::WM_DEFAULT_MAX_THREADS.0;
 pub const DEFAULT_MAX_PROCS: u32 = wm_limits::WM_DEFAULT_MAX_PROCS.0;
 
 /// Why events were lost, as exported in the `reason` label.
-pub const LOSS_REASONS: [(u32, &str); 3] = [
+pub const LOSS_REASONS: [(u32, &str); 6] = [
     (wm_stat::WM_STAT_THREAD_MAP_FULL.0, "thread_map_full"),
     (wm_stat::WM_STAT_EXIT_RINGBUF_FULL.0, "exit_ringbuf_full"),
     (wm_stat::WM_STAT_BLAME_MAP_FULL.0, "blame_map_full"),
+    (wm_stat::WM_STAT_FUTEX_MAP_FULL.0, "futex_map_full"),
+    (wm_stat::WM_STAT_PREEMPT_MAP_FULL.0, "preempt_map_full"),
+    (wm_stat::WM_STAT_THROTTLE_RINGBUF_FULL.0, "throttle_ringbuf_full"),
 ];
+
+/// A futex wait charged to its waker: (waiter host TID, waker host TID or 0, address, ns).
+pub type FutexRecord = (u32, u32, u64, u64);
+/// A run-queue wait charged to what had the CPU: (waiter host TID, by host TID, by host TGID, comm, ns).
+pub type PreemptRecord = (u32, u32, u32, String, u64);
+/// A throttled stretch: (host TID, host TGID, start, end).
+pub type ThrottleRecord = (u32, u32, u64, u64);
 
 pub struct SchedOptions {
     pub max_threads: u32,
@@ -63,6 +76,7 @@ pub struct SchedOptions {
 pub struct SchedProbe {
     ringbuf: RingBuffer<'static>,
     exits: Rc<RefCell<Vec<wm_exit>>>,
+    throttles: Rc<RefCell<Vec<wm_throttle>>>,
     links: Vec<(String, Link)>,
     skel: SchedSkel<'static>,
     /// `watched_bits`, shared with the kernel (mmap of the array map)
@@ -155,9 +169,20 @@ impl SchedProbe {
             }
             0
         })?;
+        let throttles = Rc::new(RefCell::new(Vec::new()));
+        let tsink = Rc::clone(&throttles);
+        // SAFETY: as above.
+        let throttles_map: &'static libbpf_rs::MapMut<'static> =
+            unsafe { &*(&skel.maps.throttles as *const libbpf_rs::MapMut<'static>) };
+        rb.add(throttles_map, move |data: &[u8]| {
+            if let Some(rec) = from_bytes::<wm_throttle>(data) {
+                tsink.borrow_mut().push(rec);
+            }
+            0
+        })?;
         let ringbuf = rb.build().context("failed to set up the exit ring buffer")?;
         let bits = map_bits(&skel.maps.watched_bits)?;
-        Ok(SchedProbe { ringbuf, exits, links, skel, bits, seed_lost: Default::default() })
+        Ok(SchedProbe { ringbuf, exits, throttles, links, skel, bits, seed_lost: Default::default() })
     }
 
     /// Attached hooks (tracepoint names).
@@ -283,14 +308,47 @@ impl SchedProbe {
             .collect()
     }
 
+    /// Closed futex waits so far.
+    pub fn futex_blame(&self) -> Vec<FutexRecord> {
+        let map = &self.skel.maps.futex_blame;
+        map.keys()
+            .filter_map(|k| {
+                let key: wm_futex_key = from_bytes(&k)?;
+                let v = map.lookup(&k, MapFlags::ANY).ok()??;
+                Some((key.tid, key.waker, key.addr, from_bytes::<u64>(&v)?))
+            })
+            .collect()
+    }
+
+    /// Closed run-queue waits so far, charged to what had the CPU.
+    pub fn preempt_blame(&self) -> Vec<PreemptRecord> {
+        let map = &self.skel.maps.preempt_blame;
+        map.keys()
+            .filter_map(|k| {
+                let key: wm_preempt_key = from_bytes(&k)?;
+                let v: wm_preempt = from_bytes(&map.lookup(&k, MapFlags::ANY).ok()??)?;
+                let comm: Vec<u8> = v.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+                Some((key.tid, key.by_tid, key.by_tgid, String::from_utf8_lossy(&comm).to_string(), v.ns))
+            })
+            .collect()
+    }
+
+    /// Throttled stretches that ended since the last call (drained with the exits).
+    pub fn drain_throttles(&mut self) -> Vec<ThrottleRecord> {
+        self.throttles.borrow_mut().drain(..).map(|t| (t.tid, t.tgid, t.start, t.end)).collect()
+    }
+
     /// Drop the blame entries of threads that are gone (already reported).
     pub fn forget_blame(&self, host_tids: &[u32]) {
-        let map = &self.skel.maps.gil_blame;
-        let keys: Vec<Vec<u8>> =
-            map.keys().filter(|k| from_bytes::<wm_blame_key>(k).is_some_and(|k| host_tids.contains(&k.tid))).collect();
-        for k in keys {
-            let _ = map.delete(&k);
+        fn purge<K: Copy>(map: &libbpf_rs::MapMut, tid_of: impl Fn(K) -> u32, host_tids: &[u32]) {
+            let keys: Vec<Vec<u8>> = map.keys().filter(|k| from_bytes::<K>(k).is_some_and(|k| host_tids.contains(&tid_of(k)))).collect();
+            for k in keys {
+                let _ = map.delete(&k);
+            }
         }
+        purge::<wm_blame_key>(&self.skel.maps.gil_blame, |k| k.tid, host_tids);
+        purge::<wm_futex_key>(&self.skel.maps.futex_blame, |k| k.tid, host_tids);
+        purge::<wm_preempt_key>(&self.skel.maps.preempt_blame, |k| k.tid, host_tids);
     }
 
     /// Every live watched thread, sampled now. `comm` is left empty for the
@@ -318,6 +376,8 @@ impl SchedProbe {
                     times: Times::at(t.ns, t.state, t.since, now),
                     gil_by_holder: Default::default(),
                     gil_hold: None,
+                    futex: vec![],
+                    runqueue_by: Default::default(),
                 },
                 gil_holder: (t.state == State::GilWait as u32).then_some(t.gil_holder),
             });
@@ -353,6 +413,8 @@ impl SchedProbe {
                         times: Times::at(r.t.ns, r.t.state, r.t.since, r.end),
                         gil_by_holder: Default::default(),
                     gil_hold: None,
+                    futex: vec![],
+                    runqueue_by: Default::default(),
                     },
                 )
             })

@@ -31,12 +31,41 @@ pub struct JsonThread {
     pub wait_ratio: Option<f64>,
     /// holder TID -> seconds of gil_wait ("unknown": the GIL was free or unreadable at the wait's start)
     pub gil_wait_by_holder: BTreeMap<String, f64>,
+    /// futex_wait per waker TID ("timeout": ended by a timeout or signal), closed waits only
+    pub futex_wait_by_waker: BTreeMap<String, f64>,
+    /// run-queue wait per what had the CPU: a TID of this process, "pid N (comm)", or "idle"
+    pub runqueue_by_preemptor: BTreeMap<String, f64>,
     /// GIL hold times, with --gil-probe uprobe only
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gil_hold: Option<JsonHold>,
     /// time the thread existed within the window (the sum of `seconds`)
     pub existed_s: f64,
     pub exited: bool,
+}
+
+#[derive(Serialize, Debug)]
+pub struct JsonFutex {
+    /// the futex word's address in the process, hex
+    pub addr: String,
+    pub wait_s: f64,
+    pub waiters: Vec<u32>,
+    pub wakers: Vec<u32>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct JsonCgroup {
+    pub path: String,
+    /// CFS quota in cores; null: unlimited
+    pub quota_cores: Option<f64>,
+    pub period_s: Option<f64>,
+    /// over the window, from cpu.stat
+    pub throttled_s: f64,
+    pub nr_throttled: u64,
+    pub nr_periods: u64,
+    /// throttled stretches of the process' threads in the window
+    pub throttled_stretches: usize,
+    /// they end on the CFS period boundary (the throttling signature)
+    pub period_signature: bool,
 }
 
 /// GIL holds of a thread: how many, how long in total, and quantiles (upper
@@ -56,9 +85,11 @@ pub struct JsonReport {
     pub duration_s: f64,
     /// Python interpreter facts; null for a non-Python process
     pub python: Option<PythonInfo>,
-    /// cgroup CPU quota and throttling; null until measured
-    pub cgroup: Option<serde_json::Value>,
+    /// the CPU cgroup: quota and throttling over the window; null when not found
+    pub cgroup: Option<JsonCgroup>,
     pub threads: Vec<JsonThread>,
+    /// the futex words with the most wait
+    pub top_futexes: Vec<JsonFutex>,
     pub verdict: Vec<String>,
     /// the process exited during the window
     pub exited: bool,
@@ -95,6 +126,12 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
             .filter(|(_, ns)| **ns > 0)
             .map(|(tid, ns)| (if *tid == 0 { "unknown".to_string() } else { tid.to_string() }, round6(secs(*ns))))
             .collect(),
+        futex_wait_by_waker: row
+            .futex_by_waker()
+            .iter()
+            .map(|(tid, ns)| (if *tid == 0 { "timeout".to_string() } else { tid.to_string() }, round6(secs(*ns))))
+            .collect(),
+        runqueue_by_preemptor: row.runqueue_by.iter().map(|(p, ns)| (p.key(), round6(secs(*ns)))).collect(),
         gil_hold: row.gil_hold.map(|h| JsonHold {
             count: h.count,
             total_s: round6(secs(h.sum_ns)),
@@ -112,8 +149,22 @@ pub fn report(r: &ProcessReport) -> JsonReport {
         comm: r.comm.clone(),
         duration_s: round6(secs(r.duration_ns)),
         python: r.python.clone(),
-        cgroup: None,
+        cgroup: r.cgroup.as_ref().map(|c| JsonCgroup {
+            path: c.path.clone(),
+            quota_cores: c.quota_cores,
+            period_s: c.period_s,
+            throttled_s: round6(c.throttled_s),
+            nr_throttled: c.nr_throttled,
+            nr_periods: c.nr_periods,
+            throttled_stretches: r.throttling.as_ref().map_or(0, |t| t.stretches),
+            period_signature: r.throttling.as_ref().is_some_and(|t| t.signature),
+        }),
         threads: r.threads.iter().map(thread).collect(),
+        top_futexes: r
+            .top_futexes
+            .iter()
+            .map(|f| JsonFutex { addr: format!("{:#x}", f.addr), wait_s: round6(secs(f.wait_ns)), waiters: f.waiters.clone(), wakers: f.wakers.clone() })
+            .collect(),
         verdict: r.verdict.clone(),
         exited: r.exited_after_ns.is_some(),
         exited_after_s: r.exited_after_ns.map(|n| round6(secs(n))),
@@ -135,10 +186,10 @@ mod tests {
         t.0[State::Running.index()] = 200_000_000;
         t.0[State::GilWait.index()] = 9_500_000_000;
         t.0[State::Runqueue.index()] = 100_000_000;
-        let row = ThreadRow { tid: 1234, name: "MainThread".into(), comm: "python3.11".into(), times: t, existed_ns: t.total(), exited: false, gil_by_holder: Default::default(), gil_hold: None };
+        let row = ThreadRow { tid: 1234, name: "MainThread".into(), comm: "python3.11".into(), times: t, existed_ns: t.total(), ..Default::default() };
         let r = ProcessReport::new(1234, "python3.11".into(), None, 10_000_000_000, None, vec![row]);
         let v: serde_json::Value = serde_json::from_str(&render(&r)).unwrap();
-        for key in ["pid", "comm", "duration_s", "python", "cgroup", "threads", "verdict"] {
+        for key in ["pid", "comm", "duration_s", "python", "cgroup", "threads", "top_futexes", "verdict"] {
             assert!(v.get(key).is_some(), "missing {key}");
         }
         assert_eq!(v["pid"], 1234);

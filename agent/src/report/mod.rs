@@ -6,10 +6,14 @@ pub mod verdict;
 
 use std::collections::BTreeMap;
 
+use crate::model::blame::{self, FutexWait, Preemptor, TopFutex};
 use crate::model::partition::{secs, ThreadSample, Times};
 
+/// Futex words listed per process.
+pub const TOP_FUTEXES: usize = 5;
+
 /// One thread over the report's window.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ThreadRow {
     pub tid: u32,
     /// Python thread name when known (GIL issue), else the OS comm
@@ -23,6 +27,39 @@ pub struct ThreadRow {
     pub gil_by_holder: BTreeMap<u32, u64>,
     /// GIL hold times (precise GIL probe only)
     pub gil_hold: Option<crate::model::hist::HoldHist>,
+    /// closed futex waits by word and waker
+    pub futex: Vec<FutexWait>,
+    /// run-queue wait by what had the CPU
+    pub runqueue_by: BTreeMap<Preemptor, u64>,
+}
+
+impl ThreadRow {
+    /// futex_wait per waker TID (0: timeout).
+    pub fn futex_by_waker(&self) -> BTreeMap<u32, u64> {
+        blame::by_waker(&self.futex)
+    }
+}
+
+/// The cgroup of the process over the window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CgroupReport {
+    pub path: String,
+    pub quota_cores: Option<f64>,
+    pub period_s: Option<f64>,
+    /// deltas of cpu.stat over the window
+    pub throttled_s: f64,
+    pub nr_throttled: u64,
+    pub nr_periods: u64,
+}
+
+/// Throttled stretches of the process' threads in the window, and whether
+/// they end on the CFS period's beat.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Throttling {
+    pub stretches: usize,
+    pub concentration: Option<f64>,
+    pub signature: bool,
+    pub period_s: f64,
 }
 
 impl ThreadRow {
@@ -37,6 +74,8 @@ impl ThreadRow {
             exited: s.exited,
             gil_by_holder: s.gil_by_holder.clone(),
             gil_hold: s.gil_hold,
+            futex: s.futex.clone(),
+            runqueue_by: s.runqueue_by.clone(),
         }
     }
 }
@@ -67,6 +106,9 @@ pub struct ProcessReport {
     /// seconds after the window opened at which the process exited
     pub exited_after_ns: Option<u64>,
     pub threads: Vec<ThreadRow>,
+    pub top_futexes: Vec<TopFutex>,
+    pub cgroup: Option<CgroupReport>,
+    pub throttling: Option<Throttling>,
     pub verdict: Vec<String>,
 }
 
@@ -81,7 +123,33 @@ impl ProcessReport {
         mut threads: Vec<ThreadRow>,
     ) -> Self {
         threads.sort_by_key(|t| (t.tid, t.exited));
-        let verdict = verdict::findings(&threads, secs(duration_ns));
-        ProcessReport { pid, comm, python, duration_ns, exited_after_ns, threads, verdict }
+        let per_thread: Vec<(u32, &[FutexWait])> = threads.iter().map(|t| (t.tid, t.futex.as_slice())).collect();
+        let top_futexes = blame::top_futexes(&per_thread, TOP_FUTEXES);
+        let mut r = ProcessReport {
+            pid,
+            comm,
+            python,
+            duration_ns,
+            exited_after_ns,
+            threads,
+            top_futexes,
+            cgroup: None,
+            throttling: None,
+            verdict: vec![],
+        };
+        r.verdict = verdict::findings(&r);
+        r
+    }
+
+    /// Add the cgroup's numbers (and re-derive the verdict).
+    pub fn window_s(&self) -> f64 {
+        secs(self.duration_ns)
+    }
+
+    pub fn with_cgroup(mut self, cgroup: Option<CgroupReport>, throttling: Option<Throttling>) -> Self {
+        self.cgroup = cgroup;
+        self.throttling = throttling;
+        self.verdict = verdict::findings(&self);
+        self
     }
 }

@@ -153,7 +153,7 @@ mod tests {
         let mut t = Times::default();
         t.0[State::Running.index()] = 3_000_000_000;
         t.0[State::Runqueue.index()] = 1_000_000_000;
-        let row = ThreadRow { tid: 42, name: "worker".into(), comm: "worker".into(), times: t, existed_ns: t.total(), exited: false, gil_by_holder: Default::default(), gil_hold: None };
+        let row = ThreadRow { tid: 42, name: "worker".into(), comm: "worker".into(), times: t, existed_ns: t.total(), ..Default::default() };
         let r = ProcessReport::new(42, "demo".into(), None, 4_000_000_000, None, vec![row]);
         let text = report(&r, false);
         assert!(text.contains("PID 42 (demo), 4.0 s, 1 threads"), "{text}");

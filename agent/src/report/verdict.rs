@@ -1,6 +1,7 @@
 //! Findings in plain words from a window's rows. Pure rules, unit-tested.
 //! (The joined-age verdict engine builds on these.)
-use super::ThreadRow;
+use super::{ProcessReport, ThreadRow};
+use crate::model::blame::{Preemptor, CONVOY_SHARE, CONVOY_WAITERS};
 use crate::model::partition::secs;
 use crate::model::state::State;
 
@@ -35,8 +36,26 @@ fn gil_culprit(r: &ThreadRow, rows: &[ThreadRow]) -> String {
     format!(", {:.0}% of it behind {name} ({tid})", 100.0 * *ns as f64 / total as f64)
 }
 
-pub fn findings(rows: &[ThreadRow], window_s: f64) -> Vec<String> {
+/// ", mostly behind spin-b (4243) (97%)": what had the CPU while the thread waited.
+fn runqueue_culprit(r: &ThreadRow, rows: &[ThreadRow]) -> String {
+    let total: u64 = r.runqueue_by.values().sum();
+    let Some((who, ns)) = r.runqueue_by.iter().max_by_key(|(_, ns)| **ns) else { return String::new() };
+    if total == 0 {
+        return String::new();
+    }
+    let name = match who {
+        Preemptor::Thread(tid) => format!("{} ({tid})", rows.iter().find(|x| x.tid == *tid).map(|x| x.name.as_str()).unwrap_or("a thread")),
+        other => other.key(),
+    };
+    format!(", mostly behind {name} ({:.0}%)", 100.0 * *ns as f64 / total as f64)
+}
+
+pub fn findings(report: &ProcessReport) -> Vec<String> {
+    let rows = &report.threads;
+    let window_s = report.window_s();
     let mut out = vec![];
+    out.extend(throttling(report));
+    out.extend(convoys(report));
     for r in rows {
         let total = r.times.total();
         if total == 0 {
@@ -47,7 +66,11 @@ pub fn findings(rows: &[ThreadRow], window_s: f64) -> Vec<String> {
         let worst_wait = State::ALL.into_iter().filter(|s| s.is_waiting()).max_by_key(|s| r.times.get(*s));
         if let Some(s) = worst_wait {
             if r.times.waiting() as f64 / total as f64 >= WAITING_SHARE && r.times.get(s) > 0 {
-                let behind = if s == State::GilWait { gil_culprit(r, rows) } else { String::new() };
+                let behind = match s {
+                    State::GilWait => gil_culprit(r, rows),
+                    State::Runqueue => runqueue_culprit(r, rows),
+                    _ => String::new(),
+                };
                 out.push(format!(
                     "thread {} ({}) spent {:.1} s of {:.1} s {} ({:.0}%){behind}, wait ratio {:.2}: it had work and could not do it",
                     r.name,
@@ -62,8 +85,9 @@ pub fn findings(rows: &[ThreadRow], window_s: f64) -> Vec<String> {
             }
         }
         if let Some(s) = [State::FutexWait, State::IoWait].into_iter().find(|s| share(*s) >= BLOCKED_SHARE) {
+            let wakers = if s == State::FutexWait { futex_wakers(r, rows) } else { String::new() };
             out.push(format!(
-                "thread {} ({}) spent {:.1} s of {:.1} s {} ({:.0}%): idle or contended; see who wakes it",
+                "thread {} ({}) spent {:.1} s of {:.1} s {} ({:.0}%){wakers}: idle or contended",
                 r.name,
                 r.tid,
                 secs(r.times.get(s)),
@@ -83,26 +107,129 @@ pub fn findings(rows: &[ThreadRow], window_s: f64) -> Vec<String> {
     out
 }
 
+fn name_of(tid: u32, rows: &[ThreadRow]) -> String {
+    match rows.iter().find(|x| x.tid == tid) {
+        Some(r) => format!("{} ({tid})", r.name),
+        None => format!("thread {tid}"),
+    }
+}
+
+/// ", woken by holder (12) 95% of the time": the thread whose unlock ended most waits.
+fn futex_wakers(r: &ThreadRow, rows: &[ThreadRow]) -> String {
+    let by = r.futex_by_waker();
+    let total: u64 = by.values().sum();
+    match by.iter().max_by_key(|(_, ns)| **ns) {
+        Some((0, ns)) if total > 0 => format!(", {:.0}% of it ended by a timeout or signal, not a wake-up", 100.0 * *ns as f64 / total as f64),
+        Some((tid, ns)) if total > 0 => format!(", woken by {} {:.0}% of the time", name_of(*tid, rows), 100.0 * *ns as f64 / total as f64),
+        _ => String::new(),
+    }
+}
+
+/// Many threads queueing on one futex word.
+fn convoys(report: &ProcessReport) -> Vec<String> {
+    let window = report.duration_ns.max(1) as f64;
+    report
+        .top_futexes
+        .iter()
+        .filter(|f| f.waiters.len() >= CONVOY_WAITERS && f.wait_ns as f64 >= CONVOY_SHARE * window)
+        .map(|f| {
+            let wakers: Vec<String> = f.wakers.iter().take(4).map(|t| name_of(*t, &report.threads)).collect();
+            format!(
+                "lock convoy on futex {:#x}: {} threads waited {:.1} s in total in {:.1} s, woken by {}: they take turns on one lock",
+                f.addr,
+                f.waiters.len(),
+                secs(f.wait_ns),
+                report.window_s(),
+                if wakers.is_empty() { "timeouts".to_string() } else { wakers.join(", ") }
+            )
+        })
+        .collect()
+}
+
+/// Time lost to the cgroup's CPU quota, with the CFS-period signature.
+fn throttling(report: &ProcessReport) -> Vec<String> {
+    let throttled: u64 = report.threads.iter().map(|t| t.times.get(State::Throttled)).sum();
+    let Some(cg) = &report.cgroup else { return vec![] };
+    if throttled == 0 && cg.nr_throttled == 0 {
+        return vec![];
+    }
+    let quota = match cg.quota_cores {
+        Some(q) => format!("quota {q:.2} cores"),
+        None => "no quota now".to_string(),
+    };
+    let mut line = format!(
+        "CPU quota throttling: the cgroup {} ({quota}) was throttled in {} periods, {:.2} s; its threads lost {:.2} s runnable but throttled",
+        cg.path,
+        cg.nr_throttled,
+        cg.throttled_s,
+        secs(throttled)
+    );
+    if let Some(t) = report.throttling.as_ref().filter(|t| t.signature) {
+        line.push_str(&format!(
+            "; {} throttled stretches ended on the {:.0} ms CFS period boundary: waits cluster at multiples of the period",
+            t.stretches,
+            t.period_s * 1e3
+        ));
+    }
+    line.push_str(": raise the quota or lower the parallelism");
+    vec![line]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::partition::Times;
+    use crate::report::{CgroupReport, Throttling};
 
     fn row(tid: u32, name: &str, pairs: &[(State, u64)]) -> ThreadRow {
         let mut t = Times::default();
         for (s, ns) in pairs {
             t.0[s.index()] = *ns;
         }
-        ThreadRow { tid, name: name.into(), comm: name.into(), times: t, existed_ns: t.total(), exited: false, gil_by_holder: Default::default(), gil_hold: None }
+        ThreadRow { tid, name: name.into(), comm: name.into(), times: t, existed_ns: t.total(), ..Default::default() }
+    }
+
+    fn findings_of(rows: Vec<ThreadRow>, window_ns: u64) -> Vec<String> {
+        ProcessReport::new(1, "p".into(), None, window_ns, None, rows).verdict
     }
 
     #[test]
     fn run_queue_victim_is_named() {
         let rows = [row(11, "spin-a", &[(State::Running, 5_000_000_000), (State::Runqueue, 5_000_000_000)])];
-        let f = findings(&rows, 10.0);
+        let f = findings_of(rows.to_vec(), 10_000_000_000);
         assert_eq!(f.len(), 1);
         assert!(f[0].contains("spin-a (11) spent 5.0 s of 10.0 s waiting for a CPU (run queue) (50%)"), "{}", f[0]);
         assert!(f[0].contains("wait ratio 0.50"));
+    }
+
+    #[test]
+    fn run_queue_names_the_preemptor_and_futex_names_the_waker() {
+        let mut a = row(11, "spin-a", &[(State::Running, 5_000_000_000), (State::Runqueue, 5_000_000_000)]);
+        a.runqueue_by.insert(Preemptor::Process { pid: 99, comm: "hog".into() }, 4_800_000_000);
+        a.runqueue_by.insert(Preemptor::Idle, 200_000_000);
+        let mut w = row(12, "waiter", &[(State::FutexWait, 9_000_000_000), (State::Running, 1_000_000_000)]);
+        w.futex.push(crate::model::blame::FutexWait { addr: 0x10, waker: 13, ns: 8_000_000_000 });
+        w.futex.push(crate::model::blame::FutexWait { addr: 0x10, waker: 0, ns: 1_000_000_000 });
+        let f = findings_of(vec![a, w, row(13, "holder", &[(State::Sleep, 10_000_000_000)])], 10_000_000_000);
+        assert!(f.iter().any(|l| l.contains("spin-a (11)") && l.contains("mostly behind pid 99 (hog) (96%)")), "{f:?}");
+        assert!(f.iter().any(|l| l.contains("waiter (12)") && l.contains("woken by holder (13) 89% of the time")), "{f:?}");
+    }
+
+    #[test]
+    fn convoy_and_throttling_are_reported() {
+        let rows: Vec<ThreadRow> = (1..=4)
+            .map(|i| {
+                let mut r = row(i, &format!("w{i}"), &[(State::FutexWait, 3_000_000_000), (State::Running, 1_000_000_000), (State::Throttled, 500_000_000)]);
+                r.futex.push(crate::model::blame::FutexWait { addr: 0xabc, waker: if i == 4 { 1 } else { i + 1 }, ns: 3_000_000_000 });
+                r
+            })
+            .collect();
+        let cg = CgroupReport { path: "/svc".into(), quota_cores: Some(0.2), period_s: Some(0.1), throttled_s: 2.0, nr_throttled: 40, nr_periods: 45 };
+        let th = Throttling { stretches: 40, concentration: Some(0.97), signature: true, period_s: 0.1 };
+        let r = ProcessReport::new(1, "p".into(), None, 4_500_000_000, None, rows).with_cgroup(Some(cg), Some(th));
+        assert!(r.verdict[0].starts_with("CPU quota throttling: the cgroup /svc (quota 0.20 cores) was throttled in 40 periods, 2.00 s; its threads lost 2.00 s"), "{:?}", r.verdict);
+        assert!(r.verdict[0].contains("40 throttled stretches ended on the 100 ms CFS period boundary"), "{:?}", r.verdict);
+        assert!(r.verdict[1].starts_with("lock convoy on futex 0xabc: 4 threads waited 12.0 s in total"), "{:?}", r.verdict);
     }
 
     #[test]
@@ -111,14 +238,14 @@ mod tests {
         victim.gil_by_holder.insert(12, 8_100_000_000);
         victim.gil_by_holder.insert(0, 900_000_000);
         let rows = [victim, row(12, "processor", &[(State::Running, 10_000_000_000)])];
-        let f = findings(&rows, 10.0);
+        let f = findings_of(rows.to_vec(), 10_000_000_000);
         assert!(f[0].contains("ingest (11) spent 9.0 s of 10.0 s waiting for the Python GIL (90%), 90% of it behind processor (12)"), "{}", f[0]);
     }
 
     #[test]
     fn lock_waiter_is_reported_as_blocked_not_waiting() {
         let rows = [row(12, "locker", &[(State::FutexWait, 9_500_000_000), (State::Running, 500_000_000)])];
-        let f = findings(&rows, 10.0);
+        let f = findings_of(rows.to_vec(), 10_000_000_000);
         assert!(f[0].contains("blocked on a lock or condition (futex) (95%)"), "{}", f[0]);
     }
 
@@ -128,9 +255,9 @@ mod tests {
             row(1, "main", &[(State::Sleep, 10_000_000_000)]),
             row(2, "busy", &[(State::Running, 9_900_000_000), (State::Runqueue, 100_000_000)]),
         ];
-        let f = findings(&rows, 10.0);
+        let f = findings_of(rows.to_vec(), 10_000_000_000);
         assert_eq!(f.len(), 1);
         assert!(f[0].starts_with("no thread waited"), "{}", f[0]);
-        assert!(findings(&[], 1.0).is_empty());
+        assert!(findings_of(vec![], 1_000_000_000).is_empty());
     }
 }

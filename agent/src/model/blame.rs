@@ -1,0 +1,106 @@
+//! Who made a thread wait: futex wakers and addresses, run-queue preemptors.
+//! Pure aggregation over the probe's blame records.
+use std::collections::BTreeMap;
+
+/// A closed futex wait of a thread: on which word, ended by whom.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FutexWait {
+    pub addr: u64,
+    /// TID (agent namespace) of the thread whose FUTEX_WAKE ended the wait; 0 = none (timeout, signal)
+    pub waker: u32,
+    pub ns: u64,
+}
+
+/// What had the CPU while a thread waited in the run queue.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Preemptor {
+    /// a thread of the same process (TID)
+    Thread(u32),
+    /// another process (PID in the agent's namespace, or the host's when not visible) and its name
+    Process { pid: u32, comm: String },
+    /// the CPU was idle (the wait was the wakeup itself)
+    Idle,
+}
+
+impl Preemptor {
+    /// JSON key / label: "1234" for a thread of the process, "pid 42 (nginx)", "idle".
+    pub fn key(&self) -> String {
+        match self {
+            Preemptor::Thread(t) => t.to_string(),
+            Preemptor::Process { pid, comm } => format!("pid {pid} ({comm})"),
+            Preemptor::Idle => "idle".to_string(),
+        }
+    }
+}
+
+/// futex_wait per waker: waker TID (0 = timeout) -> ns.
+pub fn by_waker(waits: &[FutexWait]) -> BTreeMap<u32, u64> {
+    let mut out = BTreeMap::new();
+    for w in waits {
+        *out.entry(w.waker).or_insert(0) += w.ns;
+    }
+    out
+}
+
+/// One futex word of a process: who waited on it, who woke them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TopFutex {
+    pub addr: u64,
+    pub wait_ns: u64,
+    pub waiters: Vec<u32>,
+    pub wakers: Vec<u32>,
+}
+
+/// The `n` futex words with the most wait in a process: (waiter TID, its waits).
+pub fn top_futexes(threads: &[(u32, &[FutexWait])], n: usize) -> Vec<TopFutex> {
+    let mut by_addr: BTreeMap<u64, TopFutex> = BTreeMap::new();
+    for (tid, waits) in threads {
+        for w in *waits {
+            let e = by_addr.entry(w.addr).or_insert_with(|| TopFutex { addr: w.addr, wait_ns: 0, waiters: vec![], wakers: vec![] });
+            e.wait_ns += w.ns;
+            if !e.waiters.contains(tid) {
+                e.waiters.push(*tid);
+            }
+            if w.waker != 0 && !e.wakers.contains(&w.waker) {
+                e.wakers.push(w.waker);
+            }
+        }
+    }
+    let mut v: Vec<TopFutex> = by_addr.into_values().collect();
+    v.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.addr.cmp(&b.addr)));
+    v.truncate(n);
+    for f in &mut v {
+        f.waiters.sort_unstable();
+        f.wakers.sort_unstable();
+    }
+    v
+}
+
+/// A lock convoy: at least this many threads waited on one word...
+pub const CONVOY_WAITERS: usize = 3;
+/// ... for at least this share of the window, summed over them.
+pub const CONVOY_SHARE: f64 = 0.5;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aggregates_wakers_and_addresses() {
+        let a = [FutexWait { addr: 0x10, waker: 2, ns: 5 }, FutexWait { addr: 0x10, waker: 3, ns: 7 }, FutexWait { addr: 0x20, waker: 0, ns: 1 }];
+        let b = [FutexWait { addr: 0x10, waker: 1, ns: 9 }];
+        assert_eq!(by_waker(&a), BTreeMap::from([(0, 1), (2, 5), (3, 7)]));
+        let top = top_futexes(&[(1, &a), (2, &b)], 5);
+        assert_eq!(top.len(), 2);
+        assert_eq!(top[0], TopFutex { addr: 0x10, wait_ns: 21, waiters: vec![1, 2], wakers: vec![1, 2, 3] });
+        assert_eq!(top[1].wakers, Vec::<u32>::new()); // timeouts name no waker
+        assert_eq!(top_futexes(&[(1, &a)], 1).len(), 1);
+    }
+
+    #[test]
+    fn preemptor_keys() {
+        assert_eq!(Preemptor::Thread(12).key(), "12");
+        assert_eq!(Preemptor::Process { pid: 4, comm: "nginx".into() }.key(), "pid 4 (nginx)");
+        assert_eq!(Preemptor::Idle.key(), "idle");
+    }
+}
