@@ -1,6 +1,6 @@
 // Ground truth for futex attribution: on "go" (stdin), N threads contend on
 // one pthread mutex for SECS seconds, each holding it for HOLD_US of CPU
-// work, and each measures with clock_gettime the time it spends inside
+// work (and doing a quarter of that outside it), and each measures with clock_gettime the time it spends inside
 // pthread_mutex_lock. Then every thread prints
 //   result <tid> <ns inside pthread_mutex_lock> <mutex address>
 // and exits; the process prints "done" and stays until killed.
@@ -40,6 +40,9 @@ static void *contend(void *arg)
 		while (now_ns() < t1 + hold_us * 1000)
 			; // CPU work holding the lock
 		pthread_mutex_unlock(&lock);
+		long long t2 = now_ns();
+		while (now_ns() < t2 + hold_us * 250)
+			; // a little work outside the lock: others get their turn
 	}
 	pthread_mutex_lock(&print_lock);
 	printf("result %ld %lld %p\n", (long)syscall(SYS_gettid), waited, (void *)&lock);

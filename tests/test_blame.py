@@ -1,0 +1,141 @@
+"""Blame for every other wait (issue: futex wakers, CFS throttling, run-queue
+preemptors), each against a ground truth the workload or the kernel gives."""
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, ROOT, WAITMETER, Workload, attach, by_tid, share
+from test_gil import pyenv_python
+
+CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
+
+
+@pytest.fixture(scope="module")
+def mutex_bin():
+    BUILD.mkdir(exist_ok=True)
+    out = BUILD / "mutex_contend"
+    subprocess.run(["cc", "-O2", "-Wall", "-pthread", "-o", str(out), str(ROOT / "tests" / "workloads" / "mutex_contend.c")], check=True)
+    return out
+
+
+def test_mutex_waits_match_the_programs_own_clock(mutex_bin):
+    """4 threads contend on one pthread mutex for 1.5 s, each timing its own
+    pthread_mutex_lock calls: futex_wait per thread within 10% of that, on that
+    mutex, woken by the other threads."""
+    w = subprocess.Popen([str(mutex_bin), "4", "1.5", "1000"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert w.stdout.readline().strip() == "ready"
+        agent = subprocess.Popen([str(WAITMETER), "attach", "--pid", str(w.pid), "--duration", "3", "--output", "json"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert agent.stderr.readline().startswith("waitmeter: watching PID")  # measuring from here on
+        w.stdin.write("go\n")
+        w.stdin.flush()
+        truth = {}
+        for line in w.stdout:
+            if line.startswith("result"):
+                _, tid, ns, addr = line.split()
+                truth[int(tid)] = (int(ns) / 1e9, int(addr, 16))
+            elif line.strip() == "done":
+                break
+        out, err = agent.communicate(timeout=30)
+        assert agent.returncode == 0, err
+    finally:
+        w.kill()
+        w.wait()
+    report = json.loads(out)
+    threads = by_tid(report)
+    assert len(truth) == 4
+    addr = {a for _, a in truth.values()}.pop()
+    for tid, (lock_s, _) in truth.items():
+        t = threads[tid]
+        assert t["exited"] is True
+        assert abs(t["seconds"]["futex_wait"] - lock_s) <= 0.10 * max(lock_s, 0.05), (tid, lock_s, t["seconds"])
+        wakers = {int(k) for k in t["futex_wait_by_waker"] if k != "timeout"}
+        assert wakers <= set(truth) - {tid}, (tid, t["futex_wait_by_waker"])
+        if lock_s > 0.05:  # glibc's mutex is not fair: a thread may barely wait
+            assert wakers, (tid, t["futex_wait_by_waker"])
+    assert sum(1 for lock_s, _ in truth.values() if lock_s > 0.05) >= 3, truth
+    top = report["top_futexes"][0]
+    assert int(top["addr"], 16) == addr
+    waited = {tid for tid, (lock_s, _) in truth.items() if lock_s > 0.05}
+    assert waited <= set(top["waiters"]) <= set(truth) and set(top["wakers"]) <= set(truth), (top, truth)
+    assert top["wait_s"] >= 0.9 * sum(lock_s for lock_s, _ in truth.values())
+    assert any(v.startswith(f"lock convoy on futex {hex(addr)}: {len(top['waiters'])} threads") for v in report["verdict"]), report["verdict"]
+
+
+@pytest.mark.parametrize("minor", [11, 12])
+def test_python_lock_waits_are_futex_waits_woken_by_the_holder(minor):
+    py = pyenv_python(minor)
+    if not py:
+        pytest.fail(f"pyenv 3.{minor} not installed here")
+    with Workload(py, ROOT / "tests" / "workloads" / "lock_contend.py") as w:
+        report, _ = attach(w.pid, 2.0)
+    waiter = by_tid(report)[w.tids["waiter"]]
+    assert waiter["name"] == "waiter"
+    assert share(waiter, "futex_wait") >= 0.80, waiter
+    assert share(waiter, "gil_wait") < 0.05, waiter
+    by_waker = waiter["futex_wait_by_waker"]
+    assert by_waker.get(str(w.tids["holder"]), 0) >= 0.90 * sum(by_waker.values()), by_waker
+
+
+def read_cpu_stat(cg):
+    return dict(line.split() for line in (cg / "cpu.stat").read_text().splitlines())
+
+
+@pytest.fixture
+def throttled_cgroup():
+    """A cgroup v1 child of the cpu controller with 20 ms of CPU per 100 ms; removed afterwards."""
+    if not (CGROUP_V1_CPU / "cpu.cfs_quota_us").exists():
+        pytest.fail("the cgroup v1 cpu controller is not mounted at /sys/fs/cgroup/cpu")
+    cg = CGROUP_V1_CPU / f"waitmeter-test-{os.getpid()}"
+    cg.mkdir()
+    try:
+        (cg / "cpu.cfs_period_us").write_text("100000")
+        (cg / "cpu.cfs_quota_us").write_text("20000")
+        yield cg
+    finally:
+        for _ in range(50):
+            try:
+                cg.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)  # its tasks are still exiting
+
+
+def test_cfs_throttling_matches_cpu_stat(workload_bin, throttled_cgroup):
+    cg = throttled_cgroup
+    with Workload(workload_bin, "--busy", 1) as w:
+        (cg / "cgroup.procs").write_text(str(w.pid))
+        before = read_cpu_stat(cg)
+        report, _ = attach(w.pid, 3.0)
+        after = read_cpu_stat(cg)
+    c = report["cgroup"]
+    assert c["path"] == f"/{cg.name}" and c["quota_cores"] == 0.2 and c["period_s"] == 0.1, c
+    # the agent's window lies within the test's
+    assert 0 < c["throttled_s"] <= (int(after["throttled_time"]) - int(before["throttled_time"])) / 1e9 + 1e-6
+    busy = by_tid(report)[w.tids["busy-0"]]
+    throttled = sum(t["seconds"]["throttled"] for t in report["threads"])
+    assert abs(throttled - c["throttled_s"]) <= 0.05 * c["throttled_s"], (throttled, c)
+    assert share(busy, "throttled") >= 0.6, busy  # 80% of each period
+    assert c["nr_throttled"] >= 20
+    assert abs(c["throttled_stretches"] - c["nr_throttled"]) <= 2, c
+    assert c["period_signature"] is True
+    assert any("CFS period boundary" in v for v in report["verdict"]), report["verdict"]
+
+
+def test_runqueue_wait_names_the_other_process(workload_bin):
+    """Two processes, one busy thread each, pinned to one CPU: each waits
+    half the time, and ≥ 90% of that wait is charged to the other."""
+    with Workload(workload_bin, "--pinned-busy", 0) as a, Workload(workload_bin, "--pinned-busy", 0) as b:
+        agents = [subprocess.Popen([str(WAITMETER), "attach", "--pid", str(p.pid), "--duration", "2", "--output", "json"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in (a, b)]
+        reports = [json.loads(x.communicate(timeout=30)[0]) for x in agents]
+    for me, other, report in ((a, b, reports[0]), (b, a, reports[1])):
+        spin = by_tid(report)[me.tids["spin"]]
+        assert 0.35 <= share(spin, "runqueue") <= 0.65, spin
+        by = spin["runqueue_by_preemptor"]
+        assert by.get(f"pid {other.pid} (main)", 0) >= 0.90 * sum(by.values()), by
