@@ -36,6 +36,7 @@ Examples:
   sudo waitmeter attach --pid 1234
   sudo waitmeter attach --pid 1234 --duration 30
   sudo waitmeter attach --pid 1234 --duration 5 --output json | jq '.threads[] | {name, wait_ratio}'
+  sudo waitmeter attach --pid 1234 --age-url http://127.0.0.1:8000/metrics --age-metric fix_lag_seconds
 
 Ctrl-C ends the window early and still prints the report. If the process exits
 during the window, the report covers the time it ran and the exit code is 2.")]
@@ -46,6 +47,7 @@ Examples:
   sudo waitmeter run --pid 1234
   sudo waitmeter run --pid 1234 --pid 5678 --listen 0.0.0.0:9747
   sudo waitmeter run --all          # a pod sidecar with shareProcessNamespace: true
+  sudo waitmeter run --all --age-socket /run/waitmeter/age.sock   # per-thread age from waitmeter_client
 
 Metrics: docs/metrics.md. Scrape http://ADDR:PORT/metrics.")]
     Run(RunArgs),
@@ -86,6 +88,27 @@ pub struct ProbeArgs {
     pub gil_probe: GilProbe,
 }
 
+/// Where the application's end-to-end age comes from (docs/age.md).
+#[derive(Args, Debug, Default)]
+pub struct AgeArgs {
+    /// The application's Prometheus endpoint holding its age/lag metric (http://HOST:PORT/PATH)
+    #[arg(long, value_name = "URL", requires = "age_metric")]
+    pub age_url: Option<String>,
+    /// The age metric at --age-url (gauge, histogram or summary, in seconds)
+    #[arg(long, value_name = "NAME", requires = "age_url")]
+    pub age_metric: Option<String>,
+    /// Only the series with these labels (k=v,k2=v2)
+    #[arg(long, value_name = "LABELS", requires = "age_url", value_parser = parse_labels)]
+    pub age_labels: Option<std::collections::BTreeMap<String, String>>,
+    /// Receive waitmeter_client samples on this Unix socket (per-thread age)
+    #[arg(long, value_name = "PATH")]
+    pub age_socket: Option<PathBuf>,
+}
+
+fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    crate::age::exposition::parse_label_filter(s)
+}
+
 fn positive_seconds(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
     if v.is_finite() && v > 0.0 && v <= 86_400.0 * 365.0 {
@@ -111,6 +134,8 @@ pub struct AttachArgs {
     pub interval: f64,
     #[command(flatten)]
     pub probe: ProbeArgs,
+    #[command(flatten)]
+    pub age: AgeArgs,
 }
 
 #[derive(Args, Debug)]
@@ -133,6 +158,8 @@ pub struct RunArgs {
     pub tid_labels: bool,
     #[command(flatten)]
     pub probe: ProbeArgs,
+    #[command(flatten)]
+    pub age: AgeArgs,
 }
 
 #[cfg(test)]
@@ -150,6 +177,14 @@ mod tests {
         assert!(Cli::try_parse_from(["waitmeter", "run"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "run", "--all", "--pid", "1"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "run", "--pid", "1", "--pid", "2"]).is_ok());
+    }
+
+    #[test]
+    fn age_url_and_metric_go_together() {
+        assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--age-url", "http://x/metrics"]).is_err());
+        assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--age-metric", "lag"]).is_err());
+        assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--age-url", "http://x/m", "--age-metric", "lag", "--age-labels", "a=b"]).is_ok());
+        assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--age-url", "http://x/m", "--age-metric", "lag", "--age-labels", "oops"]).is_err());
     }
 
     #[test]

@@ -1,4 +1,5 @@
 //! waitmeter: measures waiting. See docs/architecture.md.
+mod age;
 mod cgroup;
 mod cli;
 mod cmd;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::{install_stop_handler, session_options, stop_requested};
+use crate::age::sources::AgeSources;
 use crate::cli::{AttachArgs, Output};
 use crate::model::partition::{secs, window, ThreadSample};
 use crate::probes::sched::monotonic_ns;
@@ -41,11 +42,14 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
     let mut drawn_lines = 0usize;
     let mut exited_at: Option<u64> = None;
     let mut next_tick = t0 + tick_ns;
+    let mut ages = AgeSources::new(&args.age)?;
+    let plain_lines = args.output == Output::Text && !live_view;
     let mut end;
     loop {
         let deadline = (t0 + window_ns).min(next_tick);
         while monotonic_ns() < deadline && !stop_requested() && session.targets().all(|t| t.exited_ns.is_none()) {
             std::thread::sleep(Duration::from_millis(50).min(Duration::from_nanos(deadline.saturating_sub(monotonic_ns()))));
+            ages.poll(monotonic_ns());
             if let Some(t) = session.reap().first() {
                 exited_at = t.exited_ns;
             }
@@ -54,7 +58,7 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
         end = exited_at.unwrap_or(snap.at_ns);
         let new_exits: Vec<ThreadSample> = snap.exited.into_values().flatten().collect();
         live = snap.live.into_values().flatten().collect();
-        if live_view {
+        if live_view || plain_lines {
             // the last interval: each thread's change since the previous tick
             let rows: Vec<ThreadRow> = live
                 .iter()
@@ -65,7 +69,17 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
                 })
                 .collect();
             let r = ProcessReport::new(target.pid, target.comm.clone(), python.clone(), tick_ns, None, rows);
+            let age_line = ages.process(target.pid, t0).map(|a| {
+                format!("age {:.2} s ({:+.2} s since attach, {} samples from the {})", a.summary.last_s, a.summary.growth_s, a.summary.samples, a.source)
+            });
             let mut out = std::io::stdout().lock();
+            if plain_lines {
+                let _ = writeln!(out, "{}", text::plain_line(&r, secs(snap.at_ns.saturating_sub(t0)), age_line.as_deref()));
+                let _ = out.flush();
+            }
+            if !live_view {
+                // plain lines only
+            } else {
             if drawn_lines > 0 {
                 let _ = write!(out, "\x1b[{drawn_lines}A\x1b[J");
             }
@@ -78,9 +92,14 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
                 args.interval,
                 text::table(&r, color)
             );
+            let frame = match &age_line {
+                Some(a) => format!("{frame}{a}\n"),
+                None => frame,
+            };
             drawn_lines = frame.lines().count();
             let _ = out.write_all(frame.as_bytes());
             let _ = out.flush();
+            }
         }
         last = live.iter().map(|s| (s.host_tid, s.clone())).collect();
         exited.extend(new_exits);
@@ -93,7 +112,11 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
         print!("\x1b[{drawn_lines}A\x1b[J");
     }
 
-    let rows: Vec<ThreadRow> = live.iter().chain(exited.iter()).map(|s| ThreadRow::from_sample(s, s.times, s.existed_ns())).collect();
+    let rows: Vec<ThreadRow> = live
+        .iter()
+        .chain(exited.iter())
+        .map(|s| ThreadRow { age: ages.thread(target.pid, s.tid, t0), ..ThreadRow::from_sample(s, s.times, s.existed_ns()) })
+        .collect();
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
     let report = ProcessReport::new(target.pid, target.comm.clone(), python, end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows);
     let report = match &target.cgroup {
@@ -123,6 +146,7 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
         }
         None => report,
     };
+    let report = report.with_age(ages.process(target.pid, t0));
     match args.output {
         Output::Json => println!("{}", json::render(&report)),
         Output::Text => print!("{}", text::report(&report, color)),

@@ -7,7 +7,8 @@ use anyhow::Result;
 use super::{install_stop_handler, session_options, stop_requested};
 use crate::cli::RunArgs;
 use crate::export::http;
-use crate::export::prometheus::{AgentStatus, CgroupInfo, Exporter, ProcessInfo, EXITED_RETENTION_NS};
+use crate::age::sources::AgeSources;
+use crate::export::prometheus::{AgeExport, AgentStatus, CgroupInfo, Exporter, ProcessInfo, EXITED_RETENTION_NS};
 use crate::probes::sched::{monotonic_ns, VARIANT};
 use crate::session::Session;
 
@@ -19,6 +20,10 @@ const DISCOVER_EVERY_NS: u64 = 1_000_000_000;
 
 pub fn run(args: &RunArgs) -> Result<()> {
     install_stop_handler();
+    if args.age.age_url.is_some() && (args.all || args.pid.len() != 1) {
+        return Err(crate::usage!("--age-url joins the age of one process with its threads: give exactly one --pid (or use --age-socket, which is per thread)"));
+    }
+    let mut ages = AgeSources::new(&args.age)?;
     // bind first: a taken port fails before any probe is loaded
     let (tx, rx) = mpsc::channel::<http::Scrape>();
     let addr = http::serve(&args.listen, tx)?;
@@ -62,7 +67,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
                         cgroups.push(CgroupInfo { path: cg.path.clone(), stat, quota_cores: cg.quota().and_then(|q| q.cores()) });
                     }
                 }
-                let _ = scrape.reply.send(exporter.render(&procs, &cgroups, &snap, &status));
+                let age_export = AgeExport {
+                    process: ages.latest_process().and_then(|a| Some((*args.pid.first()?, a))),
+                    threads: ages.latest_threads(),
+                    errors: ages.any().then(|| ages.errors()),
+                };
+                let _ = scrape.reply.send(exporter.render(&procs, &cgroups, &age_export, &snap, &status));
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
@@ -70,6 +80,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         let exits = session.exits();
         exporter.fold_exits(&exits);
         let now = monotonic_ns();
+        ages.poll(now);
         if now >= next_discover {
             next_discover = now + DISCOVER_EVERY_NS;
             for t in session.reap() {

@@ -98,6 +98,30 @@ pub const CGROUP_QUOTA_CORES: Metric = Metric {
     help: "The cgroup's CFS CPU quota in cores (quota / period); absent when unlimited.",
 };
 
+pub const APP_AGE_SECONDS: Metric = Metric {
+    base: "waitmeter_app_age",
+    kind: Kind::Gauge,
+    unit: Some("seconds"),
+    labels: &["pid", "thread"],
+    help: "The application's end-to-end age (now - send time of what it handles): from its own endpoint (--age-url; no thread label) or from waitmeter_client samples (latest per thread).",
+};
+
+pub const THREAD_WAIT_RATIO: Metric = Metric {
+    base: "waitmeter_thread_wait_ratio",
+    kind: Kind::Gauge,
+    unit: None,
+    labels: &["pid", "thread"],
+    help: "waiting / (waiting + running) of a thread since the previous scrape, where waiting = runqueue + throttled + gil_wait (absent when the thread neither ran nor waited).",
+};
+
+pub const AGE_SOURCE_ERRORS: Metric = Metric {
+    base: "waitmeter_age_source_errors",
+    kind: Kind::Counter,
+    unit: None,
+    labels: &["source"],
+    help: "Failed polls of the --age-url endpoint (source=\"endpoint\") and malformed datagrams on the --age-socket (source=\"client\").",
+};
+
 pub const WATCHED_PROCESSES: Metric = Metric {
     base: "waitmeter_watched_processes",
     kind: Kind::Gauge,
@@ -148,6 +172,9 @@ pub const ALL: &[&Metric] = &[&THREAD_SECONDS,
     &CGROUP_THROTTLED_PERIODS,
     &CGROUP_PERIODS,
     &CGROUP_QUOTA_CORES,
+    &APP_AGE_SECONDS,
+    &THREAD_WAIT_RATIO,
+    &AGE_SOURCE_ERRORS,
     &WATCHED_PROCESSES, &WATCHED_THREADS, &EVENTS_LOST, &PROBE_ATTACHED, &BUILD_INFO];
 
 /// docs/metrics.md

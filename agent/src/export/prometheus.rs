@@ -45,6 +45,17 @@ pub struct CgroupInfo {
     pub quota_cores: Option<f64>,
 }
 
+/// Age inputs at scrape time.
+#[derive(Clone, Debug, Default)]
+pub struct AgeExport {
+    /// (pid, latest age) from the endpoint
+    pub process: Option<(u32, f64)>,
+    /// (pid, tid, latest age) from waitmeter_client
+    pub threads: Vec<(u32, u32, f64)>,
+    /// (endpoint poll errors, malformed client datagrams)
+    pub errors: Option<(u64, u64)>,
+}
+
 /// Self-metric inputs.
 #[derive(Clone, Debug, Default)]
 pub struct AgentStatus {
@@ -69,6 +80,8 @@ pub struct Exporter {
     folded_holds: BTreeMap<SeriesKey, HoldHist>,
     /// (waiter series, waker label) -> ns of exited waiters
     folded_futex: BTreeMap<(SeriesKey, String), u64>,
+    /// each series' times at the previous scrape (for the wait ratio)
+    previous: BTreeMap<SeriesKey, Times>,
     /// (target, TID) -> thread label, for naming GIL holders (also after they exit)
     tid_labels_by_target: HashMap<(u64, u32), String>,
 }
@@ -84,6 +97,7 @@ impl Exporter {
             folded_gil: BTreeMap::new(),
             folded_holds: BTreeMap::new(),
             folded_futex: BTreeMap::new(),
+            previous: BTreeMap::new(),
             tid_labels_by_target: HashMap::new(),
         }
     }
@@ -155,7 +169,7 @@ impl Exporter {
     }
 
     /// The exposition text for this scrape. `snap.exited` must already be folded.
-    pub fn render(&mut self, procs: &[ProcessInfo], cgroups: &[CgroupInfo], snap: &Snapshot, status: &AgentStatus) -> String {
+    pub fn render(&mut self, procs: &[ProcessInfo], cgroups: &[CgroupInfo], ages: &AgeExport, snap: &Snapshot, status: &AgentStatus) -> String {
         let mut series = self.folded.clone();
         let mut gil = self.folded_gil.clone();
         let mut holds = self.folded_holds.clone();
@@ -196,6 +210,34 @@ impl Exporter {
         let cgroup_throttled_periods = cgroups.iter().map(|c| (cg(c), c.stat.nr_throttled as f64)).collect();
         let cgroup_periods = cgroups.iter().map(|c| (cg(c), c.stat.nr_periods as f64)).collect();
         let cgroup_quota = cgroups.iter().filter_map(|c| Some((cg(c), c.quota_cores?))).collect();
+        let mut wait_ratio = vec![];
+        for (k, t) in &series {
+            let Some(p) = by_id.get(&k.target) else { continue };
+            let window = match self.previous.get(k) {
+                Some(prev) => t.since(prev),
+                None => *t,
+            };
+            if let Some(r) = window.wait_ratio() {
+                wait_ratio.push((series_labels(p, k, false, &[]), r));
+            }
+        }
+        self.previous = series.clone();
+        let mut app_age = vec![];
+        if let Some((pid, age)) = ages.process {
+            app_age.push((vec![("pid".to_string(), pid.to_string())], age));
+        }
+        for (pid, tid, age) in &ages.threads {
+            let Some(p) = procs.iter().find(|p| p.pid == *pid) else { continue };
+            let thread = self.tid_labels_by_target.get(&(p.id, *tid)).cloned().unwrap_or_else(|| "unknown".to_string());
+            app_age.push((vec![("pid".to_string(), pid.to_string()), ("thread".to_string(), thread)], *age));
+        }
+        let age_errors = match ages.errors {
+            Some((endpoint, client)) => vec![
+                (vec![("source".to_string(), "endpoint".to_string())], endpoint as f64),
+                (vec![("source".to_string(), "client".to_string())], client as f64),
+            ],
+            None => vec![],
+        };
         let mut thread_seconds = vec![];
         for (k, t) in &series {
             let Some(p) = by_id.get(&k.target) else { continue };
@@ -226,6 +268,9 @@ impl Exporter {
             cgroup_throttled_periods,
             cgroup_periods,
             cgroup_quota,
+            wait_ratio,
+            app_age,
+            age_errors,
             watched_processes: procs.iter().filter(|p| p.alive).count() as i64,
             watched_threads: live_threads as i64,
             lost,
@@ -295,6 +340,9 @@ struct Exposition {
     cgroup_throttled_periods: Vec<(Labels, f64)>,
     cgroup_periods: Vec<(Labels, f64)>,
     cgroup_quota: Vec<(Labels, f64)>,
+    wait_ratio: Vec<(Labels, f64)>,
+    app_age: Vec<(Labels, f64)>,
+    age_errors: Vec<(Labels, f64)>,
     watched_processes: i64,
     watched_threads: i64,
     lost: Vec<(Labels, f64)>,
@@ -336,6 +384,15 @@ fn gauges(enc: &mut DescriptorEncoder, m: &Metric, series: &[(Labels, i64)]) -> 
     Ok(())
 }
 
+fn float_gauges(enc: &mut DescriptorEncoder, m: &Metric, series: &[(Labels, f64)]) -> Result<(), std::fmt::Error> {
+    let u = unit_of(m);
+    let mut me = descriptor(enc, m, &u)?;
+    for (labels, v) in series {
+        ConstGauge::new(*v).encode(me.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
 impl Collector for Exposition {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         counters(&mut enc, &catalogue::THREAD_SECONDS, &self.thread_seconds)?;
@@ -355,11 +412,10 @@ impl Collector for Exposition {
         counters(&mut enc, &catalogue::CGROUP_THROTTLED_SECONDS, &self.cgroup_throttled)?;
         counters(&mut enc, &catalogue::CGROUP_THROTTLED_PERIODS, &self.cgroup_throttled_periods)?;
         counters(&mut enc, &catalogue::CGROUP_PERIODS, &self.cgroup_periods)?;
-        let u = unit_of(&catalogue::CGROUP_QUOTA_CORES);
-        let mut me = descriptor(&mut enc, &catalogue::CGROUP_QUOTA_CORES, &u)?;
-        for (labels, v) in &self.cgroup_quota {
-            ConstGauge::new(*v).encode(me.encode_family(labels)?)?;
-        }
+        float_gauges(&mut enc, &catalogue::CGROUP_QUOTA_CORES, &self.cgroup_quota)?;
+        float_gauges(&mut enc, &catalogue::APP_AGE_SECONDS, &self.app_age)?;
+        float_gauges(&mut enc, &catalogue::THREAD_WAIT_RATIO, &self.wait_ratio)?;
+        counters(&mut enc, &catalogue::AGE_SOURCE_ERRORS, &self.age_errors)?;
         for (m, v) in [(&catalogue::WATCHED_PROCESSES, self.watched_processes), (&catalogue::WATCHED_THREADS, self.watched_threads)] {
             let u = unit_of(m);
             ConstGauge::new(v).encode(descriptor(&mut enc, m, &u)?)?;
@@ -394,7 +450,7 @@ mod tests {
         let mut e = Exporter::new(1, false);
         let mut snap = Snapshot::default();
         snap.live.insert(1, vec![sample(1, "worker", 0, 2_000_000_000, false), sample(2, "worker", 0, 1_000_000_000, false), sample(3, "io\"er", 0, 500_000_000, false)]);
-        let text = e.render(&procs, &[], &snap, &status);
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &status);
         assert_eq!(value(&text, "worker", "running"), Some(3.0), "{text}");
         // beyond the bound of 1 distinct name per process: "other"
         assert_eq!(value(&text, "other", "running"), Some(0.5), "{text}");
@@ -408,10 +464,10 @@ mod tests {
         exits.insert(1, vec![sample(2, "worker", 0, 1_200_000_000, true)]);
         e.fold_exits(&exits);
         snap.live.insert(1, vec![sample(1, "worker", 0, 2_500_000_000, false)]);
-        let text = e.render(&procs, &[], &snap, &status);
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &status);
         assert_eq!(value(&text, "worker", "running"), Some(3.7), "{text}");
         e.forget(&[1]);
-        let text = e.render(&[], &[], &Snapshot::default(), &status);
+        let text = e.render(&[], &[], &AgeExport::default(), &Snapshot::default(), &status);
         assert_eq!(value(&text, "worker", "running"), None);
     }
 
@@ -433,7 +489,7 @@ mod tests {
         victim.gil_by_holder.insert(0, 50_000_000);
         let mut snap = Snapshot::default();
         snap.live.insert(1, vec![victim, sample(2, "processor", 0, 1_000_000_000, false)]);
-        let text = e.render(&procs, &[], &snap, &AgentStatus::default());
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
         assert!(text.contains("waitmeter_gil_wait_seconds_total{pid=\"10\",thread=\"ingest\",holder=\"processor\"} 0.9"), "{text}");
         assert!(text.contains("waitmeter_gil_wait_seconds_total{pid=\"10\",thread=\"ingest\",holder=\"unknown\"} 0.05"), "{text}");
     }
@@ -444,7 +500,7 @@ mod tests {
         let mut e = Exporter::new(20, true);
         let mut snap = Snapshot::default();
         snap.live.insert(1, vec![sample(1, "w", 0, 1_000_000_000, false), sample(2, "w", 0, 1_000_000_000, false)]);
-        let text = e.render(&procs, &[], &snap, &AgentStatus::default());
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
         assert!(text.contains("tid=\"1\"") && text.contains("tid=\"2\""), "{text}");
     }
 }

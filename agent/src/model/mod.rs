@@ -1,5 +1,6 @@
 //! Pure model: per-thread samples in, time partition, ratios and label sets out.
 //! Nothing here touches the kernel, /proc or the network; everything is unit-tested.
+pub mod age;
 pub mod blame;
 pub mod hist;
 pub mod labels;

@@ -35,12 +35,51 @@ pub struct JsonThread {
     pub futex_wait_by_waker: BTreeMap<String, f64>,
     /// run-queue wait per what had the CPU: a TID of this process, "pid N (comm)", or "idle"
     pub runqueue_by_preemptor: BTreeMap<String, f64>,
+    /// the age of what this thread handled (waitmeter_client samples), if any
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub age: Option<JsonAge>,
     /// GIL hold times, with --gil-probe uprobe only
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gil_hold: Option<JsonHold>,
     /// time the thread existed within the window (the sum of `seconds`)
     pub existed_s: f64,
     pub exited: bool,
+}
+
+#[derive(Serialize, Debug)]
+pub struct JsonAge {
+    /// endpoint (--age-url) or client (waitmeter_client)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<&'static str>,
+    pub samples: usize,
+    pub first_s: f64,
+    pub last_s: f64,
+    pub max_s: f64,
+    pub mean_s: f64,
+    pub growth_s: f64,
+    /// seconds of age per second (least squares)
+    pub slope: f64,
+    pub rising: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p50_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99_s: Option<f64>,
+}
+
+fn age(source: Option<&'static str>, a: &crate::model::age::AgeSummary, p50: Option<f64>, p99: Option<f64>) -> JsonAge {
+    JsonAge {
+        source,
+        samples: a.samples,
+        first_s: round6(a.first_s),
+        last_s: round6(a.last_s),
+        max_s: round6(a.max_s),
+        mean_s: round6(a.mean_s),
+        growth_s: round6(a.growth_s),
+        slope: round6(a.slope),
+        rising: a.rising,
+        p50_s: p50.map(round6),
+        p99_s: p99.map(round6),
+    }
 }
 
 #[derive(Serialize, Debug)]
@@ -90,6 +129,11 @@ pub struct JsonReport {
     pub threads: Vec<JsonThread>,
     /// the futex words with the most wait
     pub top_futexes: Vec<JsonFutex>,
+    /// the application's age over the window; null without an age source (or samples)
+    pub age: Option<JsonAge>,
+    /// cores used on average, and the cores it may use (quota, else the machine's CPUs)
+    pub cpu_used_cores: f64,
+    pub cpu_limit_cores: f64,
     pub verdict: Vec<String>,
     /// the process exited during the window
     pub exited: bool,
@@ -132,6 +176,7 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
             .map(|(tid, ns)| (if *tid == 0 { "timeout".to_string() } else { tid.to_string() }, round6(secs(*ns))))
             .collect(),
         runqueue_by_preemptor: row.runqueue_by.iter().map(|(p, ns)| (p.key(), round6(secs(*ns)))).collect(),
+        age: row.age.as_ref().map(|a| age(None, a, None, None)),
         gil_hold: row.gil_hold.map(|h| JsonHold {
             count: h.count,
             total_s: round6(secs(h.sum_ns)),
@@ -160,6 +205,9 @@ pub fn report(r: &ProcessReport) -> JsonReport {
             period_signature: r.throttling.as_ref().is_some_and(|t| t.signature),
         }),
         threads: r.threads.iter().map(thread).collect(),
+        age: r.age.as_ref().map(|a| age(Some(a.source), &a.summary, a.p50_s, a.p99_s)),
+        cpu_used_cores: round6(r.cpu_used_cores()),
+        cpu_limit_cores: r.cpu_limit_cores,
         top_futexes: r
             .top_futexes
             .iter()

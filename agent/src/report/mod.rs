@@ -6,7 +6,9 @@ pub mod verdict;
 
 use std::collections::BTreeMap;
 
+use crate::model::age::AgeSummary;
 use crate::model::blame::{self, FutexWait, Preemptor, TopFutex};
+use crate::model::state::State;
 use crate::model::partition::{secs, ThreadSample, Times};
 
 /// Futex words listed per process.
@@ -31,6 +33,19 @@ pub struct ThreadRow {
     pub futex: Vec<FutexWait>,
     /// run-queue wait by what had the CPU
     pub runqueue_by: BTreeMap<Preemptor, u64>,
+    /// the age of what this thread handled (waitmeter_client samples)
+    pub age: Option<AgeSummary>,
+}
+
+/// CPUs of the machine.
+pub fn online_cpus() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as f64
+    } else {
+        1.0
+    }
 }
 
 impl ThreadRow {
@@ -38,6 +53,17 @@ impl ThreadRow {
     pub fn futex_by_waker(&self) -> BTreeMap<u32, u64> {
         blame::by_waker(&self.futex)
     }
+}
+
+/// The application's age over the window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgeReport {
+    /// "endpoint" (its Prometheus metric) or "client" (waitmeter_client samples)
+    pub source: &'static str,
+    pub summary: AgeSummary,
+    /// from a histogram's bucket deltas over the window
+    pub p50_s: Option<f64>,
+    pub p99_s: Option<f64>,
 }
 
 /// The cgroup of the process over the window.
@@ -76,6 +102,7 @@ impl ThreadRow {
             gil_hold: s.gil_hold,
             futex: s.futex.clone(),
             runqueue_by: s.runqueue_by.clone(),
+            age: None,
         }
     }
 }
@@ -109,6 +136,9 @@ pub struct ProcessReport {
     pub top_futexes: Vec<TopFutex>,
     pub cgroup: Option<CgroupReport>,
     pub throttling: Option<Throttling>,
+    pub age: Option<AgeReport>,
+    /// CPUs the process may use: its cgroup quota, else the machine's CPUs
+    pub cpu_limit_cores: f64,
     pub verdict: Vec<String>,
 }
 
@@ -135,6 +165,8 @@ impl ProcessReport {
             top_futexes,
             cgroup: None,
             throttling: None,
+            age: None,
+            cpu_limit_cores: online_cpus(),
             verdict: vec![],
         };
         r.verdict = verdict::findings(&r);
@@ -147,9 +179,25 @@ impl ProcessReport {
     }
 
     pub fn with_cgroup(mut self, cgroup: Option<CgroupReport>, throttling: Option<Throttling>) -> Self {
+        if let Some(q) = cgroup.as_ref().and_then(|c| c.quota_cores) {
+            self.cpu_limit_cores = q.min(self.cpu_limit_cores);
+        }
         self.cgroup = cgroup;
         self.throttling = throttling;
         self.verdict = verdict::findings(&self);
         self
+    }
+
+    /// Add the application's age (and re-derive the verdict).
+    pub fn with_age(mut self, age: Option<AgeReport>) -> Self {
+        self.age = age;
+        self.verdict = verdict::findings(&self);
+        self
+    }
+
+    /// Cores the process used on average over the window.
+    pub fn cpu_used_cores(&self) -> f64 {
+        let running: u64 = self.threads.iter().map(|t| t.times.get(State::Running)).sum();
+        running as f64 / self.duration_ns.max(1) as f64
     }
 }

@@ -1,7 +1,7 @@
 //! Terminal rendering: the per-thread table (live and final) with a bar per thread.
 use std::fmt::Write;
 
-use super::ProcessReport;
+use super::{ProcessReport, ThreadRow};
 use crate::model::partition::secs;
 use crate::model::state::State;
 
@@ -80,14 +80,69 @@ pub fn legend(color: bool) -> String {
         .join("  ")
 }
 
-/// The per-thread table: shares of each state in percent, wait ratio, bar.
+/// What a thread waited for most, and behind whom: "GIL: processor",
+/// "CPU: spin-b", "quota", "lock: holder"; empty when it mostly worked or idled.
+pub fn culprit(t: &ThreadRow, rows: &[ThreadRow]) -> String {
+    let total = t.times.total();
+    if total == 0 {
+        return String::new();
+    }
+    let name = |tid: u32| rows.iter().find(|x| x.tid == tid).map(|x| x.name.clone()).unwrap_or_else(|| tid.to_string());
+    let candidates = [State::GilWait, State::Runqueue, State::Throttled, State::FutexWait];
+    let Some(s) = candidates.into_iter().max_by_key(|s| t.times.get(*s)) else { return String::new() };
+    if (t.times.get(s) as f64) < 0.2 * total as f64 {
+        return String::new();
+    }
+    match s {
+        State::GilWait => match t.gil_by_holder.iter().filter(|(h, _)| **h != 0).max_by_key(|(_, ns)| **ns) {
+            Some((h, _)) => format!("GIL: {}", name(*h)),
+            None => "GIL".into(),
+        },
+        State::Runqueue => match t.runqueue_by.iter().max_by_key(|(_, ns)| **ns) {
+            Some((crate::model::blame::Preemptor::Thread(h), _)) => format!("CPU: {}", name(*h)),
+            Some((p, _)) => format!("CPU: {}", p.key()),
+            None => "CPU".into(),
+        },
+        State::Throttled => "quota".into(),
+        _ => match t.futex_by_waker().iter().max_by_key(|(_, ns)| **ns) {
+            Some((0, _)) => "lock: timeout".into(),
+            Some((w, _)) => format!("lock: {}", name(*w)),
+            None => "lock".into(),
+        },
+    }
+}
+
+/// One plain line per interval when the output is not a terminal.
+pub fn plain_line(r: &ProcessReport, at_s: f64, age: Option<&str>) -> String {
+    let mut parts = vec![format!("waitmeter: t={at_s:.0}s")];
+    if let Some(a) = age {
+        parts.push(a.to_string());
+    }
+    let mut waits = vec![];
+    for t in &r.threads {
+        let c = culprit(t, &r.threads);
+        if !c.is_empty() {
+            let total = t.times.total().max(1) as f64;
+            let waited = t.times.waiting() + t.times.get(State::FutexWait);
+            waits.push(format!("{} {:.0}% ({c})", t.name, 100.0 * waited as f64 / total));
+        }
+    }
+    if waits.is_empty() {
+        parts.push("threads working or idle".into());
+    } else {
+        parts.extend(waits);
+    }
+    parts.join(" | ")
+}
+
+/// The per-thread table: shares of each state in percent, wait ratio, bar, top culprit.
 pub fn table(r: &ProcessReport, color: bool) -> String {
     let mut out = String::new();
     let _ = write!(out, "{:>7}  {:<16}", "TID", "THREAD");
     for s in State::ALL {
         let _ = write!(out, " {:>5}", style(s).0);
     }
-    let _ = writeln!(out, "  {:>4}  {:>6}  STATES", "WAIT", "SECS");
+    let _ = writeln!(out, "  {:>4}  {:>6}  {:<width$}  TOP CULPRIT", "WAIT", "SECS", "STATES", width = BAR_WIDTH);
     for t in &r.threads {
         let total = t.times.total();
         let name = if t.exited { format!("{}†", truncate(&t.name, 15)) } else { truncate(&t.name, 16) };
@@ -101,7 +156,11 @@ pub fn table(r: &ProcessReport, color: bool) -> String {
             }
         }
         let ratio = t.times.wait_ratio().map(|w| format!("{w:.2}")).unwrap_or_else(|| "-".into());
-        let _ = writeln!(out, "  {:>4}  {:>6.2}  {}", ratio, secs(total), bar(&t.times, color));
+        let mut b = bar(&t.times, color);
+        if t.times.total() == 0 {
+            b = " ".repeat(BAR_WIDTH);
+        }
+        let _ = writeln!(out, "  {:>4}  {:>6.2}  {}  {}", ratio, secs(total), b, truncate(&culprit(t, &r.threads), 24));
     }
     out
 }
@@ -160,6 +219,8 @@ mod tests {
         let line = text.lines().find(|l| l.contains("worker")).unwrap();
         assert!(line.contains(" 75.0  25.0"), "{line}");
         assert!(line.contains("0.25"), "{line}");
-        assert!(line.ends_with(&format!("{}{}", "#".repeat(22), "q".repeat(8))) || line.ends_with(&format!("{}{}", "#".repeat(23), "q".repeat(7))), "{line}");
+        assert!(line.contains(&format!("{}{}", "#".repeat(22), "q".repeat(8))) || line.contains(&format!("{}{}", "#".repeat(23), "q".repeat(7))), "{line}");
+        assert!(line.ends_with("CPU"), "{line}"); // 25% in the run queue, preemptor unknown
+        assert!(plain_line(&r, 3.0, Some("age 1.00 s")).starts_with("waitmeter: t=3s | age 1.00 s | worker 25% (CPU)"));
     }
 }

@@ -50,12 +50,70 @@ fn runqueue_culprit(r: &ThreadRow, rows: &[ThreadRow]) -> String {
     format!(", mostly behind {name} ({:.0}%)", 100.0 * *ns as f64 / total as f64)
 }
 
+/// GIL starvation needs the victim's GIL wait to be at least this share of its time.
+pub const GIL_STARVATION_SHARE: f64 = 0.5;
+/// "The CPU is idle": the process used less than this share of the CPUs it may use.
+pub const IDLE_CPU_SHARE: f64 = 0.5;
+
+fn age_growth(report: &ProcessReport) -> String {
+    match &report.age {
+        Some(a) => format!("; message age grew {:.1} s (to {:.1} s)", a.summary.growth_s, a.summary.last_s),
+        None => String::new(),
+    }
+}
+
+fn age_rising(report: &ProcessReport) -> bool {
+    report.age.as_ref().is_some_and(|a| a.summary.rising) || report.threads.iter().any(|t| t.age.as_ref().is_some_and(|a| a.rising))
+}
+
+fn cpu_use(report: &ProcessReport) -> String {
+    format!("CPU {:.1} of {} cores", report.cpu_used_cores(), fmt_cores(report.cpu_limit_cores))
+}
+
+fn fmt_cores(c: f64) -> String {
+    if (c - c.round()).abs() < 1e-9 {
+        format!("{c:.0}")
+    } else {
+        format!("{c:.2}")
+    }
+}
+
+/// The findings, most important first. Each names the kind of problem first
+/// ("GIL starvation:", "CPU quota throttling:", "run-queue saturation:",
+/// "lock convoy", "age rising while the CPU is idle:", "healthy:").
 pub fn findings(report: &ProcessReport) -> Vec<String> {
     let rows = &report.threads;
     let window_s = report.window_s();
+    let rising = age_rising(report);
     let mut out = vec![];
-    out.extend(throttling(report));
+    let mut explained = false;
+
+    // GIL starvation: a thread kept from the GIL behind another, while age rises
+    let victim = rows
+        .iter()
+        .filter(|r| r.times.total() > 0)
+        .max_by(|a, b| share_of(a, State::GilWait).total_cmp(&share_of(b, State::GilWait)))
+        .filter(|r| share_of(r, State::GilWait) >= GIL_STARVATION_SHARE);
+    if let (Some(v), true) = (victim, rising) {
+        let culprit = top_holder(v).and_then(|tid| rows.iter().find(|x| x.tid == tid));
+        let behind = culprit.map(|c| format!(" held by {} ({})", c.name, c.tid)).unwrap_or_default();
+        let fix = culprit.map(|c| format!(" Move {} to its own process", c.name)).unwrap_or_else(|| " Move the GIL-heavy work to its own process".into());
+        out.push(format!(
+            "GIL starvation: thread {} ({}) lost {:.1} s of {:.1} s waiting for the GIL{behind}{}; {}: this is waiting, not working.{fix}",
+            v.name,
+            v.tid,
+            secs(v.times.get(State::GilWait)),
+            secs(v.times.total()),
+            age_growth(report),
+            cpu_use(report),
+        ));
+        explained = true;
+    }
+    let throttled = throttling(report);
+    explained |= !throttled.is_empty();
+    out.extend(throttled);
     out.extend(convoys(report));
+
     for r in rows {
         let total = r.times.total();
         if total == 0 {
@@ -66,13 +124,16 @@ pub fn findings(report: &ProcessReport) -> Vec<String> {
         let worst_wait = State::ALL.into_iter().filter(|s| s.is_waiting()).max_by_key(|s| r.times.get(*s));
         if let Some(s) = worst_wait {
             if r.times.waiting() as f64 / total as f64 >= WAITING_SHARE && r.times.get(s) > 0 {
-                let behind = match s {
-                    State::GilWait => gil_culprit(r, rows),
-                    State::Runqueue => runqueue_culprit(r, rows),
-                    _ => String::new(),
+                let (kind, behind) = match s {
+                    State::GilWait => ("GIL wait", gil_culprit(r, rows)),
+                    State::Runqueue => ("run-queue saturation", runqueue_culprit(r, rows)),
+                    _ => ("CPU quota", String::new()),
                 };
+                if s == State::Runqueue {
+                    explained = true;
+                }
                 out.push(format!(
-                    "thread {} ({}) spent {:.1} s of {:.1} s {} ({:.0}%){behind}, wait ratio {:.2}: it had work and could not do it",
+                    "{kind}: thread {} ({}) spent {:.1} s of {:.1} s {} ({:.0}%){behind}, wait ratio {:.2}: it had work and could not do it",
                     r.name,
                     r.tid,
                     secs(r.times.get(s)),
@@ -97,14 +158,61 @@ pub fn findings(report: &ProcessReport) -> Vec<String> {
             ));
         }
     }
-    if out.is_empty() && !rows.is_empty() {
+
+    let idle_cpu = report.cpu_used_cores() < IDLE_CPU_SHARE * report.cpu_limit_cores;
+    if rising && !explained && idle_cpu {
+        let worst = rows
+            .iter()
+            .filter(|r| r.times.total() > 0)
+            .flat_map(|r| [State::GilWait, State::FutexWait, State::IoWait, State::Other].into_iter().map(move |s| (r, s)))
+            .max_by_key(|(r, s)| r.times.get(*s));
+        let hint = worst
+            .map(|(r, s)| format!("; the longest wait: thread {} ({}), {:.1} s {}", r.name, r.tid, secs(r.times.get(s)), what(s)))
+            .unwrap_or_default();
         out.push(format!(
-            "no thread waited for a CPU, quota or the GIL for {:.0}% or more of its time in {:.1} s",
-            100.0 * WAITING_SHARE,
-            window_s
+            "age rising while the CPU is idle: {}{}; {}: the work is waiting for something other than the CPU{hint}",
+            age_growth(report).trim_start_matches("; "),
+            format_args!(" in {window_s:.1} s"),
+            cpu_use(report),
         ));
     }
+    // headlines first, then the per-thread lines (a stable sort keeps their order)
+    out.sort_by_key(|l| rank(l));
+    let waited = rows.iter().any(|r| r.times.total() > 0 && r.times.waiting() as f64 / r.times.total() as f64 >= WAITING_SHARE);
+    if out.is_empty() || (!rising && !waited && out.iter().all(|l| l.starts_with("thread "))) {
+        if !rows.is_empty() {
+            let age = match &report.age {
+                Some(a) => format!("age flat at {:.2} s (max {:.2} s)", a.summary.last_s, a.summary.max_s),
+                None => "no age source".to_string(),
+            };
+            out.insert(
+                0,
+                format!(
+                    "healthy: {age}; no thread waited for a CPU, quota or the GIL for {:.0}% or more of its time in {window_s:.1} s",
+                    100.0 * WAITING_SHARE
+                ),
+            );
+        }
+    }
     out
+}
+
+fn rank(line: &str) -> u8 {
+    const ORDER: [&str; 4] = ["GIL starvation", "CPU quota throttling", "age rising while the CPU is idle", "lock convoy"];
+    ORDER.iter().position(|p| line.starts_with(p)).map_or(ORDER.len() as u8, |i| i as u8)
+}
+
+fn share_of(r: &ThreadRow, s: State) -> f64 {
+    let t = r.times.total();
+    if t == 0 {
+        0.0
+    } else {
+        r.times.get(s) as f64 / t as f64
+    }
+}
+
+fn top_holder(r: &ThreadRow) -> Option<u32> {
+    r.gil_by_holder.iter().filter(|(t, _)| **t != 0).max_by_key(|(_, ns)| **ns).map(|(t, _)| *t)
 }
 
 fn name_of(tid: u32, rows: &[ThreadRow]) -> String {
@@ -171,6 +279,7 @@ fn throttling(report: &ProcessReport) -> Vec<String> {
             t.period_s * 1e3
         ));
     }
+    line.push_str(&age_growth(report));
     line.push_str(": raise the quota or lower the parallelism");
     vec![line]
 }
@@ -179,7 +288,7 @@ fn throttling(report: &ProcessReport) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::model::partition::Times;
-    use crate::report::{CgroupReport, Throttling};
+    use crate::report::{AgeReport, CgroupReport, Throttling};
 
     fn row(tid: u32, name: &str, pairs: &[(State, u64)]) -> ThreadRow {
         let mut t = Times::default();
@@ -198,7 +307,7 @@ mod tests {
         let rows = [row(11, "spin-a", &[(State::Running, 5_000_000_000), (State::Runqueue, 5_000_000_000)])];
         let f = findings_of(rows.to_vec(), 10_000_000_000);
         assert_eq!(f.len(), 1);
-        assert!(f[0].contains("spin-a (11) spent 5.0 s of 10.0 s waiting for a CPU (run queue) (50%)"), "{}", f[0]);
+        assert!(f[0].starts_with("run-queue saturation: thread spin-a (11) spent 5.0 s of 10.0 s waiting for a CPU (run queue) (50%)"), "{}", f[0]);
         assert!(f[0].contains("wait ratio 0.50"));
     }
 
@@ -246,7 +355,58 @@ mod tests {
     fn lock_waiter_is_reported_as_blocked_not_waiting() {
         let rows = [row(12, "locker", &[(State::FutexWait, 9_500_000_000), (State::Running, 500_000_000)])];
         let f = findings_of(rows.to_vec(), 10_000_000_000);
-        assert!(f[0].contains("blocked on a lock or condition (futex) (95%)"), "{}", f[0]);
+        assert!(f[0].starts_with("healthy: "), "{f:?}"); // blocked is not waiting: maybe idle
+        assert!(f[1].contains("blocked on a lock or condition (futex) (95%)"), "{f:?}");
+    }
+
+    fn age(first: f64, last: f64, rising: bool) -> AgeReport {
+        let summary = crate::model::age::AgeSummary {
+            samples: 10,
+            first_s: first,
+            last_s: last,
+            max_s: last.max(first),
+            mean_s: (first + last) / 2.0,
+            growth_s: last - first,
+            slope: (last - first) / 10.0,
+            rising,
+        };
+        AgeReport { source: "endpoint", summary, p50_s: None, p99_s: None }
+    }
+
+    fn starving() -> Vec<ThreadRow> {
+        let mut victim = row(11, "ingest", &[(State::GilWait, 9_400_000_000), (State::Running, 600_000_000)]);
+        victim.gil_by_holder.insert(12, 9_300_000_000);
+        vec![victim, row(12, "processor", &[(State::Running, 9_900_000_000), (State::GilWait, 100_000_000)])]
+    }
+
+    #[test]
+    fn gil_starvation_needs_rising_age() {
+        let r = ProcessReport::new(1, "svc".into(), None, 10_000_000_000, None, starving()).with_age(Some(age(0.1, 6.2, true)));
+        let f = &r.verdict[0];
+        assert!(f.starts_with("GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12); message age grew 6.1 s (to 6.2 s); CPU 1.1 of"), "{f}");
+        assert!(f.ends_with("this is waiting, not working. Move processor to its own process"), "{f}");
+        // the same waits with a flat age: a GIL-wait finding, not starvation, and not healthy
+        let flat = ProcessReport::new(1, "svc".into(), None, 10_000_000_000, None, starving()).with_age(Some(age(0.1, 0.1, false)));
+        assert!(flat.verdict.iter().all(|l| !l.starts_with("GIL starvation") && !l.starts_with("healthy")), "{:?}", flat.verdict);
+        assert!(flat.verdict.iter().any(|l| l.starts_with("GIL wait: thread ingest")), "{:?}", flat.verdict);
+    }
+
+    #[test]
+    fn age_rising_while_the_cpu_is_idle() {
+        let rows = vec![row(1, "worker", &[(State::IoWait, 9_000_000_000), (State::Running, 1_000_000_000)])];
+        let mut r = ProcessReport::new(1, "svc".into(), None, 10_000_000_000, None, rows);
+        r.cpu_limit_cores = 4.0;
+        let r = r.with_age(Some(age(1.0, 9.0, true)));
+        assert!(r.verdict[0].starts_with("age rising while the CPU is idle: message age grew 8.0 s (to 9.0 s) in 10.0 s; CPU 0.1 of 4 cores"), "{:?}", r.verdict);
+        assert!(r.verdict[0].contains("the longest wait: thread worker (1), 9.0 s blocked on I/O"), "{:?}", r.verdict);
+    }
+
+    #[test]
+    fn healthy_with_flat_age_and_no_false_alarm() {
+        let rows = vec![row(1, "ingest", &[(State::IoWait, 9_000_000_000), (State::Running, 900_000_000), (State::GilWait, 100_000_000)])];
+        let r = ProcessReport::new(1, "svc".into(), None, 10_000_000_000, None, rows).with_age(Some(age(0.01, 0.012, false)));
+        assert!(r.verdict[0].starts_with("healthy: age flat at 0.01 s (max 0.01 s); no thread waited"), "{:?}", r.verdict);
+        assert!(r.verdict[1..].iter().all(|l| !l.contains("GIL")), "{:?}", r.verdict);
     }
 
     #[test]
@@ -257,7 +417,7 @@ mod tests {
         ];
         let f = findings_of(rows.to_vec(), 10_000_000_000);
         assert_eq!(f.len(), 1);
-        assert!(f[0].starts_with("no thread waited"), "{}", f[0]);
+        assert!(f[0].starts_with("healthy: no age source; no thread waited"), "{}", f[0]);
         assert!(findings_of(vec![], 1_000_000_000).is_empty());
     }
 }

@@ -1,0 +1,223 @@
+//! Polling one metric of the application's Prometheus endpoint (plain HTTP).
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use super::exposition::{self, Reading};
+use crate::model::age::AgeSample;
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+const MAX_BODY: usize = 16 << 20;
+
+/// `http://host:port/path` -> (host:port, path).
+pub fn parse_url(url: &str) -> Result<(String, String)> {
+    let rest = url.strip_prefix("http://").context("only http:// URLs are supported (put a local port-forward in front of https)")?;
+    let (hostport, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/metrics"),
+    };
+    if hostport.is_empty() {
+        bail!("no host in {url}");
+    }
+    let hostport = if hostport.contains(':') && !hostport.ends_with(']') { hostport.to_string() } else { format!("{hostport}:80") };
+    Ok((hostport, path.to_string()))
+}
+
+/// Decode a `Transfer-Encoding: chunked` body.
+pub fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
+    let mut out = vec![];
+    loop {
+        let nl = body.windows(2).position(|w| w == b"\r\n")?;
+        let size = usize::from_str_radix(std::str::from_utf8(&body[..nl]).ok()?.split(';').next()?.trim(), 16).ok()?;
+        body = &body[nl + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(body.get(..size)?);
+        body = body.get(size + 2..)?;
+    }
+}
+
+/// GET the URL; the body of a 200 response.
+pub fn get(url: &str) -> Result<String> {
+    let (hostport, path) = parse_url(url)?;
+    let addr = hostport.to_socket_addrs().with_context(|| format!("cannot resolve {hostport}"))?.next().context("no address")?;
+    let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).with_context(|| format!("cannot connect to {hostport}"))?;
+    s.set_read_timeout(Some(TIMEOUT))?;
+    s.set_write_timeout(Some(TIMEOUT))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {hostport}\r\nAccept: text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1\r\nConnection: close\r\nUser-Agent: waitmeter\r\n\r\n"
+    )?;
+    let mut raw = vec![];
+    s.take(MAX_BODY as u64).read_to_end(&mut raw).context("reading the response")?;
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").context("no HTTP header end")?;
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let status = head.lines().next().unwrap_or("");
+    if status.split_whitespace().nth(1) != Some("200") {
+        bail!("HTTP status `{status}`");
+    }
+    let body = &raw[split + 4..];
+    let chunked = head.lines().any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.to_ascii_lowercase().contains("chunked"));
+    let body = if chunked { dechunk(body).context("bad chunked encoding")? } else { body.to_vec() };
+    String::from_utf8(body).context("the body is not UTF-8")
+}
+
+/// The age metric of one process, polled from its endpoint.
+pub struct AgeScraper {
+    pub url: String,
+    pub metric: String,
+    pub labels: BTreeMap<String, String>,
+    previous: Option<Reading>,
+    pub samples: Vec<AgeSample>,
+    /// the histogram/summary state at the start of the window (for quantiles)
+    pub window_start: Option<Reading>,
+    pub last: Option<Reading>,
+    last_error: Option<String>,
+    pub errors: u64,
+}
+
+impl AgeScraper {
+    pub fn new(url: &str, metric: &str, labels: BTreeMap<String, String>) -> Result<AgeScraper> {
+        parse_url(url)?;
+        Ok(AgeScraper {
+            url: url.to_string(),
+            metric: metric.to_string(),
+            labels,
+            previous: None,
+            samples: vec![],
+            window_start: None,
+            last: None,
+            last_error: None,
+            errors: 0,
+        })
+    }
+
+    /// Poll once; an error is logged once (until it changes) and counted.
+    pub fn poll(&mut self, now_ns: u64) {
+        let got = get(&self.url).map_err(|e| format!("{e:#}")).and_then(|body| {
+            exposition::read(&body, &self.metric, &self.labels).map_err(|e| e.to_string())
+        });
+        match got {
+            Ok(r) => {
+                if self.last_error.take().is_some() {
+                    log::warn!("age source {} is back", self.url);
+                }
+                if let Some(age) = sample_of(self.previous.as_ref(), &r) {
+                    self.samples.push(AgeSample { at_ns: now_ns, age_s: age });
+                }
+                if self.window_start.is_none() {
+                    self.window_start = Some(r.clone());
+                }
+                self.previous = Some(r.clone());
+                self.last = Some(r);
+            }
+            Err(e) => {
+                self.errors += 1;
+                if self.last_error.as_deref() != Some(e.as_str()) {
+                    log::warn!("age source {} ({}): {e}; retrying every second", self.url, self.metric);
+                    self.last_error = Some(e);
+                }
+            }
+        }
+    }
+}
+
+/// The age a reading stands for: a gauge's value; for a histogram or a
+/// summary the mean of the observations since the previous reading.
+pub fn sample_of(previous: Option<&Reading>, r: &Reading) -> Option<f64> {
+    match (previous, r) {
+        (_, Reading::Value(v)) => Some(*v),
+        (Some(Reading::Histogram { sum: s0, count: c0, .. }), Reading::Histogram { sum, count, .. })
+        | (Some(Reading::Summary { sum: s0, count: c0, .. }), Reading::Summary { sum, count, .. }) => {
+            let dc = count - c0;
+            (dc > 0.0).then(|| (sum - s0) / dc)
+        }
+        _ => None,
+    }
+}
+
+/// Quantile `q` of a histogram's observations between two readings, by
+/// linear interpolation within the bucket (as Prometheus' histogram_quantile).
+pub fn histogram_quantile(start: Option<&Reading>, end: &Reading, q: f64) -> Option<f64> {
+    let Reading::Histogram { buckets, .. } = end else { return None };
+    let base: Vec<(f64, f64)> = match start {
+        Some(Reading::Histogram { buckets: b, .. }) => b.clone(),
+        _ => vec![],
+    };
+    let delta: Vec<(f64, f64)> =
+        buckets.iter().map(|(le, c)| (*le, c - base.iter().find(|(l, _)| l == le).map_or(0.0, |x| x.1))).collect();
+    let total = delta.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let mut prev = (0.0, 0.0);
+    for (le, c) in &delta {
+        if *c >= rank {
+            if le.is_infinite() {
+                return Some(prev.0);
+            }
+            let width = c - prev.1;
+            return Some(if width > 0.0 { prev.0 + (le - prev.0) * (rank - prev.1) / width } else { *le });
+        }
+        prev = (*le, *c);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(parse_url("http://127.0.0.1:8000/metrics").unwrap(), ("127.0.0.1:8000".into(), "/metrics".into()));
+        assert_eq!(parse_url("http://app").unwrap(), ("app:80".into(), "/metrics".into()));
+        assert!(parse_url("https://x/metrics").is_err());
+        assert!(parse_url("ftp://x").is_err());
+        assert!(parse_url("http:///x").is_err());
+    }
+
+    #[test]
+    fn chunked_bodies() {
+        assert_eq!(dechunk(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n").unwrap(), b"hello world");
+        assert_eq!(dechunk(b"zz\r\n"), None);
+        assert_eq!(dechunk(b"5\r\nhi"), None);
+    }
+
+    #[test]
+    fn samples_from_each_kind() {
+        assert_eq!(sample_of(None, &Reading::Value(2.0)), Some(2.0));
+        let h0 = Reading::Histogram { sum: 10.0, count: 10.0, buckets: vec![(1.0, 10.0), (f64::INFINITY, 10.0)] };
+        let h1 = Reading::Histogram { sum: 40.0, count: 20.0, buckets: vec![(1.0, 10.0), (f64::INFINITY, 20.0)] };
+        assert_eq!(sample_of(None, &h1), None); // no window yet
+        assert_eq!(sample_of(Some(&h0), &h1), Some(3.0));
+        assert_eq!(sample_of(Some(&h1), &h1), None); // no new observations
+        let s0 = Reading::Summary { sum: 1.0, count: 1.0, quantiles: vec![] };
+        let s1 = Reading::Summary { sum: 3.0, count: 2.0, quantiles: vec![] };
+        assert_eq!(sample_of(Some(&s0), &s1), Some(2.0));
+    }
+
+    #[test]
+    fn quantiles_from_bucket_deltas() {
+        let h0 = Reading::Histogram { sum: 0.0, count: 0.0, buckets: vec![(0.1, 0.0), (1.0, 0.0), (f64::INFINITY, 0.0)] };
+        let h1 = Reading::Histogram { sum: 0.0, count: 100.0, buckets: vec![(0.1, 50.0), (1.0, 90.0), (f64::INFINITY, 100.0)] };
+        assert!((histogram_quantile(Some(&h0), &h1, 0.5).unwrap() - 0.1).abs() < 1e-12);
+        assert!((histogram_quantile(Some(&h0), &h1, 0.7).unwrap() - 0.55).abs() < 1e-12);
+        assert_eq!(histogram_quantile(Some(&h0), &h1, 0.99), Some(1.0)); // in +Inf: the last finite bound
+        assert_eq!(histogram_quantile(Some(&h1), &h1, 0.5), None);
+    }
+
+    #[test]
+    fn an_unreachable_endpoint_is_counted_not_fatal() {
+        let mut s = AgeScraper::new("http://127.0.0.1:1/metrics", "x", BTreeMap::new()).unwrap();
+        s.poll(0);
+        s.poll(1);
+        assert_eq!(s.errors, 2);
+        assert!(s.samples.is_empty());
+    }
+}
