@@ -1,10 +1,17 @@
 """The motivating workload: an ingest thread receiving small messages on a
-socket, fed at a fixed rate by another process, while a processor thread runs
-json.dumps over a list of 200k dicts in a loop (one C call, ~100 ms, never
-releasing the GIL).
+TCP socket, fed at a fixed rate by another process, while a processor thread
+runs json.dumps over a list of 200k dicts in a loop (one C call, ~100 ms,
+never releasing the GIL). Ingest stores each message with an I/O call (which
+releases the GIL), so it needs the GIL back for every message: briefly but
+constantly. Each message carries the time it was due to be sent, so when
+ingest falls behind, the age of what it handles grows.
 
   python gil_starve.py same       processor thread in this process: ingest starves for the GIL
   python gil_starve.py separate   processor in its own process (the fix): ingest does not
+
+Options (after the mode), for the age join:
+  --metrics-port N   expose the ingest lag as the gauge fix_lag_seconds with prometheus_client
+  --client           report each message's lag with waitmeter_client.observe_age()
 
 Prints "tid <name> <native thread id>" for each thread (and "pid processor
 <pid>" in separate mode), then "ready". Runs until killed; its children die
@@ -21,14 +28,19 @@ RATE = 500  # messages per second
 
 
 def feeder(port, parent):
-    """A separate process sending small messages at RATE/s until the parent is gone."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    """A separate process sending small messages at RATE/s until the parent is
+    gone; each is stamped with the time it was due (a backlog ages it)."""
+    s = socket.create_connection(("127.0.0.1", port))
     period = 1.0 / RATE
-    nxt = time.monotonic()
+    start_wall, start = time.time(), time.monotonic()
+    nxt = start
     seq = 0
     while os.getppid() == parent:
-        msg = json.dumps({"seq": seq, "sent": time.time(), "body": "x" * 64}).encode()
-        s.sendto(msg, ("127.0.0.1", port))
+        msg = json.dumps({"seq": seq, "sent": start_wall + (nxt - start), "body": "x" * 64}).encode() + b"\n"
+        try:
+            s.sendall(msg)
+        except OSError:
+            return
         seq += 1
         nxt += period
         delay = nxt - time.monotonic()
@@ -36,7 +48,9 @@ def feeder(port, parent):
             time.sleep(delay)
 
 
-def process_forever():
+def process_forever(nice=0):
+    if nice:
+        os.nice(nice)  # a batch job in its own process: it yields the CPU to ingest
     data = [{"id": i, "name": "item-%d" % i, "value": i * 0.5, "tags": ["a", "b"]} for i in range(200_000)]
     while True:
         json.dumps(data)
@@ -47,14 +61,15 @@ def processor_thread():
     process_forever()
 
 
-def ingest(sock, started):
+def ingest(listener, started, observe):
     print("tid ingest", threading.get_native_id(), flush=True)
     started.set()
-    lag = 0.0
-    while True:
-        msg, _ = sock.recvfrom(2048)
-        m = json.loads(msg)
-        lag = time.time() - m["sent"]
+    conn, _ = listener.accept()
+    store = os.open(os.devnull, os.O_WRONLY)
+    for line in conn.makefile("rb"):
+        m = json.loads(line)
+        observe(time.time() - m["sent"])  # the message's age when the application gets it
+        os.write(store, line)  # "store" it: an I/O call, which lets go of the GIL
 
 
 def spawn(fn, *args):
@@ -74,21 +89,37 @@ def _die_with(parent):
     os._exit(0)
 
 
+def age_reporter(args):
+    observers = []
+    if "--metrics-port" in args:
+        import prometheus_client
+
+        lag = prometheus_client.Gauge("fix_lag_seconds", "Age of the last message handled by ingest")
+        prometheus_client.start_http_server(int(args[args.index("--metrics-port") + 1]), addr="127.0.0.1")
+        observers.append(lag.set)
+    if "--client" in args:
+        import waitmeter_client
+
+        observers.append(waitmeter_client.observe_age)
+    return lambda age: [o(age) for o in observers]
+
+
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "same"
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    observe = age_reporter(sys.argv[2:])
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
     port = sock.getsockname()[1]
     print("tid MainThread", threading.get_native_id(), flush=True)
     spawn(feeder, port, os.getpid())
     started = threading.Event()
-    threading.Thread(target=ingest, args=(sock, started), name="ingest", daemon=True).start()
+    threading.Thread(target=ingest, args=(sock, started, observe), name="ingest", daemon=True).start()
     started.wait()
     if mode == "same":
         threading.Thread(target=processor_thread, name="processor", daemon=True).start()
     else:
-        print("pid processor", spawn(process_forever), flush=True)
+        print("pid processor", spawn(process_forever, 19), flush=True)
     time.sleep(1.0)  # the processor has built its data and is in its loop
     print("ready", flush=True)
     while True:

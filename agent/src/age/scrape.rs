@@ -9,7 +9,9 @@ use anyhow::{bail, Context, Result};
 use super::exposition::{self, Reading};
 use crate::model::age::AgeSample;
 
-const TIMEOUT: Duration = Duration::from_secs(2);
+/// Prometheus' own default scrape timeout: an application starved of its GIL
+/// serves /metrics slowly.
+const TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BODY: usize = 16 << 20;
 
 /// `http://host:port/path` -> (host:port, path).
@@ -96,11 +98,15 @@ impl AgeScraper {
         })
     }
 
-    /// Poll once; an error is logged once (until it changes) and counted.
+    /// Poll once, here and now.
+    #[cfg(test)]
     pub fn poll(&mut self, now_ns: u64) {
-        let got = get(&self.url).map_err(|e| format!("{e:#}")).and_then(|body| {
-            exposition::read(&body, &self.metric, &self.labels).map_err(|e| e.to_string())
-        });
+        let got = fetch(&self.url, &self.metric, &self.labels);
+        self.record(now_ns, got);
+    }
+
+    /// Keep a reading; an error is logged once (until it changes) and counted.
+    pub fn record(&mut self, now_ns: u64, got: Result<Reading, String>) {
         match got {
             Ok(r) => {
                 if self.last_error.take().is_some() {
@@ -114,6 +120,9 @@ impl AgeScraper {
                 }
                 self.previous = Some(r.clone());
                 self.last = Some(r);
+                if self.samples.len() > 3600 {
+                    self.samples.drain(..self.samples.len() - 3600);
+                }
             }
             Err(e) => {
                 self.errors += 1;
@@ -124,6 +133,11 @@ impl AgeScraper {
             }
         }
     }
+}
+
+/// GET the endpoint and read the metric.
+pub fn fetch(url: &str, metric: &str, labels: &BTreeMap<String, String>) -> Result<Reading, String> {
+    get(url).map_err(|e| format!("{e:#}")).and_then(|body| exposition::read(&body, metric, labels).map_err(|e| e.to_string()))
 }
 
 /// The age a reading stands for: a gauge's value; for a histogram or a

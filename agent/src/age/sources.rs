@@ -1,6 +1,7 @@
 //! The age sources of a command, polled from its loop: the endpoint scraper
 //! and the client socket, with their samples kept per process and thread.
 use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 
@@ -14,11 +15,12 @@ use crate::report::AgeReport;
 const KEEP: usize = 3600;
 const SCRAPE_EVERY_NS: u64 = 1_000_000_000;
 
+/// The endpoint is polled from a thread of its own: an application starved
+/// of its GIL serves its own /metrics slowly, and the agent's loop must not wait.
 #[derive(Default)]
 pub struct AgeSources {
-    scraper: Option<AgeScraper>,
+    scraper: Option<Arc<Mutex<AgeScraper>>>,
     socket: Option<AgeSocket>,
-    next_scrape: u64,
     /// (pid, tid) -> client samples
     client: HashMap<(u32, u32), VecDeque<AgeSample>>,
 }
@@ -26,10 +28,28 @@ pub struct AgeSources {
 impl AgeSources {
     pub fn new(args: &AgeArgs) -> Result<AgeSources> {
         let scraper = match (&args.age_url, &args.age_metric) {
-            (Some(url), Some(metric)) => Some(
-                AgeScraper::new(url, metric, args.age_labels.clone().unwrap_or_default())
-                    .map_err(|e| crate::usage!("bad --age-url {url}: {e:#}"))?,
-            ),
+            (Some(url), Some(metric)) => {
+                let s = AgeScraper::new(url, metric, args.age_labels.clone().unwrap_or_default())
+                    .map_err(|e| crate::usage!("bad --age-url {url}: {e:#}"))?;
+                let s = Arc::new(Mutex::new(s));
+                let poller = Arc::clone(&s);
+                std::thread::Builder::new().name("age-scrape".into()).spawn(move || loop {
+                    let (url, metric, labels) = {
+                        let g = poller.lock().expect("age scraper lock");
+                        (g.url.clone(), g.metric.clone(), g.labels.clone())
+                    };
+                    let started = crate::probes::sched::monotonic_ns();
+                    let got = scrape::fetch(&url, &metric, &labels);
+                    let now = crate::probes::sched::monotonic_ns();
+                    poller.lock().expect("age scraper lock").record(now, got);
+                    // once a second, or right away when the endpoint took longer than that
+                    let next = started + SCRAPE_EVERY_NS;
+                    if now < next {
+                        std::thread::sleep(std::time::Duration::from_nanos(next - now));
+                    }
+                })?;
+                Some(s)
+            }
             _ => None,
         };
         let socket = match &args.age_socket {
@@ -43,17 +63,8 @@ impl AgeSources {
         self.scraper.is_some() || self.socket.is_some()
     }
 
-    /// Poll the endpoint (at most once a second) and drain the socket.
+    /// Drain the socket (the endpoint is polled by its own thread).
     pub fn poll(&mut self, now_ns: u64) {
-        if let Some(s) = &mut self.scraper {
-            if now_ns >= self.next_scrape {
-                self.next_scrape = now_ns + SCRAPE_EVERY_NS;
-                s.poll(now_ns);
-                if s.samples.len() > KEEP {
-                    s.samples.drain(..s.samples.len() - KEEP);
-                }
-            }
-        }
         if let Some(sock) = &mut self.socket {
             for r in sock.drain() {
                 let q = self.client.entry((r.pid, r.tid)).or_default();
@@ -69,6 +80,7 @@ impl AgeSources {
     /// client samples of all its threads.
     pub fn process(&self, pid: u32, t0: u64) -> Option<AgeReport> {
         if let Some(s) = &self.scraper {
+            let s = s.lock().expect("age scraper lock");
             let samples: Vec<AgeSample> = s.samples.iter().filter(|x| x.at_ns >= t0).copied().collect();
             let summary = summarize(&samples)?;
             let (p50_s, p99_s) = match &s.last {
@@ -95,7 +107,7 @@ impl AgeSources {
 
     /// Latest age of a process (endpoint) for the gauge.
     pub fn latest_process(&self) -> Option<f64> {
-        self.scraper.as_ref()?.samples.last().map(|s| s.age_s)
+        self.scraper.as_ref()?.lock().expect("age scraper lock").samples.last().map(|s| s.age_s)
     }
 
     /// Latest client age per (pid, tid).
@@ -105,6 +117,6 @@ impl AgeSources {
 
     /// Errors of the endpoint and malformed datagrams, for the self-metrics.
     pub fn errors(&self) -> (u64, u64) {
-        (self.scraper.as_ref().map_or(0, |s| s.errors), self.socket.as_ref().map_or(0, |s| s.malformed))
+        (self.scraper.as_ref().map_or(0, |s| s.lock().expect("age scraper lock").errors), self.socket.as_ref().map_or(0, |s| s.malformed))
     }
 }

@@ -9,6 +9,13 @@ use crate::model::state::State;
 pub const WAITING_SHARE: f64 = 0.20;
 /// ... or this share was blocked on one kind of resource.
 pub const BLOCKED_SHARE: f64 = 0.50;
+/// ... and only threads that existed for at least this share of the window
+/// (short-lived helpers' few milliseconds are noise, not findings).
+pub const MIN_PRESENCE: f64 = 0.10;
+
+fn present(r: &ThreadRow, window_ns: u64) -> bool {
+    r.times.total() as f64 >= MIN_PRESENCE * window_ns as f64
+}
 
 fn what(state: State) -> &'static str {
     match state {
@@ -89,11 +96,11 @@ pub fn findings(report: &ProcessReport) -> Vec<String> {
     let mut explained = false;
 
     // GIL starvation: a thread kept from the GIL behind another, while age rises
+    // the thread that lost the most time to the GIL, if that was most of its time
     let victim = rows
         .iter()
-        .filter(|r| r.times.total() > 0)
-        .max_by(|a, b| share_of(a, State::GilWait).total_cmp(&share_of(b, State::GilWait)))
-        .filter(|r| share_of(r, State::GilWait) >= GIL_STARVATION_SHARE);
+        .filter(|r| share_of(r, State::GilWait) >= GIL_STARVATION_SHARE)
+        .max_by_key(|r| r.times.get(State::GilWait));
     if let (Some(v), true) = (victim, rising) {
         let culprit = top_holder(v).and_then(|tid| rows.iter().find(|x| x.tid == tid));
         let behind = culprit.map(|c| format!(" held by {} ({})", c.name, c.tid)).unwrap_or_default();
@@ -116,7 +123,7 @@ pub fn findings(report: &ProcessReport) -> Vec<String> {
 
     for r in rows {
         let total = r.times.total();
-        if total == 0 {
+        if total == 0 || !present(r, report.duration_ns) {
             continue;
         }
         let share = |s: State| r.times.get(s) as f64 / total as f64;
@@ -178,7 +185,9 @@ pub fn findings(report: &ProcessReport) -> Vec<String> {
     }
     // headlines first, then the per-thread lines (a stable sort keeps their order)
     out.sort_by_key(|l| rank(l));
-    let waited = rows.iter().any(|r| r.times.total() > 0 && r.times.waiting() as f64 / r.times.total() as f64 >= WAITING_SHARE);
+    let waited = rows
+        .iter()
+        .any(|r| present(r, report.duration_ns) && r.times.waiting() as f64 / r.times.total() as f64 >= WAITING_SHARE);
     if out.is_empty() || (!rising && !waited && out.iter().all(|l| l.starts_with("thread "))) {
         if !rows.is_empty() {
             let age = match &report.age {
@@ -419,5 +428,10 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert!(f[0].starts_with("healthy: no age source; no thread waited"), "{}", f[0]);
         assert!(findings_of(vec![], 1_000_000_000).is_empty());
+        // a helper thread that lived 5 ms, half of it queued, is no finding
+        let rows = vec![row(1, "main", &[(State::Sleep, 10_000_000_000)]), row(3, "helper", &[(State::Running, 2_500_000), (State::Runqueue, 2_500_000)])];
+        let f = findings_of(rows, 10_000_000_000);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].starts_with("healthy:"));
     }
 }
