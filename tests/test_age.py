@@ -161,3 +161,15 @@ def test_bad_age_options_are_usage_errors(workload_bin):
         cp = subprocess.run([str(WAITMETER), "run", "--all", "--age-url", "http://127.0.0.1:1/m", "--age-metric", "lag"],
                             capture_output=True, text=True)
         assert cp.returncode == 2 and "give exactly one --pid" in cp.stderr, cp.stderr
+
+
+def test_text_output_off_a_terminal_is_plain_lines(workload_bin):
+    with Workload(workload_bin, "--pinned-pair", 0) as w:
+        cp = subprocess.run([str(WAITMETER), "attach", "--pid", str(w.pid), "--duration", "2.5"],
+                            capture_output=True, text=True, timeout=30)
+    assert cp.returncode == 0, cp.stderr
+    assert "\x1b[" not in cp.stdout  # no cursor movement, no colour
+    ticks = [l for l in cp.stdout.splitlines() if l.startswith("waitmeter: t=")]
+    assert len(ticks) >= 2, cp.stdout
+    assert "spin-a" in ticks[0] and "(CPU: spin-b)" in ticks[0], ticks
+    assert "TOP CULPRIT" in cp.stdout and "verdict:" in cp.stdout
