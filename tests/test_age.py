@@ -39,8 +39,9 @@ def age_attach(pid, *extra, duration=4.0):
 def test_gil_starvation_with_the_apps_own_lag_metric(app_python):
     port = free_port()
     with Workload(app_python, STARVE, "same", "--metrics-port", port) as w:
-        # the starved application serves its own /metrics slowly too (seconds): a longer window
-        report, _ = age_attach(w.pid, "--age-url", f"http://127.0.0.1:{port}/metrics", "--age-metric", "fix_lag_seconds", duration=10.0)
+        # the starved application serves its own /metrics slowly too (2.6-6 s per scrape
+        # measured): a window long enough for several scrapes
+        report, _ = age_attach(w.pid, "--age-url", f"http://127.0.0.1:{port}/metrics", "--age-metric", "fix_lag_seconds", duration=15.0)
     age = report["age"]
     assert age is not None and age["source"] == "endpoint" and age["samples"] >= 2 and age["rising"] is True, age
     first = report["verdict"][0]
