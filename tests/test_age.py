@@ -6,11 +6,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from conftest import BUILD, ROOT, WAITMETER, Workload, attach, by_tid, free_port
+from test_blame import throttled_cgroup  # noqa: F401  (fixture)
 from test_gil import STARVE, pyenv_python
 
 CLIENT = ROOT / "clients" / "python"
@@ -118,24 +118,10 @@ def test_client_with_an_agent_that_stops_reading_never_blocks(tmp_path):
     assert r["took"] <= 5 * r["raw"] + 1.0, r
 
 
-def test_throttling_and_runqueue_get_their_own_findings(workload_bin):
-    from test_blame import CGROUP_V1_CPU
-
-    cg = CGROUP_V1_CPU / f"waitmeter-age-{os.getpid()}"
-    cg.mkdir()
-    try:
-        (cg / "cpu.cfs_period_us").write_text("100000")
-        (cg / "cpu.cfs_quota_us").write_text("20000")
-        with Workload(workload_bin, "--busy", 1) as w:
-            (cg / "cgroup.procs").write_text(str(w.pid))
-            throttled, _ = attach(w.pid, 2.0)
-    finally:
-        for _ in range(50):
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+def test_throttling_and_runqueue_get_their_own_findings(workload_bin, throttled_cgroup):
+    with Workload(workload_bin, "--busy", 1) as w:
+        (throttled_cgroup / "cgroup.procs").write_text(str(w.pid))
+        throttled, _ = attach(w.pid, 2.0)
     assert throttled["verdict"][0].startswith("CPU quota throttling:"), throttled["verdict"]
     assert not any(v.startswith(("GIL", "healthy")) for v in throttled["verdict"]), throttled["verdict"]
     with Workload(workload_bin, "--pinned-pair", 0) as w:
