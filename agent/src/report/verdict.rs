@@ -188,20 +188,19 @@ pub fn findings(report: &ProcessReport) -> Vec<String> {
     let waited = rows
         .iter()
         .any(|r| present(r, report.duration_ns) && r.times.waiting() as f64 / r.times.total() as f64 >= WAITING_SHARE);
-    if out.is_empty() || (!rising && !waited && out.iter().all(|l| l.starts_with("thread "))) {
-        if !rows.is_empty() {
-            let age = match &report.age {
-                Some(a) => format!("age flat at {:.2} s (max {:.2} s)", a.summary.last_s, a.summary.max_s),
-                None => "no age source".to_string(),
-            };
-            out.insert(
-                0,
-                format!(
-                    "healthy: {age}; no thread waited for a CPU, quota or the GIL for {:.0}% or more of its time in {window_s:.1} s",
-                    100.0 * WAITING_SHARE
-                ),
-            );
-        }
+    let quiet = out.is_empty() || (!rising && !waited && out.iter().all(|l| l.starts_with("thread ")));
+    if quiet && !rows.is_empty() {
+        let age = match &report.age {
+            Some(a) => format!("age flat at {:.2} s (max {:.2} s)", a.summary.last_s, a.summary.max_s),
+            None => "no age source".to_string(),
+        };
+        out.insert(
+            0,
+            format!(
+                "healthy: {age}; no thread waited for a CPU, quota or the GIL for {:.0}% or more of its time in {window_s:.1} s",
+                100.0 * WAITING_SHARE
+            ),
+        );
     }
     out
 }
