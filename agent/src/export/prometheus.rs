@@ -375,16 +375,10 @@ fn counters(enc: &mut DescriptorEncoder, m: &Metric, series: &[(Labels, f64)]) -
     Ok(())
 }
 
-fn gauges(enc: &mut DescriptorEncoder, m: &Metric, series: &[(Labels, i64)]) -> Result<(), std::fmt::Error> {
-    let u = unit_of(m);
-    let mut me = descriptor(enc, m, &u)?;
-    for (labels, v) in series {
-        ConstGauge::new(*v).encode(me.encode_family(labels)?)?;
-    }
-    Ok(())
-}
-
-fn float_gauges(enc: &mut DescriptorEncoder, m: &Metric, series: &[(Labels, f64)]) -> Result<(), std::fmt::Error> {
+fn gauges<N>(enc: &mut DescriptorEncoder, m: &Metric, series: &[(Labels, N)]) -> Result<(), std::fmt::Error>
+where
+    N: prometheus_client::encoding::EncodeGaugeValue + Copy + std::fmt::Debug,
+{
     let u = unit_of(m);
     let mut me = descriptor(enc, m, &u)?;
     for (labels, v) in series {
@@ -412,9 +406,9 @@ impl Collector for Exposition {
         counters(&mut enc, &catalogue::CGROUP_THROTTLED_SECONDS, &self.cgroup_throttled)?;
         counters(&mut enc, &catalogue::CGROUP_THROTTLED_PERIODS, &self.cgroup_throttled_periods)?;
         counters(&mut enc, &catalogue::CGROUP_PERIODS, &self.cgroup_periods)?;
-        float_gauges(&mut enc, &catalogue::CGROUP_QUOTA_CORES, &self.cgroup_quota)?;
-        float_gauges(&mut enc, &catalogue::APP_AGE_SECONDS, &self.app_age)?;
-        float_gauges(&mut enc, &catalogue::THREAD_WAIT_RATIO, &self.wait_ratio)?;
+        gauges(&mut enc, &catalogue::CGROUP_QUOTA_CORES, &self.cgroup_quota)?;
+        gauges(&mut enc, &catalogue::APP_AGE_SECONDS, &self.app_age)?;
+        gauges(&mut enc, &catalogue::THREAD_WAIT_RATIO, &self.wait_ratio)?;
         counters(&mut enc, &catalogue::AGE_SOURCE_ERRORS, &self.age_errors)?;
         for (m, v) in [(&catalogue::WATCHED_PROCESSES, self.watched_processes), (&catalogue::WATCHED_THREADS, self.watched_threads)] {
             let u = unit_of(m);

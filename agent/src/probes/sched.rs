@@ -298,37 +298,21 @@ impl SchedProbe {
 
     /// Closed GIL waits so far: (waiter host TID, holder id) -> ns.
     pub fn gil_blame(&self) -> Vec<(u32, u64, u64)> {
-        let map = &self.skel.maps.gil_blame;
-        map.keys()
-            .filter_map(|k| {
-                let key: wm_blame_key = from_bytes(&k)?;
-                let v = map.lookup(&k, MapFlags::ANY).ok()??;
-                Some((key.tid, key.holder, from_bytes::<u64>(&v)?))
-            })
-            .collect()
+        entries::<wm_blame_key, u64>(&self.skel.maps.gil_blame).into_iter().map(|(k, ns)| (k.tid, k.holder, ns)).collect()
     }
 
     /// Closed futex waits so far.
     pub fn futex_blame(&self) -> Vec<FutexRecord> {
-        let map = &self.skel.maps.futex_blame;
-        map.keys()
-            .filter_map(|k| {
-                let key: wm_futex_key = from_bytes(&k)?;
-                let v = map.lookup(&k, MapFlags::ANY).ok()??;
-                Some((key.tid, key.waker, key.addr, from_bytes::<u64>(&v)?))
-            })
-            .collect()
+        entries::<wm_futex_key, u64>(&self.skel.maps.futex_blame).into_iter().map(|(k, ns)| (k.tid, k.waker, k.addr, ns)).collect()
     }
 
     /// Closed run-queue waits so far, charged to what had the CPU.
     pub fn preempt_blame(&self) -> Vec<PreemptRecord> {
-        let map = &self.skel.maps.preempt_blame;
-        map.keys()
-            .filter_map(|k| {
-                let key: wm_preempt_key = from_bytes(&k)?;
-                let v: wm_preempt = from_bytes(&map.lookup(&k, MapFlags::ANY).ok()??)?;
+        entries::<wm_preempt_key, wm_preempt>(&self.skel.maps.preempt_blame)
+            .into_iter()
+            .map(|(k, v)| {
                 let comm: Vec<u8> = v.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
-                Some((key.tid, key.by_tid, key.by_tgid, String::from_utf8_lossy(&comm).to_string(), v.ns))
+                (k.tid, k.by_tid, k.by_tgid, String::from_utf8_lossy(&comm).to_string(), v.ns)
             })
             .collect()
     }
@@ -446,6 +430,16 @@ impl SchedProbe {
         it.read_to_end(&mut buf).context("failed to read the task iterator")?;
         Ok(buf.chunks_exact(size_of::<TaskIds>()).filter_map(from_bytes::<TaskIds>).collect())
     }
+}
+
+/// Every (key, value) of a hash map of ABI structs.
+fn entries<K: Copy, V: Copy>(map: &libbpf_rs::MapMut) -> Vec<(K, V)> {
+    map.keys()
+        .filter_map(|k| {
+            let v = map.lookup(&k, MapFlags::ANY).ok()??;
+            Some((from_bytes::<K>(&k)?, from_bytes::<V>(&v)?))
+        })
+        .collect()
 }
 
 /// Map the `watched_bits` array (BPF_F_MMAPABLE) into our address space, for
