@@ -48,10 +48,34 @@ pub fn online_cpus() -> f64 {
     }
 }
 
+/// The entry with the most time among `candidates`, and its share of `all`'s total.
+fn top<K>(candidates: impl Iterator<Item = (K, u64)>, all: impl Iterator<Item = u64>) -> Option<(K, f64)> {
+    let total: u64 = all.sum();
+    let (k, ns) = candidates.max_by_key(|(_, ns)| *ns)?;
+    (total > 0).then(|| (k, ns as f64 / total as f64))
+}
+
 impl ThreadRow {
     /// futex_wait per waker TID (0: timeout).
     pub fn futex_by_waker(&self) -> BTreeMap<u32, u64> {
         blame::by_waker(&self.futex)
+    }
+
+    /// The known thread that held the GIL longest while this one waited, and
+    /// the share of its whole GIL wait spent behind it.
+    pub fn top_gil_holder(&self) -> Option<(u32, f64)> {
+        top(self.gil_by_holder.iter().filter(|(t, _)| **t != 0).map(|(t, ns)| (*t, *ns)), self.gil_by_holder.values().copied())
+    }
+
+    /// What had the CPU longest while this thread waited in the run queue, and its share.
+    pub fn top_preemptor(&self) -> Option<(&Preemptor, f64)> {
+        top(self.runqueue_by.iter().map(|(p, ns)| (p, *ns)), self.runqueue_by.values().copied())
+    }
+
+    /// The waker (0: timeout or signal) that ended most of this thread's futex wait, and its share.
+    pub fn top_waker(&self) -> Option<(u32, f64)> {
+        let by = self.futex_by_waker();
+        top(by.iter().map(|(t, ns)| (*t, *ns)), by.values().copied())
     }
 }
 

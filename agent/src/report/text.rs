@@ -94,19 +94,16 @@ pub fn culprit(t: &ThreadRow, rows: &[ThreadRow]) -> String {
         return String::new();
     }
     match s {
-        State::GilWait => match t.gil_by_holder.iter().filter(|(h, _)| **h != 0).max_by_key(|(_, ns)| **ns) {
-            Some((h, _)) => format!("GIL: {}", name(*h)),
-            None => "GIL".into(),
-        },
-        State::Runqueue => match t.runqueue_by.iter().max_by_key(|(_, ns)| **ns) {
+        State::GilWait => t.top_gil_holder().map_or("GIL".into(), |(h, _)| format!("GIL: {}", name(h))),
+        State::Runqueue => match t.top_preemptor() {
             Some((crate::model::blame::Preemptor::Thread(h), _)) => format!("CPU: {}", name(*h)),
             Some((p, _)) => format!("CPU: {}", p.key()),
             None => "CPU".into(),
         },
         State::Throttled => "quota".into(),
-        _ => match t.futex_by_waker().iter().max_by_key(|(_, ns)| **ns) {
+        _ => match t.top_waker() {
             Some((0, _)) => "lock: timeout".into(),
-            Some((w, _)) => format!("lock: {}", name(*w)),
+            Some((w, _)) => format!("lock: {}", name(w)),
             None => "lock".into(),
         },
     }

@@ -32,29 +32,19 @@ fn what(state: State) -> &'static str {
 
 /// ", 97% of it behind processor (4243)": the thread that held the GIL longest meanwhile.
 fn gil_culprit(r: &ThreadRow, rows: &[ThreadRow]) -> String {
-    let total: u64 = r.gil_by_holder.values().sum();
-    let Some((tid, ns)) = r.gil_by_holder.iter().filter(|(t, _)| **t != 0).max_by_key(|(_, ns)| **ns) else {
-        return String::new();
-    };
-    if total == 0 {
-        return String::new();
-    }
-    let name = rows.iter().find(|x| x.tid == *tid).map(|x| x.name.as_str()).unwrap_or("a thread");
-    format!(", {:.0}% of it behind {name} ({tid})", 100.0 * *ns as f64 / total as f64)
+    let Some((tid, share)) = r.top_gil_holder() else { return String::new() };
+    let name = rows.iter().find(|x| x.tid == tid).map(|x| x.name.as_str()).unwrap_or("a thread");
+    format!(", {:.0}% of it behind {name} ({tid})", 100.0 * share)
 }
 
 /// ", mostly behind spin-b (4243) (97%)": what had the CPU while the thread waited.
 fn runqueue_culprit(r: &ThreadRow, rows: &[ThreadRow]) -> String {
-    let total: u64 = r.runqueue_by.values().sum();
-    let Some((who, ns)) = r.runqueue_by.iter().max_by_key(|(_, ns)| **ns) else { return String::new() };
-    if total == 0 {
-        return String::new();
-    }
+    let Some((who, share)) = r.top_preemptor() else { return String::new() };
     let name = match who {
         Preemptor::Thread(tid) => format!("{} ({tid})", rows.iter().find(|x| x.tid == *tid).map(|x| x.name.as_str()).unwrap_or("a thread")),
         other => other.key(),
     };
-    format!(", mostly behind {name} ({:.0}%)", 100.0 * *ns as f64 / total as f64)
+    format!(", mostly behind {name} ({:.0}%)", 100.0 * share)
 }
 
 /// GIL starvation needs the victim's GIL wait to be at least this share of its time.
@@ -102,7 +92,7 @@ pub fn findings(report: &ProcessReport) -> Vec<String> {
         .filter(|r| share_of(r, State::GilWait) >= GIL_STARVATION_SHARE)
         .max_by_key(|r| r.times.get(State::GilWait));
     if let (Some(v), true) = (victim, rising) {
-        let culprit = top_holder(v).and_then(|tid| rows.iter().find(|x| x.tid == tid));
+        let culprit = v.top_gil_holder().and_then(|(tid, _)| rows.iter().find(|x| x.tid == tid));
         let behind = culprit.map(|c| format!(" held by {} ({})", c.name, c.tid)).unwrap_or_default();
         let fix = culprit.map(|c| format!(" Move {} to its own process", c.name)).unwrap_or_else(|| " Move the GIL-heavy work to its own process".into());
         out.push(format!(
@@ -219,10 +209,6 @@ fn share_of(r: &ThreadRow, s: State) -> f64 {
     }
 }
 
-fn top_holder(r: &ThreadRow) -> Option<u32> {
-    r.gil_by_holder.iter().filter(|(t, _)| **t != 0).max_by_key(|(_, ns)| **ns).map(|(t, _)| *t)
-}
-
 fn name_of(tid: u32, rows: &[ThreadRow]) -> String {
     match rows.iter().find(|x| x.tid == tid) {
         Some(r) => format!("{} ({tid})", r.name),
@@ -232,12 +218,10 @@ fn name_of(tid: u32, rows: &[ThreadRow]) -> String {
 
 /// ", woken by holder (12) 95% of the time": the thread whose unlock ended most waits.
 fn futex_wakers(r: &ThreadRow, rows: &[ThreadRow]) -> String {
-    let by = r.futex_by_waker();
-    let total: u64 = by.values().sum();
-    match by.iter().max_by_key(|(_, ns)| **ns) {
-        Some((0, ns)) if total > 0 => format!(", {:.0}% of it ended by a timeout or signal, not a wake-up", 100.0 * *ns as f64 / total as f64),
-        Some((tid, ns)) if total > 0 => format!(", woken by {} {:.0}% of the time", name_of(*tid, rows), 100.0 * *ns as f64 / total as f64),
-        _ => String::new(),
+    match r.top_waker() {
+        Some((0, share)) => format!(", {:.0}% of it ended by a timeout or signal, not a wake-up", 100.0 * share),
+        Some((tid, share)) => format!(", woken by {} {:.0}% of the time", name_of(tid, rows), 100.0 * share),
+        None => String::new(),
     }
 }
 
