@@ -156,30 +156,9 @@ impl SchedProbe {
             let link = prog.attach().with_context(|| format!("failed to attach {name}"))?;
             links.push((name.trim_end_matches(suffix).to_string(), link));
         }
-        let exits = Rc::new(RefCell::new(Vec::new()));
-        let sink = Rc::clone(&exits);
         let mut rb = RingBufferBuilder::new();
-        // SAFETY of the 'static borrow: `skel` lives in the same struct and the
-        // ring buffer is dropped first (field order).
-        let exits_map: &'static libbpf_rs::MapMut<'static> =
-            unsafe { &*(&skel.maps.exits as *const libbpf_rs::MapMut<'static>) };
-        rb.add(exits_map, move |data: &[u8]| {
-            if let Some(rec) = from_bytes::<wm_exit>(data) {
-                sink.borrow_mut().push(rec);
-            }
-            0
-        })?;
-        let throttles = Rc::new(RefCell::new(Vec::new()));
-        let tsink = Rc::clone(&throttles);
-        // SAFETY: as above.
-        let throttles_map: &'static libbpf_rs::MapMut<'static> =
-            unsafe { &*(&skel.maps.throttles as *const libbpf_rs::MapMut<'static>) };
-        rb.add(throttles_map, move |data: &[u8]| {
-            if let Some(rec) = from_bytes::<wm_throttle>(data) {
-                tsink.borrow_mut().push(rec);
-            }
-            0
-        })?;
+        let exits = collect_into::<wm_exit>(&mut rb, &skel.maps.exits)?;
+        let throttles = collect_into::<wm_throttle>(&mut rb, &skel.maps.throttles)?;
         let ringbuf = rb.build().context("failed to set up the exit ring buffer")?;
         let bits = map_bits(&skel.maps.watched_bits)?;
         Ok(SchedProbe { ringbuf, exits, throttles, links, skel, bits, seed_lost: Default::default() })
@@ -430,6 +409,23 @@ impl SchedProbe {
         it.read_to_end(&mut buf).context("failed to read the task iterator")?;
         Ok(buf.chunks_exact(size_of::<TaskIds>()).filter_map(from_bytes::<TaskIds>).collect())
     }
+}
+
+/// Add a ring buffer whose records (ABI struct `T`) are pushed onto the returned queue.
+fn collect_into<T: Copy + 'static>(rb: &mut RingBufferBuilder<'static, 'static>, map: &libbpf_rs::MapMut<'_>) -> Result<Rc<RefCell<Vec<T>>>> {
+    let queue = Rc::new(RefCell::new(Vec::new()));
+    let sink = Rc::clone(&queue);
+    // SAFETY of the 'static borrow: the map lives in the skeleton, which lives
+    // in the same SchedProbe as the ring buffer, and the ring buffer is
+    // dropped first (field order).
+    let map: &'static libbpf_rs::MapMut<'static> = unsafe { &*(map as *const libbpf_rs::MapMut<'_>).cast::<libbpf_rs::MapMut<'static>>() };
+    rb.add(map, move |data: &[u8]| {
+        if let Some(rec) = from_bytes::<T>(data) {
+            sink.borrow_mut().push(rec);
+        }
+        0
+    })?;
+    Ok(queue)
 }
 
 /// Every (key, value) of a hash map of ABI structs.
