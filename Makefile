@@ -2,16 +2,21 @@
 #   make demo    build, start a bundled workload, attach, show the table
 #   make test    unit tests, then integration tests on the real kernel
 SHELL := /bin/bash
-export PATH := $(HOME)/.cargo/bin:$(PATH)
+export PATH := $(HOME)/.cargo/bin:/usr/local/go/bin:$(PATH)
 
 CARGO   ?= cargo
 AGENT   := agent/target/release/waitmeter
 # the tests' own Python environment (pytest from PyPI), whatever python3 the machine has
 VENV    := .venv
 PYTHON  := $(VENV)/bin/python
+# helm for the chart's tests, built from source with Go (no binary downloads here)
+TOOLS   := $(CURDIR)/.tools/bin
+HELM    := $(TOOLS)/helm
+HELM_VERSION := v3.22.0
+export HELM
 APT_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev bpftool prometheus libcap2-bin util-linux python3-venv
 
-.PHONY: all setup build test unit integration docs demo clean
+.PHONY: all setup build test unit integration docs mixin demo bench clean
 
 all: build
 
@@ -23,13 +28,18 @@ setup:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 	@command -v $(CARGO) >/dev/null || { echo "setup: no cargo: install Rust with rustup (https://rustup.rs), then rerun"; exit 1; }
-	@$(MAKE) --no-print-directory $(VENV)/.ok
+	@$(MAKE) --no-print-directory $(VENV)/.ok $(HELM)
 	@echo "setup: ok"
 
-$(VENV)/.ok:
+$(VENV)/.ok: tests/requirements.txt
 	python3 -m venv $(VENV)
-	$(PYTHON) -m pip install -q pytest
+	$(PYTHON) -m pip install -q -r tests/requirements.txt
 	touch $@
+
+$(HELM):
+	@command -v go >/dev/null || { echo "setup: no Go toolchain to build helm: install Go >= 1.24 (https://go.dev/dl), then rerun"; exit 1; }
+	@echo "setup: building helm $(HELM_VERSION) with go install (a few minutes, once)"
+	GOBIN=$(TOOLS) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 build:
 	cd agent && $(CARGO) build --release --locked
@@ -46,8 +56,17 @@ test: unit integration
 docs: build
 	$(AGENT) metrics-doc > docs/metrics.md
 
+# Regenerate the mixin (dashboards/*.json, rules) and the chart's copies from dashboards/mixin.py.
+mixin: $(VENV)/.ok
+	$(PYTHON) dashboards/mixin.py
+
 demo: setup build
 	@bash tests/demo.sh $(AGENT)
+
+# Overhead and accuracy benchmarks (never part of make test; prints, does not fail on timings).
+bench: setup build
+	@bash bench/setup.sh
+	$(PYTHON) bench/bench.py $(BENCH_ARGS)
 
 clean:
 	cd agent && $(CARGO) clean
