@@ -66,6 +66,22 @@ pub const FUTEX_WAIT_SECONDS: Metric = Metric {
     help: "Time threads spent blocked on futexes (locks, conditions, semaphores; not the GIL), by the thread whose wake-up ended the wait (waker=\"timeout\": a timeout or signal ended it). Labels bounded like waitmeter_thread_seconds_total.",
 };
 
+pub const FUTEX_WORD_WAIT_SECONDS: Metric = Metric {
+    base: "waitmeter_futex_word_wait",
+    kind: Kind::Counter,
+    unit: Some("seconds"),
+    labels: &["pid", "futex"],
+    help: "Time threads of a process spent blocked on one futex word (a lock, condition or semaphore; not the GIL), by its address (futex=\"0x7f...\"). Its rate is the average number of threads blocked on the word. A word gets its own label once it has 10 ms of wait, at most 10 words per process; the rest are summed as futex=\"other\".",
+};
+
+pub const FUTEX_WORD_WAITERS: Metric = Metric {
+    base: "waitmeter_futex_word_waiters",
+    kind: Kind::Gauge,
+    unit: None,
+    labels: &["pid", "futex"],
+    help: "Threads that waited on the futex word since the previous scrape. Three or more, blocked most of the time and waking each other (waitmeter_futex_wait_seconds_total by waker): a lock convoy.",
+};
+
 pub const CGROUP_THROTTLED_SECONDS: Metric = Metric {
     base: "waitmeter_cgroup_throttled",
     kind: Kind::Counter,
@@ -168,6 +184,8 @@ pub const ALL: &[&Metric] = &[&THREAD_SECONDS,
     &GIL_WAIT_SECONDS,
     &GIL_HOLD_SECONDS,
     &FUTEX_WAIT_SECONDS,
+    &FUTEX_WORD_WAIT_SECONDS,
+    &FUTEX_WORD_WAITERS,
     &CGROUP_THROTTLED_SECONDS,
     &CGROUP_THROTTLED_PERIODS,
     &CGROUP_PERIODS,
@@ -205,6 +223,10 @@ pub fn markdown() -> String {
          distinct names of a process keep their own label; later ones are summed as `thread=\"other\"`.\n  \
          A thread keeps the label it got first for its whole life, so every counter only grows.\n\
          - `pid`: the PID as seen in the agent's PID namespace (the pod's, for a sidecar).\n\
+         - `futex`: the address of a futex word in the process (`0x7f3a...`). A word gets its own label once\n  \
+         it has 10 ms of wait, at most 10 words per process; the rest, and a labelled word's wait before\n  \
+         it got its label, are summed as `futex=\"other\"`, so every counter only grows and the rates of\n  \
+         all of a process' series add up to its futex wait rate.\n\
          - `--tid-labels` adds a `tid` label to `waitmeter_thread_seconds_total` (one series per thread: use\n  \
          it for debugging, not for long-term storage).\n\
          - Series of a process that exited are kept for 5 minutes, then dropped.\n",

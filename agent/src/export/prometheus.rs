@@ -10,6 +10,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::catalogue::{self, Kind, Metric};
+use super::futex_words::FutexWords;
 use crate::model::hist::HoldHist;
 use crate::model::labels::LabelBook;
 use crate::model::partition::{secs, ThreadSample, Times};
@@ -80,6 +81,8 @@ pub struct Exporter {
     folded_holds: BTreeMap<SeriesKey, HoldHist>,
     /// (waiter series, waker label) -> ns of exited waiters
     folded_futex: BTreeMap<(SeriesKey, String), u64>,
+    /// futex wait by word, for waitmeter_futex_word_*
+    words: FutexWords,
     /// each series' times at the previous scrape (for the wait ratio)
     previous: BTreeMap<SeriesKey, Times>,
     /// (target, TID) -> thread label, for naming GIL holders (also after they exit)
@@ -97,6 +100,7 @@ impl Exporter {
             folded_gil: BTreeMap::new(),
             folded_holds: BTreeMap::new(),
             folded_futex: BTreeMap::new(),
+            words: FutexWords::default(),
             previous: BTreeMap::new(),
             tid_labels_by_target: HashMap::new(),
         }
@@ -150,6 +154,7 @@ impl Exporter {
                     let w = self.waker_label(*target, waker);
                     *self.folded_futex.entry((k.clone(), w)).or_default() += ns;
                 }
+                self.words.fold_exit(*target, s);
                 self.thread_labels.remove(&(*target, s.host_tid, s.start_ns));
             }
         }
@@ -163,6 +168,7 @@ impl Exporter {
             self.folded_gil.retain(|k, _| k.0.target != *t);
             self.folded_holds.retain(|k, _| k.target != *t);
             self.folded_futex.retain(|k, _| k.0.target != *t);
+            self.words.forget(*t);
             self.thread_labels.retain(|k, _| k.0 != *t);
             self.tid_labels_by_target.retain(|k, _| k.0 != *t);
         }
@@ -190,6 +196,7 @@ impl Exporter {
             }
         }
         let mut futex_seconds = vec![];
+        let words = self.words.render(snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))));
         let by_id: HashMap<u64, &ProcessInfo> = procs.iter().map(|p| (p.id, p)).collect();
         let mut gil_holds = vec![];
         for (k, h) in &holds {
@@ -205,6 +212,12 @@ impl Exporter {
             let Some(p) = by_id.get(&k.target) else { continue };
             futex_seconds.push((series_labels(p, k, false, &[("waker", waker)]), secs(*ns)));
         }
+        let word_labels = |target: u64, futex: &str| {
+            let p = by_id.get(&target)?;
+            Some(vec![("pid".to_string(), p.pid.to_string()), ("futex".to_string(), futex.to_string())])
+        };
+        let futex_word_seconds = words.seconds.iter().filter_map(|(t, f, v)| Some((word_labels(*t, f)?, *v))).collect();
+        let futex_word_waiters = words.waiters.iter().filter_map(|(t, f, v)| Some((word_labels(*t, f)?, *v))).collect();
         let cg = |c: &CgroupInfo| vec![("cgroup".to_string(), c.path.clone())];
         let cgroup_throttled = cgroups.iter().map(|c| (cg(c), c.stat.throttled_ns as f64 / 1e9)).collect();
         let cgroup_throttled_periods = cgroups.iter().map(|c| (cg(c), c.stat.nr_throttled as f64)).collect();
@@ -264,6 +277,8 @@ impl Exporter {
             gil_seconds,
             gil_holds,
             futex_seconds,
+            futex_word_seconds,
+            futex_word_waiters,
             cgroup_throttled,
             cgroup_throttled_periods,
             cgroup_periods,
@@ -336,6 +351,8 @@ struct Exposition {
     gil_seconds: Vec<(Labels, f64)>,
     gil_holds: Vec<(Labels, HoldHist)>,
     futex_seconds: Vec<(Labels, f64)>,
+    futex_word_seconds: Vec<(Labels, f64)>,
+    futex_word_waiters: Vec<(Labels, i64)>,
     cgroup_throttled: Vec<(Labels, f64)>,
     cgroup_throttled_periods: Vec<(Labels, f64)>,
     cgroup_periods: Vec<(Labels, f64)>,
@@ -403,6 +420,8 @@ impl Collector for Exposition {
             )?;
         }
         counters(&mut enc, &catalogue::FUTEX_WAIT_SECONDS, &self.futex_seconds)?;
+        counters(&mut enc, &catalogue::FUTEX_WORD_WAIT_SECONDS, &self.futex_word_seconds)?;
+        gauges(&mut enc, &catalogue::FUTEX_WORD_WAITERS, &self.futex_word_waiters)?;
         counters(&mut enc, &catalogue::CGROUP_THROTTLED_SECONDS, &self.cgroup_throttled)?;
         counters(&mut enc, &catalogue::CGROUP_THROTTLED_PERIODS, &self.cgroup_throttled_periods)?;
         counters(&mut enc, &catalogue::CGROUP_PERIODS, &self.cgroup_periods)?;
