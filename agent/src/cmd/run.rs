@@ -45,6 +45,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut exporter = Exporter::new(args.max_thread_labels, args.tid_labels);
     let mut next_discover = monotonic_ns() + DISCOVER_EVERY_NS;
     let mut warned_all_gone = false;
+    let online = crate::report::online_cpus();
     while !stop_requested() {
         match rx.recv_timeout(TICK) {
             Ok(scrape) => {
@@ -52,7 +53,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 exporter.fold_exits(&snap.exited);
                 let procs: Vec<ProcessInfo> = session
                     .targets()
-                    .map(|t| ProcessInfo { id: t.id, pid: t.pid, comm: t.comm.clone(), alive: t.exited_ns.is_none() })
+                    .map(|t| ProcessInfo {
+                        id: t.id,
+                        pid: t.pid,
+                        comm: t.comm.clone(),
+                        alive: t.exited_ns.is_none(),
+                        cpu_limit_cores: t.cgroup.as_ref().and_then(|c| c.quota()?.cores()).map_or(online, |q| q.min(online)),
+                    })
                     .collect();
                 let mut lost = session.probe().lost();
                 lost.push(("gil", "holds_map_full", session.gil_holds_lost()));

@@ -114,6 +114,14 @@ pub const CGROUP_QUOTA_CORES: Metric = Metric {
     help: "The cgroup's CFS CPU quota in cores (quota / period); absent when unlimited.",
 };
 
+pub const PROCESS_CPU_LIMIT_CORES: Metric = Metric {
+    base: "waitmeter_process_cpu_limit_cores",
+    kind: Kind::Gauge,
+    unit: None,
+    labels: &["pid"],
+    help: "CPUs a watched process may use: its cgroup's CFS quota in cores when it has one, else the online CPUs. Compare with the process' running time to tell \"the CPU is saturated\" from \"the CPU is idle\".",
+};
+
 pub const APP_AGE_SECONDS: Metric = Metric {
     base: "waitmeter_app_age",
     kind: Kind::Gauge,
@@ -190,6 +198,7 @@ pub const ALL: &[&Metric] = &[&THREAD_SECONDS,
     &CGROUP_THROTTLED_PERIODS,
     &CGROUP_PERIODS,
     &CGROUP_QUOTA_CORES,
+    &PROCESS_CPU_LIMIT_CORES,
     &APP_AGE_SECONDS,
     &THREAD_WAIT_RATIO,
     &AGE_SOURCE_ERRORS,

@@ -36,6 +36,8 @@ pub struct ProcessInfo {
     pub pid: u32,
     pub comm: String,
     pub alive: bool,
+    /// CPUs it may use: its cgroup's CFS quota, else the online CPUs
+    pub cpu_limit_cores: f64,
 }
 
 /// A cgroup of the watched processes, read at scrape time.
@@ -218,6 +220,7 @@ impl Exporter {
         };
         let futex_word_seconds = words.seconds.iter().filter_map(|(t, f, v)| Some((word_labels(*t, f)?, *v))).collect();
         let futex_word_waiters = words.waiters.iter().filter_map(|(t, f, v)| Some((word_labels(*t, f)?, *v))).collect();
+        let cpu_limit = procs.iter().filter(|p| p.alive).map(|p| (vec![("pid".to_string(), p.pid.to_string())], p.cpu_limit_cores)).collect();
         let cg = |c: &CgroupInfo| vec![("cgroup".to_string(), c.path.clone())];
         let cgroup_throttled = cgroups.iter().map(|c| (cg(c), c.stat.throttled_ns as f64 / 1e9)).collect();
         let cgroup_throttled_periods = cgroups.iter().map(|c| (cg(c), c.stat.nr_throttled as f64)).collect();
@@ -283,6 +286,7 @@ impl Exporter {
             cgroup_throttled_periods,
             cgroup_periods,
             cgroup_quota,
+            cpu_limit,
             wait_ratio,
             app_age,
             age_errors,
@@ -357,6 +361,7 @@ struct Exposition {
     cgroup_throttled_periods: Vec<(Labels, f64)>,
     cgroup_periods: Vec<(Labels, f64)>,
     cgroup_quota: Vec<(Labels, f64)>,
+    cpu_limit: Vec<(Labels, f64)>,
     wait_ratio: Vec<(Labels, f64)>,
     app_age: Vec<(Labels, f64)>,
     age_errors: Vec<(Labels, f64)>,
@@ -426,6 +431,7 @@ impl Collector for Exposition {
         counters(&mut enc, &catalogue::CGROUP_THROTTLED_PERIODS, &self.cgroup_throttled_periods)?;
         counters(&mut enc, &catalogue::CGROUP_PERIODS, &self.cgroup_periods)?;
         gauges(&mut enc, &catalogue::CGROUP_QUOTA_CORES, &self.cgroup_quota)?;
+        gauges(&mut enc, &catalogue::PROCESS_CPU_LIMIT_CORES, &self.cpu_limit)?;
         gauges(&mut enc, &catalogue::APP_AGE_SECONDS, &self.app_age)?;
         gauges(&mut enc, &catalogue::THREAD_WAIT_RATIO, &self.wait_ratio)?;
         counters(&mut enc, &catalogue::AGE_SOURCE_ERRORS, &self.age_errors)?;
@@ -458,7 +464,7 @@ mod tests {
 
     #[test]
     fn same_named_threads_sum_and_exits_stay_counted() {
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
         let status = AgentStatus { attached: vec!["sched_switch".into()], expected: vec!["sched_switch", "sched_wakeup"], variant: "tp_btf", lost: vec![("sched", "thread_map_full", 3)] };
         let mut e = Exporter::new(1, false);
         let mut snap = Snapshot::default();
@@ -495,7 +501,7 @@ mod tests {
 
     #[test]
     fn gil_wait_is_labelled_with_the_holder_name() {
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
         let mut e = Exporter::new(20, false);
         let mut victim = sample(1, "ingest", 0, 100_000_000, false);
         victim.gil_by_holder.insert(2, 900_000_000);
@@ -509,7 +515,7 @@ mod tests {
 
     #[test]
     fn tid_labels_are_opt_in() {
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
         let mut e = Exporter::new(20, true);
         let mut snap = Snapshot::default();
         snap.live.insert(1, vec![sample(1, "w", 0, 1_000_000_000, false), sample(2, "w", 0, 1_000_000_000, false)]);
