@@ -1,0 +1,254 @@
+{{/*
+Names and labels.
+*/}}
+{{- define "waitmeter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "waitmeter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "waitmeter.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "waitmeter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "waitmeter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "waitmeter.labels" -}}
+helm.sh/chart: {{ include "waitmeter.chart" . }}
+{{ include "waitmeter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: {{ .Values.mode }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "waitmeter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "waitmeter.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "waitmeter.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/*
+Whether the host's /sys/fs/cgroup is mounted: hostCgroup.mount, or by default only in
+daemonset mode. Usage: include "waitmeter.hostCgroup" (dict "ctx" . "sidecar" true)
+Renders "true" or nothing.
+*/}}
+{{- define "waitmeter.hostCgroup" -}}
+{{- $v := .ctx.Values.hostCgroup.mount }}
+{{- if kindIs "invalid" $v }}{{ if not .sidecar }}true{{ end }}{{ else if $v }}true{{ end }}
+{{- end }}
+
+{{/*
+Refuse combinations that would deploy something that cannot work.
+*/}}
+{{- define "waitmeter.validate" -}}
+{{- $v := .Values }}
+{{- if eq $v.mode "daemonset" }}
+{{- if or $v.age.url $v.age.metric $v.age.socket.enabled }}
+{{- fail "age.url, age.metric and age.socket need the application's network and PID namespace: use mode=sidecar (a node agent sees other pods' PIDs and its own loopback)" }}
+{{- end }}
+{{- end }}
+{{- if and $v.age.url (not $v.age.metric) }}
+{{- fail "age.url needs age.metric (the name of the application's age metric)" }}
+{{- end }}
+{{- if and $v.age.metric (not $v.age.url) }}
+{{- fail "age.metric needs age.url (the application's metrics endpoint, e.g. http://127.0.0.1:8000/metrics)" }}
+{{- end }}
+{{- if and $v.age.labels (not $v.age.url) }}
+{{- fail "age.labels filters the series at age.url: set age.url and age.metric too" }}
+{{- end }}
+{{- if eq $v.mode "sidecar" }}
+{{- if and $v.sidecar.deployment.enabled (not $v.sidecar.deployment.app.image) }}
+{{- fail "mode=sidecar renders a Deployment of your application: set sidecar.deployment.app.image, or set sidecar.deployment.enabled=false and add the container to your own workload (docs/deployment.md)" }}
+{{- end }}
+{{- if and (not $v.sidecar.deployment.enabled) $v.service.enabled (not $v.sidecar.selector) }}
+{{- fail "sidecar.deployment.enabled=false: set sidecar.selector to the labels of your pods that carry the waitmeter container (for the Service), or service.enabled=false" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The agent's command line.
+*/}}
+{{- define "waitmeter.args" -}}
+{{- $a := .Values.agent }}
+{{- $listen := ternary (printf "[%s]" $a.listenAddress) $a.listenAddress (contains ":" $a.listenAddress) -}}
+- run
+- --all
+- --listen={{ $listen }}:{{ $a.port }}
+- --max-threads={{ int64 $a.maxThreads }}
+- --max-processes={{ int64 $a.maxProcesses }}
+- --max-thread-labels={{ int64 $a.maxThreadLabels }}
+- --gil-probe={{ $a.gilProbe }}
+{{- if $a.tidLabels }}
+- --tid-labels
+{{- end }}
+{{- if gt (int $a.verbosity) 0 }}
+- -{{ repeat (int $a.verbosity) "v" }}
+{{- end }}
+{{- if $a.btf }}
+- --btf={{ $a.btf }}
+{{- end }}
+{{- if .Values.age.url }}
+- --age-url={{ .Values.age.url }}
+- --age-metric={{ .Values.age.metric }}
+{{- if .Values.age.labels }}
+- --age-labels={{ .Values.age.labels }}
+{{- end }}
+{{- end }}
+{{- if .Values.age.socket.enabled }}
+- --age-socket=/run/waitmeter/age.sock
+{{- end }}
+{{- range $a.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The agent container (one list item). Usage:
+  include "waitmeter.container" (dict "ctx" $scope "sidecar" true|false)
+where $scope has .Values, .Chart and .Release of this chart (`.` here, or
+`.Subcharts.waitmeter` from a parent chart).
+*/}}
+{{- define "waitmeter.container" -}}
+{{- $ctx := .ctx }}
+{{- $v := $ctx.Values -}}
+- name: waitmeter
+  image: {{ include "waitmeter.image" $ctx | quote }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  command:
+    {{- toYaml $v.image.command | nindent 4 }}
+  args:
+    {{- include "waitmeter.args" $ctx | nindent 4 }}
+  ports:
+    - name: metrics
+      containerPort: {{ $v.agent.port }}
+      protocol: TCP
+  {{- with $v.extraEnv }}
+  env:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    # BPF: load programs and create maps; PERFMON: attach tracepoints and uprobes;
+    # SYS_PTRACE: /proc/PID/root, /proc/PID/task/TID/syscall and process_vm_readv of
+    # other users' processes. The agent must run as uid 0: a non-root user would get these
+    # only in its bounding set (no ambient or file capabilities with allowPrivilegeEscalation
+    # false), so the effective set would be empty.
+    runAsUser: 0
+    runAsGroup: 0
+    runAsNonRoot: false
+    privileged: {{ $v.securityContext.privileged }}
+    allowPrivilegeEscalation: {{ $v.securityContext.privileged }}
+    readOnlyRootFilesystem: true
+    capabilities:
+      drop:
+        - ALL
+      add:
+        - BPF
+        - PERFMON
+        - SYS_PTRACE
+        {{- range $v.securityContext.extraCapabilities }}
+        - {{ . }}
+        {{- end }}
+    {{- with $v.securityContext.seccompProfile }}
+    seccompProfile:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- with $v.securityContext.appArmorProfile }}
+    appArmorProfile:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+  {{- with $v.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $v.livenessProbe }}
+  livenessProbe:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $v.readinessProbe }}
+  readinessProbe:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- $mounts := list }}
+  {{- if include "waitmeter.hostCgroup" (dict "ctx" $ctx "sidecar" .sidecar) }}
+  {{- $mounts = append $mounts (dict "name" "host-cgroup" "mountPath" "/sys/fs/cgroup" "readOnly" true "recursiveReadOnly" "IfPossible") }}
+  {{- end }}
+  {{- if and .sidecar $v.age.socket.enabled }}
+  {{- $mounts = append $mounts (dict "name" "waitmeter-run" "mountPath" "/run/waitmeter") }}
+  {{- end }}
+  {{- $mounts = concat $mounts $v.extraVolumeMounts }}
+  {{- with $mounts }}
+  volumeMounts:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+
+{{/*
+The pod volumes the agent container needs (list items; may be empty). Same argument as
+waitmeter.container.
+*/}}
+{{- define "waitmeter.volumes" -}}
+{{- $v := .ctx.Values -}}
+{{- if include "waitmeter.hostCgroup" . }}
+- name: host-cgroup
+  hostPath:
+    path: /sys/fs/cgroup
+    type: Directory
+{{- end }}
+{{- if and .sidecar $v.age.socket.enabled }}
+- name: waitmeter-run
+  emptyDir:
+    sizeLimit: 1Mi
+{{- end }}
+{{- with $v.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Public helpers for adding the sidecar to your own workload (chart dependency; pass
+.Subcharts.waitmeter, see docs/deployment.md). Each renders list items.
+*/}}
+{{- define "waitmeter.sidecar.container" -}}
+{{- include "waitmeter.container" (dict "ctx" . "sidecar" true) }}
+{{- end }}
+
+{{- define "waitmeter.sidecar.volumes" -}}
+{{- include "waitmeter.volumes" (dict "ctx" . "sidecar" true) }}
+{{- end }}
+
+{{/* volumeMounts items for the application container (the age socket's directory). */}}
+{{- define "waitmeter.sidecar.appVolumeMounts" -}}
+{{- if .Values.age.socket.enabled -}}
+- name: waitmeter-run
+  mountPath: /run/waitmeter
+{{- end }}
+{{- end }}
+
+{{/* env items for the application container (where waitmeter_client sends its samples). */}}
+{{- define "waitmeter.sidecar.appEnv" -}}
+{{- if .Values.age.socket.enabled -}}
+- name: WAITMETER_SOCKET
+  value: /run/waitmeter/age.sock
+{{- end }}
+{{- end }}
