@@ -58,6 +58,14 @@ pub const GIL_HOLD_SECONDS: Metric = Metric {
     help: "How long Python threads held the GIL each time (log2 buckets from 1 µs). Only with --gil-probe uprobe on interpreters with symbols.",
 };
 
+pub const RUNQUEUE_WAIT_SECONDS: Metric = Metric {
+    base: "waitmeter_runqueue_wait",
+    kind: Kind::Counter,
+    unit: Some("seconds"),
+    labels: &["pid", "thread", "preemptor"],
+    help: "Run-queue time of threads (runnable, cgroup not throttled), by what had their CPU when they got it back: a thread of the process (its label), another process (preemptor=\"process:<comm>\", bounded like thread labels) or nothing (preemptor=\"idle\": the wake-up latency itself).",
+};
+
 pub const FUTEX_WAIT_SECONDS: Metric = Metric {
     base: "waitmeter_futex_wait",
     kind: Kind::Counter,
@@ -191,6 +199,7 @@ pub const BUILD_INFO: Metric = Metric {
 pub const ALL: &[&Metric] = &[&THREAD_SECONDS,
     &GIL_WAIT_SECONDS,
     &GIL_HOLD_SECONDS,
+    &RUNQUEUE_WAIT_SECONDS,
     &FUTEX_WAIT_SECONDS,
     &FUTEX_WORD_WAIT_SECONDS,
     &FUTEX_WORD_WAITERS,

@@ -12,7 +12,8 @@ use prometheus_client::registry::{Registry, Unit};
 use super::catalogue::{self, Kind, Metric};
 use super::futex_words::FutexWords;
 use crate::model::hist::HoldHist;
-use crate::model::labels::LabelBook;
+use crate::model::blame::Preemptor;
+use crate::model::labels::{sanitize, LabelBook};
 use crate::model::partition::{secs, ThreadSample, Times};
 use crate::model::state::State;
 use crate::session::Snapshot;
@@ -83,6 +84,10 @@ pub struct Exporter {
     folded_holds: BTreeMap<SeriesKey, HoldHist>,
     /// (waiter series, waker label) -> ns of exited waiters
     folded_futex: BTreeMap<(SeriesKey, String), u64>,
+    /// (waiter series, preemptor label) -> run-queue ns of exited waiters
+    folded_runqueue: BTreeMap<(SeriesKey, String), u64>,
+    /// per target: bounded labels for preempting processes
+    preemptor_books: HashMap<u64, LabelBook>,
     /// futex wait by word, for waitmeter_futex_word_*
     words: FutexWords,
     /// each series' times at the previous scrape (for the wait ratio)
@@ -102,6 +107,8 @@ impl Exporter {
             folded_gil: BTreeMap::new(),
             folded_holds: BTreeMap::new(),
             folded_futex: BTreeMap::new(),
+            folded_runqueue: BTreeMap::new(),
+            preemptor_books: HashMap::new(),
             words: FutexWords::default(),
             previous: BTreeMap::new(),
             tid_labels_by_target: HashMap::new(),
@@ -139,6 +146,21 @@ impl Exporter {
         self.tid_labels_by_target.get(&(target, waker)).cloned().unwrap_or_else(|| "other".to_string())
     }
 
+    /// What had the CPU while a thread waited in the run queue: a thread of the
+    /// process (its label), "idle", or "process:<comm>" for another process
+    /// (bounded per process like thread labels; the rest "other").
+    fn preemptor_label(&mut self, target: u64, p: &Preemptor) -> String {
+        match p {
+            Preemptor::Thread(tid) => self.tid_labels_by_target.get(&(target, *tid)).cloned().unwrap_or_else(|| "other".to_string()),
+            Preemptor::Idle => "idle".to_string(),
+            Preemptor::Process { comm, .. } => {
+                let book = self.preemptor_books.entry(target).or_insert_with(|| LabelBook::new(self.max_labels));
+                let label = book.label(&format!("process:{}", sanitize(comm))).to_string();
+                label
+            }
+        }
+    }
+
     /// Fold the final samples of exited threads into their series (once each).
     pub fn fold_exits(&mut self, exits: &BTreeMap<u64, Vec<ThreadSample>>) {
         for (target, threads) in exits {
@@ -156,6 +178,10 @@ impl Exporter {
                     let w = self.waker_label(*target, waker);
                     *self.folded_futex.entry((k.clone(), w)).or_default() += ns;
                 }
+                for (p, ns) in &s.runqueue_by {
+                    let l = self.preemptor_label(*target, p);
+                    *self.folded_runqueue.entry((k.clone(), l)).or_default() += ns;
+                }
                 self.words.fold_exit(*target, s);
                 self.thread_labels.remove(&(*target, s.host_tid, s.start_ns));
             }
@@ -170,6 +196,8 @@ impl Exporter {
             self.folded_gil.retain(|k, _| k.0.target != *t);
             self.folded_holds.retain(|k, _| k.target != *t);
             self.folded_futex.retain(|k, _| k.0.target != *t);
+            self.folded_runqueue.retain(|k, _| k.0.target != *t);
+            self.preemptor_books.remove(t);
             self.words.forget(*t);
             self.thread_labels.retain(|k, _| k.0 != *t);
             self.tid_labels_by_target.retain(|k, _| k.0 != *t);
@@ -182,6 +210,7 @@ impl Exporter {
         let mut gil = self.folded_gil.clone();
         let mut holds = self.folded_holds.clone();
         let mut futex = self.folded_futex.clone();
+        let mut runqueue = self.folded_runqueue.clone();
         // labels first, so that holders are named whatever the order of threads
         let keyed: Vec<(u64, SeriesKey, &ThreadSample)> =
             snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))).map(|(t, s)| (t, self.key(t, s), s)).collect();
@@ -196,6 +225,9 @@ impl Exporter {
             for (waker, ns) in crate::model::blame::by_waker(&s.futex) {
                 *futex.entry((k.clone(), self.waker_label(target, waker))).or_default() += ns;
             }
+            for (p, ns) in &s.runqueue_by {
+                *runqueue.entry((k.clone(), self.preemptor_label(target, p))).or_default() += ns;
+            }
         }
         let mut futex_seconds = vec![];
         let words = self.words.render(snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))));
@@ -209,6 +241,11 @@ impl Exporter {
         for ((k, holder), ns) in &gil {
             let Some(p) = by_id.get(&k.target) else { continue };
             gil_seconds.push((series_labels(p, k, false, &[("holder", holder)]), secs(*ns)));
+        }
+        let mut runqueue_seconds = vec![];
+        for ((k, preemptor), ns) in &runqueue {
+            let Some(p) = by_id.get(&k.target) else { continue };
+            runqueue_seconds.push((series_labels(p, k, false, &[("preemptor", preemptor)]), secs(*ns)));
         }
         for ((k, waker), ns) in &futex {
             let Some(p) = by_id.get(&k.target) else { continue };
@@ -279,6 +316,7 @@ impl Exporter {
             thread_seconds,
             gil_seconds,
             gil_holds,
+            runqueue_seconds,
             futex_seconds,
             futex_word_seconds,
             futex_word_waiters,
@@ -354,6 +392,7 @@ struct Exposition {
     thread_seconds: Vec<(Labels, f64)>,
     gil_seconds: Vec<(Labels, f64)>,
     gil_holds: Vec<(Labels, HoldHist)>,
+    runqueue_seconds: Vec<(Labels, f64)>,
     futex_seconds: Vec<(Labels, f64)>,
     futex_word_seconds: Vec<(Labels, f64)>,
     futex_word_waiters: Vec<(Labels, i64)>,
@@ -424,6 +463,7 @@ impl Collector for Exposition {
                 None,
             )?;
         }
+        counters(&mut enc, &catalogue::RUNQUEUE_WAIT_SECONDS, &self.runqueue_seconds)?;
         counters(&mut enc, &catalogue::FUTEX_WAIT_SECONDS, &self.futex_seconds)?;
         counters(&mut enc, &catalogue::FUTEX_WORD_WAIT_SECONDS, &self.futex_word_seconds)?;
         gauges(&mut enc, &catalogue::FUTEX_WORD_WAITERS, &self.futex_word_waiters)?;
@@ -511,6 +551,31 @@ mod tests {
         let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
         assert!(text.contains("waitmeter_gil_wait_seconds_total{pid=\"10\",thread=\"ingest\",holder=\"processor\"} 0.9"), "{text}");
         assert!(text.contains("waitmeter_gil_wait_seconds_total{pid=\"10\",thread=\"ingest\",holder=\"unknown\"} 0.05"), "{text}");
+    }
+
+    #[test]
+    fn runqueue_wait_is_labelled_with_the_preemptor() {
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let mut e = Exporter::new(2, false);
+        let mut victim = sample(1, "ingest", 0, 100_000_000, false);
+        victim.runqueue_by.insert(Preemptor::Thread(2), 300_000_000);
+        victim.runqueue_by.insert(Preemptor::Idle, 1_000_000);
+        victim.runqueue_by.insert(Preemptor::Process { pid: 99, comm: "hog\n".into() }, 500_000_000);
+        victim.runqueue_by.insert(Preemptor::Process { pid: 98, comm: "a".into() }, 1_000_000);
+        victim.runqueue_by.insert(Preemptor::Process { pid: 97, comm: "b".into() }, 2_000_000);
+        let mut snap = Snapshot::default();
+        snap.live.insert(1, vec![victim, sample(2, "spin", 0, 1_000_000_000, false)]);
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        for line in [
+            "waitmeter_runqueue_wait_seconds_total{pid=\"10\",thread=\"ingest\",preemptor=\"spin\"} 0.3",
+            "waitmeter_runqueue_wait_seconds_total{pid=\"10\",thread=\"ingest\",preemptor=\"idle\"} 0.001",
+            // two preempting processes keep their names (the bound is 2), the third is "other"
+            "waitmeter_runqueue_wait_seconds_total{pid=\"10\",thread=\"ingest\",preemptor=\"process:a\"} 0.001",
+            "waitmeter_runqueue_wait_seconds_total{pid=\"10\",thread=\"ingest\",preemptor=\"process:b\"} 0.002",
+            "waitmeter_runqueue_wait_seconds_total{pid=\"10\",thread=\"ingest\",preemptor=\"other\"} 0.5",
+        ] {
+            assert!(text.contains(line), "{line} not in {text}");
+        }
     }
 
     #[test]
