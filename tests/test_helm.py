@@ -12,8 +12,11 @@ helm: $HELM, else .tools/bin/helm (`make setup` builds it). A missing helm fails
 import json
 import os
 import shutil
+import socket
 import subprocess
+import time
 import tomllib
+import urllib.request
 from functools import lru_cache
 from pathlib import Path
 
@@ -285,10 +288,9 @@ def test_custom_command_line():
     assert "--listen=[::]:9747" in ipv6["args"]
 
 
-def test_sidecar_command_line_joins_the_age():
+def test_sidecar_command_line_listens_for_the_age():
     c = agent(render("sidecar-values.yaml"))
-    assert c["args"] == DEFAULT_ARGS + ["--age-url=http://127.0.0.1:8000/metrics", "--age-metric=fix_lag_seconds",
-                                        "--age-socket=/run/waitmeter/age.sock"]
+    assert c["args"] == DEFAULT_ARGS + ["--age-socket=/run/waitmeter/age.sock"]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -299,6 +301,58 @@ def test_the_agent_accepts_the_rendered_command_line(scenario):
     args = agent(render_with_agent(scenario))["args"]
     p = subprocess.run([str(WAITMETER), *args, "--help"], capture_output=True, text=True, timeout=10)
     assert p.returncode == 0, f"waitmeter rejects {args}: {p.stderr}"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status, r.read().decode()
+    except OSError:
+        return None, ""
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_agent_answers_the_probes_with_the_rendered_command_line(scenario, tmp_path):
+    """The real agent (root, real BPF) started with the chart's arguments serves the probes'
+    paths. Only what names this pod's environment is replaced: the listen address (loopback,
+    a free port), the BTF file (the running kernel's) and the age socket (a tmp path)."""
+    if not WAITMETER.exists():
+        pytest.skip(f"skipping: {WAITMETER} not built (make build)")
+    if os.geteuid() != 0:
+        pytest.skip("skipping: needs root (CAP_BPF, CAP_PERFMON)")
+    c = agent(render_with_agent(scenario))
+    port = free_port()
+    local = {"--listen": f"127.0.0.1:{port}", "--btf": "/sys/kernel/btf/vmlinux", "--age-socket": str(tmp_path / "age.sock")}
+    args = [f"{a.split('=', 1)[0]}={local[a.split('=', 1)[0]]}" if a.split("=", 1)[0] in local else a for a in c["args"]]
+    log = tmp_path / "stderr"  # a file, not a pipe: -v/-vv output would fill a pipe and block the agent
+    with open(log, "w") as err:
+        proc = subprocess.Popen([str(WAITMETER), *args], stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 15
+        status = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            status, body = http_get(f"http://127.0.0.1:{port}{c['readinessProbe']['httpGet']['path']}")
+            if status == 200:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, f"waitmeter {args} exited {proc.returncode}: {log.read_text()[-2000:]}"
+        assert status == 200 and "waitmeter_build_info" in body, f"readiness path: {status}"
+        assert http_get(f"http://127.0.0.1:{port}{c['livenessProbe']['httpGet']['path']}")[0] == 200
+        if "--age-socket" in {a.split("=", 1)[0] for a in args}:
+            assert (tmp_path / "age.sock").exists()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -395,7 +449,8 @@ def test_dashboards_config_map_for_the_grafana_sidecar():
     (["agent.maxThreadz=1"], "maxThreadz"),
     (["securityContext.extraCapabilities={SYS_ADMIN,ALL}"], "extraCapabilities"),
     (["image.pullPolicy=Sometimes"], "pullPolicy"),
-    (["age.url=ftp://x"], "url"),
+    # the agent refuses --age-url with --all (it joins one --pid): not a chart value
+    (["age.url=http://127.0.0.1:8000/metrics"], "url"),
     (["serviceMonitor.interval=often"], "interval"),
 ], ids=lambda v: v if isinstance(v, str) else ",".join(v))
 def test_schema_rejects_bad_values(sets, message):
@@ -404,15 +459,11 @@ def test_schema_rejects_bad_values(sets, message):
 
 
 @pytest.mark.parametrize("scenario, sets, message", [
-    (None, ["age.url=http://127.0.0.1:8000/metrics", "age.metric=lag_seconds"], "use mode=sidecar"),
     (None, ["age.socket.enabled=true"], "use mode=sidecar"),
-    ("sidecar-values.yaml", ["age.metric="], "age.url needs age.metric"),
-    ("sidecar-values.yaml", ["age.url=", "age.labels=a=b"], "age.metric needs age.url"),
     (None, ["mode=sidecar"], "sidecar.deployment.app.image"),
     (None, ["mode=sidecar", "sidecar.deployment.enabled=false"], "sidecar.selector"),
     (None, ["serviceMonitor.enabled=true", "service.enabled=false"], "needs service.enabled"),
-], ids=["age-url-daemonset", "age-socket-daemonset", "url-without-metric", "metric-without-url",
-        "sidecar-without-app", "own-workload-without-selector", "servicemonitor-without-service"])
+], ids=["age-socket-daemonset", "sidecar-without-app", "own-workload-without-selector", "servicemonitor-without-service"])
 def test_settings_that_cannot_work_are_refused(scenario, sets, message):
     err = render_error(sets, scenario)
     assert message in err, err
@@ -469,3 +520,19 @@ def test_named_templates_add_the_sidecar_to_your_own_chart(tmp_path):
     assert mounts(c["myapp"]) == mounts(c["waitmeter"]) == {"/run/waitmeter": {"name": "waitmeter-run", "mountPath": "/run/waitmeter"}}
     assert list(volumes(objs)) == ["waitmeter-run"]
     assert one(objs, "Service")["spec"]["selector"] == {"app": "myapp"}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_notes_render(scenario, tmp_path):
+    """NOTES.txt (not part of `helm template`) rendered through a ConfigMap in a copy of the chart."""
+    chart = tmp_path / "waitmeter"
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n'
+        '  notes: {{ include (print $.Template.BasePath "/NOTES.txt") . | quote }}\n')
+    values = yaml.safe_load((CHART / "ci" / scenario).read_text())
+    (cm,) = [o for o in render(scenario, chart=chart) if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "notes"]
+    notes = cm["data"]["notes"]
+    assert f"mode: {values['mode']}" in notes
+    assert "/metrics" in notes and "docs/deployment.md" in notes
+    assert "<no value>" not in notes

@@ -62,19 +62,8 @@ Refuse combinations that would deploy something that cannot work.
 */}}
 {{- define "waitmeter.validate" -}}
 {{- $v := .Values }}
-{{- if eq $v.mode "daemonset" }}
-{{- if or $v.age.url $v.age.metric $v.age.socket.enabled }}
-{{- fail "age.url, age.metric and age.socket need the application's network and PID namespace: use mode=sidecar (a node agent sees other pods' PIDs and its own loopback)" }}
-{{- end }}
-{{- end }}
-{{- if and $v.age.url (not $v.age.metric) }}
-{{- fail "age.url needs age.metric (the name of the application's age metric)" }}
-{{- end }}
-{{- if and $v.age.metric (not $v.age.url) }}
-{{- fail "age.metric needs age.url (the application's metrics endpoint, e.g. http://127.0.0.1:8000/metrics)" }}
-{{- end }}
-{{- if and $v.age.labels (not $v.age.url) }}
-{{- fail "age.labels filters the series at age.url: set age.url and age.metric too" }}
+{{- if and (eq $v.mode "daemonset") $v.age.socket.enabled }}
+{{- fail "age.socket needs the application's PID namespace (waitmeter_client sends the PIDs it sees): use mode=sidecar" }}
 {{- end }}
 {{- if eq $v.mode "sidecar" }}
 {{- if and $v.sidecar.deployment.enabled (not $v.sidecar.deployment.app.image) }}
@@ -107,13 +96,6 @@ The agent's command line.
 {{- end }}
 {{- if $a.btf }}
 - --btf={{ $a.btf }}
-{{- end }}
-{{- if .Values.age.url }}
-- --age-url={{ .Values.age.url }}
-- --age-metric={{ .Values.age.metric }}
-{{- if .Values.age.labels }}
-- --age-labels={{ .Values.age.labels }}
-{{- end }}
 {{- end }}
 {{- if .Values.age.socket.enabled }}
 - --age-socket=/run/waitmeter/age.sock
