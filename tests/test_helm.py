@@ -469,30 +469,34 @@ def test_settings_that_cannot_work_are_refused(scenario, sets, message):
     assert message in err, err
 
 
-PARENT_DEPLOYMENT = """\
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: myapp
-spec:
-  selector:
-    matchLabels: {app: myapp}
-  template:
-    metadata:
-      labels: {app: myapp}
-    spec:
-      shareProcessNamespace: true
-      containers:
-        - name: myapp
-          image: myapp:1.0
-          env:
-            {{- include "waitmeter.sidecar.appEnv" .Subcharts.waitmeter | nindent 12 }}
-          volumeMounts:
-            {{- include "waitmeter.sidecar.appVolumeMounts" .Subcharts.waitmeter | nindent 12 }}
-        {{- include "waitmeter.sidecar.container" .Subcharts.waitmeter | nindent 8 }}
-      volumes:
-        {{- include "waitmeter.sidecar.volumes" .Subcharts.waitmeter | nindent 8 }}
-"""
+DOCS = ROOT / "docs" / "deployment.md"
+
+
+def docs_example(name):
+    """The fenced YAML block after `<!-- test_helm: NAME -->` in docs/deployment.md."""
+    text = DOCS.read_text()
+    marker = f"<!-- test_helm: {name} -->"
+    assert marker in text, f"docs/deployment.md lost the example marked {marker}"
+    block = text.split(marker, 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    return block
+
+
+def test_docs_manifest_example_is_valid_and_matches_the_chart():
+    (d,) = [o for o in yaml.safe_load_all(docs_example("manifest")) if o]
+    kubernetes_validate.validate(d, KUBE_VERSION, strict=True)
+    pod = d["spec"]["template"]["spec"]
+    assert pod["shareProcessNamespace"] is True
+    c = {c["name"]: c for c in pod["containers"]}
+    chart = agent(render("sidecar-values.yaml"))
+    keys = ("runAsUser", "runAsNonRoot", "privileged", "allowPrivilegeEscalation", "readOnlyRootFilesystem", "seccompProfile")
+    assert {k: c["waitmeter"]["securityContext"][k] for k in keys} == {k: chart["securityContext"][k] for k in keys}
+    assert c["waitmeter"]["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON", "SYS_PTRACE"]}
+    assert c["waitmeter"]["resources"] == chart["resources"]
+    assert mounts(c["waitmeter"]) == mounts(chart)
+    assert c["app"]["env"] == [{"name": "WAITMETER_SOCKET", "value": "/run/waitmeter/age.sock"}]
+    if WAITMETER.exists():
+        p = subprocess.run([str(WAITMETER), *c["waitmeter"]["args"], "--help"], capture_output=True, text=True, timeout=10)
+        assert p.returncode == 0, f"waitmeter rejects the documented arguments: {p.stderr}"
 
 
 def test_named_templates_add_the_sidecar_to_your_own_chart(tmp_path):
@@ -505,7 +509,7 @@ def test_named_templates_add_the_sidecar_to_your_own_chart(tmp_path):
     (parent / "values.yaml").write_text(yaml.safe_dump({"waitmeter": {
         "mode": "sidecar", "sidecar": {"deployment": {"enabled": False}, "selector": {"app": "myapp"}},
         "age": {"socket": {"enabled": True}}, "serviceMonitor": {"enabled": True}}}))
-    (parent / "templates" / "deployment.yaml").write_text(PARENT_DEPLOYMENT)
+    (parent / "templates" / "deployment.yaml").write_text(docs_example("parent-template"))
     objs = render(chart=parent)
     for o in objs:
         if o["kind"] not in CRD_KINDS:
