@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tarfile
 import time
 import tomllib
 import urllib.request
@@ -540,3 +541,15 @@ def test_notes_render(scenario, tmp_path):
     assert f"mode: {values['mode']}" in notes
     assert "/metrics" in notes and "docs/deployment.md" in notes
     assert "<no value>" not in notes
+
+
+def test_package_ships_the_mixin_files_and_leaves_the_scenarios_out(tmp_path):
+    p = run_helm("package", str(CHART), "--destination", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    (pkg,) = tmp_path.glob("waitmeter-*.tgz")
+    names = tarfile.open(pkg).getnames()
+    for required in ("waitmeter/Chart.yaml", "waitmeter/values.schema.json", "waitmeter/templates/NOTES.txt",
+                     "waitmeter/files/rules/waitmeter-rules.yaml"):
+        assert required in names, f"{required} missing from the package"
+    assert [n for n in names if n.startswith("waitmeter/files/dashboards/") and n.endswith(".json")]
+    assert not [n for n in names if n.startswith("waitmeter/ci/")], "ci/ scenarios belong to the repository only"
