@@ -33,6 +33,10 @@ KUBE_VERSION = "1.30.0"
 NAMESPACE = "waitmeter-test"
 RELEASE = "wm"
 
+# kubernetes-validate re-reads and parses its multi-megabyte schema files on every call: read
+# each once per test run
+kubernetes_validate.utils.schema_contents = lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents)
+
 SCENARIOS = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
 DAEMONSET = ["daemonset-values.yaml", "daemonset-monitoring-values.yaml", "custom-args-values.yaml"]
 SIDECAR = ["sidecar-values.yaml", "sidecar-own-workload-values.yaml"]
@@ -51,8 +55,8 @@ def run_helm(*args, cwd=None):
 
 
 @lru_cache(maxsize=None)
-def _template(chart, values, sets):
-    args = ["template", RELEASE, str(chart), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION]
+def _template(chart, values, sets, kube=KUBE_VERSION):
+    args = ["template", RELEASE, str(chart), "--namespace", NAMESPACE, "--kube-version", kube]
     for v in values:
         args += ["-f", str(v)]
     for s in sets:
@@ -61,10 +65,10 @@ def _template(chart, values, sets):
     return p.returncode, p.stdout, p.stderr
 
 
-def render(scenario=None, sets=(), chart=CHART):
+def render(scenario=None, sets=(), chart=CHART, kube=KUBE_VERSION):
     """Rendered objects of a scenario (a ci/ values file) plus --set overrides; fails on error."""
     values = (CHART / "ci" / scenario,) if scenario else ()
-    rc, out, err = _template(chart, values, tuple(sets))
+    rc, out, err = _template(chart, values, tuple(sets), kube)
     assert rc == 0, f"helm template {scenario} {list(sets)} failed:\n{err}"
     return [d for d in yaml.safe_load_all(out) if d]
 
@@ -100,12 +104,12 @@ def agent(objs):
     return containers(objs)["waitmeter"]
 
 
-def render_with_agent(scenario):
+def render_with_agent(scenario, kube=KUBE_VERSION):
     """A scenario's objects; for one whose agent container goes into the user's own workload,
     the same values rendering the chart's example Deployment instead."""
-    objs = render(scenario)
+    objs = render(scenario, kube=kube)
     if not [o for o in objs if o["kind"] in ("DaemonSet", "Deployment")]:
-        objs = render(scenario, sets=("sidecar.deployment.enabled=true", "sidecar.deployment.app.image=app:1"))
+        objs = render(scenario, sets=("sidecar.deployment.enabled=true", "sidecar.deployment.app.image=app:1"), kube=kube)
     return objs
 
 
@@ -148,6 +152,23 @@ def test_objects_validate_against_kubernetes_schemas(scenario):
             path = ".".join(str(p) for p in e.path)
             pytest.fail(f"{scenario}: {o['kind']}/{o['metadata']['name']} invalid for Kubernetes {KUBE_VERSION}: {path}: {e.message}")
         assert o["metadata"]["namespace"] == NAMESPACE or o["kind"] == "ConfigMap"
+
+
+@pytest.mark.parametrize("kube", ["1.25.0", "1.29.0", "1.33.0"])
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_objects_validate_for_other_kubernetes_versions(scenario, kube):
+    """Chart.yaml says kubeVersion >= 1.25: fields newer than the cluster are left out
+    (recursiveReadOnly exists from 1.30)."""
+    objs = render_with_agent(scenario, kube=kube)
+    for o in objs:
+        if o["kind"] not in CRD_KINDS:
+            try:
+                kubernetes_validate.validate(o, kube, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                pytest.fail(f"{scenario}: {o['kind']} invalid for Kubernetes {kube}: {'.'.join(map(str, e.path))}: {e.message}")
+    cg = mounts(agent(objs)).get("/sys/fs/cgroup")
+    if cg:
+        assert ("recursiveReadOnly" in cg) == (kube >= "1.30")
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -173,7 +173,12 @@ where $scope has .Values, .Chart and .Release of this chart (`.` here, or
   {{- end }}
   {{- $mounts := list }}
   {{- if include "waitmeter.hostCgroup" (dict "ctx" $ctx "sidecar" .sidecar) }}
-  {{- $mounts = append $mounts (dict "name" "host-cgroup" "mountPath" "/sys/fs/cgroup" "readOnly" true "recursiveReadOnly" "IfPossible") }}
+  {{- $cg := dict "name" "host-cgroup" "mountPath" "/sys/fs/cgroup" "readOnly" true }}
+  {{- /* recursiveReadOnly: a field since Kubernetes 1.30; older API servers do not know it */}}
+  {{- if semverCompare ">=1.30.0-0" $ctx.Capabilities.KubeVersion.Version }}
+  {{- $_ := set $cg "recursiveReadOnly" "IfPossible" }}
+  {{- end }}
+  {{- $mounts = append $mounts $cg }}
   {{- end }}
   {{- if and .sidecar $v.age.socket.enabled }}
   {{- $mounts = append $mounts (dict "name" "waitmeter-run" "mountPath" "/run/waitmeter") }}
