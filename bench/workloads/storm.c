@@ -1,0 +1,178 @@
+// Scheduler worst cases for `make bench`. Each mode prints "ready", waits for
+// a line "go" on stdin, does a fixed amount of work, prints
+//   {"seconds": <elapsed>, "cpu_s": <CPU time of the process>, "ops": <operations>}
+// and exits when stdin closes (the harness reads the tool's counters first).
+//
+//   storm pipe N [CPU]          two threads ping-pong a byte through two pipes, N round
+//                               trips (a context-switch storm; CPU >= 0 pins both there)
+//   storm paced RATE SECS       the same ping-pong paced to RATE round trips/s for SECS s
+//                               (a steady, known scheduler event rate)
+//   storm mutex N               one thread locks and unlocks a pthread mutex N times
+//                               (uncontended: no syscall at all)
+//   storm contended N THREADS   THREADS threads share one pthread mutex, N lock/unlock
+//                               in all, as much work inside as outside (a futex storm)
+//   storm churn N [PAR]         create and join N threads that exit at once, PAR at a time
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void die(const char *what)
+{
+	perror(what);
+	exit(1);
+}
+
+static int ping[2], pong[2];
+
+static void pin(int cpu)
+{
+	if (cpu < 0)
+		return;
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		die("sched_setaffinity");
+}
+
+static void *echo(void *arg)
+{
+	char c;
+	pin(*(int *)arg);
+	while (read(ping[0], &c, 1) == 1 && c)
+		if (write(pong[1], &c, 1) != 1)
+			die("write");
+	return NULL;
+}
+
+static int inside = 20; // work units inside the lock (and outside it)
+
+static void *lock_loop(void *arg)
+{
+	static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+	long n = *(long *)arg;
+	volatile unsigned long x = 0;
+	for (long i = 0; i < n; i++) {
+		pthread_mutex_lock(&m);
+		for (int k = 0; k < inside; k++)
+			x++;
+		pthread_mutex_unlock(&m);
+		for (int k = 0; k < 20; k++)
+			x++;
+	}
+	return NULL;
+}
+
+static void *nothing(void *arg)
+{
+	return arg;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: storm pipe|paced|mutex|contended|churn N [ARG]\n");
+		return 2;
+	}
+	const char *mode = argv[1];
+	long n = atol(argv[2]);
+	long arg = argc > 3 ? atol(argv[3]) : -1;
+	pthread_t t;
+	int cpu = (int)arg;
+
+	if (!strcmp(mode, "pipe") || !strcmp(mode, "paced")) {
+		if (pipe(ping) || pipe(pong))
+			die("pipe");
+		if (!strcmp(mode, "paced"))
+			cpu = -1;
+		if (pthread_create(&t, NULL, echo, &cpu))
+			die("pthread_create");
+		pin(cpu);
+	}
+	printf("ready\n");
+	fflush(stdout);
+	char line[16];
+	if (!fgets(line, sizeof(line), stdin) || strncmp(line, "go", 2))
+		return 1;
+	double t0 = now_s(), cpu0 = cpu_s();
+	long ops = 0;
+	char c = 1;
+	if (!strcmp(mode, "pipe")) {
+		for (ops = 0; ops < n; ops++)
+			if (write(ping[1], &c, 1) != 1 || read(pong[0], &c, 1) != 1)
+				die("ping");
+	} else if (!strcmp(mode, "paced")) {
+		// n round trips per second for arg seconds, paced on absolute deadlines
+		struct timespec next;
+		clock_gettime(CLOCK_MONOTONIC, &next);
+		long period_ns = 1000000000L / n, total = n * arg;
+		for (ops = 0; ops < total; ops++) {
+			if (write(ping[1], &c, 1) != 1 || read(pong[0], &c, 1) != 1)
+				die("ping");
+			next.tv_nsec += period_ns;
+			while (next.tv_nsec >= 1000000000L) {
+				next.tv_nsec -= 1000000000L;
+				next.tv_sec++;
+			}
+			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
+		}
+	} else if (!strcmp(mode, "mutex")) {
+		lock_loop(&n);
+		ops = n;
+	} else if (!strcmp(mode, "contended")) {
+		int k = arg > 0 ? (int)arg : 4;
+		pthread_t *ts = calloc(k, sizeof(*ts));
+		long each = n / k;
+		for (int i = 0; i < k; i++)
+			if (pthread_create(&ts[i], NULL, lock_loop, &each))
+				die("pthread_create");
+		for (int i = 0; i < k; i++)
+			pthread_join(ts[i], NULL);
+		ops = each * k;
+	} else if (!strcmp(mode, "churn")) {
+		int par = arg > 0 ? (int)arg : 4;
+		pthread_t *ts = calloc(par, sizeof(*ts));
+		for (ops = 0; ops < n; ops += par) {
+			for (int i = 0; i < par; i++)
+				if (pthread_create(&ts[i], NULL, nothing, NULL))
+					die("pthread_create");
+			for (int i = 0; i < par; i++)
+				pthread_join(ts[i], NULL);
+		}
+	} else {
+		fprintf(stderr, "unknown mode %s\n", mode);
+		return 2;
+	}
+	double elapsed = now_s() - t0, used = cpu_s() - cpu0;
+	if (!strcmp(mode, "pipe") || !strcmp(mode, "paced")) {
+		c = 0;
+		if (write(ping[1], &c, 1) != 1)
+			die("write");
+		pthread_join(t, NULL);
+	}
+	printf("{\"seconds\": %.6f, \"cpu_s\": %.6f, \"ops\": %ld}\n", elapsed, used, ops);
+	fflush(stdout);
+	// the harness reads the tool's counters, then closes stdin
+	while (fgets(line, sizeof(line), stdin))
+		;
+	return 0;
+}
