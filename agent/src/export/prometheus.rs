@@ -70,6 +70,30 @@ pub struct AgentStatus {
     pub lost: Vec<(&'static str, &'static str, u64)>,
 }
 
+/// A thread's cumulative numbers, summed into the series they label: the
+/// exited threads' (kept across scrapes), or those plus the live ones.
+#[derive(Clone, Debug, Default)]
+struct Totals {
+    times: BTreeMap<SeriesKey, Times>,
+    /// (waiter series, holder label) -> GIL wait ns
+    gil: BTreeMap<(SeriesKey, String), u64>,
+    holds: BTreeMap<SeriesKey, HoldHist>,
+    /// (waiter series, waker label) -> futex wait ns
+    futex: BTreeMap<(SeriesKey, String), u64>,
+    /// (waiter series, preemptor label) -> run-queue ns
+    runqueue: BTreeMap<(SeriesKey, String), u64>,
+}
+
+impl Totals {
+    fn forget(&mut self, target: u64) {
+        self.times.retain(|k, _| k.target != target);
+        self.gil.retain(|k, _| k.0.target != target);
+        self.holds.retain(|k, _| k.target != target);
+        self.futex.retain(|k, _| k.0.target != target);
+        self.runqueue.retain(|k, _| k.0.target != target);
+    }
+}
+
 /// Keeps counters monotonic across thread exits: exited threads' final times
 /// are folded into their series, and every thread keeps its first label.
 pub struct Exporter {
@@ -78,14 +102,8 @@ pub struct Exporter {
     books: HashMap<u64, LabelBook>,
     /// (target, host TID, start) -> label
     thread_labels: HashMap<(u64, u32, u64), String>,
-    folded: BTreeMap<SeriesKey, Times>,
-    /// (waiter series, holder label) -> ns of exited waiters
-    folded_gil: BTreeMap<(SeriesKey, String), u64>,
-    folded_holds: BTreeMap<SeriesKey, HoldHist>,
-    /// (waiter series, waker label) -> ns of exited waiters
-    folded_futex: BTreeMap<(SeriesKey, String), u64>,
-    /// (waiter series, preemptor label) -> run-queue ns of exited waiters
-    folded_runqueue: BTreeMap<(SeriesKey, String), u64>,
+    /// exited threads' numbers
+    folded: Totals,
     /// per target: bounded labels for preempting processes
     preemptor_books: HashMap<u64, LabelBook>,
     /// futex wait by word, for waitmeter_futex_word_*
@@ -103,11 +121,7 @@ impl Exporter {
             tid_labels,
             books: HashMap::new(),
             thread_labels: HashMap::new(),
-            folded: BTreeMap::new(),
-            folded_gil: BTreeMap::new(),
-            folded_holds: BTreeMap::new(),
-            folded_futex: BTreeMap::new(),
-            folded_runqueue: BTreeMap::new(),
+            folded: Totals::default(),
             preemptor_books: HashMap::new(),
             words: FutexWords::default(),
             previous: BTreeMap::new(),
@@ -161,42 +175,42 @@ impl Exporter {
         }
     }
 
+    /// Add a thread's numbers to the series labelled `k`.
+    fn add(&mut self, into: &mut Totals, target: u64, k: &SeriesKey, s: &ThreadSample) {
+        into.times.entry(k.clone()).or_default().add(&s.times);
+        for (holder, ns) in &s.gil_by_holder {
+            *into.gil.entry((k.clone(), self.holder_label(target, *holder))).or_default() += ns;
+        }
+        if let Some(h) = &s.gil_hold {
+            into.holds.entry(k.clone()).or_default().add(h);
+        }
+        for (waker, ns) in crate::model::blame::by_waker(&s.futex) {
+            *into.futex.entry((k.clone(), self.waker_label(target, waker))).or_default() += ns;
+        }
+        for (p, ns) in &s.runqueue_by {
+            *into.runqueue.entry((k.clone(), self.preemptor_label(target, p))).or_default() += ns;
+        }
+    }
+
     /// Fold the final samples of exited threads into their series (once each).
     pub fn fold_exits(&mut self, exits: &BTreeMap<u64, Vec<ThreadSample>>) {
+        let mut folded = std::mem::take(&mut self.folded);
         for (target, threads) in exits {
             for s in threads {
                 let k = self.key(*target, s);
-                self.folded.entry(k.clone()).or_default().add(&s.times);
-                for (holder, ns) in &s.gil_by_holder {
-                    let h = self.holder_label(*target, *holder);
-                    *self.folded_gil.entry((k.clone(), h)).or_default() += ns;
-                }
-                if let Some(h) = &s.gil_hold {
-                    self.folded_holds.entry(k.clone()).or_default().add(h);
-                }
-                for (waker, ns) in crate::model::blame::by_waker(&s.futex) {
-                    let w = self.waker_label(*target, waker);
-                    *self.folded_futex.entry((k.clone(), w)).or_default() += ns;
-                }
-                for (p, ns) in &s.runqueue_by {
-                    let l = self.preemptor_label(*target, p);
-                    *self.folded_runqueue.entry((k.clone(), l)).or_default() += ns;
-                }
+                self.add(&mut folded, *target, &k, s);
                 self.words.fold_exit(*target, s);
                 self.thread_labels.remove(&(*target, s.host_tid, s.start_ns));
             }
         }
+        self.folded = folded;
     }
 
     /// Forget everything about processes that are no longer served.
     pub fn forget(&mut self, targets: &[u64]) {
         for t in targets {
             self.books.remove(t);
-            self.folded.retain(|k, _| k.target != *t);
-            self.folded_gil.retain(|k, _| k.0.target != *t);
-            self.folded_holds.retain(|k, _| k.target != *t);
-            self.folded_futex.retain(|k, _| k.0.target != *t);
-            self.folded_runqueue.retain(|k, _| k.0.target != *t);
+            self.folded.forget(*t);
             self.preemptor_books.remove(t);
             self.words.forget(*t);
             self.thread_labels.retain(|k, _| k.0 != *t);
@@ -206,29 +220,14 @@ impl Exporter {
 
     /// The exposition text for this scrape. `snap.exited` must already be folded.
     pub fn render(&mut self, procs: &[ProcessInfo], cgroups: &[CgroupInfo], ages: &AgeExport, snap: &Snapshot, status: &AgentStatus) -> String {
-        let mut series = self.folded.clone();
-        let mut gil = self.folded_gil.clone();
-        let mut holds = self.folded_holds.clone();
-        let mut futex = self.folded_futex.clone();
-        let mut runqueue = self.folded_runqueue.clone();
+        let mut totals = self.folded.clone();
         // labels first, so that holders are named whatever the order of threads
         let keyed: Vec<(u64, SeriesKey, &ThreadSample)> =
             snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))).map(|(t, s)| (t, self.key(t, s), s)).collect();
         for (target, k, s) in keyed {
-            series.entry(k.clone()).or_default().add(&s.times);
-            for (holder, ns) in &s.gil_by_holder {
-                *gil.entry((k.clone(), self.holder_label(target, *holder))).or_default() += ns;
-            }
-            if let Some(h) = &s.gil_hold {
-                holds.entry(k.clone()).or_default().add(h);
-            }
-            for (waker, ns) in crate::model::blame::by_waker(&s.futex) {
-                *futex.entry((k.clone(), self.waker_label(target, waker))).or_default() += ns;
-            }
-            for (p, ns) in &s.runqueue_by {
-                *runqueue.entry((k.clone(), self.preemptor_label(target, p))).or_default() += ns;
-            }
+            self.add(&mut totals, target, &k, s);
         }
+        let Totals { times: series, gil, holds, futex, runqueue } = totals;
         let mut futex_seconds = vec![];
         let words = self.words.render(snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))));
         let by_id: HashMap<u64, &ProcessInfo> = procs.iter().map(|p| (p.id, p)).collect();
