@@ -4,6 +4,7 @@ Each workload reports its own TIDs ("tid <role> <tid>") and says "ready" when
 every thread is in its known state: that is the ground truth the tests assert
 against. Every process a test starts is owned by a guard that kills it.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -152,3 +153,27 @@ def wait_http(url, timeout=10.0):
 
 def which(name):
     return shutil.which(name)
+
+
+@contextlib.contextmanager
+def prometheus(tmp_path, target_port, rule_files=()):
+    """A real Prometheus (Debian package) scraping 127.0.0.1:target_port as
+    job "waitmeter" every second, evaluating `rule_files` every second; yields
+    its base URL once ready and stops it on exit."""
+    assert which("prometheus"), "prometheus (Debian package) is installed by make setup"
+    port = free_port()
+    cfg = tmp_path / "prometheus.yml"
+    # JSON is YAML: no YAML library needed here
+    cfg.write_text(json.dumps({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(f) for f in rule_files],
+        "scrape_configs": [{"job_name": "waitmeter", "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
+    }))
+    prom = subprocess.Popen(
+        ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    with Guard(prom):
+        wait_http(f"{base}/-/ready", timeout=30)
+        yield base

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import ROOT, WAITMETER, Guard, Workload, free_port, wait_http, which
+from conftest import ROOT, WAITMETER, Guard, Workload, free_port, prometheus, wait_http, which
 from test_age import CLIENT, app_python  # noqa: F401  (fixture)
 from test_blame import throttled_cgroup  # noqa: F401  (fixture)
 from test_gil import STARVE
@@ -136,10 +136,9 @@ def substitute(expr, pids):
 
 def test_prometheus_with_the_rules_alerts_on_starvation_only_and_every_panel_has_data(
         app_python, throttled_cgroup, workload_bin, tmp_path):  # noqa: F811
-    assert which("prometheus"), "prometheus (Debian package) is installed by make setup"
     sock = tmp_path / "age.sock"
     env = {"PYTHONPATH": str(CLIENT), "WAITMETER_SOCKET": str(sock)}
-    port, prom_port = free_port(), free_port()
+    port = free_port()
     with Workload(app_python, STARVE, "same", "--client", env=env) as starving, \
             Workload(app_python, STARVE, "separate", "--client", env=env) as control, \
             Workload(workload_bin, "--busy", 1) as quota, \
@@ -157,19 +156,7 @@ def test_prometheus_with_the_rules_alerts_on_starvation_only_and_every_panel_has
             short = tmp_path / "rules.yaml"
             short.write_text(RULES.read_text().replace("[5m]", "[20s]"))
             assert short.read_text().count("[20s]") >= 7
-            cfg = tmp_path / "prometheus.yml"
-            cfg.write_text(yaml.safe_dump({
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(short)],
-                "scrape_configs": [{"job_name": "waitmeter", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}],
-            }))
-            prom = subprocess.Popen(
-                ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            base = f"http://127.0.0.1:{prom_port}"
-            with Guard(prom):
-                wait_http(f"{base}/-/ready", timeout=30)
+            with prometheus(tmp_path, port, [short]) as base:
                 groups = api(base, "/api/v1/rules")["groups"]
                 assert {g["name"] for g in groups} == {"waitmeter.rules", "waitmeter.alerts"}
                 # the alerts need 5 minutes of rate() but not 5 minutes of data: wait for

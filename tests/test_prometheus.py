@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from conftest import WAITMETER, Guard, Workload, free_port, wait_http, which
+from conftest import WAITMETER, Guard, Workload, free_port, prometheus, wait_http, which
 
 HOOKS = ["sched_switch", "sched_wakeup", "sched_wakeup_new", "sched_process_exit"]
 
@@ -57,21 +57,8 @@ def test_exposition_is_valid_and_complete(pinned_pair_agent):
 
 
 def test_real_prometheus_sees_half_runqueue_for_pinned_pair(pinned_pair_agent, tmp_path):
-    assert which("prometheus"), "prometheus (Debian package) is installed by make setup"
     w, port, _ = pinned_pair_agent
-    prom_port = free_port()
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        f"scrape_configs:\n  - job_name: waitmeter\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
-    )
-    prom = subprocess.Popen(
-        ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{prom_port}"
-    with Guard(prom):
-        wait_http(f"{base}/-/ready", timeout=30)
+    with prometheus(tmp_path, port) as base:
         sel = f'waitmeter_thread_seconds_total{{pid="{w.pid}",thread=~"spin-a|spin-b"}}'
         rq = f'rate(waitmeter_thread_seconds_total{{pid="{w.pid}",state="runqueue",thread=~"spin-a|spin-b"}}[5s])'
         total = f'sum by (thread) (rate({sel}[5s]))'
