@@ -45,7 +45,7 @@ build:
 	cd agent && $(CARGO) build --release --locked
 
 unit:
-	cd agent && $(CARGO) test --release --locked
+	cd agent && $(CARGO) test --release --locked --workspace
 
 integration: build $(VENV)/.ok
 	$(PYTHON) -m pytest -rs tests/

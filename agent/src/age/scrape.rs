@@ -28,21 +28,6 @@ pub fn parse_url(url: &str) -> Result<(String, String)> {
     Ok((hostport, path.to_string()))
 }
 
-/// Decode a `Transfer-Encoding: chunked` body.
-pub fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
-    let mut out = vec![];
-    loop {
-        let nl = body.windows(2).position(|w| w == b"\r\n")?;
-        let size = usize::from_str_radix(std::str::from_utf8(&body[..nl]).ok()?.split(';').next()?.trim(), 16).ok()?;
-        body = &body[nl + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(body.get(..size)?);
-        body = body.get(size + 2..)?;
-    }
-}
-
 /// GET the URL; the body of a 200 response.
 pub fn get(url: &str) -> Result<String> {
     let (hostport, path) = parse_url(url)?;
@@ -64,7 +49,7 @@ pub fn get(url: &str) -> Result<String> {
     }
     let body = &raw[split + 4..];
     let chunked = head.lines().any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.to_ascii_lowercase().contains("chunked"));
-    let body = if chunked { dechunk(body).context("bad chunked encoding")? } else { body.to_vec() };
+    let body = if chunked { waitmeter_formats::http::dechunk(body, MAX_BODY).context("bad chunked encoding")? } else { body.to_vec() };
     String::from_utf8(body).context("the body is not UTF-8")
 }
 
@@ -194,13 +179,6 @@ mod tests {
         assert!(parse_url("https://x/metrics").is_err());
         assert!(parse_url("ftp://x").is_err());
         assert!(parse_url("http:///x").is_err());
-    }
-
-    #[test]
-    fn chunked_bodies() {
-        assert_eq!(dechunk(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n").unwrap(), b"hello world");
-        assert_eq!(dechunk(b"zz\r\n"), None);
-        assert_eq!(dechunk(b"5\r\nhi"), None);
     }
 
     #[test]

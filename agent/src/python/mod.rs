@@ -1,7 +1,7 @@
 //! Everything waitmeter knows about CPython: finding the interpreter in a
 //! process, its version and build, and its GILs. Version knowledge is data,
 //! in `layout`; nothing outside this module matches on versions.
-pub mod elf;
+pub use waitmeter_formats::elf;
 pub mod layout;
 pub mod memory;
 pub mod names;
