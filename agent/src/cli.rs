@@ -48,8 +48,10 @@ Examples:
   sudo waitmeter run --pid 1234 --pid 5678 --listen 0.0.0.0:9747
   sudo waitmeter run --all          # a pod sidecar with shareProcessNamespace: true
   sudo waitmeter run --all --age-socket /run/waitmeter/age.sock   # per-thread age from waitmeter_client
+  sudo waitmeter run --all --listen 0.0.0.0:9747 --web.config.file /etc/waitmeter/web.yml   # TLS, basic auth
 
-Metrics: docs/metrics.md. Scrape http://ADDR:PORT/metrics.")]
+Metrics: docs/metrics.md. Scrape http(s)://ADDR:PORT/metrics; GET /healthz answers 200 while the
+agent's main loop runs (for liveness probes; not behind basic auth).")]
     Run(RunArgs),
     /// Print docs/metrics.md, generated from the metric catalogue
     #[command(hide = true)]
@@ -150,6 +152,10 @@ pub struct RunArgs {
     /// Address to serve /metrics on
     #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
     pub listen: String,
+    /// TLS, client certificates and basic auth for the endpoint: a file in the
+    /// Prometheus exporter toolkit's web-config format (docs/deployment.md)
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
     /// Distinct thread names per process with their own `thread` label; the rest are "other"
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub max_thread_labels: usize,
@@ -177,6 +183,8 @@ mod tests {
         assert!(Cli::try_parse_from(["waitmeter", "run"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "run", "--all", "--pid", "1"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "run", "--pid", "1", "--pid", "2"]).is_ok());
+        let Cmd::Run(r) = Cli::try_parse_from(["waitmeter", "run", "--all", "--web.config.file", "/w.yml"]).unwrap().cmd else { panic!() };
+        assert_eq!(r.web_config_file.as_deref(), Some(std::path::Path::new("/w.yml")));
     }
 
     #[test]

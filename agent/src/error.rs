@@ -20,6 +20,16 @@ macro_rules! usage {
     ($($arg:tt)*) => { anyhow::Error::new($crate::error::UsageError(format!($($arg)*))) };
 }
 
+/// `eprintln!` that never panics: a closed or full stderr (`2>&1 | head`)
+/// loses the line, not the program.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 /// The exit code for an error: 2 for a `UsageError` anywhere in its chain, else 1.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     if err.chain().any(|e| e.is::<UsageError>()) {

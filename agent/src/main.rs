@@ -28,7 +28,7 @@ impl log::Log for StderrLog {
                 log::Level::Warn => "warning: ",
                 _ => "",
             };
-            eprintln!("waitmeter: {level}{}", r.args());
+            crate::say!("waitmeter: {level}{}", r.args());
         }
     }
     fn flush(&self) {}
@@ -49,12 +49,12 @@ fn main() {
         cli::Cmd::Attach(a) => cmd::attach::attach(a),
         cli::Cmd::Run(r) => cmd::run::run(r),
         cli::Cmd::MetricsDoc => {
-            print!("{}", export::catalogue::markdown());
+            cmd::emit(&export::catalogue::markdown());
             Ok(())
         }
     };
     if let Err(e) = result {
-        eprintln!("waitmeter: {e:#}");
+        crate::say!("waitmeter: {e:#}");
         std::process::exit(error::exit_code(&e));
     }
 }

@@ -47,16 +47,30 @@ pub struct Response<'a> {
 /// Where the head in `buf` ends: the index just past its blank line, once
 /// it has arrived. Bare `\n` line ends are accepted (RFC 9112 §2.2).
 pub fn head_end(buf: &[u8]) -> Option<usize> {
-    let mut i = 0;
-    while let Some(nl) = buf[i..].iter().position(|b| *b == b'\n') {
-        let line_end = i + nl;
-        let line = &buf[i..line_end];
-        if line.is_empty() || line == b"\r" {
-            return Some(line_end + 1);
+    HeadScanner::default().feed(buf)
+}
+
+/// `head_end` for a head that arrives in pieces: each call scans only what
+/// is new since the last complete line (a head trickled byte by byte costs
+/// linear time, not quadratic).
+#[derive(Debug, Default)]
+pub struct HeadScanner {
+    line_start: usize,
+}
+
+impl HeadScanner {
+    /// `buf` is everything received so far (it only grows between calls).
+    pub fn feed(&mut self, buf: &[u8]) -> Option<usize> {
+        while let Some(nl) = buf.get(self.line_start..)?.iter().position(|b| *b == b'\n') {
+            let line_end = self.line_start + nl;
+            let line = &buf[self.line_start..line_end];
+            self.line_start = line_end + 1;
+            if line.is_empty() || line == b"\r" {
+                return Some(line_end + 1);
+            }
         }
-        i = line_end + 1;
+        None
     }
-    None
 }
 
 fn is_tchar(c: u8) -> bool {
@@ -276,6 +290,12 @@ mod tests {
         assert_eq!(head_end(b"GET / HTTP/1.1\n\n"), Some(16));
         assert_eq!(head_end(b"GET / HTTP/1.1\r\nA: b\r\n"), None);
         assert_eq!(head_end(b""), None);
+        // the same head in pieces
+        let full = b"GET / HTTP/1.1\r\nA: b\r\n\r\n";
+        let mut sc = HeadScanner::default();
+        let ends: Vec<Option<usize>> = (1..=full.len()).map(|n| sc.feed(&full[..n])).collect();
+        assert!(ends[..full.len() - 1].iter().all(Option::is_none));
+        assert_eq!(ends[full.len() - 1], Some(24));
     }
 
     #[test]

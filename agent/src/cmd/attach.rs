@@ -1,11 +1,11 @@
 //! `waitmeter attach`: one process, one window, a report.
 use std::collections::HashMap;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{install_stop_handler, session_options, stop_requested};
+use super::{emit, install_stop_handler, session_options, stop_requested};
 use crate::age::sources::AgeSources;
 use crate::cli::{AttachArgs, Output};
 use crate::model::partition::{secs, window, ThreadSample};
@@ -22,7 +22,7 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
     let t0 = target.attached_ns;
     // one line when measuring starts (scripts can wait for it)
-    eprintln!("waitmeter: watching PID {} ({}) for {} s", target.pid, target.comm, args.duration);
+    crate::say!("waitmeter: watching PID {} ({}) for {} s", target.pid, target.comm, args.duration);
     let python = target.python.as_ref().map(|p| PythonInfo {
         version: p.version.clone(),
         gil: p.gil_state(),
@@ -72,33 +72,26 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
             let age_line = ages.process(target.pid, t0).map(|a| {
                 format!("age {:.2} s ({:+.2} s since attach, {} samples from the {})", a.summary.last_s, a.summary.growth_s, a.summary.samples, a.source)
             });
-            let mut out = std::io::stdout().lock();
             if plain_lines {
-                let _ = writeln!(out, "{}", text::plain_line(&r, secs(snap.at_ns.saturating_sub(t0)), age_line.as_deref()));
-                let _ = out.flush();
+                emit(&format!("{}\n", text::plain_line(&r, secs(snap.at_ns.saturating_sub(t0)), age_line.as_deref())));
             }
-            if !live_view {
-                // plain lines only
-            } else {
-            if drawn_lines > 0 {
-                let _ = write!(out, "\x1b[{drawn_lines}A\x1b[J");
-            }
-            let frame = format!(
-                "waitmeter: PID {} ({}), {:.0}/{:.0} s, last {:.1} s (Ctrl-C ends early)\n{}",
-                target.pid,
-                target.comm,
-                secs(snap.at_ns.saturating_sub(t0)),
-                args.duration,
-                args.interval,
-                text::table(&r, color)
-            );
-            let frame = match &age_line {
-                Some(a) => format!("{frame}{a}\n"),
-                None => frame,
-            };
-            drawn_lines = frame.lines().count();
-            let _ = out.write_all(frame.as_bytes());
-            let _ = out.flush();
+            if live_view {
+                let erase = if drawn_lines > 0 { format!("\x1b[{drawn_lines}A\x1b[J") } else { String::new() };
+                let frame = format!(
+                    "waitmeter: PID {} ({}), {:.0}/{:.0} s, last {:.1} s (Ctrl-C ends early)\n{}",
+                    target.pid,
+                    target.comm,
+                    secs(snap.at_ns.saturating_sub(t0)),
+                    args.duration,
+                    args.interval,
+                    text::table(&r, color)
+                );
+                let frame = match &age_line {
+                    Some(a) => format!("{frame}{a}\n"),
+                    None => frame,
+                };
+                drawn_lines = frame.lines().count();
+                emit(&format!("{erase}{frame}"));
             }
         }
         last = live.iter().map(|s| (s.host_tid, s.clone())).collect();
@@ -109,7 +102,7 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
         }
     }
     if live_view && drawn_lines > 0 {
-        print!("\x1b[{drawn_lines}A\x1b[J");
+        emit(&format!("\x1b[{drawn_lines}A\x1b[J"));
     }
 
     let rows: Vec<ThreadRow> = live
@@ -148,8 +141,8 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
     };
     let report = report.with_age(ages.process(target.pid, t0));
     match args.output {
-        Output::Json => println!("{}", json::render(&report)),
-        Output::Text => print!("{}", text::report(&report, color)),
+        Output::Json => emit(&format!("{}\n", json::render(&report))),
+        Output::Text => emit(&text::report(&report, color)),
     }
     if let Some(e) = exited_at {
         return Err(usage!(

@@ -2,6 +2,7 @@
 pub mod attach;
 pub mod run;
 
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cli::ProbeArgs;
@@ -33,5 +34,20 @@ pub fn session_options(p: &ProbeArgs, follow_forks: bool) -> SessionOptions {
         max_procs: p.max_processes,
         follow_forks,
         gil_uprobes: p.gil_probe == crate::cli::GilProbe::Uprobe,
+    }
+}
+
+/// Write to standard output. A reader that went away (`| head -c 100`) ends
+/// the program quietly with exit code 0, as other Unix tools do (the kernel
+/// detaches the probes when the process exits); any other output error is one
+/// line and exit code 1. Never a panic.
+pub fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        crate::say!("waitmeter: failed to write to standard output: {e}: check where it is redirected (disk full?)");
+        std::process::exit(1);
     }
 }

@@ -7,6 +7,7 @@ use anyhow::Result;
 use super::{install_stop_handler, session_options, stop_requested};
 use crate::cli::RunArgs;
 use crate::export::http;
+use crate::export::web::Web;
 use crate::age::sources::AgeSources;
 use crate::export::prometheus::{AgeExport, AgentStatus, CgroupInfo, Exporter, ProcessInfo, EXITED_RETENTION_NS};
 use crate::probes::sched::{monotonic_ns, VARIANT};
@@ -24,9 +25,15 @@ pub fn run(args: &RunArgs) -> Result<()> {
         return Err(crate::usage!("--age-url joins the age of one process with its threads: give exactly one --pid (or use --age-socket, which is per thread)"));
     }
     let mut ages = AgeSources::new(&args.age)?;
+    let web = match &args.web_config_file {
+        Some(path) => Some(Web::load(path).map_err(|e| crate::usage!("{e:#}: fix the file (format: docs/deployment.md, \"Securing the endpoint\")"))?),
+        None => None,
+    };
     // bind first: a taken port fails before any probe is loaded
     let (tx, rx) = mpsc::channel::<http::Scrape>();
-    let addr = http::serve(&args.listen, tx)?;
+    let endpoint = http::serve(&args.listen, web, tx)?;
+    let addr = endpoint.addr;
+    let scheme = if endpoint.tls { "https" } else { "http" };
     let mut session = Session::start(&session_options(&args.probe, args.all))?;
     for pid in &args.pid {
         session.attach(*pid)?;
@@ -36,8 +43,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     let attached = session.probe().attached();
     let variant = VARIANT;
-    eprintln!(
-        "waitmeter: serving http://{addr}/metrics for {} process(es){}; probes: {} ({variant})",
+    crate::say!(
+        "waitmeter: serving {scheme}://{addr}/metrics for {} process(es){}; probes: {} ({variant})",
         session.targets().count(),
         if args.all { " and every new one" } else { "" },
         attached.join(", ")
@@ -47,6 +54,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut warned_all_gone = false;
     let online = crate::report::online_cpus();
     while !stop_requested() {
+        endpoint.health.beat();
         match rx.recv_timeout(TICK) {
             Ok(scrape) => {
                 let snap = session.sample();
@@ -63,7 +71,14 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     .collect();
                 let mut lost = session.probe().lost();
                 lost.push(("gil", "holds_map_full", session.gil_holds_lost()));
-                let status = AgentStatus { attached: attached.clone(), expected: SCHED_HOOKS.to_vec(), variant, lost };
+                let status = AgentStatus {
+                    attached: attached.clone(),
+                    expected: SCHED_HOOKS.to_vec(),
+                    variant,
+                    lost,
+                    http_codes: endpoint.stats.codes(),
+                    http_drops: endpoint.stats.drops(),
+                };
                 let mut cgroups: Vec<CgroupInfo> = vec![];
                 for t in session.targets().filter(|t| t.exited_ns.is_none()) {
                     let Some(cg) = &t.cgroup else { continue };

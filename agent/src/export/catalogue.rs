@@ -154,6 +154,22 @@ pub const AGE_SOURCE_ERRORS: Metric = Metric {
     help: "Failed polls of the --age-url endpoint (source=\"endpoint\") and malformed datagrams on the --age-socket (source=\"client\").",
 };
 
+pub const HTTP_REQUESTS: Metric = Metric {
+    base: "waitmeter_http_requests",
+    kind: Kind::Counter,
+    unit: None,
+    labels: &["code"],
+    help: "Requests the endpoint answered, by HTTP status code (401: no or wrong basic-auth credentials; 503 on /metrics: the agent could not render in time).",
+};
+
+pub const HTTP_CONNECTIONS_DROPPED: Metric = Metric {
+    base: "waitmeter_http_connections_dropped",
+    kind: Kind::Counter,
+    unit: None,
+    labels: &["reason"],
+    help: "Connections the endpoint closed without an answer, by reason: head_timeout (the request head, TLS handshake included, was not complete 5 s after accept), evicted (closed to make room: the oldest connection still sending its head, when 256 were open), over_limit (256 connections busy answering: answered 503 with Retry-After at once), write_timeout (the response was not taken within 30 s), tls_handshake (the TLS handshake failed: no or untrusted client certificate, plain HTTP on a TLS port). A steady rise of head_timeout or evicted is a slow or hostile client.",
+};
+
 pub const WATCHED_PROCESSES: Metric = Metric {
     base: "waitmeter_watched_processes",
     kind: Kind::Gauge,
@@ -211,6 +227,8 @@ pub const ALL: &[&Metric] = &[&THREAD_SECONDS,
     &APP_AGE_SECONDS,
     &THREAD_WAIT_RATIO,
     &AGE_SOURCE_ERRORS,
+    &HTTP_REQUESTS,
+    &HTTP_CONNECTIONS_DROPPED,
     &WATCHED_PROCESSES, &WATCHED_THREADS, &EVENTS_LOST, &PROBE_ATTACHED, &BUILD_INFO];
 
 /// docs/metrics.md

@@ -1,116 +1,685 @@
-//! A minimal HTTP/1.1 endpoint for `/metrics`. The exposition is rendered by
-//! the thread that owns the probes (scrape-time map reads): each scrape is a
-//! request on a channel, answered with the text.
+//! The HTTP endpoint of `waitmeter run`: `/metrics`, `/healthz` and a landing
+//! page, HTTP/1.1 with optional TLS and basic auth (`web.rs`).
+//!
+//! It is reachable by anyone on the pod network, so it is built to keep
+//! answering scrapes whatever other clients do:
+//! - a thread per connection (at most `MAX_CONNECTIONS`): a slow client never
+//!   holds up another;
+//! - a deadline for the whole request head, TLS handshake included, counted
+//!   from accept (Go's `ReadHeaderTimeout`), and one for writing the response;
+//!   a reaper closes a connection at its deadline however it trickles;
+//! - with every slot taken, the connection that has waited longest for its
+//!   head is closed to make room (slow-loris clients are always the oldest);
+//!   when every slot is busy answering, the new one gets a 503 with `Retry-After`;
+//! - the exposition is rendered by the thread that owns the probes (the map
+//!   reads happen at scrape time) and cached for a second: a burst of scrapes
+//!   costs one render, and concurrent scrapes wait for the same one;
+//! - every answer and every connection closed without one is counted
+//!   (`waitmeter_http_requests_total`, `waitmeter_http_connections_dropped_total`).
+//!
+//! `/healthz` answers 200 while the main loop beats, 503 once it has not for
+//! `STALLED_AFTER`: the chart's liveness probe uses it. It is not behind basic
+//! auth (kubelet probes carry no credentials); it says nothing but "ok".
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use flate2::write::GzEncoder;
+use waitmeter_formats::http::{self as head, HeadError, HeadScanner, MAX_HEAD};
 
+use super::web::{Auth, Web, WebConfig};
 use crate::usage;
 
 /// Default listen address of `waitmeter run`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9747";
-const MAX_CONNECTIONS: usize = 16;
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
-const MAX_REQUEST: usize = 16 * 1024;
+/// Connections open at once (each has a thread while it lasts).
+pub const MAX_CONNECTIONS: usize = 256;
+/// From accept to the end of the request head, TLS handshake included.
+pub const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+/// From the end of the head to the last byte of the response.
+pub const RESPONSE_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a scrape waits for the main loop to render.
+const RENDER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a render is served again.
+pub const RENDER_CACHE: Duration = Duration::from_secs(1);
+/// `/healthz` fails when the main loop has not beaten for this long.
+pub const STALLED_AFTER: Duration = Duration::from_secs(15);
+const REAP_EVERY: Duration = Duration::from_millis(100);
+const CONN_STACK: usize = 256 * 1024;
 
-/// A scrape waiting for its exposition text.
+/// A scrape waiting for its exposition text (OpenMetrics).
 pub struct Scrape {
     pub reply: mpsc::SyncSender<String>,
 }
 
-/// Bind `addr` and serve in the background; returns the bound address.
-pub fn serve(addr: &str, scrapes: mpsc::Sender<Scrape>) -> Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)
-        .map_err(|e| usage!("cannot listen on {addr}: {e}: pick a free address with --listen ADDR:PORT"))?;
-    let bound = listener.local_addr()?;
-    let busy = Arc::new(AtomicUsize::new(0));
-    std::thread::Builder::new().name("http".into()).spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(stream) = conn else { continue };
-            if busy.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-                continue; // dropped: the client sees a reset and retries
-            }
-            busy.fetch_add(1, Ordering::Relaxed);
-            let busy = Arc::clone(&busy);
-            let scrapes = scrapes.clone();
-            let _ = std::thread::Builder::new().name("http-conn".into()).spawn(move || {
-                if let Err(e) = handle(stream, &scrapes) {
-                    log::debug!("http connection: {e}");
-                }
-                busy.fetch_sub(1, Ordering::Relaxed);
-            });
+/// Why a connection was closed without an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dropped {
+    /// the request head (or the TLS handshake) was not complete by `HEAD_DEADLINE`
+    HeadTimeout,
+    /// closed to make room for a new connection
+    Evicted,
+    /// every slot was busy answering: answered 503 at once
+    OverLimit,
+    /// the response was not written by `RESPONSE_DEADLINE`
+    WriteTimeout,
+    /// the TLS handshake failed (no certificate, wrong CA, plain HTTP on a TLS port…)
+    Tls,
+}
+
+impl Dropped {
+    pub const ALL: [Dropped; 5] = [Dropped::HeadTimeout, Dropped::Evicted, Dropped::OverLimit, Dropped::WriteTimeout, Dropped::Tls];
+    pub fn name(self) -> &'static str {
+        match self {
+            Dropped::HeadTimeout => "head_timeout",
+            Dropped::Evicted => "evicted",
+            Dropped::OverLimit => "over_limit",
+            Dropped::WriteTimeout => "write_timeout",
+            Dropped::Tls => "tls_handshake",
         }
-    })?;
-    Ok(bound)
+    }
 }
 
-/// The request line's method and path, and whether OpenMetrics is accepted.
-pub fn parse_request(head: &str) -> Option<(&str, &str, bool)> {
-    let mut lines = head.lines();
-    let mut first = lines.next()?.split_whitespace();
-    let method = first.next()?;
-    let path = first.next()?;
-    let openmetrics = lines.any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("accept:") && l.contains("application/openmetrics-text")
+/// The endpoint's own counters, for the self-metrics.
+#[derive(Default)]
+pub struct Stats {
+    codes: Mutex<BTreeMap<u16, u64>>,
+    dropped: [AtomicU64; 5],
+}
+
+impl Stats {
+    fn answered(&self, code: u16) {
+        *self.codes.lock().expect("stats lock").entry(code).or_default() += 1;
+    }
+    fn dropped(&self, why: Dropped) {
+        self.dropped[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    /// Requests answered, by status code.
+    pub fn codes(&self) -> Vec<(u16, u64)> {
+        self.codes.lock().expect("stats lock").iter().map(|(c, n)| (*c, *n)).collect()
+    }
+    /// Connections closed without an answer, by reason (every reason, zeros included).
+    pub fn drops(&self) -> Vec<(&'static str, u64)> {
+        Dropped::ALL.iter().map(|d| (d.name(), self.dropped[*d as usize].load(Ordering::Relaxed))).collect()
+    }
+}
+
+/// The main loop's heartbeat.
+pub struct Health {
+    base: Instant,
+    /// nanoseconds from `base` to the last beat
+    last_ns: AtomicI64,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health { base: Instant::now(), last_ns: AtomicI64::new(0) }
+    }
+}
+
+impl Health {
+    /// Called by the main loop every time round.
+    pub fn beat(&self) {
+        self.last_ns.store(i64::try_from(self.base.elapsed().as_nanos()).unwrap_or(i64::MAX), Ordering::Relaxed);
+    }
+    /// How long since the last beat.
+    pub fn silent_for(&self) -> Duration {
+        let now = i64::try_from(self.base.elapsed().as_nanos()).unwrap_or(i64::MAX);
+        Duration::from_nanos(now.saturating_sub(self.last_ns.load(Ordering::Relaxed)).max(0) as u64)
+    }
+}
+
+/// What `serve` returns: the bound address and the shared state the command reads.
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub stats: Arc<Stats>,
+    pub health: Arc<Health>,
+    pub tls: bool,
+}
+
+/// A connection's place: its deadline, and a handle to close it from outside.
+struct Slot {
+    id: u64,
+    accepted: Instant,
+    deadline: Instant,
+    answering: bool,
+    sock: TcpStream,
+}
+
+#[derive(Default)]
+struct Slots {
+    inner: Mutex<(u64, Vec<Slot>)>,
+}
+
+impl Slots {
+    /// A slot for a new connection, closing the oldest one still reading its
+    /// head when all are taken; None when every slot is busy answering.
+    fn admit(&self, sock: &TcpStream, stats: &Stats) -> Option<u64> {
+        let handle = sock.try_clone().ok()?;
+        let mut g = self.inner.lock().expect("slots lock");
+        if g.1.len() >= MAX_CONNECTIONS {
+            let oldest = g.1.iter().enumerate().filter(|(_, s)| !s.answering).min_by_key(|(_, s)| s.accepted).map(|(i, _)| i)?;
+            let victim = g.1.swap_remove(oldest);
+            let _ = victim.sock.shutdown(Shutdown::Both);
+            stats.dropped(Dropped::Evicted);
+        }
+        g.0 += 1;
+        let id = g.0;
+        let now = Instant::now();
+        g.1.push(Slot { id, accepted: now, deadline: now + HEAD_DEADLINE, answering: false, sock: handle });
+        Some(id)
+    }
+
+    /// The head is in: the response deadline starts. False when the slot was
+    /// closed meanwhile (evicted or timed out).
+    fn answering(&self, id: u64) -> bool {
+        let mut g = self.inner.lock().expect("slots lock");
+        match g.1.iter_mut().find(|s| s.id == id) {
+            Some(s) => {
+                s.answering = true;
+                s.deadline = Instant::now() + RESPONSE_DEADLINE;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The connection is done; true when it still had its slot.
+    fn release(&self, id: u64) -> bool {
+        let mut g = self.inner.lock().expect("slots lock");
+        let before = g.1.len();
+        g.1.retain(|s| s.id != id);
+        g.1.len() != before
+    }
+
+    /// Close every connection past its deadline.
+    fn reap(&self, stats: &Stats) {
+        let now = Instant::now();
+        let mut g = self.inner.lock().expect("slots lock");
+        g.1.retain(|s| {
+            if s.deadline > now {
+                return true;
+            }
+            let _ = s.sock.shutdown(Shutdown::Both);
+            stats.dropped(if s.answering { Dropped::WriteTimeout } else { Dropped::HeadTimeout });
+            false
+        });
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.inner.lock().unwrap().1.len()
+    }
+}
+
+/// One render of the exposition, in the forms clients ask for (made on demand).
+struct Rendered {
+    openmetrics: String,
+    text: OnceLock<String>,
+    /// gzip of (openmetrics, text)
+    gzip: [OnceLock<Vec<u8>>; 2],
+}
+
+impl Rendered {
+    fn body(&self, openmetrics: bool, gzip: bool) -> &[u8] {
+        let plain = if openmetrics { &self.openmetrics } else { self.text.get_or_init(|| super::prometheus::to_text_004(&self.openmetrics)) };
+        if !gzip {
+            return plain.as_bytes();
+        }
+        self.gzip[usize::from(!openmetrics)].get_or_init(|| {
+            let mut enc = GzEncoder::new(Vec::with_capacity(plain.len() / 4), flate2::Compression::default());
+            enc.write_all(plain.as_bytes()).expect("writing to a Vec cannot fail");
+            enc.finish().expect("writing to a Vec cannot fail")
+        })
+    }
+}
+
+/// Renders shared between concurrent scrapes and cached for `RENDER_CACHE`.
+#[derive(Default)]
+struct Cache {
+    state: Mutex<(Option<(Instant, Arc<Rendered>)>, bool)>,
+    done: Condvar,
+}
+
+impl Cache {
+    fn get(&self, scrapes: &Mutex<mpsc::Sender<Scrape>>) -> Option<Arc<Rendered>> {
+        let give_up = Instant::now() + RENDER_TIMEOUT;
+        let mut st = self.state.lock().expect("cache lock");
+        loop {
+            if let Some((at, r)) = &st.0 {
+                if at.elapsed() < RENDER_CACHE {
+                    return Some(Arc::clone(r));
+                }
+            }
+            if !st.1 {
+                break;
+            }
+            // another scrape is rendering: wait for its result
+            let left = give_up.checked_duration_since(Instant::now())?;
+            st = self.done.wait_timeout(st, left).expect("cache lock").0;
+        }
+        st.1 = true;
+        drop(st);
+        let (tx, rx) = mpsc::sync_channel(1);
+        let sent = scrapes.lock().expect("scrape channel lock").send(Scrape { reply: tx }).is_ok();
+        let text = if sent { rx.recv_timeout(RENDER_TIMEOUT).ok() } else { None };
+        let mut st = self.state.lock().expect("cache lock");
+        st.1 = false;
+        let out = text.map(|t| Arc::new(Rendered { openmetrics: t, text: OnceLock::new(), gzip: Default::default() }));
+        if let Some(r) = &out {
+            st.0 = Some((Instant::now(), Arc::clone(r)));
+        }
+        self.done.notify_all();
+        out
+    }
+}
+
+struct Shared {
+    scrapes: Mutex<mpsc::Sender<Scrape>>,
+    cache: Cache,
+    web: Option<Web>,
+    stats: Arc<Stats>,
+    health: Arc<Health>,
+    slots: Slots,
+}
+
+/// Bind `addr` and serve in the background.
+pub fn serve(addr: &str, web: Option<Web>, scrapes: mpsc::Sender<Scrape>) -> Result<Endpoint> {
+    let listener = TcpListener::bind(addr).map_err(|e| usage!("cannot listen on {addr}: {e}: pick a free address with --listen ADDR:PORT"))?;
+    let bound = listener.local_addr()?;
+    let tls = web.as_ref().is_some_and(|w| w.current().tls.is_some());
+    let shared = Arc::new(Shared {
+        scrapes: Mutex::new(scrapes),
+        cache: Cache::default(),
+        web,
+        stats: Arc::default(),
+        health: Arc::default(),
+        slots: Slots::default(),
     });
-    Some((method, path.split('?').next().unwrap_or(path), openmetrics))
+    let reaper = Arc::clone(&shared);
+    std::thread::Builder::new().name("http-reaper".into()).spawn(move || loop {
+        std::thread::sleep(REAP_EVERY);
+        reaper.slots.reap(&reaper.stats);
+    })?;
+    let acceptor = Arc::clone(&shared);
+    std::thread::Builder::new().name("http".into()).spawn(move || accept_loop(listener, acceptor))?;
+    Ok(Endpoint { addr: bound, stats: Arc::clone(&shared.stats), health: Arc::clone(&shared.health), tls })
 }
 
-fn handle(mut stream: TcpStream, scrapes: &mpsc::Sender<Scrape>) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 2048];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < MAX_REQUEST {
-        let n = stream.read(&mut chunk)?;
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    for conn in listener.incoming() {
+        let stream = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                // EMFILE and the like: back off instead of spinning
+                log::debug!("accept: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        // backstops for the reaper: no single read or write blocks longer than the longest deadline
+        let _ = stream.set_read_timeout(Some(RESPONSE_DEADLINE));
+        let _ = stream.set_write_timeout(Some(RESPONSE_DEADLINE));
+        let Some(id) = shared.slots.admit(&stream, &shared.stats) else {
+            refuse(stream, &shared);
+            continue;
+        };
+        let conn_shared = Arc::clone(&shared);
+        let spawned = std::thread::Builder::new().name("http-conn".into()).stack_size(CONN_STACK).spawn(move || {
+            connection(stream, id, &conn_shared);
+        });
+        if spawned.is_err() {
+            shared.slots.release(id);
+            shared.stats.dropped(Dropped::OverLimit);
+        }
+    }
+}
+
+/// Every slot is busy answering: a 503 written from the accept thread (a
+/// short plain-text write into an empty socket buffer never blocks).
+fn refuse(mut stream: TcpStream, shared: &Shared) {
+    shared.stats.dropped(Dropped::OverLimit);
+    let tls = shared.web.as_ref().is_some_and(|w| w.current().tls.is_some());
+    if !tls {
+        let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+        let _ = stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 32\r\nConnection: close\r\n\r\ntoo many connections: retry soon\n"[..].as_ref());
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// A plain or TLS connection.
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ServerConnection, TcpStream>>),
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            Conn::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            Conn::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(s) => s.flush(),
+        }
+    }
+}
+
+fn connection(stream: TcpStream, id: u64, shared: &Shared) {
+    let cfg = shared.web.as_ref().map(Web::current);
+    let result = serve_one(stream, id, shared, cfg.as_deref());
+    let had_slot = shared.slots.release(id);
+    if let Err(e) = result {
+        // a connection the reaper or an eviction closed was counted there
+        if had_slot && e.tls {
+            shared.stats.dropped(Dropped::Tls);
+        }
+        log::debug!("http connection: {}", e.io);
+    }
+}
+
+struct ConnError {
+    io: std::io::Error,
+    tls: bool,
+}
+
+impl From<std::io::Error> for ConnError {
+    fn from(io: std::io::Error) -> Self {
+        ConnError { io, tls: false }
+    }
+}
+
+/// A response about to be written.
+struct Answer<'a> {
+    code: u16,
+    headers: Vec<(&'static str, String)>,
+    body: std::borrow::Cow<'a, [u8]>,
+}
+
+fn answer(code: u16, body: &'static str) -> Answer<'static> {
+    Answer { code, headers: vec![("Content-Type", "text/plain; charset=utf-8".into())], body: body.as_bytes().into() }
+}
+
+fn reason(code: u16) -> &'static str {
+    match code {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
+        _ => "",
+    }
+}
+
+fn serve_one(stream: TcpStream, id: u64, shared: &Shared, cfg: Option<&WebConfig>) -> Result<(), ConnError> {
+    let mut conn = match cfg.and_then(|c| c.tls.clone()) {
+        Some(tls) => {
+            let mut sc = rustls::ServerConnection::new(tls).map_err(|e| ConnError { io: std::io::Error::other(e), tls: true })?;
+            let mut sock = stream;
+            while sc.is_handshaking() {
+                sc.complete_io(&mut sock).map_err(|io| ConnError { io, tls: true })?;
+            }
+            Conn::Tls(Box::new(rustls::StreamOwned::new(sc, sock)))
+        }
+        None => Conn::Plain(stream),
+    };
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let mut scanner = HeadScanner::default();
+    let end = loop {
+        if let Some(end) = scanner.feed(&buf) {
+            break Some(end);
+        }
+        if buf.len() > MAX_HEAD {
+            break None;
+        }
+        let n = conn.read(&mut chunk)?;
         if n == 0 {
-            break;
+            return Ok(()); // the client went away
         }
         buf.extend_from_slice(&chunk[..n]);
-    }
-    let head = String::from_utf8_lossy(&buf);
-    let (status, ctype, body) = match parse_request(&head) {
-        Some(("GET", "/metrics", om)) => {
-            let (tx, rx) = mpsc::sync_channel(1);
-            let text = scrapes.send(Scrape { reply: tx }).ok().and_then(|_| rx.recv_timeout(IO_TIMEOUT).ok());
-            match text {
-                Some(t) if om => ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", t),
-                Some(t) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", super::prometheus::to_text_004(&t)),
-                None => ("503 Service Unavailable", "text/plain", "waitmeter is shutting down\n".to_string()),
-            }
-        }
-        Some(("GET", "/", _)) => (
-            "200 OK",
-            "text/html; charset=utf-8",
-            "<html><body><h1>waitmeter</h1><p><a href=\"/metrics\">/metrics</a></p></body></html>\n".to_string(),
-        ),
-        Some(("GET", _, _)) => ("404 Not Found", "text/plain", "not found: try /metrics\n".to_string()),
-        Some(_) => ("405 Method Not Allowed", "text/plain", "only GET\n".to_string()),
-        None => ("400 Bad Request", "text/plain", "bad request\n".to_string()),
     };
-    write!(stream, "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len())?;
-    stream.write_all(body.as_bytes())?;
-    stream.flush()
+    if !shared.slots.answering(id) {
+        return Ok(());
+    }
+    let (ans, head_only) = match end {
+        None => (answer(431, "request head too large\n"), false),
+        Some(end) => match head::parse_request(&buf[..end]) {
+            Ok(req) => (route(&req, shared, cfg), req.method == "HEAD"),
+            Err(HeadError::Version) => (answer(505, "HTTP/1.x only\n"), false),
+            Err(HeadError::TooLarge | HeadError::TooManyHeaders) => (answer(431, "request head too large\n"), false),
+            Err(e) => {
+                log::debug!("bad request: {e}");
+                (answer(400, "bad request\n"), false)
+            }
+        },
+    };
+    shared.stats.answered(ans.code);
+    let mut out = format!("HTTP/1.1 {} {}\r\n", ans.code, reason(ans.code));
+    for (name, value) in ans.headers.iter().map(|(n, v)| (*n, v.as_str())).chain(cfg.iter().flat_map(|c| c.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())))) {
+        out.push_str(&format!("{name}: {value}\r\n"));
+    }
+    out.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", ans.body.len()));
+    conn.write_all(out.as_bytes())?;
+    if !head_only {
+        conn.write_all(&ans.body)?;
+    }
+    conn.flush()?;
+    let sock = match &mut conn {
+        Conn::Tls(s) => {
+            s.conn.send_close_notify();
+            let _ = s.conn.complete_io(&mut s.sock);
+            &mut s.sock
+        }
+        Conn::Plain(s) => s,
+    };
+    if ans.code >= 400 {
+        linger(sock);
+    }
+    Ok(())
+}
+
+/// After an error answer the client may still be sending (a head too large,
+/// a body we did not read): closing with unread data would reset the
+/// connection and could discard the answer before the client reads it. Stop
+/// sending, then read and drop what comes, for a short bounded while.
+fn linger(sock: &mut TcpStream) {
+    let _ = sock.shutdown(Shutdown::Write);
+    let _ = sock.set_read_timeout(Some(Duration::from_millis(500)));
+    let until = Instant::now() + Duration::from_millis(500);
+    let mut sink = [0u8; 4096];
+    let mut left: usize = 64 * 1024;
+    while left > 0 && Instant::now() < until {
+        match sock.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
+}
+
+const LANDING: &str = "<!doctype html><html><head><title>waitmeter</title></head><body><h1>waitmeter</h1>\
+<p><a href=\"/metrics\">/metrics</a> &middot; <a href=\"/healthz\">/healthz</a></p></body></html>\n";
+
+fn route<'a>(req: &head::Request<'_>, shared: &'a Shared, cfg: Option<&WebConfig>) -> Answer<'a> {
+    if req.method != "GET" && req.method != "HEAD" {
+        let mut a = answer(405, "only GET and HEAD\n");
+        a.headers.push(("Allow", "GET, HEAD".into()));
+        return a;
+    }
+    if req.path == "/healthz" {
+        let silent = shared.health.silent_for();
+        return if silent < STALLED_AFTER {
+            answer(200, "ok\n")
+        } else {
+            log::warn!("/healthz: the main loop has not run for {:.0} s", silent.as_secs_f64());
+            Answer { body: format!("the main loop has not run for {:.0} s\n", silent.as_secs_f64()).into_bytes().into(), ..answer(503, "") }
+        };
+    }
+    if let (Some(web), Some(cfg)) = (&shared.web, cfg) {
+        if let Auth::Denied = web.check(cfg, req.header("Authorization")) {
+            let mut a = answer(401, "unauthorized\n");
+            a.headers.push(("WWW-Authenticate", "Basic realm=\"waitmeter\", charset=\"UTF-8\"".into()));
+            return a;
+        }
+    }
+    match req.path {
+        "/metrics" => {
+            let Some(rendered) = shared.cache.get(&shared.scrapes) else {
+                let mut a = answer(503, "waitmeter is busy or shutting down: retry\n");
+                a.headers.push(("Retry-After", "1".into()));
+                return a;
+            };
+            let accept = req.header("Accept").unwrap_or("");
+            let om_q = head::quality(accept, "application/openmetrics-text", None).unwrap_or(0.0);
+            let openmetrics = om_q > 0.0 && om_q >= head::quality(accept, "text/plain", Some("*/*")).unwrap_or(0.0);
+            let gzip = head::quality(req.header("Accept-Encoding").unwrap_or(""), "gzip", Some("*")).is_some_and(|q| q > 0.0);
+            let ctype = if openmetrics { "application/openmetrics-text; version=1.0.0; charset=utf-8" } else { "text/plain; version=0.0.4; charset=utf-8" };
+            let mut headers = vec![("Content-Type", ctype.to_string()), ("Vary", "Accept, Accept-Encoding".into())];
+            if gzip {
+                headers.push(("Content-Encoding", "gzip".into()));
+            }
+            // the body borrows from the shared render, which outlives this answer through the Arc
+            let body = rendered.body(openmetrics, gzip).to_vec();
+            Answer { code: 200, headers, body: body.into() }
+        }
+        "/" => Answer { headers: vec![("Content-Type", "text/html; charset=utf-8".into())], ..answer(200, LANDING) },
+        _ => answer(404, "not found: try /metrics\n"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// An endpoint whose "main loop" answers every scrape with `text`, counting renders.
+    fn endpoint(web: Option<Web>) -> (Endpoint, Arc<AtomicU64>) {
+        let (tx, rx) = mpsc::channel::<Scrape>();
+        let ep = serve("127.0.0.1:0", web, tx).unwrap();
+        let renders = Arc::new(AtomicU64::new(0));
+        let (r, health) = (Arc::clone(&renders), Arc::clone(&ep.health));
+        std::thread::spawn(move || loop {
+            health.beat();
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(s) => {
+                    r.fetch_add(1, Ordering::Relaxed);
+                    let _ = s.reply.send("# TYPE x counter\nx_total 1\n# EOF\n".into());
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(_) => break,
+            }
+        });
+        (ep, renders)
+    }
+
+    fn request(addr: SocketAddr, raw: &str) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(raw.as_bytes()).unwrap();
+        let mut out = vec![];
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
     #[test]
-    fn parses_request_lines() {
-        assert_eq!(parse_request("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"), Some(("GET", "/metrics", false)));
-        assert_eq!(
-            parse_request("GET /metrics?x=1 HTTP/1.1\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;q=0.5\r\n\r\n"),
-            Some(("GET", "/metrics", true))
-        );
-        assert_eq!(parse_request("POST / HTTP/1.1\r\n\r\n").map(|r| r.0), Some("POST"));
-        assert_eq!(parse_request(""), None);
-        assert_eq!(parse_request("GET\r\n"), None);
+    fn routes_methods_and_formats() {
+        let (ep, renders) = endpoint(None);
+        let a = ep.addr;
+        let r = request(a, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.contains("text/plain; version=0.0.4") && r.contains("# TYPE x_total counter"), "{r}");
+        let r = request(a, "GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;q=0.5\r\n\r\n");
+        assert!(r.contains("application/openmetrics-text") && r.ends_with("# EOF\n"), "{r}");
+        // HEAD: the same headers, no body
+        let r = request(a, "HEAD /metrics HTTP/1.1\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200") && r.contains("Content-Length: ") && r.ends_with("\r\n\r\n"), "{r}");
+        let r = request(a, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 405") && r.contains("Allow: GET, HEAD\r\n"), "{r}");
+        assert!(request(a, "GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+        assert!(request(a, "GARBAGE\r\n\r\n").starts_with("HTTP/1.1 400"));
+        assert!(request(a, "GET / HTTP/2.0\r\n\r\n").starts_with("HTTP/1.1 505"));
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD + 10));
+        assert!(request(a, &big).starts_with("HTTP/1.1 431"));
+        assert!(request(a, "GET /healthz HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"));
+        // three scrapes within the cache time cost one render
+        assert_eq!(renders.load(Ordering::Relaxed), 1, "cached renders");
+        let codes = ep.stats.codes();
+        assert!(codes.contains(&(200, 4)) && codes.contains(&(405, 1)) && codes.contains(&(431, 1)), "{codes:?}");
+    }
+
+    #[test]
+    fn gzip_when_asked() {
+        let (ep, _) = endpoint(None);
+        let mut s = TcpStream::connect(ep.addr).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n").unwrap();
+        let mut out = vec![];
+        s.read_to_end(&mut out).unwrap();
+        let end = head::head_end(&out).unwrap();
+        assert!(String::from_utf8_lossy(&out[..end]).contains("Content-Encoding: gzip"));
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&out[end..]).read_to_string(&mut text).unwrap();
+        assert!(text.contains("x_total 1"), "{text}");
+        // gzip;q=0 is a refusal
+        let r = request(ep.addr, "GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip;q=0\r\n\r\n");
+        assert!(!r.contains("Content-Encoding"), "{r}");
+    }
+
+    #[test]
+    fn a_silent_main_loop_fails_healthz() {
+        let (ep, _) = endpoint(None);
+        assert!(request(ep.addr, "GET /healthz HTTP/1.1\r\n\r\n").ends_with("\r\n\r\nok\n"));
+        // the main loop's last beat long ago (the test loop beats again within 50 ms: stop it first)
+        let (tx, _rx) = mpsc::channel::<Scrape>();
+        let ep = serve("127.0.0.1:0", None, tx).unwrap();
+        ep.health.last_ns.store(-(STALLED_AFTER.as_nanos() as i64) - 1_000_000_000, Ordering::Relaxed);
+        let r = request(ep.addr, "GET /healthz HTTP/1.1\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 503") && r.contains("has not run for 16 s"), "{r}");
+        ep.health.beat();
+        assert!(request(ep.addr, "HEAD /healthz HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"));
+    }
+
+    #[test]
+    fn slots_evict_the_oldest_head_and_refuse_when_all_answer() {
+        let stats = Stats::default();
+        let slots = Slots::default();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut keep = vec![];
+        let mut ids = vec![];
+        for _ in 0..MAX_CONNECTIONS {
+            keep.push(TcpStream::connect(addr).unwrap());
+            let (s, _) = listener.accept().unwrap();
+            ids.push(slots.admit(&s, &stats).unwrap());
+            keep.push(s);
+        }
+        assert_eq!(slots.len(), MAX_CONNECTIONS);
+        let (_c, (s, _)) = (TcpStream::connect(addr).unwrap(), listener.accept().unwrap());
+        let new = slots.admit(&s, &stats).unwrap();
+        assert_eq!(slots.len(), MAX_CONNECTIONS);
+        assert!(!slots.answering(ids[0]), "the oldest was evicted");
+        assert_eq!(stats.drops()[Dropped::Evicted as usize], ("evicted", 1));
+        for id in ids.iter().skip(1).chain([&new]) {
+            assert!(slots.answering(*id));
+        }
+        let (_c2, (s2, _)) = (TcpStream::connect(addr).unwrap(), listener.accept().unwrap());
+        assert!(slots.admit(&s2, &stats).is_none(), "all busy answering");
+        assert!(slots.release(new) && !slots.release(new));
     }
 }

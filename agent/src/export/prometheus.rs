@@ -68,6 +68,10 @@ pub struct AgentStatus {
     pub variant: &'static str,
     /// (probe, reason, events)
     pub lost: Vec<(&'static str, &'static str, u64)>,
+    /// the endpoint's answers by status code
+    pub http_codes: Vec<(u16, u64)>,
+    /// the endpoint's connections closed without an answer, by reason
+    pub http_drops: Vec<(&'static str, u64)>,
 }
 
 /// A thread's cumulative numbers, summed into the series they label: the
@@ -311,6 +315,8 @@ impl Exporter {
             .iter()
             .map(|(probe, reason, n)| (vec![("probe".to_string(), probe.to_string()), ("reason".to_string(), reason.to_string())], *n as f64))
             .collect();
+        let http_requests = status.http_codes.iter().map(|(c, n)| (vec![("code".to_string(), c.to_string())], *n as f64)).collect();
+        let http_dropped = status.http_drops.iter().map(|(r, n)| (vec![("reason".to_string(), r.to_string())], *n as f64)).collect();
         let exposition = Exposition {
             thread_seconds,
             gil_seconds,
@@ -331,6 +337,8 @@ impl Exporter {
             watched_threads: live_threads as i64,
             lost,
             attached,
+            http_requests,
+            http_dropped,
         };
         let mut registry = Registry::default();
         registry.register_collector(Box::new(exposition));
@@ -407,6 +415,8 @@ struct Exposition {
     watched_threads: i64,
     lost: Vec<(Labels, f64)>,
     attached: Vec<(Labels, i64)>,
+    http_requests: Vec<(Labels, f64)>,
+    http_dropped: Vec<(Labels, f64)>,
 }
 
 fn descriptor<'a>(enc: &'a mut DescriptorEncoder, m: &'a Metric, unit: &'a Option<Unit>) -> Result<prometheus_client::encoding::MetricEncoder<'a>, std::fmt::Error> {
@@ -474,6 +484,8 @@ impl Collector for Exposition {
         gauges(&mut enc, &catalogue::APP_AGE_SECONDS, &self.app_age)?;
         gauges(&mut enc, &catalogue::THREAD_WAIT_RATIO, &self.wait_ratio)?;
         counters(&mut enc, &catalogue::AGE_SOURCE_ERRORS, &self.age_errors)?;
+        counters(&mut enc, &catalogue::HTTP_REQUESTS, &self.http_requests)?;
+        counters(&mut enc, &catalogue::HTTP_CONNECTIONS_DROPPED, &self.http_dropped)?;
         for (m, v) in [(&catalogue::WATCHED_PROCESSES, self.watched_processes), (&catalogue::WATCHED_THREADS, self.watched_threads)] {
             let u = unit_of(m);
             ConstGauge::new(v).encode(descriptor(&mut enc, m, &u)?)?;
@@ -504,7 +516,14 @@ mod tests {
     #[test]
     fn same_named_threads_sum_and_exits_stay_counted() {
         let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
-        let status = AgentStatus { attached: vec!["sched_switch".into()], expected: vec!["sched_switch", "sched_wakeup"], variant: "tp_btf", lost: vec![("sched", "thread_map_full", 3)] };
+        let status = AgentStatus {
+            attached: vec!["sched_switch".into()],
+            expected: vec!["sched_switch", "sched_wakeup"],
+            variant: "tp_btf",
+            lost: vec![("sched", "thread_map_full", 3)],
+            http_codes: vec![(200, 7), (401, 2)],
+            http_drops: vec![("head_timeout", 64), ("evicted", 0)],
+        };
         let mut e = Exporter::new(1, false);
         let mut snap = Snapshot::default();
         snap.live.insert(1, vec![sample(1, "worker", 0, 2_000_000_000, false), sample(2, "worker", 0, 1_000_000_000, false), sample(3, "io\"er", 0, 500_000_000, false)]);
@@ -515,6 +534,8 @@ mod tests {
         assert!(text.contains("waitmeter_bpf_events_lost_total{probe=\"sched\",reason=\"thread_map_full\"} 3"), "{text}");
         assert!(text.contains("waitmeter_probe_attached{probe=\"sched_wakeup\",variant=\"tp_btf\"} 0"), "{text}");
         assert!(text.contains("waitmeter_build_info{version="), "{text}");
+        assert!(text.contains("waitmeter_http_requests_total{code=\"401\"} 2"), "{text}");
+        assert!(text.contains("waitmeter_http_connections_dropped_total{reason=\"head_timeout\"} 64"), "{text}");
         assert!(text.contains("# TYPE waitmeter_thread_seconds counter"), "{text}");
 
         // thread 2 exits: its time stays in the "worker" series
