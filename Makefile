@@ -1,6 +1,8 @@
 # waitmeter — build, test and demo. Run as root (the probes need CAP_BPF and CAP_PERFMON).
 #   make demo    build, start a bundled workload, attach, show the table
-#   make test    unit tests, then integration tests on the real kernel
+#   make test    unit tests, integration tests on the real kernel, bounded fuzzing
+# Each works alone on a fresh Debian 12 machine: every target depends on the set-up it needs
+# (setup-build: compilers and libraries; setup: also the test tools). `make -n test` shows it.
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:/usr/local/go/bin:$(PATH)
 
@@ -14,21 +16,34 @@ TOOLS   := $(CURDIR)/.tools/bin
 HELM    := $(TOOLS)/helm
 HELM_VERSION := v3.22.0
 export HELM
-APT_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev bpftool prometheus libcap2-bin util-linux python3-venv
-
-.PHONY: all setup build test unit integration docs mixin demo bench clean
-
-all: build
-
-# Idempotent: installs only what is missing.
-setup:
-	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+# Debian packages: to build the agent; to test it (bpftool, Prometheus/promtool, capsh, unshare, openssl, venv)
+BUILD_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev
+TEST_PKGS  := bpftool prometheus libcap2-bin util-linux python3-venv openssl
+# $(call apt,PACKAGES): install those not installed yet
+apt = @missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "setup: installing $$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+# cargo-fuzz for the fuzz targets in agent/fuzz (built from crates.io, once)
+CARGO_FUZZ := $(TOOLS)/cargo-fuzz
+CARGO_FUZZ_VERSION := 0.13.2
+FUZZ_SECONDS ?= 60
+
+.PHONY: all setup setup-build build test unit integration fuzz docs mixin demo bench clean
+
+all: build
+
+# What building the agent needs (idempotent: installs only what is missing).
+setup-build:
+	$(call apt,$(BUILD_PKGS))
 	@command -v $(CARGO) >/dev/null || { echo "setup: no cargo: install Rust with rustup (https://rustup.rs), then rerun"; exit 1; }
-	@$(MAKE) --no-print-directory $(VENV)/.ok $(HELM)
+
+# Everything make test needs: the build, the test venv, helm, cargo-fuzz.
+setup: setup-build
+	$(call apt,$(TEST_PKGS))
+	@$(MAKE) --no-print-directory $(VENV)/.ok $(HELM) $(CARGO_FUZZ)
 	@echo "setup: ok"
 
 $(VENV)/.ok: tests/requirements.txt
@@ -41,26 +56,35 @@ $(HELM):
 	@echo "setup: building helm $(HELM_VERSION) with go install (a few minutes, once)"
 	GOBIN=$(TOOLS) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
-build:
+$(CARGO_FUZZ):
+	@echo "setup: building cargo-fuzz $(CARGO_FUZZ_VERSION) (a minute or two, once)"
+	$(CARGO) install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root $(CURDIR)/.tools --quiet
+
+build: setup-build
 	cd agent && $(CARGO) build --release --locked
 
-unit:
+unit: setup-build
 	cd agent && $(CARGO) test --release --locked --workspace
 
-integration: build $(VENV)/.ok
+integration: setup build
 	$(PYTHON) -m pytest -rs tests/
 
-test: unit integration
+# Bounded fuzzing of the parsers of hostile input (ELF, exposition, HTTP heads): FUZZ_SECONDS each.
+fuzz: setup
+	bash agent/fuzz/run.sh $(FUZZ_SECONDS)
+
+test: unit integration fuzz
 
 # Regenerate docs/metrics.md from the metric catalogue (a unit test fails when stale).
 docs: build
 	$(AGENT) metrics-doc > docs/metrics.md
 
 # Regenerate the mixin (dashboards/*.json, rules) and the chart's copies from dashboards/mixin.py.
-mixin: $(VENV)/.ok
+mixin: setup-build $(VENV)/.ok
 	$(PYTHON) dashboards/mixin.py
 
-demo: setup build
+# Only what the demo needs: a compiler, the agent (no test tools, no helm).
+demo: build
 	@bash tests/demo.sh $(AGENT)
 
 # Overhead and accuracy benchmarks (never part of make test; prints, does not fail on timings).
