@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import tarfile
+import tempfile
 import time
 import tomllib
 import urllib.request
@@ -56,7 +57,10 @@ def run_helm(*args, cwd=None):
 
 @lru_cache(maxsize=None)
 def _template(chart, values, sets, kube=KUBE_VERSION):
-    args = ["template", RELEASE, str(chart), "--namespace", NAMESPACE, "--kube-version", kube]
+    """kube=None: no --kube-version, Helm's own default capabilities (no cluster)."""
+    args = ["template", RELEASE, str(chart), "--namespace", NAMESPACE]
+    if kube is not None:
+        args += ["--kube-version", kube]
     for v in values:
         args += ["-f", str(v)]
     for s in sets:
@@ -130,9 +134,10 @@ def test_chart_metadata():
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-@pytest.mark.parametrize("strict", [False, True], ids=["lint", "lint-strict"])
-def test_lint(scenario, strict):
-    args = ["lint", str(CHART), "-f", str(CHART / "ci" / scenario), "--kube-version", KUBE_VERSION]
+@pytest.mark.parametrize("strict, kube", [(False, KUBE_VERSION), (True, KUBE_VERSION), (True, None)],
+                         ids=["lint", "lint-strict", "lint-strict-helm-default-kube"])
+def test_lint(scenario, strict, kube):
+    args = ["lint", str(CHART), "-f", str(CHART / "ci" / scenario), *(["--kube-version", kube] if kube else [])]
     p = run_helm(*args, *(["--strict"] if strict else []))
     assert p.returncode == 0, f"helm {' '.join(args)} failed:\n{p.stdout}\n{p.stderr}"
     # helm lint reports a template's fail() as INFO and still passes: never accept one
@@ -154,21 +159,93 @@ def test_objects_validate_against_kubernetes_schemas(scenario):
         assert o["metadata"]["namespace"] == NAMESPACE or o["kind"] == "ConfigMap"
 
 
-@pytest.mark.parametrize("kube", ["1.25.0", "1.29.0", "1.33.0"])
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_objects_validate_for_other_kubernetes_versions(scenario, kube):
-    """Chart.yaml says kubeVersion >= 1.25: fields newer than the cluster are left out
-    (recursiveReadOnly exists from 1.30)."""
-    objs = render_with_agent(scenario, kube=kube)
+def minor(version):
+    """"v1.30.2" -> 30"""
+    return int(version.lstrip("v").split(".")[1])
+
+
+@lru_cache(maxsize=None)
+def helm_default_kube_version():
+    """The Kubernetes version `helm template` assumes without a cluster or --kube-version: a
+    constant compiled into the helm binary (v1.20.0 in a `go install` build, which lacks the
+    release build's -ldflags), read from .Capabilities by a throwaway chart."""
+    with tempfile.TemporaryDirectory() as d:
+        chart = Path(d) / "caps"
+        (chart / "templates").mkdir(parents=True)
+        (chart / "Chart.yaml").write_text("apiVersion: v2\nname: caps\nversion: 0.1.0\n")
+        (chart / "templates" / "caps.yaml").write_text(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: caps\n"
+            "data:\n  kube: {{ .Capabilities.KubeVersion.Version | quote }}\n")
+        p = run_helm("template", str(chart))
+        assert p.returncode == 0, p.stderr
+        return yaml.safe_load(p.stdout)["data"]["kube"]
+
+
+def validate_for(objs, scenario, kube):
     for o in objs:
         if o["kind"] not in CRD_KINDS:
             try:
                 kubernetes_validate.validate(o, kube, strict=True)
             except kubernetes_validate.ValidationError as e:
                 pytest.fail(f"{scenario}: {o['kind']} invalid for Kubernetes {kube}: {'.'.join(map(str, e.path))}: {e.message}")
+
+
+def check_gated_fields(objs, kube):
+    """Fields newer than the target cluster are left out: recursiveReadOnly and the
+    appArmorProfile field exist from Kubernetes 1.30."""
     cg = mounts(agent(objs)).get("/sys/fs/cgroup")
     if cg:
-        assert ("recursiveReadOnly" in cg) == (kube >= "1.30")
+        assert ("recursiveReadOnly" in cg) == (minor(kube) >= 30), (kube, cg)
+
+
+@pytest.mark.parametrize("kube", ["1.25.0", "1.29.0", "1.33.0"])
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_objects_validate_for_other_kubernetes_versions(scenario, kube):
+    """Fields newer than the cluster are left out (recursiveReadOnly exists from 1.30)."""
+    objs = render_with_agent(scenario, kube=kube)
+    validate_for(objs, scenario, kube)
+    check_gated_fields(objs, kube)
+
+
+# the oldest Kubernetes whose OpenAPI schemas kubernetes-validate carries
+OLDEST_SCHEMA = "1.25.0"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_renders_without_a_cluster(scenario):
+    """`helm template` with no --kube-version (Helm's default capabilities, v1.20.0 for a helm
+    built with `go install`) renders every scenario: no kubeVersion constraint in Chart.yaml
+    shuts it out, and the fields newer than that default are left out. The objects are
+    validated against the default version's schemas, or the oldest kubernetes-validate has."""
+    kube = helm_default_kube_version()
+    objs = render_with_agent(scenario, kube=None)
+    check_gated_fields(objs, kube)
+    schema = kube.lstrip("v") if minor(kube) >= minor(OLDEST_SCHEMA) else OLDEST_SCHEMA
+    validate_for(objs, scenario, schema)
+
+
+@pytest.mark.parametrize("profile, annotation", [
+    ("type=Unconfined", "unconfined"),
+    ("type=RuntimeDefault", "runtime/default"),
+    ("type=Localhost,securityContext.appArmorProfile.localhostProfile=waitmeter", "localhost/waitmeter"),
+])
+@pytest.mark.parametrize("scenario", ["daemonset-values.yaml", "sidecar-values.yaml"])
+def test_apparmor_profile_is_a_field_from_1_30_and_the_annotation_before(scenario, profile, annotation):
+    sets = (f"securityContext.appArmorProfile.{profile}",)
+    key = "container.apparmor.security.beta.kubernetes.io/waitmeter"
+    for kube in ("1.29.0", "1.30.0", None):
+        objs = render(scenario, sets=sets, kube=kube)
+        version = kube or helm_default_kube_version()
+        validate_for(objs, scenario, version if minor(version) >= minor(OLDEST_SCHEMA) else OLDEST_SCHEMA)
+        sc = agent(objs)["securityContext"]
+        annotations = workload(objs)["spec"]["template"]["metadata"].get("annotations", {})
+        if minor(version) >= 30:
+            assert sc["appArmorProfile"]["type"] == profile.split(",")[0].split("=")[1] and key not in annotations
+        else:
+            assert "appArmorProfile" not in sc and annotations[key] == annotation, (kube, annotations)
+    # podAnnotations stay beside it
+    objs = render(scenario, sets=sets + ("podAnnotations.team=fix",), kube="1.29.0")
+    assert workload(objs)["spec"]["template"]["metadata"]["annotations"] == {"team": "fix", key: annotation}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -474,6 +551,9 @@ def test_dashboards_config_map_for_the_grafana_sidecar():
     # the agent refuses --age-url with --all (it joins one --pid): not a chart value
     (["age.url=http://127.0.0.1:8000/metrics"], "url"),
     (["serviceMonitor.interval=often"], "interval"),
+    (["securityContext.appArmorProfile.type=Localhost"], "localhostProfile"),
+    (["securityContext.appArmorProfile.localhostProfile=p"], "type"),
+    (["securityContext.seccompProfile.type=Localhost"], "localhostProfile"),
 ], ids=lambda v: v if isinstance(v, str) else ",".join(v))
 def test_schema_rejects_bad_values(sets, message):
     err = render_error(sets)

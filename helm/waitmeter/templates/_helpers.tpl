@@ -48,6 +48,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
+The annotations of the chart's own pod templates: podAnnotations, and on clusters older than
+1.30 (no appArmorProfile field) securityContext.appArmorProfile as the beta annotation.
+Renders a YAML map or nothing.
+*/}}
+{{- define "waitmeter.podAnnotations" -}}
+{{- $a := deepCopy .Values.podAnnotations }}
+{{- $aa := .Values.securityContext.appArmorProfile }}
+{{- if and $aa (semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version) }}
+{{- $profile := dict "RuntimeDefault" "runtime/default" "Unconfined" "unconfined" "Localhost" (printf "localhost/%s" ($aa.localhostProfile | default "")) }}
+{{- $_ := set $a "container.apparmor.security.beta.kubernetes.io/waitmeter" (get $profile $aa.type) }}
+{{- end }}
+{{- with $a }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
 Whether the host's /sys/fs/cgroup is mounted: hostCgroup.mount, or by default only in
 daemonset mode. Usage: include "waitmeter.hostCgroup" (dict "ctx" . "sidecar" true)
 Renders "true" or nothing.
@@ -155,9 +172,10 @@ where $scope has .Values, .Chart and .Release of this chart (`.` here, or
     seccompProfile:
       {{- toYaml . | nindent 6 }}
     {{- end }}
-    {{- with $v.securityContext.appArmorProfile }}
+    {{- /* a field since Kubernetes 1.30; older clusters get the annotation (waitmeter.podAnnotations) */}}
+    {{- if and $v.securityContext.appArmorProfile (semverCompare ">=1.30.0-0" $ctx.Capabilities.KubeVersion.Version) }}
     appArmorProfile:
-      {{- toYaml . | nindent 6 }}
+      {{- toYaml $v.securityContext.appArmorProfile | nindent 6 }}
     {{- end }}
   {{- with $v.resources }}
   resources:
