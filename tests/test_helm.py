@@ -387,6 +387,19 @@ def test_custom_command_line():
     assert "--listen=[::]:9747" in ipv6["args"]
 
 
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize("scenario", ["daemonset-values.yaml", "sidecar-values.yaml"])
+def test_image_digest_takes_precedence_over_the_tag(scenario):
+    tagged = agent(render(scenario, sets=("image.repository=registry.example.com/waitmeter", "image.tag=0.1.0-static")))
+    assert tagged["image"] == "registry.example.com/waitmeter:0.1.0-static"
+    pinned = agent(render(scenario, sets=("image.repository=registry.example.com/waitmeter", "image.tag=0.1.0-static",
+                                          f"image.digest={DIGEST}")))
+    assert pinned["image"] == f"registry.example.com/waitmeter@{DIGEST}"
+    assert agent(render(scenario, sets=(f"image.digest={DIGEST}",)))["image"] == f"waitmeter@{DIGEST}"
+
+
 def test_sidecar_command_line_listens_for_the_age():
     c = agent(render("sidecar-values.yaml"))
     assert c["args"] == DEFAULT_ARGS + ["--age-socket=/run/waitmeter/age.sock"]
@@ -548,6 +561,8 @@ def test_dashboards_config_map_for_the_grafana_sidecar():
     (["agent.maxThreadz=1"], "maxThreadz"),
     (["securityContext.extraCapabilities={SYS_ADMIN,ALL}"], "extraCapabilities"),
     (["image.pullPolicy=Sometimes"], "pullPolicy"),
+    (["image.digest=0.1.0"], "digest"),
+    (["image.digest=sha256:abc"], "digest"),
     # the agent refuses --age-url with --all (it joins one --pid): not a chart value
     (["age.url=http://127.0.0.1:8000/metrics"], "url"),
     (["serviceMonitor.interval=often"], "interval"),
