@@ -40,9 +40,18 @@ kubernetes_validate.utils.schema_contents = lru_cache(maxsize=None)(kubernetes_v
 
 SCENARIOS = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
 DAEMONSET = ["daemonset-values.yaml", "daemonset-monitoring-values.yaml", "custom-args-values.yaml"]
-SIDECAR = ["sidecar-values.yaml", "sidecar-own-workload-values.yaml"]
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+SIDECAR = ["sidecar-values.yaml", "sidecar-own-workload-values.yaml", "sidecar-podmonitor-networkpolicy-values.yaml"]
+CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 AGENT_CAPS = {"BPF", "PERFMON", "SYS_PTRACE"}
+
+
+def values_of(scenario):
+    return yaml.safe_load((CHART / "ci" / scenario).read_text())
+
+
+def enabled(scenario, section):
+    """Whether a scenario's values switch `section.enabled` on (the chart's default: off)."""
+    return bool(values_of(scenario).get(section, {}).get("enabled"))
 
 
 def helm_bin():
@@ -470,6 +479,9 @@ def test_the_agent_answers_the_probes_with_the_rendered_command_line(scenario, t
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_service_selects_the_agent_pods(scenario):
     objs = render(scenario)
+    if values_of(scenario).get("service", {}).get("enabled") is False:
+        assert not by_kind(objs, "Service")
+        return
     svc = one(objs, "Service")
     assert svc["spec"]["ports"] == [{"name": "metrics", "port": svc["spec"]["ports"][0]["port"],
                                      "targetPort": "metrics", "protocol": "TCP"}]
@@ -487,7 +499,7 @@ def test_default_port_is_9747():
     assert agent(objs)["ports"][0]["containerPort"] == 9747
 
 
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if "servicemonitor" in (CHART / "ci" / s).read_text().lower()])
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if enabled(s, "serviceMonitor")])
 def test_service_monitor(scenario):
     objs = render(scenario)
     sm = one(objs, "ServiceMonitor")
@@ -505,6 +517,76 @@ def test_service_monitor(scenario):
     assert set(ep) <= allowed
     if scenario == "daemonset-monitoring-values.yaml":
         assert sm["metadata"]["labels"]["release"] == "prometheus"
+    assert not by_kind(objs, "PodMonitor")
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if enabled(s, "podMonitor")])
+def test_pod_monitor(scenario):
+    values = values_of(scenario)["podMonitor"]
+    objs = render(scenario)
+    pm = one(objs, "PodMonitor")
+    assert not by_kind(objs, "ServiceMonitor")
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert pm["metadata"]["namespace"] == NAMESPACE
+    assert pm["metadata"]["labels"].items() >= values.get("labels", {}).items()
+    assert set(pm["spec"]) == {"selector", "namespaceSelector", "podMetricsEndpoints"}
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    # it selects the pods that carry the agent, by their port name
+    pod = workload(render_with_agent(scenario))["spec"]["template"]
+    if values_of(scenario)["sidecar"]["deployment"].get("enabled", True):
+        assert pm["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    else:
+        assert pm["spec"]["selector"]["matchLabels"] == values_of(scenario)["sidecar"]["selector"]
+    (ep,) = pm["spec"]["podMetricsEndpoints"]
+    assert ep["port"] in [p["name"] for p in agent(objs)["ports"]]
+    assert ep["path"] == "/metrics" and ep["scheme"] == "http"
+    assert ep["interval"] == values.get("interval", "30s") and ep["scrapeTimeout"] == "10s"
+    assert ep["relabelings"][0] == {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
+    assert ep.get("metricRelabelings", []) == values.get("metricRelabelings", [])
+    assert set(ep) <= {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings"}
+
+
+def rule_ports(rule):
+    return None if "ports" not in rule else {(p["port"], p.get("protocol", "TCP")) for p in rule["ports"]}
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if enabled(s, "networkPolicy")])
+def test_network_policy_opens_the_metrics_port_only_to_the_configured_peers(scenario):
+    values = values_of(scenario)
+    objs = render(scenario)
+    np = one(objs, "NetworkPolicy")
+    assert np["apiVersion"] == "networking.k8s.io/v1" and np["metadata"]["namespace"] == NAMESPACE
+    spec = np["spec"]
+    assert spec["policyTypes"] == ["Ingress"], "egress is not restricted by the chart"
+    pods = workload(render_with_agent(scenario))["spec"]["template"]
+    assert spec["podSelector"]["matchLabels"].items() <= pods["metadata"]["labels"].items() or \
+        spec["podSelector"]["matchLabels"] == values["sidecar"]["selector"]
+    port = agent(objs)["ports"][0]["containerPort"]
+    peers = values["networkPolicy"]["from"]
+    assert peers, "a scenario with a NetworkPolicy names its peers"
+    # every rule that admits traffic to the metrics port admits only the configured peers
+    admitting = [r for r in spec["ingress"] if rule_ports(r) is None or (port, "TCP") in rule_ports(r)]
+    assert admitting, "nothing may scrape the agent"
+    for r in admitting:
+        assert r.get("from") and all(p in peers for p in r["from"]), f"metrics port {port} opened to {r.get('from', 'everyone')}"
+    assert spec["ingress"][0] == {"ports": [{"port": port, "protocol": "TCP"}], "from": peers}
+    # in the chart's sidecar Deployment the application's declared ports stay open; extraIngress follows
+    rest = spec["ingress"][1:]
+    app_ports = values.get("sidecar", {}).get("deployment", {}).get("app", {}).get("ports", [])
+    if values["mode"] == "sidecar" and app_ports:
+        assert rest[0] == {"ports": [{"port": p["containerPort"], "protocol": p.get("protocol", "TCP")} for p in app_ports]}
+        rest = rest[1:]
+    assert rest == values["networkPolicy"].get("extraIngress", [])
+
+
+def test_network_policy_is_off_by_default_and_follows_the_port():
+    assert not by_kind(render("daemonset-values.yaml"), "NetworkPolicy")
+    objs = render("daemonset-values.yaml", sets=("networkPolicy.enabled=true", "networkPolicy.from[0].namespaceSelector.matchLabels.team=obs",
+                                                 "agent.port=9800"))
+    np = one(objs, "NetworkPolicy")
+    assert np["spec"]["ingress"] == [{"ports": [{"port": 9800, "protocol": "TCP"}],
+                                      "from": [{"namespaceSelector": {"matchLabels": {"team": "obs"}}}]}]
+    kubernetes_validate.validate(np, KUBE_VERSION, strict=True)
 
 
 def test_monitoring_objects_are_off_by_default():
@@ -566,6 +648,11 @@ def test_dashboards_config_map_for_the_grafana_sidecar():
     # the agent refuses --age-url with --all (it joins one --pid): not a chart value
     (["age.url=http://127.0.0.1:8000/metrics"], "url"),
     (["serviceMonitor.interval=often"], "interval"),
+    (["podMonitor.interval=often"], "interval"),
+    (["podMonitor.selector.app=x"], "selector"),
+    (["networkPolicy.from[0].podSelektor.matchLabels.app=x"], "podSelektor"),
+    (["networkPolicy.from[0].ipBlock.except[0]=10.0.0.0/24"], "cidr"),
+    (["networkPolicy.extraIngress[0].ports[0].protocol=ICMP"], "protocol"),
     (["securityContext.appArmorProfile.type=Localhost"], "localhostProfile"),
     (["securityContext.appArmorProfile.localhostProfile=p"], "type"),
     (["securityContext.seccompProfile.type=Localhost"], "localhostProfile"),
@@ -580,7 +667,11 @@ def test_schema_rejects_bad_values(sets, message):
     (None, ["mode=sidecar"], "sidecar.deployment.app.image"),
     (None, ["mode=sidecar", "sidecar.deployment.enabled=false"], "sidecar.selector"),
     (None, ["serviceMonitor.enabled=true", "service.enabled=false"], "needs service.enabled"),
-], ids=["age-socket-daemonset", "sidecar-without-app", "own-workload-without-selector", "servicemonitor-without-service"])
+    (None, ["mode=sidecar", "sidecar.deployment.enabled=false", "service.enabled=false", "podMonitor.enabled=true"], "sidecar.selector"),
+    (None, ["serviceMonitor.enabled=true", "podMonitor.enabled=true"], "enable one"),
+    (None, ["networkPolicy.enabled=true"], "networkPolicy.from"),
+], ids=["age-socket-daemonset", "sidecar-without-app", "own-workload-without-selector", "servicemonitor-without-service",
+        "podmonitor-own-workload-without-selector", "both-monitors", "networkpolicy-without-peers"])
 def test_settings_that_cannot_work_are_refused(scenario, sets, message):
     err = render_error(sets, scenario)
     assert message in err, err

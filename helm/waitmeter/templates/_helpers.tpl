@@ -35,6 +35,42 @@ app.kubernetes.io/component: {{ .Values.mode }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/*
+Labels that select the pods carrying the agent: the chart's own, or with your own workload
+(sidecar.deployment.enabled: false) sidecar.selector.
+*/}}
+{{- define "waitmeter.podSelector" -}}
+{{- if and (eq .Values.mode "sidecar") (not .Values.sidecar.deployment.enabled) }}
+{{- toYaml .Values.sidecar.selector }}
+{{- else }}
+{{- include "waitmeter.selectorLabels" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The scrape endpoint of the ServiceMonitor and the PodMonitor (without its `port`), from
+their values: include "waitmeter.scrapeEndpoint" (dict "ctx" . "monitor" .Values.serviceMonitor)
+*/}}
+{{- define "waitmeter.scrapeEndpoint" -}}
+{{- $m := .monitor -}}
+path: /metrics
+scheme: http
+interval: {{ $m.interval }}
+scrapeTimeout: {{ $m.scrapeTimeout }}
+# waitmeter exports no node label (house style): the scrape adds it
+relabelings:
+  - sourceLabels: [__meta_kubernetes_pod_node_name]
+    targetLabel: node
+    action: replace
+  {{- with $m.relabelings }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with $m.metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
 {{- define "waitmeter.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "waitmeter.fullname" .) .Values.serviceAccount.name }}
@@ -91,9 +127,15 @@ Refuse combinations that would deploy something that cannot work.
 {{- if and $v.sidecar.deployment.enabled (not $v.sidecar.deployment.app.image) }}
 {{- fail "mode=sidecar renders a Deployment of your application: set sidecar.deployment.app.image, or set sidecar.deployment.enabled=false and add the container to your own workload (docs/deployment.md)" }}
 {{- end }}
-{{- if and (not $v.sidecar.deployment.enabled) $v.service.enabled (not $v.sidecar.selector) }}
-{{- fail "sidecar.deployment.enabled=false: set sidecar.selector to the labels of your pods that carry the waitmeter container (for the Service), or service.enabled=false" }}
+{{- if and (not $v.sidecar.deployment.enabled) (or $v.service.enabled $v.podMonitor.enabled $v.networkPolicy.enabled) (not $v.sidecar.selector) }}
+{{- fail "sidecar.deployment.enabled=false: set sidecar.selector to the labels of your pods that carry the waitmeter container (the Service, PodMonitor and NetworkPolicy select them), or service.enabled=false" }}
 {{- end }}
+{{- end }}
+{{- if and $v.serviceMonitor.enabled $v.podMonitor.enabled }}
+{{- fail "serviceMonitor.enabled and podMonitor.enabled: both would scrape the same pods (every series twice); enable one" }}
+{{- end }}
+{{- if and $v.networkPolicy.enabled (not $v.networkPolicy.from) }}
+{{- fail "networkPolicy.enabled: list in networkPolicy.from who may reach the metrics port (e.g. your Prometheus' namespace and pods); [{namespaceSelector: {}}] allows every pod of the cluster" }}
 {{- end }}
 {{- end }}
 
