@@ -14,7 +14,7 @@ TOOLS   := $(CURDIR)/.tools/bin
 HELM    := $(TOOLS)/helm
 HELM_VERSION := v3.22.0
 export HELM
-APT_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev bpftool prometheus libcap2-bin util-linux python3-venv
+APT_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev bpftool prometheus libcap2-bin util-linux python3-venv openssl
 
 .PHONY: all setup build test unit integration docs mixin demo bench clean
 

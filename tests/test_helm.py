@@ -1,16 +1,25 @@
 """The Helm chart (helm/waitmeter): lint, render, validate offline, and assert what it deploys.
 
 No cluster and no container engine here: every scenario in helm/waitmeter/ci/*-values.yaml is
-linted (`helm lint` and `helm lint --strict`), rendered (`helm template`) and each object is
-validated against the Kubernetes 1.30 OpenAPI schemas with kubernetes-validate in strict mode
-(no unknown fields). The Prometheus Operator kinds are not in those schemas: the
-PrometheusRule's spec goes through `promtool check rules`, the ServiceMonitor is checked field
-by field. The agent's rendered command line is parsed by the real agent binary.
+linted (`helm lint` and `helm lint --strict`), rendered (`helm template`, also with no
+--kube-version, as without a cluster) and each object is validated against the Kubernetes 1.30
+OpenAPI schemas with kubernetes-validate in strict mode (no unknown fields). The Prometheus
+Operator kinds are not in those schemas: the PrometheusRule's spec goes through `promtool check
+rules`, the ServiceMonitor and PodMonitor are checked field by field, the web-config Secret
+against the exporter toolkit's format. The real agent runs with each scenario's rendered command
+line and Secret volumes (certificates made here with openssl) and answers the probes and the
+scrape as the kubelet and Prometheus would make them, over http or https.
 
 helm: $HELM, else .tools/bin/helm (`make setup` builds it). A missing helm fails the tests.
 """
+import base64
+import ctypes
+import ctypes.util
+import http.client
 import json
 import os
+import secrets
+import ssl
 import shutil
 import socket
 import subprocess
@@ -18,7 +27,6 @@ import tarfile
 import tempfile
 import time
 import tomllib
-import urllib.request
 from functools import lru_cache
 from pathlib import Path
 
@@ -52,6 +60,25 @@ def values_of(scenario):
 def enabled(scenario, section):
     """Whether a scenario's values switch `section.enabled` on (the chart's default: off)."""
     return bool(values_of(scenario).get(section, {}).get("enabled"))
+
+
+def own_workload(scenario):
+    """The agent goes into the user's own workload (the chart renders no pods)."""
+    v = values_of(scenario)
+    return v["mode"] == "sidecar" and v.get("sidecar", {}).get("deployment", {}).get("enabled") is False
+
+
+def web_values(scenario):
+    """The scenario's `web` section over the chart's defaults."""
+    w = yaml.safe_load((CHART / "values.yaml").read_text())["web"]
+    given = values_of(scenario).get("web", {})
+    tls = {**w["tls"], **given.get("tls", {})}
+    return {**w, **given, "tls": tls, "basicAuth": {**w["basicAuth"], **given.get("basicAuth", {})}}
+
+
+def uses_web_config(scenario):
+    w = web_values(scenario)
+    return bool(w["tls"]["enabled"] or w["basicAuth"]["users"] or w["headers"] or w["existingSecret"])
 
 
 def helm_bin():
@@ -117,12 +144,12 @@ def agent(objs):
     return containers(objs)["waitmeter"]
 
 
-def render_with_agent(scenario, kube=KUBE_VERSION):
+def render_with_agent(scenario, kube=KUBE_VERSION, sets=()):
     """A scenario's objects; for one whose agent container goes into the user's own workload,
     the same values rendering the chart's example Deployment instead."""
-    objs = render(scenario, kube=kube)
+    objs = render(scenario, sets=sets, kube=kube)
     if not [o for o in objs if o["kind"] in ("DaemonSet", "Deployment")]:
-        objs = render(scenario, sets=("sidecar.deployment.enabled=true", "sidecar.deployment.app.image=app:1"), kube=kube)
+        objs = render(scenario, sets=(*sets, "sidecar.deployment.enabled=true", "sidecar.deployment.app.image=app:1"), kube=kube)
     return objs
 
 
@@ -364,14 +391,160 @@ def test_host_cgroup_mount_is_a_switch():
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_probes_and_resources(scenario):
+    """Both probes ask /healthz (never behind basic auth); over HTTPS when TLS is on; a TCP check
+    of the port when client certificates are required (the kubelet has none to present)."""
     c = agent(render_with_agent(scenario))
     assert c["ports"] == [{"name": "metrics", "containerPort": c["ports"][0]["containerPort"], "protocol": "TCP"}]
-    assert c["readinessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
-    assert c["livenessProbe"]["httpGet"] == {"path": "/", "port": "metrics"}
+    tls = web_values(scenario)["tls"]
+    for probe in (c["readinessProbe"], c["livenessProbe"]):
+        if tls.get("enabled") and tls.get("clientCA", {}).get("secretName"):
+            assert probe["tcpSocket"] == {"port": "metrics"} and "httpGet" not in probe
+        elif tls.get("enabled"):
+            assert probe["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTPS"}
+        else:
+            assert probe["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert probe["periodSeconds"] >= 10 and probe["timeoutSeconds"] >= 1
     res = c["resources"]
     for kind in ("requests", "limits"):
         assert set(res[kind]) == {"cpu", "memory"}, res
     assert res["limits"]["memory"].endswith("Mi") and int(res["limits"]["memory"][:-2]) >= int(res["requests"]["memory"][:-2])
+
+
+# The exporter toolkit's web-config format (docs/web-configuration.md of
+# prometheus/exporter-toolkit), strictly: an unknown key is an error there too.
+TOOLKIT_TLS_VERSIONS = ["TLS10", "TLS11", "TLS12", "TLS13"]
+TOOLKIT_WEB_CONFIG = {
+    "type": "object", "additionalProperties": False,
+    "properties": {
+        "tls_server_config": {
+            "type": "object", "additionalProperties": False, "required": ["cert_file", "key_file"],
+            "properties": {
+                "cert_file": {"type": "string"}, "key_file": {"type": "string"},
+                "client_auth_type": {"enum": ["NoClientCert", "RequestClientCert", "RequireAnyClientCert",
+                                              "VerifyClientCertIfGiven", "RequireAndVerifyClientCert"]},
+                "client_ca_file": {"type": "string"},
+                "client_allowed_sans": {"type": "array", "items": {"type": "string"}},
+                "min_version": {"enum": TOOLKIT_TLS_VERSIONS}, "max_version": {"enum": TOOLKIT_TLS_VERSIONS},
+                "cipher_suites": {"type": "array", "items": {"type": "string"}},
+                "prefer_server_cipher_suites": {"type": "boolean"},
+                "curve_preferences": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "http_server_config": {
+            "type": "object", "additionalProperties": False,
+            "properties": {"http2": {"type": "boolean"},
+                           "headers": {"type": "object", "additionalProperties": {"type": "string"}}},
+        },
+        "basic_auth_users": {"type": "object", "additionalProperties": {"type": "string", "pattern": r"^\$2[abxy]\$\d\d\$[./A-Za-z0-9]{53}$"}},
+    },
+}
+WEB_SCENARIOS = [s for s in SCENARIOS if uses_web_config(s)]
+
+
+def secret_data(objs, name):
+    (sec,) = [o for o in by_kind(objs, "Secret") if o["metadata"]["name"] == name]
+    return {k: base64.b64decode(v) for k, v in sec["data"].items()}
+
+
+def mounted_file(objs, container, path):
+    """(Secret name, key) that the kubelet puts at `path` in the container, from its
+    volumeMounts and the pod's Secret volumes (their items)."""
+    vols = volumes(objs)
+    for m in container.get("volumeMounts", []):
+        prefix = m["mountPath"].rstrip("/") + "/"
+        if path.startswith(prefix):
+            assert m.get("readOnly") is True, f"{m['mountPath']} must be mounted read-only"
+            secret = vols[m["name"]]["secret"]
+            rel = path[len(prefix):]
+            items = {i["path"]: i["key"] for i in secret.get("items", [])} or None
+            key = items[rel] if items else rel
+            return secret["secretName"], key
+    pytest.fail(f"{path} is on no volume of the agent container")
+
+
+def web_config_of(objs):
+    """The agent's --web.config.file: path, rendered content (parsed), Secret name."""
+    c = agent(objs)
+    (arg,) = [a for a in c["args"] if a.startswith("--web.config.file=")]
+    path = arg.split("=", 1)[1]
+    name, key = mounted_file(objs, c, path)
+    text = secret_data(objs, name)[key].decode()
+    return path, yaml.safe_load(text), name
+
+
+@pytest.mark.parametrize("scenario", WEB_SCENARIOS)
+def test_web_config_secret_in_the_toolkit_format(scenario):
+    import jsonschema
+
+    web = web_values(scenario)
+    objs = render(scenario)
+    c = agent(render_with_agent(scenario))
+    path, cfg, name = web_config_of(render_with_agent(scenario))
+    (sec,) = [o for o in by_kind(objs, "Secret") if o["metadata"]["name"] == name]
+    assert sec["type"] == "Opaque" and sec["metadata"]["namespace"] == NAMESPACE and list(sec["data"]) == ["web-config.yml"]
+    jsonschema.validate(cfg, TOOLKIT_WEB_CONFIG)
+    assert cfg.get("basic_auth_users", {}) == web["basicAuth"]["users"]
+    assert cfg.get("http_server_config", {}).get("headers", {}) == web["headers"]
+    tls = web["tls"]
+    if not tls["enabled"]:
+        assert "tls_server_config" not in cfg
+    else:
+        t = cfg["tls_server_config"]
+        # every file it names is mounted read-only from the Secret the values name
+        assert mounted_file(objs, c, t["cert_file"]) == (tls["secretName"], "tls.crt")
+        assert mounted_file(objs, c, t["key_file"]) == (tls["secretName"], "tls.key")
+        assert t.get("min_version", "TLS12") == tls["minVersion"]
+        assert t.get("max_version", "TLS13") == (tls["maxVersion"] or "TLS13")
+        if tls["clientCA"]["secretName"]:
+            assert mounted_file(objs, c, t["client_ca_file"]) == (tls["clientCA"]["secretName"], tls["clientCA"]["key"])
+            assert t["client_auth_type"] == (tls["clientAuthType"] or "RequireAndVerifyClientCert")
+        else:
+            assert "client_ca_file" not in t and t.get("client_auth_type", "NoClientCert") == "NoClientCert"
+    # every Secret volume of the agent is mounted read-only, nothing else of the web config is writable
+    web_mounts = [m for m in c["volumeMounts"] if m["mountPath"].startswith("/etc/waitmeter")]
+    assert web_mounts and all(m["readOnly"] is True for m in web_mounts)
+    for v in volumes(objs).values():
+        if "secret" in v:
+            assert v["secret"]["defaultMode"] == 0o400
+
+
+def test_no_web_config_by_default():
+    for scenario in (s for s in SCENARIOS if s not in WEB_SCENARIOS):
+        objs = render_with_agent(scenario)
+        assert not by_kind(objs, "Secret")
+        assert not [a for a in agent(objs)["args"] if a.startswith("--web")]
+        assert not [m for m in agent(objs).get("volumeMounts", []) if m["mountPath"].startswith("/etc/waitmeter")]
+
+
+def test_web_config_from_an_existing_secret():
+    objs = render("daemonset-values.yaml", sets=("web.existingSecret=my-web-config", "web.tls.enabled=true",
+                                                 "web.tls.secretName=my-tls"))
+    assert not by_kind(objs, "Secret"), "the chart renders no web config of its own"
+    c = agent(objs)
+    assert "--web.config.file=/etc/waitmeter/web/web-config.yml" in c["args"]
+    assert mounted_file(objs, c, "/etc/waitmeter/web/web-config.yml") == ("my-web-config", "web-config.yml")
+    assert mounted_file(objs, c, "/etc/waitmeter/tls/tls.crt") == ("my-tls", "tls.crt")
+    assert c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+
+
+def test_web_headers_and_auth_over_http():
+    objs = render("daemonset-values.yaml", sets=("web.headers.X-Frame-Options=DENY",))
+    _, cfg, _ = web_config_of(objs)
+    assert cfg == {"http_server_config": {"headers": {"X-Frame-Options": "DENY"}}}
+    assert "scheme" not in agent(objs)["livenessProbe"]["httpGet"]
+
+
+@pytest.mark.parametrize("auth_type", ["VerifyClientCertIfGiven", "RequireAndVerifyClientCert"])
+def test_client_auth_type_decides_the_probes(auth_type):
+    objs = render("sidecar-mtls-values.yaml", sets=(f"web.tls.clientAuthType={auth_type}",))
+    _, cfg, _ = web_config_of(objs)
+    assert cfg["tls_server_config"]["client_auth_type"] == auth_type
+    probe = agent(objs)["livenessProbe"]
+    if auth_type == "VerifyClientCertIfGiven":
+        # a client without a certificate (the kubelet) still gets through TLS
+        assert probe["httpGet"]["scheme"] == "HTTPS" and "tcpSocket" not in probe
+    else:
+        assert probe["tcpSocket"] == {"port": "metrics"} and "httpGet" not in probe
 
 
 DEFAULT_ARGS = ["run", "--all", "--listen=0.0.0.0:9747", "--max-threads=16384", "--max-processes=4096",
@@ -430,26 +603,132 @@ def free_port():
         return s.getsockname()[1]
 
 
-def http_get(url):
+def fetch(port, path, method="GET", tls=None, auth=None):
+    """One request to the agent on 127.0.0.1: over TLS with the ssl.SSLContext `tls`, with basic
+    auth (user, password). (status, body, headers), or (None, the error, {}) when no HTTP answer
+    comes (refused, TLS handshake failed, not HTTP)."""
+    conn = (http.client.HTTPSConnection("127.0.0.1", port, context=tls, timeout=3) if tls
+            else http.client.HTTPConnection("127.0.0.1", port, timeout=3))
+    headers = {}
+    if auth:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
     try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status, r.read().decode()
-    except OSError:
-        return None, ""
+        conn.request(method, path, headers=headers)
+        r = conn.getresponse()
+        return r.status, r.read().decode(errors="replace"), {k.lower(): v for k, v in r.getheaders()}
+    except (OSError, http.client.HTTPException) as e:  # ssl.SSLError is an OSError
+        return None, repr(e), {}
+    finally:
+        conn.close()
+
+
+def bcrypt_hash(password, cost=5):
+    """A bcrypt hash ($2b$), as `htpasswd -B` makes, from the C library's crypt (libxcrypt)."""
+    name = ctypes.util.find_library("crypt")
+    assert name, "libcrypt (libxcrypt, Debian's libcrypt1) not found: it makes the test user's bcrypt hash"
+    lib = ctypes.CDLL(name)
+    lib.crypt_gensalt.restype = ctypes.c_char_p
+    lib.crypt_gensalt.argtypes = [ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p, ctypes.c_int]
+    lib.crypt.restype = ctypes.c_char_p
+    lib.crypt.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    salt = lib.crypt_gensalt(b"$2b$", cost, None, 0)
+    hashed = lib.crypt(password.encode(), salt) if salt else None
+    assert hashed and hashed.startswith(b"$2b$") and len(hashed) == 60, f"libcrypt made no bcrypt hash: {hashed!r}"
+    return hashed.decode()
+
+
+def openssl(pki, *args):
+    assert shutil.which("openssl"), "openssl not found (apt-get install openssl; make setup)"
+    p = subprocess.run(["openssl", *args], cwd=pki, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, f"openssl {' '.join(args)}: {p.stderr}"
+
+
+def self_signed(pki, name, san=None):
+    """openssl req -x509: a self-signed certificate name.crt (it is its own CA) and key name.key."""
+    openssl(pki, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+            "-subj", f"/CN={name}", "-keyout", f"{name}.key", "-out", f"{name}.crt",
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,digitalSignature,keyCertSign",
+            *(["-addext", f"subjectAltName={san}"] if san else []))
+
+
+def signed_by(pki, name, ca, usage):
+    """A leaf certificate name.crt for `usage` (serverAuth, clientAuth) signed by the CA `ca`."""
+    openssl(pki, "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-subj", f"/CN={name}", "-keyout", f"{name}.key", "-out", f"{name}.csr")
+    (pki / f"{name}.ext").write_text("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+                                     f"extendedKeyUsage={usage}\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
+    openssl(pki, "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
+            "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt")
+
+
+def lay_out_secret_volumes(objs, container, root, user_secrets):
+    """The container's Secret volumes written under `root` (standing for the container's /) as
+    the kubelet mounts them: the Secrets the chart renders from the rendered objects, the
+    user's own (the TLS certificate, the client CA) from user_secrets {name: {key: bytes}};
+    the volume's items and defaultMode."""
+    data = {o["metadata"]["name"]: {k: base64.b64decode(v) for k, v in o["data"].items()} for o in by_kind(objs, "Secret")}
+    data.update(user_secrets)
+    vols = volumes(objs)
+    for m in container.get("volumeMounts", []):
+        secret = vols[m["name"]].get("secret")
+        if not secret:
+            continue
+        assert secret["secretName"] in data, f"Secret {secret['secretName']} is neither rendered nor provided by the test"
+        content = data[secret["secretName"]]
+        d = root / m["mountPath"].lstrip("/")
+        d.mkdir(parents=True, exist_ok=True)
+        for item in secret.get("items") or [{"key": k, "path": k} for k in content]:
+            f = d / item["path"]
+            f.write_bytes(content[item["key"]])
+            f.chmod(secret.get("defaultMode", 0o644))
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_agent_answers_the_probes_with_the_rendered_command_line(scenario, tmp_path):
     """The real agent (root, real BPF) started with the chart's arguments serves the probes'
-    paths. Only what names this pod's environment is replaced: the listen address (loopback,
-    a free port), the BTF file (the running kernel's) and the age socket (a tmp path)."""
+    paths as the kubelet asks them and /metrics as the monitors scrape it. Only what names this
+    pod's environment is replaced: the listen address (loopback, a free port), the BTF file
+    (the running kernel's), the age socket (a tmp path), and the container's / for the Secret
+    volumes (tmp_path/root, where they are laid out from the rendered objects; the web config's
+    absolute paths get the same prefix). The Secrets the user provides are made here: a
+    self-signed server certificate for 127.0.0.1, a client CA and a client certificate it
+    signed; a basic-auth user of the test's own is added with its bcrypt hash."""
     if not WAITMETER.exists():
         pytest.skip(f"skipping: {WAITMETER} not built (make build)")
     if os.geteuid() != 0:
         pytest.skip("skipping: needs root (CAP_BPF, CAP_PERFMON)")
-    c = agent(render_with_agent(scenario))
+    web = web_values(scenario)
+    user, sets = None, ()
+    if web["basicAuth"]["users"]:
+        user = ("waitmeter-test", secrets.token_urlsafe(18))
+        sets = (f"web.basicAuth.users.{user[0]}={bcrypt_hash(user[1])}",)
+    objs = render_with_agent(scenario, sets=sets)
+    c = agent(objs)
     port = free_port()
+    root, pki = tmp_path / "root", tmp_path / "pki"
+    pki.mkdir()
+    provided = {}
+    kubelet = scraper = None  # TLS contexts: the kubelet's (no client certificate), the monitor's
+    tls, client_ca = web["tls"]["enabled"], web["tls"]["clientCA"]["secretName"]
+    if tls:
+        self_signed(pki, "server", san="DNS:localhost,IP:127.0.0.1")
+        provided[web["tls"]["secretName"]] = {"tls.crt": (pki / "server.crt").read_bytes(), "tls.key": (pki / "server.key").read_bytes()}
+        kubelet = ssl.create_default_context(cafile=pki / "server.crt")
+        scraper = ssl.create_default_context(cafile=pki / "server.crt")
+        if client_ca:
+            self_signed(pki, "client-ca")
+            signed_by(pki, "prometheus", "client-ca", "clientAuth")
+            provided[client_ca] = {web["tls"]["clientCA"]["key"]: (pki / "client-ca.crt").read_bytes()}
+            scraper.load_cert_chain(pki / "prometheus.crt", pki / "prometheus.key")
+    lay_out_secret_volumes(objs, c, root, provided)
     local = {"--listen": f"127.0.0.1:{port}", "--btf": "/sys/kernel/btf/vmlinux", "--age-socket": str(tmp_path / "age.sock")}
+    if uses_web_config(scenario):
+        path, cfg, _ = web_config_of(objs)
+        for k in ("cert_file", "key_file", "client_ca_file"):
+            if k in cfg.get("tls_server_config", {}):
+                cfg["tls_server_config"][k] = str(root / cfg["tls_server_config"][k].lstrip("/"))
+        local["--web.config.file"] = root / path.lstrip("/")
+        local["--web.config.file"].write_text(yaml.safe_dump(cfg))
     args = [f"{a.split('=', 1)[0]}={local[a.split('=', 1)[0]]}" if a.split("=", 1)[0] in local else a for a in c["args"]]
     log = tmp_path / "stderr"  # a file, not a pipe: -v/-vv output would fill a pipe and block the agent
     with open(log, "w") as err:
@@ -458,13 +737,41 @@ def test_the_agent_answers_the_probes_with_the_rendered_command_line(scenario, t
         deadline = time.monotonic() + 15
         status = None
         while time.monotonic() < deadline and proc.poll() is None:
-            status, body = http_get(f"http://127.0.0.1:{port}{c['readinessProbe']['httpGet']['path']}")
+            status, body, _ = fetch(port, "/healthz", tls=scraper)
             if status == 200:
                 break
             time.sleep(0.1)
         assert proc.poll() is None, f"waitmeter {args} exited {proc.returncode}: {log.read_text()[-2000:]}"
-        assert status == 200 and "waitmeter_build_info" in body, f"readiness path: {status}"
-        assert http_get(f"http://127.0.0.1:{port}{c['livenessProbe']['httpGet']['path']}")[0] == 200
+        assert status == 200, f"/healthz: {status} {body[:200]}; log: {log.read_text()[-2000:]}"
+        # the probes as the kubelet makes them: no user, no client certificate
+        for kind in ("readinessProbe", "livenessProbe"):
+            probe = c[kind]
+            if "httpGet" in probe:
+                g = probe["httpGet"]
+                assert (g.get("scheme") == "HTTPS") == tls
+                ctx = kubelet if g.get("scheme") == "HTTPS" else None
+                status, body, _ = fetch(port, g["path"], tls=ctx)
+                assert status == 200 and body.strip() == "ok", f"{kind} GET {g['path']}: {status} {body[:200]}"
+                assert fetch(port, g["path"], method="HEAD", tls=ctx)[0] == 200, f"{kind} HEAD {g['path']}"
+            else:
+                socket.create_connection(("127.0.0.1", port), timeout=3).close()
+        # the scrape as the ServiceMonitor/PodMonitor makes it
+        status, body, headers = fetch(port, "/metrics", tls=scraper, auth=user)
+        assert status == 200 and "waitmeter_build_info" in body, f"/metrics: {status} {body[:200]}"
+        for name, value in web["headers"].items():
+            assert headers.get(name.lower()) == value, f"header {name}: {headers}"
+        if user:
+            assert fetch(port, "/metrics", tls=scraper)[0] == 401, "/metrics without a user"
+            assert fetch(port, "/metrics", tls=scraper, auth=(user[0], user[1] + "x"))[0] == 401, "/metrics with a wrong password"
+            assert fetch(port, "/healthz", tls=scraper)[0] == 200, "/healthz must not ask for a user"
+        if tls:
+            assert fetch(port, "/healthz")[0] != 200, "plain HTTP served on the TLS port"
+            if web["tls"]["minVersion"] == "TLS13":
+                old = ssl.create_default_context(cafile=pki / "server.crt")
+                old.maximum_version = ssl.TLSVersion.TLSv1_2
+                assert fetch(port, "/healthz", tls=old)[0] != 200, "TLS 1.2 served with minVersion TLS13"
+        if client_ca:
+            assert fetch(port, "/healthz", tls=kubelet)[0] != 200, "a client without a certificate was served"
         if "--age-socket" in {a.split("=", 1)[0] for a in args}:
             assert (tmp_path / "age.sock").exists()
     finally:
@@ -510,10 +817,11 @@ def test_service_monitor(scenario):
     assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
     (ep,) = sm["spec"]["endpoints"]
     assert ep["port"] in [p["name"] for p in svc["spec"]["ports"]]
-    assert ep["path"] == "/metrics" and ep["scheme"] == "http"
+    assert ep["path"] == "/metrics"
+    check_scrape_security(scenario, "serviceMonitor", ep)
     assert ep["interval"] == "30s" and ep["scrapeTimeout"] == "10s"
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"} in ep["relabelings"]
-    allowed = {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings"}
+    allowed = {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings", "tlsConfig", "basicAuth"}
     assert set(ep) <= allowed
     if scenario == "daemonset-monitoring-values.yaml":
         assert sm["metadata"]["labels"]["release"] == "prometheus"
@@ -533,17 +841,50 @@ def test_pod_monitor(scenario):
     assert pm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
     # it selects the pods that carry the agent, by their port name
     pod = workload(render_with_agent(scenario))["spec"]["template"]
-    if values_of(scenario)["sidecar"]["deployment"].get("enabled", True):
-        assert pm["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
-    else:
+    if own_workload(scenario):
         assert pm["spec"]["selector"]["matchLabels"] == values_of(scenario)["sidecar"]["selector"]
+    else:
+        assert pm["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     (ep,) = pm["spec"]["podMetricsEndpoints"]
     assert ep["port"] in [p["name"] for p in agent(objs)["ports"]]
-    assert ep["path"] == "/metrics" and ep["scheme"] == "http"
+    assert ep["path"] == "/metrics"
+    check_scrape_security(scenario, "podMonitor", ep)
     assert ep["interval"] == values.get("interval", "30s") and ep["scrapeTimeout"] == "10s"
     assert ep["relabelings"][0] == {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
     assert ep.get("metricRelabelings", []) == values.get("metricRelabelings", [])
-    assert set(ep) <= {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings"}
+    assert set(ep) <= {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings", "tlsConfig", "basicAuth"}
+
+
+SECRET_KEY_SELECTOR = {"name", "key", "optional"}
+
+
+def check_scrape_security(scenario, section, ep):
+    """https when the agent serves TLS; tlsConfig and basicAuth as prometheus-operator's CRDs
+    define them (SafeTLSConfig: CA and client certificate from Secrets or ConfigMaps, the key
+    from a Secret; BasicAuth: username and password Secret keys); required where the agent
+    needs them."""
+    web = web_values(scenario)
+    given = values_of(scenario)[section]
+    assert ep["scheme"] == ("https" if web["tls"]["enabled"] else "http")
+    assert ep.get("tlsConfig", {}) == given.get("tlsConfig", {})
+    assert ep.get("basicAuth", {}) == given.get("basicAuth", {})
+    tls = ep.get("tlsConfig", {})
+    assert set(tls) <= {"ca", "cert", "keySecret", "serverName", "insecureSkipVerify", "minVersion", "maxVersion"}
+    for k in ("ca", "cert"):
+        if k in tls:
+            (kind, ref), = tls[k].items()
+            assert kind in ("secret", "configMap") and {"name", "key"} <= set(ref) <= SECRET_KEY_SELECTOR
+    if "keySecret" in tls:
+        assert {"name", "key"} <= set(tls["keySecret"]) <= SECRET_KEY_SELECTOR
+    if web["tls"]["enabled"]:
+        assert tls.get("ca") or tls.get("insecureSkipVerify"), "https without a CA to verify the agent"
+    if web["tls"]["clientCA"]["secretName"]:
+        assert tls.get("cert") and tls.get("keySecret"), "client certificates required: the monitor presents one"
+    if web["basicAuth"]["users"]:
+        auth = ep["basicAuth"]
+        assert set(auth) == {"username", "password"}
+        for ref in auth.values():
+            assert {"name", "key"} <= set(ref) <= SECRET_KEY_SELECTOR
 
 
 def rule_ports(rule):
@@ -559,8 +900,10 @@ def test_network_policy_opens_the_metrics_port_only_to_the_configured_peers(scen
     spec = np["spec"]
     assert spec["policyTypes"] == ["Ingress"], "egress is not restricted by the chart"
     pods = workload(render_with_agent(scenario))["spec"]["template"]
-    assert spec["podSelector"]["matchLabels"].items() <= pods["metadata"]["labels"].items() or \
-        spec["podSelector"]["matchLabels"] == values["sidecar"]["selector"]
+    if own_workload(scenario):
+        assert spec["podSelector"]["matchLabels"] == values["sidecar"]["selector"]
+    else:
+        assert spec["podSelector"]["matchLabels"].items() <= pods["metadata"]["labels"].items()
     port = agent(objs)["ports"][0]["containerPort"]
     peers = values["networkPolicy"]["from"]
     assert peers, "a scenario with a NetworkPolicy names its peers"
@@ -653,6 +996,18 @@ def test_dashboards_config_map_for_the_grafana_sidecar():
     (["networkPolicy.from[0].podSelektor.matchLabels.app=x"], "podSelektor"),
     (["networkPolicy.from[0].ipBlock.except[0]=10.0.0.0/24"], "cidr"),
     (["networkPolicy.extraIngress[0].ports[0].protocol=ICMP"], "protocol"),
+    # a plain password where a bcrypt hash belongs
+    (["web.basicAuth.users.prometheus=s3cret"], "users"),
+    (["web.basicAuth.users.prome:theus=$2b$10$5.iXW3GWzaNeqpNFI8Ks2O/WW6Vixgd6WOnb9cMg3.cmwSP0fC0rq"], "users"),
+    (["web.headers.Content-Type=text/plain"], "headers"),
+    (["web.tls.minVersion=TLS11"], "minVersion"),
+    (["web.tls.clientAuthType=RequireAnyClientCert"], "clientAuthType"),
+    (["web.tls.secretName=My_Secret"], "secretName"),
+    (["web.tls.certFile=/x"], "certFile"),
+    (["serviceMonitor.tlsConfig.ca.secret.name=ca", "serviceMonitor.tlsConfig.ca.secret.key=ca.crt",
+      "serviceMonitor.tlsConfig.ca.configMap.name=ca", "serviceMonitor.tlsConfig.ca.configMap.key=ca.crt"], "ca"),
+    (["podMonitor.tlsConfig.caFile=/etc/ca.crt"], "caFile"),
+    (["podMonitor.basicAuth.username.name=s", "podMonitor.basicAuth.username.key=u"], "password"),
     (["securityContext.appArmorProfile.type=Localhost"], "localhostProfile"),
     (["securityContext.appArmorProfile.localhostProfile=p"], "type"),
     (["securityContext.seccompProfile.type=Localhost"], "localhostProfile"),
@@ -670,8 +1025,23 @@ def test_schema_rejects_bad_values(sets, message):
     (None, ["mode=sidecar", "sidecar.deployment.enabled=false", "service.enabled=false", "podMonitor.enabled=true"], "sidecar.selector"),
     (None, ["serviceMonitor.enabled=true", "podMonitor.enabled=true"], "enable one"),
     (None, ["networkPolicy.enabled=true"], "networkPolicy.from"),
+    (None, ["web.tls.enabled=true"], "web.tls.secretName"),
+    (None, ["web.tls.secretName=tls"], "web.tls.enabled=true"),
+    (None, ["web.tls.clientCA.secretName=ca"], "web.tls.enabled=true"),
+    (None, ["web.tls.enabled=true", "web.tls.secretName=tls", "web.tls.clientAuthType=VerifyClientCertIfGiven"], "clientCA.secretName"),
+    (None, ["web.tls.enabled=true", "web.tls.secretName=tls", "web.tls.minVersion=TLS13", "web.tls.maxVersion=TLS12"], "above"),
+    (None, ["web.existingSecret=w", "web.headers.X-Frame-Options=DENY"], "web.existingSecret"),
+    ("daemonset-web-tls-auth-values.yaml", ["serviceMonitor.tlsConfig=null"], "serviceMonitor.tlsConfig"),
+    ("daemonset-web-tls-auth-values.yaml", ["serviceMonitor.basicAuth=null"], "serviceMonitor.basicAuth"),
+    (None, ["mode=sidecar", "sidecar.deployment.app.image=app:1", "web.tls.enabled=true", "web.tls.secretName=tls",
+            "web.tls.clientCA.secretName=ca", "podMonitor.enabled=true", "podMonitor.tlsConfig.ca.secret.name=ca",
+            "podMonitor.tlsConfig.ca.secret.key=ca.crt"], "podMonitor.tlsConfig.cert and keySecret"),
+    ("daemonset-basic-auth-values.yaml", ["podMonitor.basicAuth=null"], "podMonitor.basicAuth"),
 ], ids=["age-socket-daemonset", "sidecar-without-app", "own-workload-without-selector", "servicemonitor-without-service",
-        "podmonitor-own-workload-without-selector", "both-monitors", "networkpolicy-without-peers"])
+        "podmonitor-own-workload-without-selector", "both-monitors", "networkpolicy-without-peers",
+        "tls-without-secret", "tls-secret-without-tls", "client-ca-without-tls", "client-auth-without-ca", "tls-min-above-max",
+        "existing-secret-and-headers", "https-monitor-without-tls-config", "monitor-without-basic-auth",
+        "mtls-monitor-without-client-cert", "podmonitor-without-basic-auth"])
 def test_settings_that_cannot_work_are_refused(scenario, sets, message):
     err = render_error(sets, scenario)
     assert message in err, err
@@ -700,6 +1070,8 @@ def test_docs_manifest_example_is_valid_and_matches_the_chart():
     assert {k: c["waitmeter"]["securityContext"][k] for k in keys} == {k: chart["securityContext"][k] for k in keys}
     assert c["waitmeter"]["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON", "SYS_PTRACE"]}
     assert c["waitmeter"]["resources"] == chart["resources"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c["waitmeter"][probe]["httpGet"] == chart[probe]["httpGet"]
     assert mounts(c["waitmeter"]) == mounts(chart)
     assert c["app"]["env"] == [{"name": "WAITMETER_SOCKET", "value": "/run/waitmeter/age.sock"}]
     if WAITMETER.exists():
@@ -707,18 +1079,24 @@ def test_docs_manifest_example_is_valid_and_matches_the_chart():
         assert p.returncode == 0, f"waitmeter rejects the documented arguments: {p.stderr}"
 
 
-def test_named_templates_add_the_sidecar_to_your_own_chart(tmp_path):
-    """The documented way to add the sidecar to an existing chart (docs/deployment.md)."""
+def parent_chart(tmp_path, values):
+    """A chart of your own with waitmeter as a dependency and the documented pod template."""
     parent = tmp_path / "myapp"
     shutil.copytree(CHART, parent / "charts" / "waitmeter", ignore=shutil.ignore_patterns("files"))
     (parent / "templates").mkdir()
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
     (parent / "Chart.yaml").write_text("apiVersion: v2\nname: myapp\nversion: 1.0.0\n"
-                                       "dependencies:\n  - name: waitmeter\n    version: 0.1.0\n")
+                                       f"dependencies:\n  - name: waitmeter\n    version: {version}\n")
     (parent / "values.yaml").write_text(yaml.safe_dump({"waitmeter": {
         "mode": "sidecar", "sidecar": {"deployment": {"enabled": False}, "selector": {"app": "myapp"}},
-        "age": {"socket": {"enabled": True}}, "serviceMonitor": {"enabled": True}}}))
+        "age": {"socket": {"enabled": True}}, "serviceMonitor": {"enabled": True}, **values}}))
     (parent / "templates" / "deployment.yaml").write_text(docs_example("parent-template"))
-    objs = render(chart=parent)
+    return parent
+
+
+def test_named_templates_add_the_sidecar_to_your_own_chart(tmp_path):
+    """The documented way to add the sidecar to an existing chart (docs/deployment.md)."""
+    objs = render(chart=parent_chart(tmp_path, {}))
     for o in objs:
         if o["kind"] not in CRD_KINDS:
             kubernetes_validate.validate(o, KUBE_VERSION, strict=True)
@@ -732,6 +1110,25 @@ def test_named_templates_add_the_sidecar_to_your_own_chart(tmp_path):
     assert mounts(c["myapp"]) == mounts(c["waitmeter"]) == {"/run/waitmeter": {"name": "waitmeter-run", "mountPath": "/run/waitmeter"}}
     assert list(volumes(objs)) == ["waitmeter-run"]
     assert one(objs, "Service")["spec"]["selector"] == {"app": "myapp"}
+
+
+def test_named_templates_carry_the_endpoint_security(tmp_path):
+    """With web.* set, the same documented template gets the web config's Secret (rendered by
+    the subchart), its mounts and volumes, the flag and the HTTPS probes."""
+    web = yaml.safe_load((CHART / "ci" / "daemonset-web-tls-auth-values.yaml").read_text())
+    objs = render(chart=parent_chart(tmp_path, {"web": web["web"], "serviceMonitor": web["serviceMonitor"]}))
+    for o in objs:
+        if o["kind"] not in CRD_KINDS:
+            kubernetes_validate.validate(o, KUBE_VERSION, strict=True)
+    assert sorted(o["kind"] for o in objs) == ["Deployment", "Secret", "Service", "ServiceAccount", "ServiceMonitor"]
+    c = agent(objs)
+    path, cfg, _ = web_config_of(objs)
+    assert f"--web.config.file={path}" in c["args"]
+    assert cfg["basic_auth_users"] == web["web"]["basicAuth"]["users"]
+    assert mounted_file(objs, c, cfg["tls_server_config"]["cert_file"]) == (web["web"]["tls"]["secretName"], "tls.crt")
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    (ep,) = one(objs, "ServiceMonitor")["spec"]["endpoints"]
+    assert ep["scheme"] == "https" and ep["basicAuth"] == web["serviceMonitor"]["basicAuth"]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
