@@ -18,6 +18,7 @@ import ctypes.util
 import http.client
 import json
 import os
+import re
 import secrets
 import ssl
 import shutil
@@ -165,8 +166,71 @@ def test_chart_metadata():
     assert chart["name"] == "waitmeter"
     cargo = tomllib.loads((ROOT / "agent" / "Cargo.toml").read_text())
     assert chart["appVersion"] == cargo["package"]["version"], "appVersion must follow agent/Cargo.toml"
-    for f in ("values.yaml", "values.schema.json", "templates/NOTES.txt", ".helmignore"):
+    for f in ("values.yaml", "values.schema.json", "templates/NOTES.txt", ".helmignore", "README.md"):
         assert (CHART / f).is_file(), f"helm/waitmeter/{f} is missing"
+
+
+def test_chart_metadata_for_artifact_hub():
+    """home, sources, maintainers and the Artifact Hub annotations, each tied to where the fact
+    lives: the repository URL the mixin's runbook links use, the agent's license, the image the
+    chart deploys by default."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    runbook_base = yaml.safe_load((ROOT / "dashboards" / "config.yaml").read_text())["runbookBase"]
+    repo = runbook_base.split("/blob/", 1)[0]
+    assert chart["home"] == repo and repo in chart["sources"]
+    assert chart["maintainers"] and all(m.get("name") and (m.get("email") or m.get("url")) for m in chart["maintainers"])
+    notes = chart["annotations"]
+    cargo = tomllib.loads((ROOT / "agent" / "Cargo.toml").read_text())
+    assert notes["artifacthub.io/license"] == cargo["package"]["license"]
+    links = yaml.safe_load(notes["artifacthub.io/links"])
+    assert links and all(set(link) == {"name", "url"} and link["url"].startswith(repo + "/") for link in links)
+    for link in links:
+        # links into this repository name files that exist
+        path = link["url"].split("/main/", 1)[1]
+        assert (ROOT / path).exists(), f"artifacthub.io/links: {link['url']} names no file of the repository"
+    images = yaml.safe_load(notes["artifacthub.io/images"])
+    assert [i["image"] for i in images] == [agent(render("daemonset-values.yaml"))["image"]], \
+        "artifacthub.io/images must list the image the chart deploys by default"
+    assert "kubeVersion" not in chart or run_helm("template", str(CHART)).returncode == 0
+
+
+def value_paths(values, prefix=""):
+    """Every value's dotted path; a non-empty map is walked into, anything else is a leaf."""
+    for k, v in values.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            yield path, v
+            yield from value_paths(v, path + ".")
+        else:
+            yield path, v
+
+
+def test_readme_documents_every_value_with_its_default():
+    """The chart README's values table against values.yaml: every value documented (itself or
+    a map that holds it), every documented key a value, every default as in values.yaml."""
+    values = dict(value_paths(yaml.safe_load((CHART / "values.yaml").read_text())))
+    rows = {}
+    for line in (CHART / "README.md").read_text().splitlines():
+        m = re.fullmatch(r"\| `([^`]+)` \| `(.*?)` \| (.*) \|", line)
+        if m:
+            assert m[1] not in rows, f"README.md documents {m[1]} twice"
+            rows[m[1]] = json.loads(m[2])
+    assert rows, "helm/waitmeter/README.md has no values table"
+    for key, default in rows.items():
+        assert key in values, f"README.md documents {key}, which values.yaml does not have"
+        assert default == values[key], f"README.md: the default of {key} is {values[key]!r} in values.yaml"
+    for path, v in values.items():
+        if not (isinstance(v, dict) and v):  # a leaf
+            assert any(path == k or path.startswith(k + ".") for k in rows), f"README.md does not document {path}"
+    # and the schema knows every documented value (it rejects unknown keys)
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for key in rows:
+        node = schema
+        for part in key.split("."):
+            if "$ref" in node:
+                node = schema["definitions"][node["$ref"].rsplit("/", 1)[1]]
+            assert part in node.get("properties", {}), f"values.schema.json has no {key}"
+            node = node["properties"][part]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -1152,7 +1216,7 @@ def test_package_ships_the_mixin_files_and_leaves_the_scenarios_out(tmp_path):
     assert p.returncode == 0, p.stderr
     (pkg,) = tmp_path.glob("waitmeter-*.tgz")
     names = tarfile.open(pkg).getnames()
-    for required in ("waitmeter/Chart.yaml", "waitmeter/values.schema.json", "waitmeter/templates/NOTES.txt",
+    for required in ("waitmeter/Chart.yaml", "waitmeter/values.schema.json", "waitmeter/templates/NOTES.txt", "waitmeter/README.md",
                      "waitmeter/files/rules/waitmeter-rules.yaml"):
         assert required in names, f"{required} missing from the package"
     assert [n for n in names if n.startswith("waitmeter/files/dashboards/") and n.endswith(".json")]
