@@ -13,6 +13,7 @@ scrape as the kubelet and Prometheus would make them, over http or https.
 helm: $HELM, else .tools/bin/helm (`make setup` builds it). A missing helm fails the tests.
 """
 import base64
+import contextlib
 import ctypes
 import ctypes.util
 import http.client
@@ -20,20 +21,24 @@ import json
 import os
 import re
 import secrets
-import ssl
 import shutil
 import socket
+import ssl
 import subprocess
 import tarfile
 import tempfile
 import time
 import tomllib
+import urllib.parse
+import urllib.request
 from functools import lru_cache
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
+
+from conftest import prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "waitmeter"
@@ -747,43 +752,58 @@ def lay_out_secret_volumes(objs, container, root, user_secrets):
             f.chmod(secret.get("defaultMode", 0o644))
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_the_agent_answers_the_probes_with_the_rendered_command_line(scenario, tmp_path):
-    """The real agent (root, real BPF) started with the chart's arguments serves the probes'
-    paths as the kubelet asks them and /metrics as the monitors scrape it. Only what names this
-    pod's environment is replaced: the listen address (loopback, a free port), the BTF file
-    (the running kernel's), the age socket (a tmp path), and the container's / for the Secret
-    volumes (tmp_path/root, where they are laid out from the rendered objects; the web config's
-    absolute paths get the same prefix). The Secrets the user provides are made here: a
-    self-signed server certificate for 127.0.0.1, a client CA and a client certificate it
-    signed; a basic-auth user of the test's own is added with its bcrypt hash."""
+class RunningAgent:
+    """What a test needs to talk to an agent started by running_agent()."""
+    port: int
+    container: dict  # the rendered agent container
+    web: dict  # the scenario's web values
+    user: tuple  # (name, password) of the basic-auth user, or None
+    kubelet: ssl.SSLContext  # TLS as the kubelet connects (no client certificate), or None
+    scraper: ssl.SSLContext  # TLS as the monitors connect (with the client certificate), or None
+    pki: Path  # the certificates made for the run
+    args: list  # the agent's command line as run
+    log: Path  # its stderr
+
+
+@contextlib.contextmanager
+def running_agent(scenario, tmp_path, user="waitmeter-test", dns_names=("localhost",)):
+    """The real agent (root, real BPF) started with a scenario's rendered command line. Only
+    what names the pod's environment is replaced: the listen address (loopback, a free port),
+    the BTF file (the running kernel's), the age socket (a tmp path), and the container's / for
+    the Secret volumes (tmp_path/root, where they are laid out from the rendered objects; the
+    web config's absolute paths get the same prefix). The Secrets the user provides are made
+    here: a self-signed server certificate for 127.0.0.1 and `dns_names`, a client CA and a
+    client certificate it signed; the basic-auth `user` is set to a fresh password's bcrypt
+    hash. Yields a RunningAgent once /healthz answers 200; stops the agent on exit."""
     if not WAITMETER.exists():
         pytest.skip(f"skipping: {WAITMETER} not built (make build)")
     if os.geteuid() != 0:
         pytest.skip("skipping: needs root (CAP_BPF, CAP_PERFMON)")
-    web = web_values(scenario)
-    user, sets = None, ()
+    run = RunningAgent()
+    run.web = web = web_values(scenario)
+    run.user, sets = None, ()
     if web["basicAuth"]["users"]:
-        user = ("waitmeter-test", secrets.token_urlsafe(18))
-        sets = (f"web.basicAuth.users.{user[0]}={bcrypt_hash(user[1])}",)
+        run.user = (user, secrets.token_urlsafe(18))
+        sets = (f"web.basicAuth.users.{user}={bcrypt_hash(run.user[1])}",)
     objs = render_with_agent(scenario, sets=sets)
-    c = agent(objs)
-    port = free_port()
-    root, pki = tmp_path / "root", tmp_path / "pki"
+    run.container = c = agent(objs)
+    run.port = port = free_port()
+    root, run.pki = tmp_path / "root", tmp_path / "pki"
+    pki = run.pki
     pki.mkdir()
     provided = {}
-    kubelet = scraper = None  # TLS contexts: the kubelet's (no client certificate), the monitor's
+    run.kubelet = run.scraper = None
     tls, client_ca = web["tls"]["enabled"], web["tls"]["clientCA"]["secretName"]
     if tls:
-        self_signed(pki, "server", san="DNS:localhost,IP:127.0.0.1")
+        self_signed(pki, "server", san=",".join([*(f"DNS:{n}" for n in dns_names), "IP:127.0.0.1"]))
         provided[web["tls"]["secretName"]] = {"tls.crt": (pki / "server.crt").read_bytes(), "tls.key": (pki / "server.key").read_bytes()}
-        kubelet = ssl.create_default_context(cafile=pki / "server.crt")
-        scraper = ssl.create_default_context(cafile=pki / "server.crt")
+        run.kubelet = ssl.create_default_context(cafile=pki / "server.crt")
+        run.scraper = ssl.create_default_context(cafile=pki / "server.crt")
         if client_ca:
             self_signed(pki, "client-ca")
             signed_by(pki, "prometheus", "client-ca", "clientAuth")
             provided[client_ca] = {web["tls"]["clientCA"]["key"]: (pki / "client-ca.crt").read_bytes()}
-            scraper.load_cert_chain(pki / "prometheus.crt", pki / "prometheus.key")
+            run.scraper.load_cert_chain(pki / "prometheus.crt", pki / "prometheus.key")
     lay_out_secret_volumes(objs, c, root, provided)
     local = {"--listen": f"127.0.0.1:{port}", "--btf": "/sys/kernel/btf/vmlinux", "--age-socket": str(tmp_path / "age.sock")}
     if uses_web_config(scenario):
@@ -793,51 +813,22 @@ def test_the_agent_answers_the_probes_with_the_rendered_command_line(scenario, t
                 cfg["tls_server_config"][k] = str(root / cfg["tls_server_config"][k].lstrip("/"))
         local["--web.config.file"] = root / path.lstrip("/")
         local["--web.config.file"].write_text(yaml.safe_dump(cfg))
-    args = [f"{a.split('=', 1)[0]}={local[a.split('=', 1)[0]]}" if a.split("=", 1)[0] in local else a for a in c["args"]]
-    log = tmp_path / "stderr"  # a file, not a pipe: -v/-vv output would fill a pipe and block the agent
+    run.args = args = [f"{a.split('=', 1)[0]}={local[a.split('=', 1)[0]]}" if a.split("=", 1)[0] in local else a for a in c["args"]]
+    run.log = log = tmp_path / "stderr"  # a file, not a pipe: -v/-vv output would fill a pipe and block the agent
     with open(log, "w") as err:
         proc = subprocess.Popen([str(WAITMETER), *args], stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.monotonic() + 15
-        status = None
+        status = body = None
         while time.monotonic() < deadline and proc.poll() is None:
-            status, body, _ = fetch(port, "/healthz", tls=scraper)
+            status, body, _ = fetch(port, "/healthz", tls=run.scraper)
             if status == 200:
                 break
             time.sleep(0.1)
         assert proc.poll() is None, f"waitmeter {args} exited {proc.returncode}: {log.read_text()[-2000:]}"
         assert status == 200, f"/healthz: {status} {body[:200]}; log: {log.read_text()[-2000:]}"
-        # the probes as the kubelet makes them: no user, no client certificate
-        for kind in ("readinessProbe", "livenessProbe"):
-            probe = c[kind]
-            if "httpGet" in probe:
-                g = probe["httpGet"]
-                assert (g.get("scheme") == "HTTPS") == tls
-                ctx = kubelet if g.get("scheme") == "HTTPS" else None
-                status, body, _ = fetch(port, g["path"], tls=ctx)
-                assert status == 200 and body.strip() == "ok", f"{kind} GET {g['path']}: {status} {body[:200]}"
-                assert fetch(port, g["path"], method="HEAD", tls=ctx)[0] == 200, f"{kind} HEAD {g['path']}"
-            else:
-                socket.create_connection(("127.0.0.1", port), timeout=3).close()
-        # the scrape as the ServiceMonitor/PodMonitor makes it
-        status, body, headers = fetch(port, "/metrics", tls=scraper, auth=user)
-        assert status == 200 and "waitmeter_build_info" in body, f"/metrics: {status} {body[:200]}"
-        for name, value in web["headers"].items():
-            assert headers.get(name.lower()) == value, f"header {name}: {headers}"
-        if user:
-            assert fetch(port, "/metrics", tls=scraper)[0] == 401, "/metrics without a user"
-            assert fetch(port, "/metrics", tls=scraper, auth=(user[0], user[1] + "x"))[0] == 401, "/metrics with a wrong password"
-            assert fetch(port, "/healthz", tls=scraper)[0] == 200, "/healthz must not ask for a user"
-        if tls:
-            assert fetch(port, "/healthz")[0] != 200, "plain HTTP served on the TLS port"
-            if web["tls"]["minVersion"] == "TLS13":
-                old = ssl.create_default_context(cafile=pki / "server.crt")
-                old.maximum_version = ssl.TLSVersion.TLSv1_2
-                assert fetch(port, "/healthz", tls=old)[0] != 200, "TLS 1.2 served with minVersion TLS13"
-        if client_ca:
-            assert fetch(port, "/healthz", tls=kubelet)[0] != 200, "a client without a certificate was served"
-        if "--age-socket" in {a.split("=", 1)[0] for a in args}:
-            assert (tmp_path / "age.sock").exists()
+        yield run
+        assert proc.poll() is None, f"waitmeter exited {proc.returncode}: {log.read_text()[-2000:]}"
     finally:
         proc.terminate()
         try:
@@ -845,6 +836,74 @@ def test_the_agent_answers_the_probes_with_the_rendered_command_line(scenario, t
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_agent_answers_the_probes_with_the_rendered_command_line(scenario, tmp_path):
+    """The real agent with the chart's arguments and Secrets (running_agent) serves the probes'
+    paths as the kubelet asks them and /metrics as the monitors scrape it, and refuses what the
+    web config shuts out."""
+    with running_agent(scenario, tmp_path) as run:
+        c, port, web, user = run.container, run.port, run.web, run.user
+        tls, client_ca = web["tls"]["enabled"], web["tls"]["clientCA"]["secretName"]
+        # the probes as the kubelet makes them: no user, no client certificate
+        for kind in ("readinessProbe", "livenessProbe"):
+            probe = c[kind]
+            if "httpGet" in probe:
+                g = probe["httpGet"]
+                assert (g.get("scheme") == "HTTPS") == tls
+                ctx = run.kubelet if g.get("scheme") == "HTTPS" else None
+                status, body, _ = fetch(port, g["path"], tls=ctx)
+                assert status == 200 and body.strip() == "ok", f"{kind} GET {g['path']}: {status} {body[:200]}"
+                assert fetch(port, g["path"], method="HEAD", tls=ctx)[0] == 200, f"{kind} HEAD {g['path']}"
+            else:
+                socket.create_connection(("127.0.0.1", port), timeout=3).close()
+        # the scrape as the ServiceMonitor/PodMonitor makes it
+        status, body, headers = fetch(port, "/metrics", tls=run.scraper, auth=user)
+        assert status == 200 and "waitmeter_build_info" in body, f"/metrics: {status} {body[:200]}"
+        for name, value in web["headers"].items():
+            assert headers.get(name.lower()) == value, f"header {name}: {headers}"
+        if user:
+            assert fetch(port, "/metrics", tls=run.scraper)[0] == 401, "/metrics without a user"
+            assert fetch(port, "/metrics", tls=run.scraper, auth=(user[0], user[1] + "x"))[0] == 401, "/metrics with a wrong password"
+            assert fetch(port, "/healthz", tls=run.scraper)[0] == 200, "/healthz must not ask for a user"
+        if tls:
+            assert fetch(port, "/healthz")[0] != 200, "plain HTTP served on the TLS port"
+            if web["tls"]["minVersion"] == "TLS13":
+                old = ssl.create_default_context(cafile=run.pki / "server.crt")
+                old.maximum_version = ssl.TLSVersion.TLSv1_2
+                assert fetch(port, "/healthz", tls=old)[0] != 200, "TLS 1.2 served with minVersion TLS13"
+        if client_ca:
+            assert fetch(port, "/healthz", tls=run.kubelet)[0] != 200, "a client without a certificate was served"
+        if "--age-socket" in {a.split("=", 1)[0] for a in run.args}:
+            assert (tmp_path / "age.sock").exists()
+
+
+def test_prometheus_scrapes_the_agent_over_https_with_basic_auth(tmp_path):
+    """A real Prometheus with the scrape job of docs/deployment.md (scheme, tls_config,
+    basic_auth verbatim; only the files' paths and the target made local) scrapes the real agent
+    run with the TLS + basic auth scenario: up == 1 and the agent's series arrive."""
+    (job,) = yaml.safe_load(docs_example("prometheus-scrape"))["scrape_configs"]
+    auth = job["basic_auth"]
+    with running_agent("daemonset-web-tls-auth-values.yaml", tmp_path, user=auth["username"],
+                       dns_names=(job["tls_config"]["server_name"],)) as run:
+        (tmp_path / "password").write_text(run.user[1])
+        local = {"scheme": job["scheme"],
+                 "tls_config": {**job["tls_config"], "ca_file": str(run.pki / "server.crt")},
+                 "basic_auth": {**auth, "password_file": str(tmp_path / "password")}}
+        with prometheus(tmp_path, run.port, job=local) as base:
+            deadline = time.monotonic() + 30
+            while True:
+                with urllib.request.urlopen(f"{base}/api/v1/targets", timeout=5) as r:
+                    targets = json.load(r)["data"]["activeTargets"]  # empty until discovered
+                if (targets and targets[0]["health"] == "up") or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            (target,) = targets
+            assert target["health"] == "up" and target["scrapeUrl"].startswith("https://"), target
+            q = urllib.parse.quote('waitmeter_build_info{job="waitmeter"}')
+            with urllib.request.urlopen(f"{base}/api/v1/query?query={q}", timeout=5) as r:
+                assert json.load(r)["data"]["result"], "no waitmeter_build_info scraped"
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -1141,6 +1200,26 @@ def test_docs_manifest_example_is_valid_and_matches_the_chart():
     if WAITMETER.exists():
         p = subprocess.run([str(WAITMETER), *c["waitmeter"]["args"], "--help"], capture_output=True, text=True, timeout=10)
         assert p.returncode == 0, f"waitmeter rejects the documented arguments: {p.stderr}"
+
+
+def test_docs_endpoint_security_values_render_as_described(tmp_path):
+    """The values example of docs/deployment.md ("Endpoint security") renders: the web config
+    Secret, HTTPS probes, the ServiceMonitor scraping https with the CA and the credentials."""
+    values = tmp_path / "web-values.yaml"
+    values.write_text(docs_example("web-values"))
+    rc, out, err = _template(CHART, (values,), ())
+    assert rc == 0, err
+    objs = [d for d in yaml.safe_load_all(out) if d]
+    validate_for(objs, "docs web-values", KUBE_VERSION)
+    given = yaml.safe_load(values.read_text())
+    _, cfg, _ = web_config_of(objs)
+    assert cfg["basic_auth_users"] == given["web"]["basicAuth"]["users"]
+    assert cfg["http_server_config"]["headers"] == given["web"]["headers"]
+    assert mounted_file(objs, agent(objs), cfg["tls_server_config"]["cert_file"]) == (given["web"]["tls"]["secretName"], "tls.crt")
+    assert agent(objs)["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    (ep,) = one(objs, "ServiceMonitor")["spec"]["endpoints"]
+    assert ep["scheme"] == "https"
+    assert ep["tlsConfig"] == given["serviceMonitor"]["tlsConfig"] and ep["basicAuth"] == given["serviceMonitor"]["basicAuth"]
 
 
 def parent_chart(tmp_path, values):
