@@ -156,11 +156,12 @@ def which(name):
 
 
 @contextlib.contextmanager
-def prometheus(tmp_path, target_port, rule_files=(), jobs=None):
+def prometheus(tmp_path, target_port, rule_files=(), job=None, jobs=None):
     """A real Prometheus (Debian package) scraping 127.0.0.1:target_port as
     job "waitmeter" every second, evaluating `rule_files` every second; yields
-    its base URL once ready and stops it on exit. `jobs` replaces the scrape
-    job with these scrape configs (scheme, tls_config, basic_auth...)."""
+    its base URL once ready and stops it on exit. `job`: more settings of the
+    scrape job (scheme, tls_config, basic_auth, ...); `jobs`: these scrape
+    configs instead of it."""
     assert which("prometheus"), "prometheus (Debian package) is installed by make setup"
     port = free_port()
     cfg = tmp_path / "prometheus.yml"
@@ -168,7 +169,8 @@ def prometheus(tmp_path, target_port, rule_files=(), jobs=None):
     cfg.write_text(json.dumps({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(f) for f in rule_files],
-        "scrape_configs": jobs or [{"job_name": "waitmeter", "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
+        "scrape_configs": jobs or [{**(job or {}), "job_name": "waitmeter",
+                                    "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
     }))
     prom = subprocess.Popen(
         ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",

@@ -35,6 +35,50 @@ app.kubernetes.io/component: {{ .Values.mode }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/*
+Labels that select the pods carrying the agent: the chart's own, or with your own workload
+(sidecar.deployment.enabled: false) sidecar.selector.
+*/}}
+{{- define "waitmeter.podSelector" -}}
+{{- if and (eq .Values.mode "sidecar") (not .Values.sidecar.deployment.enabled) }}
+{{- toYaml .Values.sidecar.selector }}
+{{- else }}
+{{- include "waitmeter.selectorLabels" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The scrape endpoint of the ServiceMonitor and the PodMonitor (without its `port`), from
+their values: include "waitmeter.scrapeEndpoint" (dict "ctx" . "monitor" .Values.serviceMonitor)
+*/}}
+{{- define "waitmeter.scrapeEndpoint" -}}
+{{- $m := .monitor -}}
+path: /metrics
+scheme: {{ ternary "https" "http" .ctx.Values.web.tls.enabled }}
+{{- with $m.tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.basicAuth }}
+basicAuth:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+interval: {{ $m.interval }}
+scrapeTimeout: {{ $m.scrapeTimeout }}
+# waitmeter exports no node label (house style): the scrape adds it
+relabelings:
+  - sourceLabels: [__meta_kubernetes_pod_node_name]
+    targetLabel: node
+    action: replace
+  {{- with $m.relabelings }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with $m.metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
 {{- define "waitmeter.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "waitmeter.fullname" .) .Values.serviceAccount.name }}
@@ -43,8 +87,30 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* repository@digest when image.digest is set (the tag is then ignored), else repository:tag */}}
 {{- define "waitmeter.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The annotations of the chart's own pod templates: podAnnotations, and on clusters older than
+1.30 (no appArmorProfile field) securityContext.appArmorProfile as the beta annotation.
+Renders a YAML map or nothing.
+*/}}
+{{- define "waitmeter.podAnnotations" -}}
+{{- $a := deepCopy .Values.podAnnotations }}
+{{- $aa := .Values.securityContext.appArmorProfile }}
+{{- if and $aa (semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version) }}
+{{- $profile := dict "RuntimeDefault" "runtime/default" "Unconfined" "unconfined" "Localhost" (printf "localhost/%s" ($aa.localhostProfile | default "")) }}
+{{- $_ := set $a "container.apparmor.security.beta.kubernetes.io/waitmeter" (get $profile $aa.type) }}
+{{- end }}
+{{- with $a }}
+{{- toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -69,10 +135,115 @@ Refuse combinations that would deploy something that cannot work.
 {{- if and $v.sidecar.deployment.enabled (not $v.sidecar.deployment.app.image) }}
 {{- fail "mode=sidecar renders a Deployment of your application: set sidecar.deployment.app.image, or set sidecar.deployment.enabled=false and add the container to your own workload (docs/deployment.md)" }}
 {{- end }}
-{{- if and (not $v.sidecar.deployment.enabled) $v.service.enabled (not $v.sidecar.selector) }}
-{{- fail "sidecar.deployment.enabled=false: set sidecar.selector to the labels of your pods that carry the waitmeter container (for the Service), or service.enabled=false" }}
+{{- if and (not $v.sidecar.deployment.enabled) (or $v.service.enabled $v.podMonitor.enabled $v.networkPolicy.enabled) (not $v.sidecar.selector) }}
+{{- fail "sidecar.deployment.enabled=false: set sidecar.selector to the labels of your pods that carry the waitmeter container (the Service, PodMonitor and NetworkPolicy select them), or service.enabled=false" }}
 {{- end }}
 {{- end }}
+{{- $w := $v.web }}
+{{- if and $w.tls.enabled (not $w.tls.secretName) }}
+{{- fail "web.tls.enabled: set web.tls.secretName to a kubernetes.io/tls Secret (tls.crt, tls.key) in the release's namespace, e.g. from cert-manager" }}
+{{- end }}
+{{- if and (not $w.tls.enabled) (or $w.tls.secretName $w.tls.clientCA.secretName $w.tls.clientAuthType) }}
+{{- fail "web.tls.secretName, clientCA or clientAuthType is set but web.tls.enabled is false: the endpoint would serve plain HTTP; set web.tls.enabled=true" }}
+{{- end }}
+{{- if and $w.tls.clientAuthType (not $w.tls.clientCA.secretName) }}
+{{- fail (printf "web.tls.clientAuthType %s verifies client certificates: set web.tls.clientCA.secretName to the Secret holding the CA that signs them" $w.tls.clientAuthType) }}
+{{- end }}
+{{- if and (eq $w.tls.minVersion "TLS13") (eq $w.tls.maxVersion "TLS12") }}
+{{- fail "web.tls.minVersion TLS13 is above web.tls.maxVersion TLS12" }}
+{{- end }}
+{{- if and $w.existingSecret (or $w.basicAuth.users $w.headers) }}
+{{- fail "web.existingSecret holds the whole web-config file: put the basic-auth users and headers in it, not in web.basicAuth.users / web.headers" }}
+{{- end }}
+{{- range $name := list "serviceMonitor" "podMonitor" }}
+{{- $m := get $v $name }}
+{{- if $m.enabled }}
+{{- if and $w.tls.enabled (not $m.tlsConfig) }}
+{{- fail (printf "web.tls.enabled serves https: set %s.tlsConfig (ca: the CA that signed web.tls.secretName's certificate, serverName: a name in it) or, knowingly, %s.tlsConfig.insecureSkipVerify=true" $name $name) }}
+{{- end }}
+{{- if and (eq (include "waitmeter.web.clientAuthType" $) "RequireAndVerifyClientCert") (not (and $m.tlsConfig.cert $m.tlsConfig.keySecret)) }}
+{{- fail (printf "web.tls.clientAuthType RequireAndVerifyClientCert: set %s.tlsConfig.cert and keySecret (a client certificate signed by web.tls.clientCA) or Prometheus cannot connect" $name) }}
+{{- end }}
+{{- if and $w.basicAuth.users (not $m.basicAuth) }}
+{{- fail (printf "web.basicAuth.users protects /metrics: set %s.basicAuth (username and password Secret keys of one of the users) or every scrape gets 401" $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $v.serviceMonitor.enabled $v.podMonitor.enabled }}
+{{- fail "serviceMonitor.enabled and podMonitor.enabled: both would scrape the same pods (every series twice); enable one" }}
+{{- end }}
+{{- if and $v.networkPolicy.enabled (not $v.networkPolicy.from) }}
+{{- fail "networkPolicy.enabled: list in networkPolicy.from who may reach the metrics port (e.g. your Prometheus' namespace and pods); [{namespaceSelector: {}}] allows every pod of the cluster" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Endpoint security: `waitmeter run --web.config.file`, a file in the Prometheus exporter
+toolkit's web-config format, rendered into a Secret (or web.existingSecret) mounted at
+/etc/waitmeter/web; the TLS Secret at /etc/waitmeter/tls, the client CA at
+/etc/waitmeter/client-ca. "waitmeter.web.enabled" renders "true" or nothing.
+*/}}
+{{- define "waitmeter.web.enabled" -}}
+{{- $w := .Values.web }}
+{{- if or $w.existingSecret $w.tls.enabled $w.basicAuth.users $w.headers }}true{{ end }}
+{{- end }}
+
+{{- define "waitmeter.web.configFile" -}}
+/etc/waitmeter/web/web-config.yml
+{{- end }}
+
+{{- define "waitmeter.web.secretName" -}}
+{{- .Values.web.existingSecret | default (printf "%s-web-config" (include "waitmeter.fullname" .)) }}
+{{- end }}
+
+{{/* The client_auth_type in force: "" without client certificates. */}}
+{{- define "waitmeter.web.clientAuthType" -}}
+{{- if and .Values.web.tls.enabled .Values.web.tls.clientCA.secretName }}
+{{- .Values.web.tls.clientAuthType | default "RequireAndVerifyClientCert" }}
+{{- end }}
+{{- end }}
+
+{{/* The web-config file the chart renders (not with web.existingSecret). */}}
+{{- define "waitmeter.web.config" -}}
+{{- $w := .Values.web }}
+{{- $cfg := dict }}
+{{- if $w.tls.enabled }}
+{{- $tls := dict "cert_file" "/etc/waitmeter/tls/tls.crt" "key_file" "/etc/waitmeter/tls/tls.key" }}
+{{- with include "waitmeter.web.clientAuthType" . }}
+{{- $_ := set $tls "client_auth_type" . }}
+{{- $_ := set $tls "client_ca_file" "/etc/waitmeter/client-ca/ca.crt" }}
+{{- end }}
+{{- with $w.tls.minVersion }}{{ $_ := set $tls "min_version" . }}{{ end }}
+{{- with $w.tls.maxVersion }}{{ $_ := set $tls "max_version" . }}{{ end }}
+{{- $_ := set $cfg "tls_server_config" $tls }}
+{{- end }}
+{{- with $w.basicAuth.users }}
+{{- $_ := set $cfg "basic_auth_users" . }}
+{{- end }}
+{{- with $w.headers }}
+{{- $_ := set $cfg "http_server_config" (dict "headers" .) }}
+{{- end -}}
+# waitmeter run --web.config.file: the Prometheus exporter toolkit's web-config format
+{{ toYaml $cfg }}
+{{- end }}
+
+{{/*
+A probe from livenessProbe/readinessProbe: over HTTPS when web.tls is on; with client
+certificates required (the kubelet has none to present) a TCP check of the same port.
+Usage: include "waitmeter.probe" (dict "ctx" $ctx "probe" $probe)
+*/}}
+{{- define "waitmeter.probe" -}}
+{{- $p := deepCopy .probe }}
+{{- $v := .ctx.Values }}
+{{- if and $p.httpGet $v.web.tls.enabled }}
+{{- if eq (include "waitmeter.web.clientAuthType" .ctx) "RequireAndVerifyClientCert" }}
+{{- $_ := set $p "tcpSocket" (dict "port" $p.httpGet.port) }}
+{{- $_ := unset $p "httpGet" }}
+{{- else if not $p.httpGet.scheme }}
+{{- $_ := set $p.httpGet "scheme" "HTTPS" }}
+{{- end }}
+{{- end }}
+{{- toYaml $p }}
 {{- end }}
 
 {{/*
@@ -99,6 +270,9 @@ The agent's command line.
 {{- end }}
 {{- if .Values.age.socket.enabled }}
 - --age-socket=/run/waitmeter/age.sock
+{{- end }}
+{{- if include "waitmeter.web.enabled" . }}
+- --web.config.file={{ include "waitmeter.web.configFile" . }}
 {{- end }}
 {{- range $a.extraArgs }}
 - {{ . | quote }}
@@ -155,9 +329,10 @@ where $scope has .Values, .Chart and .Release of this chart (`.` here, or
     seccompProfile:
       {{- toYaml . | nindent 6 }}
     {{- end }}
-    {{- with $v.securityContext.appArmorProfile }}
+    {{- /* a field since Kubernetes 1.30; older clusters get the annotation (waitmeter.podAnnotations) */}}
+    {{- if and $v.securityContext.appArmorProfile (semverCompare ">=1.30.0-0" $ctx.Capabilities.KubeVersion.Version) }}
     appArmorProfile:
-      {{- toYaml . | nindent 6 }}
+      {{- toYaml $v.securityContext.appArmorProfile | nindent 6 }}
     {{- end }}
   {{- with $v.resources }}
   resources:
@@ -165,11 +340,11 @@ where $scope has .Values, .Chart and .Release of this chart (`.` here, or
   {{- end }}
   {{- with $v.livenessProbe }}
   livenessProbe:
-    {{- toYaml . | nindent 4 }}
+    {{- include "waitmeter.probe" (dict "ctx" $ctx "probe" .) | nindent 4 }}
   {{- end }}
   {{- with $v.readinessProbe }}
   readinessProbe:
-    {{- toYaml . | nindent 4 }}
+    {{- include "waitmeter.probe" (dict "ctx" $ctx "probe" .) | nindent 4 }}
   {{- end }}
   {{- $mounts := list }}
   {{- if include "waitmeter.hostCgroup" (dict "ctx" $ctx "sidecar" .sidecar) }}
@@ -182,6 +357,15 @@ where $scope has .Values, .Chart and .Release of this chart (`.` here, or
   {{- end }}
   {{- if and .sidecar $v.age.socket.enabled }}
   {{- $mounts = append $mounts (dict "name" "waitmeter-run" "mountPath" "/run/waitmeter") }}
+  {{- end }}
+  {{- if include "waitmeter.web.enabled" $ctx }}
+  {{- $mounts = append $mounts (dict "name" "waitmeter-web-config" "mountPath" "/etc/waitmeter/web" "readOnly" true) }}
+  {{- end }}
+  {{- if $v.web.tls.enabled }}
+  {{- $mounts = append $mounts (dict "name" "waitmeter-web-tls" "mountPath" "/etc/waitmeter/tls" "readOnly" true) }}
+  {{- if $v.web.tls.clientCA.secretName }}
+  {{- $mounts = append $mounts (dict "name" "waitmeter-web-client-ca" "mountPath" "/etc/waitmeter/client-ca" "readOnly" true) }}
+  {{- end }}
   {{- end }}
   {{- $mounts = concat $mounts $v.extraVolumeMounts }}
   {{- with $mounts }}
@@ -206,6 +390,35 @@ waitmeter.container.
 - name: waitmeter-run
   emptyDir:
     sizeLimit: 1Mi
+{{- end }}
+{{- if include "waitmeter.web.enabled" .ctx }}
+- name: waitmeter-web-config
+  secret:
+    secretName: {{ include "waitmeter.web.secretName" .ctx }}
+    defaultMode: 0400
+    items:
+      - key: web-config.yml
+        path: web-config.yml
+{{- end }}
+{{- if $v.web.tls.enabled }}
+- name: waitmeter-web-tls
+  secret:
+    secretName: {{ $v.web.tls.secretName }}
+    defaultMode: 0400
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+{{- if $v.web.tls.clientCA.secretName }}
+- name: waitmeter-web-client-ca
+  secret:
+    secretName: {{ $v.web.tls.clientCA.secretName }}
+    defaultMode: 0400
+    items:
+      - key: {{ $v.web.tls.clientCA.key }}
+        path: ca.crt
+{{- end }}
 {{- end }}
 {{- with $v.extraVolumes }}
 {{ toYaml . }}
