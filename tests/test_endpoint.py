@@ -6,7 +6,6 @@ import json
 import os
 import re
 import select
-import shutil
 import socket
 import ssl
 import subprocess
@@ -14,10 +13,10 @@ import threading
 import time
 import urllib.request
 
-import bcrypt
 import pytest
 
 from conftest import WAITMETER, Guard, Workload, free_port, prometheus, wait_http
+from pki import bcrypt_hash, self_signed, signed_by
 from test_prometheus import query
 
 HEAD_DEADLINE = 5.0  # agent/src/export/http.rs
@@ -233,26 +232,17 @@ def test_renders_are_shared_by_a_burst_of_scrapes(agent):
 
 # --- TLS, client certificates, basic auth -------------------------------------------------------
 
-def openssl(*args):
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
 def make_pki(d):
     """A CA, a server certificate for 127.0.0.1, and a client certificate."""
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-keyout", f"{d}/ca.key", "-out", f"{d}/ca.pem", "-subj", "/CN=waitmeter test CA", "-days", "2")
-    for name, ext in [("server", "subjectAltName=IP:127.0.0.1,DNS:localhost"), ("client", "extendedKeyUsage=clientAuth")]:
-        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                "-keyout", f"{d}/{name}.key", "-out", f"{d}/{name}.csr", "-subj", f"/CN={name}")
-        (d / f"{name}.ext").write_text(ext + "\n")
-        openssl("x509", "-req", "-in", f"{d}/{name}.csr", "-CA", f"{d}/ca.pem", "-CAkey", f"{d}/ca.key",
-                "-CAcreateserial", "-out", f"{d}/{name}.pem", "-days", "2", "-extfile", f"{d}/{name}.ext")
+    self_signed(d, "ca")
+    signed_by(d, "server", "ca", "serverAuth", san="IP:127.0.0.1,DNS:localhost")
+    signed_by(d, "client", "ca", "clientAuth")
 
 
 def tls_get(port, path, d, user=None, password=None, client_cert=True):
-    ctx = ssl.create_default_context(cafile=str(d / "ca.pem"))
+    ctx = ssl.create_default_context(cafile=str(d / "ca.crt"))
     if client_cert:
-        ctx.load_cert_chain(str(d / "client.pem"), str(d / "client.key"))
+        ctx.load_cert_chain(str(d / "client.crt"), str(d / "client.key"))
     headers = {}
     if user is not None:
         headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
@@ -265,26 +255,25 @@ def tls_get(port, path, d, user=None, password=None, client_cert=True):
 
 
 def test_real_prometheus_scrapes_over_tls_with_client_cert_and_basic_auth(workload_bin, tmp_path):
-    assert shutil.which("openssl"), "openssl is on every Debian machine"
     make_pki(tmp_path)
-    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=6)).decode()
+    hashed = bcrypt_hash("s3cret")
     web = tmp_path / "web.yml"
     # the exporter toolkit's format; relative paths are relative to the file
     web.write_text(json.dumps({
-        "tls_server_config": {"cert_file": "server.pem", "key_file": "server.key",
-                              "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": "ca.pem"},
+        "tls_server_config": {"cert_file": "server.crt", "key_file": "server.key",
+                              "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": "ca.crt"},
         "basic_auth_users": {"prometheus": hashed},
         "http_server_config": {"headers": {"X-Frame-Options": "deny"}},
     }))
     port = free_port()
-    tls = {"ca_file": str(tmp_path / "ca.pem"), "cert_file": str(tmp_path / "client.pem"), "key_file": str(tmp_path / "client.key")}
+    tls = {"ca_file": str(tmp_path / "ca.crt"), "cert_file": str(tmp_path / "client.crt"), "key_file": str(tmp_path / "client.key")}
     target = [{"targets": [f"127.0.0.1:{port}"]}]
     jobs = [
         {"job_name": "waitmeter", "scheme": "https", "tls_config": tls, "static_configs": target,
          "basic_auth": {"username": "prometheus", "password": "s3cret"}},
         {"job_name": "wrong-password", "scheme": "https", "tls_config": tls, "static_configs": target,
          "basic_auth": {"username": "prometheus", "password": "guess"}},
-        {"job_name": "no-client-cert", "scheme": "https", "tls_config": {"ca_file": str(tmp_path / "ca.pem")}, "static_configs": target,
+        {"job_name": "no-client-cert", "scheme": "https", "tls_config": {"ca_file": str(tmp_path / "ca.crt")}, "static_configs": target,
          "basic_auth": {"username": "prometheus", "password": "s3cret"}},
         {"job_name": "plain-http", "static_configs": target},
     ]
@@ -333,11 +322,11 @@ def test_certificates_are_reloaded_when_they_change(workload_bin, tmp_path):
     certificate without a restart; a broken file keeps the last good one."""
     make_pki(tmp_path)
     web = tmp_path / "web.yml"
-    web.write_text("tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n")
+    web.write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
     port = free_port()
 
     def served_cert():
-        ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+        ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
             with ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
                 return t.getpeercert(binary_form=True)
@@ -354,15 +343,14 @@ def test_certificates_are_reloaded_when_they_change(workload_bin, tmp_path):
                 except OSError:
                     assert time.monotonic() < deadline and proc.poll() is None
                     time.sleep(0.1)
-            # a new certificate for the same key, written in place
-            openssl("x509", "-req", "-in", f"{tmp_path}/server.csr", "-CA", f"{tmp_path}/ca.pem", "-CAkey", f"{tmp_path}/ca.key",
-                    "-CAcreateserial", "-out", f"{tmp_path}/server.pem", "-days", "3", "-extfile", f"{tmp_path}/server.ext")
+            # a renewed certificate and key, written in place
+            signed_by(tmp_path, "server", "ca", "serverAuth", san="IP:127.0.0.1")
             time.sleep(1.5)
             served_cert()  # the first connection after the change triggers the reload
             second = served_cert()
             assert second != first
             # a broken rewrite: the agent keeps serving the last good certificate
-            (tmp_path / "server.pem").write_text("not a certificate\n")
+            (tmp_path / "server.crt").write_text("not a certificate\n")
             time.sleep(1.5)
             served_cert()
             assert served_cert() == second
