@@ -238,10 +238,17 @@ impl Rendered {
     }
 }
 
+/// The latest render and when it was made, and whether a scrape is rendering now.
+#[derive(Default)]
+struct CacheState {
+    latest: Option<(Instant, Arc<Rendered>)>,
+    rendering: bool,
+}
+
 /// Renders shared between concurrent scrapes and cached for `RENDER_CACHE`.
 #[derive(Default)]
 struct Cache {
-    state: Mutex<(Option<(Instant, Arc<Rendered>)>, bool)>,
+    state: Mutex<CacheState>,
     done: Condvar,
 }
 
@@ -250,28 +257,28 @@ impl Cache {
         let give_up = Instant::now() + RENDER_TIMEOUT;
         let mut st = self.state.lock().expect("cache lock");
         loop {
-            if let Some((at, r)) = &st.0 {
+            if let Some((at, r)) = &st.latest {
                 if at.elapsed() < RENDER_CACHE {
                     return Some(Arc::clone(r));
                 }
             }
-            if !st.1 {
+            if !st.rendering {
                 break;
             }
             // another scrape is rendering: wait for its result
             let left = give_up.checked_duration_since(Instant::now())?;
             st = self.done.wait_timeout(st, left).expect("cache lock").0;
         }
-        st.1 = true;
+        st.rendering = true;
         drop(st);
         let (tx, rx) = mpsc::sync_channel(1);
         let sent = scrapes.lock().expect("scrape channel lock").send(Scrape { reply: tx }).is_ok();
         let text = if sent { rx.recv_timeout(RENDER_TIMEOUT).ok() } else { None };
         let mut st = self.state.lock().expect("cache lock");
-        st.1 = false;
+        st.rendering = false;
         let out = text.map(|t| Arc::new(Rendered { openmetrics: t, text: OnceLock::new(), gzip: Default::default() }));
         if let Some(r) = &out {
-            st.0 = Some((Instant::now(), Arc::clone(r)));
+            st.latest = Some((Instant::now(), Arc::clone(r)));
         }
         self.done.notify_all();
         out
