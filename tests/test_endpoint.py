@@ -2,6 +2,7 @@
 clients, floods of bad requests, a real Prometheus over TLS with client
 certificates and basic auth (issue: defects found by outside tests)."""
 import base64
+import contextlib
 import json
 import os
 import re
@@ -15,9 +16,9 @@ import urllib.request
 
 import pytest
 
-from conftest import WAITMETER, Guard, Workload, free_port, prometheus, wait_http
+from conftest import WAITMETER, Guard, Workload, free_port, prometheus
 from pki import bcrypt_hash, self_signed, signed_by
-from test_prometheus import query
+from test_prometheus import pinned_pair_agent, query  # noqa: F401 (fixture)
 
 HEAD_DEADLINE = 5.0  # agent/src/export/http.rs
 MAX_CONNECTIONS = 256
@@ -56,15 +57,29 @@ def raw(port, data, timeout=5.0):
 
 
 @pytest.fixture
-def agent(workload_bin):
-    """`waitmeter run` on a sleeping C workload (a small, steady exposition)."""
-    port = free_port()
+def agent(pinned_pair_agent):
+    """`waitmeter run` on two threads pinned to one CPU: (agent process, port)."""
+    _, port, proc = pinned_pair_agent
+    return proc, port
+
+
+@contextlib.contextmanager
+def agent_with_web_config(workload_bin, port, web, ready):
+    """`waitmeter run --web.config.file web` on the pinned pair, once `ready()` is true."""
     with Workload(workload_bin, "--pinned-pair", 0) as w:
-        proc = subprocess.Popen([str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}"],
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}",
+                                 "--web.config.file", str(web)], stderr=subprocess.PIPE, text=True)
         with Guard(proc):
-            wait_http(f"http://127.0.0.1:{port}/metrics")
-            yield proc, port
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    if ready():
+                        break
+                except OSError:
+                    pass
+                assert time.monotonic() < deadline and proc.poll() is None, "the agent did not come up with TLS"
+                time.sleep(0.1)
+            yield proc
 
 
 def scrape(port, timeout=2.0):
@@ -277,44 +292,32 @@ def test_real_prometheus_scrapes_over_tls_with_client_cert_and_basic_auth(worklo
          "basic_auth": {"username": "prometheus", "password": "s3cret"}},
         {"job_name": "plain-http", "static_configs": target},
     ]
-    with Workload(workload_bin, "--pinned-pair", 0) as w:
-        proc = subprocess.Popen([str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}",
-                                 "--web.config.file", str(web)], stderr=subprocess.PIPE, text=True)
-        with Guard(proc):
-            deadline = time.monotonic() + 10
+    with agent_with_web_config(workload_bin, port, web, lambda: tls_get(port, "/healthz", tmp_path)[0] == 200) as proc:
+        # no credentials, wrong ones: 401 with a challenge; /healthz needs none
+        assert tls_get(port, "/metrics", tmp_path)[0] == 401
+        assert tls_get(port, "/metrics", tmp_path, "prometheus", "guess")[0] == 401
+        assert tls_get(port, "/metrics", tmp_path, "nobody", "s3cret")[0] == 401
+        code, body = tls_get(port, "/metrics", tmp_path, "prometheus", "s3cret")
+        assert code == 200 and "waitmeter_thread_seconds_total" in body
+        # no client certificate: the handshake fails
+        with pytest.raises((ssl.SSLError, ConnectionResetError, urllib.error.URLError)):
+            tls_get(port, "/healthz", tmp_path, client_cert=False)
+        with prometheus(tmp_path, port, jobs=jobs) as base:
+            deadline = time.monotonic() + 30
             while True:
-                try:
-                    if tls_get(port, "/healthz", tmp_path)[0] == 200:
-                        break
-                except OSError:
-                    pass
-                assert time.monotonic() < deadline and proc.poll() is None, "agent did not come up with TLS"
-                time.sleep(0.1)
-            # no credentials, wrong ones: 401 with a challenge; /healthz needs none
-            assert tls_get(port, "/metrics", tmp_path)[0] == 401
-            assert tls_get(port, "/metrics", tmp_path, "prometheus", "guess")[0] == 401
-            assert tls_get(port, "/metrics", tmp_path, "nobody", "s3cret")[0] == 401
-            code, body = tls_get(port, "/metrics", tmp_path, "prometheus", "s3cret")
-            assert code == 200 and "waitmeter_thread_seconds_total" in body
-            # no client certificate: the handshake fails
-            with pytest.raises((ssl.SSLError, ConnectionResetError, urllib.error.URLError)):
-                tls_get(port, "/healthz", tmp_path, client_cert=False)
-            with prometheus(tmp_path, port, jobs=jobs) as base:
-                deadline = time.monotonic() + 30
-                while True:
-                    up = {dict(k)["job"]: v for k, v in query(base, "up").items()}
-                    if len(up) == 4:
-                        break
-                    assert time.monotonic() < deadline, up
-                    time.sleep(0.5)
-                series = query(base, 'waitmeter_thread_seconds_total{job="waitmeter",state="runqueue"}')
-            assert up == {"waitmeter": 1.0, "wrong-password": 0.0, "no-client-cert": 0.0, "plain-http": 0.0}, up
-            assert len(series) >= 2, series
-            time.sleep(1.1)  # past the render cache
-            code, body = tls_get(port, "/metrics", tmp_path, "prometheus", "s3cret")
-            assert metric(body, "waitmeter_http_requests_total", code="401") >= 4
-            assert metric(body, "waitmeter_http_connections_dropped_total", reason="tls_handshake") >= 2
-            assert proc.poll() is None
+                up = {dict(k)["job"]: v for k, v in query(base, "up").items()}
+                if len(up) == 4:
+                    break
+                assert time.monotonic() < deadline, up
+                time.sleep(0.5)
+            series = query(base, 'waitmeter_thread_seconds_total{job="waitmeter",state="runqueue"}')
+        assert up == {"waitmeter": 1.0, "wrong-password": 0.0, "no-client-cert": 0.0, "plain-http": 0.0}, up
+        assert len(series) >= 2, series
+        time.sleep(1.1)  # past the render cache
+        code, body = tls_get(port, "/metrics", tmp_path, "prometheus", "s3cret")
+        assert metric(body, "waitmeter_http_requests_total", code="401") >= 4
+        assert metric(body, "waitmeter_http_connections_dropped_total", reason="tls_handshake") >= 2
+        assert proc.poll() is None
 
 
 def test_certificates_are_reloaded_when_they_change(workload_bin, tmp_path):
@@ -331,30 +334,20 @@ def test_certificates_are_reloaded_when_they_change(workload_bin, tmp_path):
             with ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
                 return t.getpeercert(binary_form=True)
 
-    with Workload(workload_bin, "--pinned-pair", 0) as w:
-        proc = subprocess.Popen([str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}",
-                                 "--web.config.file", str(web)], stderr=subprocess.PIPE, text=True)
-        with Guard(proc):
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    first = served_cert()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline and proc.poll() is None
-                    time.sleep(0.1)
-            # a renewed certificate and key, written in place
-            signed_by(tmp_path, "server", "ca", "serverAuth", san="IP:127.0.0.1")
-            time.sleep(1.5)
-            served_cert()  # the first connection after the change triggers the reload
-            second = served_cert()
-            assert second != first
-            # a broken rewrite: the agent keeps serving the last good certificate
-            (tmp_path / "server.crt").write_text("not a certificate\n")
-            time.sleep(1.5)
-            served_cert()
-            assert served_cert() == second
-            assert proc.poll() is None
+    with agent_with_web_config(workload_bin, port, web, lambda: served_cert() is not None) as proc:
+        first = served_cert()
+        # a renewed certificate and key, written in place
+        signed_by(tmp_path, "server", "ca", "serverAuth", san="IP:127.0.0.1")
+        time.sleep(1.5)
+        served_cert()  # the first connection after the change triggers the reload
+        second = served_cert()
+        assert second != first
+        # a broken rewrite: the agent keeps serving the last good certificate
+        (tmp_path / "server.crt").write_text("not a certificate\n")
+        time.sleep(1.5)
+        served_cert()
+        assert served_cert() == second
+        assert proc.poll() is None
 
 
 def test_bad_web_config_is_one_clear_line(tmp_path):
