@@ -125,30 +125,46 @@ pub fn fetch(url: &str, metric: &str, labels: &BTreeMap<String, String>) -> Resu
     get(url).map_err(|e| format!("{e:#}")).and_then(|body| exposition::read(&body, metric, labels).map_err(|e| e.to_string()))
 }
 
-/// The age a reading stands for: a gauge's value; for a histogram or a
-/// summary the mean of the observations since the previous reading.
+/// The age a reading stands for: a gauge's value, a gauge histogram's mean
+/// now; for a histogram or a summary the mean of the observations since the
+/// previous reading.
 pub fn sample_of(previous: Option<&Reading>, r: &Reading) -> Option<f64> {
-    match (previous, r) {
+    let age = match (previous, r) {
         (_, Reading::Value(v)) => Some(*v),
+        (_, Reading::GaugeHistogram { sum, count, .. }) => (*count > 0.0).then(|| sum / count),
         (Some(Reading::Histogram { sum: s0, count: c0, .. }), Reading::Histogram { sum, count, .. })
         | (Some(Reading::Summary { sum: s0, count: c0, .. }), Reading::Summary { sum, count, .. }) => {
             let dc = count - c0;
             (dc > 0.0).then(|| (sum - s0) / dc)
         }
         _ => None,
-    }
+    };
+    age.filter(|a| a.is_finite())
 }
 
-/// Quantile `q` of a histogram's observations between two readings, by
-/// linear interpolation within the bucket (as Prometheus' histogram_quantile).
+/// Quantile `q` of a histogram's observations between two readings (of a
+/// gauge histogram: now), by linear interpolation within the bucket (as
+/// Prometheus' histogram_quantile). Buckets are sorted by bound.
 pub fn histogram_quantile(start: Option<&Reading>, end: &Reading, q: f64) -> Option<f64> {
-    let Reading::Histogram { buckets, .. } = end else { return None };
-    let base: Vec<(f64, f64)> = match start {
-        Some(Reading::Histogram { buckets: b, .. }) => b.clone(),
-        _ => vec![],
+    let none: &[(f64, f64)] = &[];
+    let (buckets, base) = match (start, end) {
+        (_, Reading::GaugeHistogram { buckets, .. }) => (buckets, none),
+        (Some(Reading::Histogram { buckets: b, .. }), Reading::Histogram { buckets, .. }) => (buckets, b.as_slice()),
+        (_, Reading::Histogram { buckets, .. }) => (buckets, none),
+        _ => return None,
     };
-    let delta: Vec<(f64, f64)> =
-        buckets.iter().map(|(le, c)| (*le, c - base.iter().find(|(l, _)| l == le).map_or(0.0, |x| x.1))).collect();
+    // both sorted: one walk subtracts the start's count of the same bound
+    let mut j = 0;
+    let delta: Vec<(f64, f64)> = buckets
+        .iter()
+        .map(|(le, c)| {
+            while j < base.len() && base[j].0 < *le {
+                j += 1;
+            }
+            let c0 = if j < base.len() && base[j].0 == *le { base[j].1 } else { 0.0 };
+            (*le, c - c0)
+        })
+        .collect();
     let total = delta.last()?.1;
     if total <= 0.0 {
         return None;
@@ -184,6 +200,7 @@ mod tests {
     #[test]
     fn samples_from_each_kind() {
         assert_eq!(sample_of(None, &Reading::Value(2.0)), Some(2.0));
+        assert_eq!(sample_of(None, &Reading::Value(f64::NAN)), None);
         let h0 = Reading::Histogram { sum: 10.0, count: 10.0, buckets: vec![(1.0, 10.0), (f64::INFINITY, 10.0)] };
         let h1 = Reading::Histogram { sum: 40.0, count: 20.0, buckets: vec![(1.0, 10.0), (f64::INFINITY, 20.0)] };
         assert_eq!(sample_of(None, &h1), None); // no window yet
@@ -192,6 +209,10 @@ mod tests {
         let s0 = Reading::Summary { sum: 1.0, count: 1.0, quantiles: vec![] };
         let s1 = Reading::Summary { sum: 3.0, count: 2.0, quantiles: vec![] };
         assert_eq!(sample_of(Some(&s0), &s1), Some(2.0));
+        // a gauge histogram is the distribution now
+        let g = Reading::GaugeHistogram { sum: 12.5, count: 5.0, buckets: vec![(1.0, 2.0), (f64::INFINITY, 5.0)] };
+        assert_eq!(sample_of(None, &g), Some(2.5));
+        assert_eq!(sample_of(Some(&g), &g), Some(2.5));
     }
 
     #[test]
@@ -202,6 +223,13 @@ mod tests {
         assert!((histogram_quantile(Some(&h0), &h1, 0.7).unwrap() - 0.55).abs() < 1e-12);
         assert_eq!(histogram_quantile(Some(&h0), &h1, 0.99), Some(1.0)); // in +Inf: the last finite bound
         assert_eq!(histogram_quantile(Some(&h1), &h1, 0.5), None);
+        // the start's counts are those of the same bound
+        let h1 = Reading::Histogram { sum: 0.0, count: 100.0, buckets: vec![(0.1, 50.0), (0.2, 55.0), (1.0, 90.0), (f64::INFINITY, 100.0)] };
+        let h2 = Reading::Histogram { sum: 0.0, count: 110.0, buckets: vec![(0.1, 50.0), (1.0, 100.0), (f64::INFINITY, 110.0)] };
+        assert!((histogram_quantile(Some(&h1), &h2, 0.5).unwrap() - 0.55).abs() < 1e-12);
+        let g = Reading::GaugeHistogram { sum: 0.0, count: 4.0, buckets: vec![(1.0, 2.0), (2.0, 4.0), (f64::INFINITY, 4.0)] };
+        assert_eq!(histogram_quantile(Some(&h0), &g, 0.5), Some(1.0));
+        assert_eq!(histogram_quantile(None, &Reading::Value(1.0), 0.5), None);
     }
 
     #[test]
