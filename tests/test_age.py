@@ -1,15 +1,20 @@
 """The age join and the verdict engine on real workloads (issue: age join):
 the application's own Prometheus endpoint (prometheus_client), and
 waitmeter_client over the agent's Unix socket."""
+import itertools
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
 
 import pytest
 
-from conftest import BUILD, ROOT, WAITMETER, Workload, attach, by_tid, free_port
+from conftest import BUILD, ROOT, WAITMETER, Guard, Workload, attach, by_tid, free_port, wait_http
 from test_blame import throttled_cgroup  # noqa: F401  (fixture)
 from test_gil import STARVE, pyenv_python
 
@@ -40,7 +45,8 @@ def test_gil_starvation_with_the_apps_own_lag_metric(app_python):
     port = free_port()
     with Workload(app_python, STARVE, "same", "--metrics-port", port) as w:
         # the starved application serves its own /metrics slowly too (2.6-6 s per scrape
-        # measured): a window long enough for several scrapes
+        # measured once; 0.3-0.7 s for the agent's filtered poll, 1.1-2.2 s for the whole
+        # page, on a loaded 2-vCPU VM): a window long enough for several scrapes
         report, _ = age_attach(w.pid, "--age-url", f"http://127.0.0.1:{port}/metrics", "--age-metric", "fix_lag_seconds", duration=15.0)
     age = report["age"]
     assert age is not None and age["source"] == "endpoint" and age["samples"] >= 2 and age["rising"] is True, age
@@ -160,3 +166,187 @@ def test_text_output_off_a_terminal_is_plain_lines(workload_bin):
     assert len(ticks) >= 2, cp.stdout
     assert "spin-a" in ticks[0] and "(CPU: spin-b)" in ticks[0], ticks
     assert "TOP CULPRIT" in cp.stdout and "verdict:" in cp.stdout
+
+
+# --- reading the age from real client libraries (defect: exemplars read as values) ---
+
+GO_APP = ROOT / "tests" / "workloads" / "agemetrics"
+PY_APP = ROOT / "tests" / "workloads" / "age_app.py"
+# (--age-metric, more options, what the report's age block must say): the values both
+# programs set. The counter's last exemplar is 2 and the histogram's bucket le=1 carries
+# an exemplar of 0.75 on every exposition: read as values, they give other numbers.
+KNOWN = [
+    ("app_lag_seconds", ["--age-labels", "session=b"], {"last_s": 7.0}),
+    ("app.lag.seconds", [], {"last_s": 4.25}),
+    ("app_messages_total", [], {"last_s": 42.0}),
+    # 0.75 every 20 ms: the mean of each poll's new observations, and the quantiles
+    # interpolated in the bucket (0.5, 1] as Prometheus' histogram_quantile does
+    ("app_age_seconds", [], {"last_s": 0.75, "mean_s": 0.75, "p50_s": 0.75, "p99_s": 0.995}),
+]
+SUFFIXES = ["", "_total", "_sum", "_count", "_bucket", "_gsum", "_gcount"]
+
+
+@pytest.fixture(scope="module")
+def go_app():
+    """tests/workloads/agemetrics (client_golang from the Go module proxy), built once."""
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    if not os.path.exists(go):
+        pytest.fail("no Go toolchain (make setup needs one for helm too)")
+    BUILD.mkdir(exist_ok=True)
+    out = BUILD / "agemetrics"
+    subprocess.run([go, "build", "-o", str(out), "."], cwd=GO_APP, check=True, timeout=600,
+                   env={**os.environ, "GOFLAGS": "-mod=readonly"})
+    return out
+
+
+def age_of(pid, url, metric, *extra, duration=1.5):
+    """`attach` with the age from `url`, polled every 0.25 s; (age block, stderr)."""
+    report, cp = attach(pid, duration, "--age-url", url, "--age-metric", metric, "--age-interval", "0.25", *extra)
+    return report["age"], cp.stderr
+
+
+def assert_known_values(pid, url):
+    for metric, extra, want in KNOWN:
+        age, stderr = age_of(pid, url, metric, *extra)
+        assert age is not None and age["source"] == "endpoint", (metric, age, stderr)
+        assert age["samples"] >= 2 and age["skipped_lines"] == 0 and age["failed_polls"] == 0, (metric, age, stderr)
+        for k, v in want.items():
+            assert age[k] == pytest.approx(v, abs=1e-6), (metric, k, age)
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/metrics-text"])
+def test_go_client_values_are_read_exactly(go_app, workload_bin, path):
+    """/metrics: OpenMetrics with exemplars and _created; /metrics-text: the text
+    format (client_golang offers it UTF-8 names quoted, as the agent asks)."""
+    port = free_port()
+    with Workload(go_app, port), Workload(workload_bin, "--sleep", 1) as w:
+        assert_known_values(w.pid, f"http://127.0.0.1:{port}{path}")
+
+
+def request_log(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_prometheus_client_values_are_read_exactly_through_the_name_filter(app_python, workload_bin, tmp_path):
+    port, log = free_port(), tmp_path / "requests.log"
+    url = f"http://127.0.0.1:{port}/metrics"
+    with Workload(app_python, PY_APP, port, log), Workload(workload_bin, "--sleep", 1) as w:
+        assert_known_values(w.pid, url)
+        polls = request_log(log)
+        # what the whole exposition would have been, asked for the same way
+        req = urllib.request.Request(url, headers={"Accept": polls[0]["accept"]})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            whole = len(r.read())
+    # every poll asked in OpenMetrics (the format with exemplars) for the samples of one metric
+    asked = {metric: [metric + s for s in SUFFIXES] for metric, _, _ in KNOWN}
+    assert len(polls) >= 4 * 3, polls
+    for p in polls:
+        assert p["accept"].startswith("application/openmetrics-text;version=1.0.0"), p
+        assert p["names"] in asked.values(), p
+    for metric, names in asked.items():
+        assert any(p["names"] == names for p in polls), metric
+    biggest = max(p["bytes"] for p in polls)
+    print(f"\nprometheus_client answers: {biggest} bytes at most with the name filter, {whole} bytes without")
+    assert biggest < 2_000 and whole > 50 * biggest, (biggest, whole)
+
+
+def test_a_broken_line_costs_that_line_not_the_age(app_python, workload_bin, tmp_path):
+    """The library's own exposition with a malformed line and a line that is not
+    UTF-8 (both of the asked metric) on top: every poll still gives the age."""
+    port = free_port()
+    with Workload(app_python, PY_APP, port, tmp_path / "requests.log", "--broken-lines"), \
+            Workload(workload_bin, "--sleep", 1) as w:
+        age, stderr = age_of(w.pid, f"http://127.0.0.1:{port}/metrics", "app_lag_seconds", "--age-labels", "session=b")
+    assert age["last_s"] == 7.0 and age["max_s"] == 7.0 and age["samples"] >= 3, age
+    assert age["failed_polls"] == 0 and age["skipped_lines"] == 2 * age["samples"], age
+    warnings = [l for l in stderr.splitlines() if "malformed line" in l]
+    assert len(warnings) == 1 and "skipped 2 malformed line(s)" in warnings[0] and "line 1:" in warnings[0], stderr
+
+
+# --- the poll's deadline (defect: a trickling endpoint held the poller forever) ---
+
+class Trickle:
+    """A tiny HTTP server answering every connection one byte per second, head
+    included, forever; records how long each connection lasted until the
+    client closed it."""
+
+    RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"lag 1\n" * 100
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.lasted = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn):
+        start = time.monotonic()
+        conn.settimeout(0.05)
+        nxt, data = start, itertools.cycle(self.RESPONSE)
+        with conn:
+            while True:
+                if time.monotonic() >= nxt:
+                    try:
+                        conn.send(bytes([next(data)]))
+                    except OSError:
+                        break
+                    nxt += 1.0
+                try:
+                    if conn.recv(4096) == b"":
+                        break  # the client closed
+                except socket.timeout:
+                    pass
+                except OSError:
+                    break
+        self.lasted.append(time.monotonic() - start)
+
+    def close(self):
+        self.sock.close()
+
+
+def metric_values(text, name):
+    """{labels: value} of one metric in an exposition."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line.rsplit(" ", 1)
+            out[labels[len(name):]] = float(value)
+    return out
+
+
+def test_a_trickling_endpoint_is_cut_off_at_the_deadline_and_polls_go_on(workload_bin):
+    server = Trickle()
+    listen = free_port()
+    cmd = [str(WAITMETER), "run", "--listen", f"127.0.0.1:{listen}", "--age-url", f"http://127.0.0.1:{server.port}/metrics",
+           "--age-metric", "lag", "--age-timeout", "2", "--age-interval", "0.5"]
+    try:
+        with Workload(workload_bin, "--sleep", 1) as w, \
+                Guard(subprocess.Popen(cmd + ["--pid", str(w.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)) as agent:
+            wait_http(f"http://127.0.0.1:{listen}/metrics", timeout=30)
+            deadline = time.monotonic() + 30
+            while len(server.lasted) < 3 and time.monotonic() < deadline and agent.poll() is None:
+                time.sleep(0.1)
+            text = wait_http(f"http://127.0.0.1:{listen}/metrics")
+            lasted = list(server.lasted)  # before the agent stops, cutting the poll under way
+    finally:
+        server.close()
+    assert len(lasted) >= 3, (lasted, server.accepted)
+    # each poll ended at its 2 s deadline (a byte a second never tripped a per-read timeout)
+    assert all(1.9 <= t <= 2.6 for t in lasted), lasted
+    reasons = metric_values(text, "waitmeter_age_scrape_errors_total")
+    assert reasons['{reason="timeout"}'] >= 3, reasons
+    assert all(v == 0 for k, v in reasons.items() if k != '{reason="timeout"}'), reasons
+    assert set(reasons) == {f'{{reason="{r}"}}' for r in
+                            ["connect", "timeout", "http_status", "too_large", "encoding", "bad_response", "metric_missing", "bad_line"]}
+    assert metric_values(text, "waitmeter_age_source_errors_total")['{source="endpoint"}'] == reasons['{reason="timeout"}']

@@ -91,7 +91,7 @@ pub struct ProbeArgs {
 }
 
 /// Where the application's end-to-end age comes from (docs/age.md).
-#[derive(Args, Debug, Default)]
+#[derive(Args, Debug)]
 pub struct AgeArgs {
     /// The application's Prometheus endpoint holding its age/lag metric (http://HOST:PORT/PATH)
     #[arg(long, value_name = "URL", requires = "age_metric")]
@@ -102,9 +102,31 @@ pub struct AgeArgs {
     /// Only the series with these labels (k=v,k2=v2)
     #[arg(long, value_name = "LABELS", requires = "age_url", value_parser = parse_labels)]
     pub age_labels: Option<std::collections::BTreeMap<String, String>>,
+    /// Poll --age-url every SECS (asking for the metric's samples only: ?name[]=NAME...)
+    #[arg(long, value_name = "SECS", default_value = "1", requires = "age_url", value_parser = age_interval)]
+    pub age_interval: f64,
+    /// Give up a poll of --age-url not answered in full within SECS (connect, request, whole response; at most 60)
+    #[arg(long, value_name = "SECS", default_value = "10", requires = "age_url", value_parser = age_timeout)]
+    pub age_timeout: f64,
     /// Receive waitmeter_client samples on this Unix socket (per-thread age)
     #[arg(long, value_name = "PATH")]
     pub age_socket: Option<PathBuf>,
+}
+
+/// At least 0.1 s: every poll makes the application render its metrics.
+fn age_interval(s: &str) -> Result<f64, String> {
+    match positive_seconds(s)? {
+        v if v < 0.1 => Err(format!("`{s}`: poll at most every 0.1 s (each poll makes the application render its metrics)")),
+        v => Ok(v),
+    }
+}
+
+/// At most 60 s: a poll that takes longer cannot be joined with a window.
+fn age_timeout(s: &str) -> Result<f64, String> {
+    match positive_seconds(s)? {
+        v if v > 60.0 => Err(format!("`{s}`: give at most 60 seconds")),
+        v => Ok(v),
+    }
 }
 
 fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
@@ -193,6 +215,28 @@ mod tests {
         assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--age-metric", "lag"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--age-url", "http://x/m", "--age-metric", "lag", "--age-labels", "a=b"]).is_ok());
         assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--age-url", "http://x/m", "--age-metric", "lag", "--age-labels", "oops"]).is_err());
+    }
+
+    #[test]
+    fn age_poll_interval_and_deadline() {
+        let age = |extra: &[&str]| {
+            let mut a = vec!["waitmeter", "attach", "--pid", "1", "--age-url", "http://x/m", "--age-metric", "lag"];
+            a.extend_from_slice(extra);
+            Cli::try_parse_from(a).map(|c| match c.cmd {
+                Cmd::Attach(a) => (a.age.age_interval, a.age.age_timeout),
+                _ => unreachable!(),
+            })
+        };
+        assert_eq!(age(&[]).unwrap(), (1.0, 10.0));
+        assert_eq!(age(&["--age-interval", "0.5", "--age-timeout", "2.5"]).unwrap(), (0.5, 2.5));
+        assert_eq!(age(&["--age-timeout", "60"]).unwrap(), (1.0, 60.0));
+        for bad in [["--age-interval", "0"], ["--age-interval", "0.01"], ["--age-interval", "x"], ["--age-timeout", "0"], ["--age-timeout", "61"], ["--age-timeout", "-1"]] {
+            assert!(age(&bad).is_err(), "{bad:?}");
+        }
+        // without --age-url they mean nothing
+        assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--age-interval", "2"]).is_err());
+        assert!(Cli::try_parse_from(["waitmeter", "run", "--pid", "1", "--age-timeout", "2"]).is_err());
+        assert!(Cli::try_parse_from(["waitmeter", "run", "--pid", "1"]).is_ok());
     }
 
     #[test]

@@ -1,101 +1,492 @@
 //! Polling one metric of the application's Prometheus endpoint (plain HTTP).
+//!
+//! The endpoint is the application's, reachable on the network: its answer
+//! is hostile input. One poll is one GET under one deadline (connect, request
+//! and the whole response), with a bounded head and body; every failure is a
+//! [`PollError`] with a [`Reason`], never a panic. The request asks for the
+//! metric's samples only (`?name[]=`), so that an application serving its
+//! /metrics while holding its GIL renders a few lines, not all of them.
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
+use thiserror::Error;
+use waitmeter_formats::http::{self as wire, HeadError};
 
-use super::exposition::{self, Reading};
+use super::exposition::{self, BadLine, ExpositionError, Reading};
 use crate::model::age::AgeSample;
 
-/// Prometheus' own default scrape timeout: an application starved of its GIL
-/// serves /metrics slowly.
-const TIMEOUT: Duration = Duration::from_secs(10);
-const MAX_BODY: usize = 16 << 20;
+/// The largest body read (decoded). A filtered answer is a few hundred bytes;
+/// an endpoint that ignores the filter sends everything.
+pub const MAX_BODY: usize = 16 << 20;
+/// The longest chunk-size line of a chunked body.
+const MAX_CHUNK_LINE: usize = 1024;
 
-/// `http://host:port/path` -> (host:port, path).
-pub fn parse_url(url: &str) -> Result<(String, String)> {
-    let rest = url.strip_prefix("http://").context("only http:// URLs are supported (put a local port-forward in front of https)")?;
-    let (hostport, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/metrics"),
-    };
-    if hostport.is_empty() {
-        bail!("no host in {url}");
-    }
-    let hostport = if hostport.contains(':') && !hostport.ends_with(']') { hostport.to_string() } else { format!("{hostport}:80") };
-    Ok((hostport, path.to_string()))
+/// OpenMetrics 1.0 first (the only text format with exemplars, and an `# EOF`
+/// that shows the body is whole), then the Prometheus text formats; metric
+/// and label names as the application wrote them (`escaping=allow-utf-8`:
+/// without it client_golang turns `app.lag` into `app_lag`, which may be
+/// another metric). No compression.
+pub const ACCEPT: &str = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,\
+application/openmetrics-text;version=0.0.1;q=0.5,\
+text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,\
+text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+
+/// The samples a metric of any type may have. `name[]` filters by sample
+/// name in prometheus_client (and client_java), so each is asked for;
+/// `_created` is never a value and is left out.
+const SUFFIXES: [&str; 7] = ["", "_total", "_sum", "_count", "_bucket", "_gsum", "_gcount"];
+
+/// Why a poll failed or a line was skipped: the `reason` label of
+/// `waitmeter_age_scrape_errors_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    Connect,
+    Timeout,
+    HttpStatus,
+    TooLarge,
+    Encoding,
+    BadResponse,
+    MetricMissing,
+    /// a skipped line (the others count polls)
+    BadLine,
 }
 
-/// GET the URL; the body of a 200 response.
-pub fn get(url: &str) -> Result<String> {
-    let (hostport, path) = parse_url(url)?;
-    let addr = hostport.to_socket_addrs().with_context(|| format!("cannot resolve {hostport}"))?.next().context("no address")?;
-    let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).with_context(|| format!("cannot connect to {hostport}"))?;
-    s.set_read_timeout(Some(TIMEOUT))?;
-    s.set_write_timeout(Some(TIMEOUT))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {hostport}\r\nAccept: text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1\r\nConnection: close\r\nUser-Agent: waitmeter\r\n\r\n"
-    )?;
-    let mut raw = vec![];
-    s.take(MAX_BODY as u64).read_to_end(&mut raw).context("reading the response")?;
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").context("no HTTP header end")?;
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let status = head.lines().next().unwrap_or("");
-    if status.split_whitespace().nth(1) != Some("200") {
-        bail!("HTTP status `{status}`");
+impl Reason {
+    pub const ALL: [Reason; 8] =
+        [Reason::Connect, Reason::Timeout, Reason::HttpStatus, Reason::TooLarge, Reason::Encoding, Reason::BadResponse, Reason::MetricMissing, Reason::BadLine];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Connect => "connect",
+            Reason::Timeout => "timeout",
+            Reason::HttpStatus => "http_status",
+            Reason::TooLarge => "too_large",
+            Reason::Encoding => "encoding",
+            Reason::BadResponse => "bad_response",
+            Reason::MetricMissing => "metric_missing",
+            Reason::BadLine => "bad_line",
+        }
     }
-    let body = &raw[split + 4..];
-    let chunked = head.lines().any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.to_ascii_lowercase().contains("chunked"));
-    let body = if chunked { waitmeter_formats::http::dechunk(body, MAX_BODY).context("bad chunked encoding")? } else { body.to_vec() };
-    String::from_utf8(body).context("the body is not UTF-8")
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum PollError {
+    #[error("cannot connect to {0}")]
+    Connect(String),
+    #[error("no complete answer within the {0:.3?} deadline ({1})")]
+    Timeout(Duration, &'static str),
+    #[error("HTTP status {0}")]
+    Status(String),
+    #[error("{0}")]
+    TooLarge(String),
+    #[error("{0}")]
+    Encoding(String),
+    #[error("not a well-formed HTTP response: {0}")]
+    BadResponse(String),
+    #[error(transparent)]
+    Metric(#[from] ExpositionError),
+}
+
+impl PollError {
+    pub fn reason(&self) -> Reason {
+        match self {
+            PollError::Connect(_) => Reason::Connect,
+            PollError::Timeout(..) => Reason::Timeout,
+            PollError::Status(_) => Reason::HttpStatus,
+            PollError::TooLarge(_) => Reason::TooLarge,
+            PollError::Encoding(_) => Reason::Encoding,
+            PollError::BadResponse(_) => Reason::BadResponse,
+            PollError::Metric(_) => Reason::MetricMissing,
+        }
+    }
+}
+
+/// Where to poll and what to send: parsed once, from `--age-url`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Endpoint {
+    pub url: String,
+    /// to connect to: `host:port`
+    pub hostport: String,
+    /// the Host header: the authority as written
+    pub host: String,
+    /// the request target: the URL's path and query, and the name filter
+    pub target: String,
+}
+
+/// Percent-encode all but RFC 3986's unreserved characters.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `name[]=metric&name[]=metric_total&...`, URL-encoded.
+pub fn name_filter(metric: &str) -> String {
+    SUFFIXES.iter().map(|s| format!("name%5B%5D={}", percent_encode(&format!("{metric}{s}")))).collect::<Vec<_>>().join("&")
+}
+
+impl Endpoint {
+    /// `http://host[:port][/path][?query]` for `metric`.
+    pub fn parse(url: &str, metric: &str) -> Result<Endpoint> {
+        let rest = match url.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+            _ => bail!("only http:// URLs are supported (put a local port-forward in front of https)"),
+        };
+        if url.bytes().any(|b| b <= b' ' || b >= 0x7f) {
+            bail!("the URL has a space or a non-ASCII or control character: percent-encode it");
+        }
+        let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
+        let (authority, path) = match rest.find(['/', '?']) {
+            Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_string()),
+            Some(i) => (&rest[..i], format!("/metrics{}", &rest[i..])),
+            None => (rest, "/metrics".to_string()),
+        };
+        if authority.contains('@') {
+            bail!("credentials in the URL are not supported");
+        }
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !p.contains(']') => (h, Some(p)),
+            _ => (authority, None),
+        };
+        if host.is_empty() || host == "[]" {
+            bail!("no host in {url}");
+        }
+        let port = match port {
+            None => 80,
+            Some(p) => match p.parse::<u16>() {
+                Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
+                _ => bail!("bad port `{p}` in {url}"),
+            },
+        };
+        let sep = match path.find('?') {
+            None => "?",
+            Some(_) if path.ends_with(['?', '&']) => "",
+            Some(_) => "&",
+        };
+        Ok(Endpoint {
+            url: url.to_string(),
+            hostport: format!("{host}:{port}"),
+            host: authority.to_string(),
+            target: format!("{path}{sep}{}", name_filter(metric)),
+        })
+    }
+
+    fn request(&self) -> String {
+        format!(
+            "GET {} HTTP/1.1\r\nHost: {}\r\nAccept: {ACCEPT}\r\nAccept-Encoding: identity\r\nConnection: close\r\nUser-Agent: waitmeter/{}\r\n\r\n",
+            self.target,
+            self.host,
+            env!("CARGO_PKG_VERSION")
+        )
+    }
+}
+
+/// How the body ends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Framing {
+    Length(usize),
+    Chunked,
+    /// at the end of the connection
+    Close,
+}
+
+/// Where the head ends (just past its blank line), scanning only what is new
+/// since the last call (a head trickled byte by byte costs linear time).
+fn head_end(buf: &[u8], scanned: &mut usize) -> Option<usize> {
+    let from = scanned.saturating_sub(2);
+    *scanned = buf.len();
+    (from..buf.len()).find_map(|i| match (buf[i], buf.get(i + 1), buf.get(i + 2)) {
+        (b'\n', Some(b'\n'), _) => Some(i + 2),
+        (b'\n', Some(b'\r'), Some(b'\n')) => Some(i + 3),
+        _ => None,
+    })
+}
+
+/// Follows the chunks of a chunked body as they arrive, to know when it is
+/// whole without waiting for the connection to close.
+#[derive(Default)]
+struct Chunks {
+    /// offset of the next chunk-size line
+    at: usize,
+    done: bool,
+}
+
+impl Chunks {
+    fn advance(&mut self, body: &[u8]) -> Result<(), PollError> {
+        while !self.done {
+            let Some(rest) = body.get(self.at..) else { return Ok(()) };
+            let window = &rest[..rest.len().min(MAX_CHUNK_LINE)];
+            let Some(nl) = window.windows(2).position(|w| w == b"\r\n") else {
+                if rest.len() >= MAX_CHUNK_LINE {
+                    return Err(PollError::BadResponse("a chunk-size line too long".into()));
+                }
+                return Ok(());
+            };
+            let size = std::str::from_utf8(&rest[..nl])
+                .ok()
+                .and_then(|l| l.split(';').next())
+                .map(str::trim)
+                .filter(|s| !s.is_empty() && s.len() <= 16)
+                .and_then(|s| usize::from_str_radix(s, 16).ok())
+                .ok_or_else(|| PollError::BadResponse("a malformed chunk size".into()))?;
+            if size == 0 {
+                self.done = true;
+            } else {
+                if size > MAX_BODY {
+                    return Err(PollError::TooLarge(format!("a chunk of {size} bytes (the body may have {MAX_BODY} at most)")));
+                }
+                self.at += nl + 2 + size + 2;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+/// What is printable of text from the network, for a message.
+fn printable(s: &str) -> String {
+    s.chars().take(80).map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
+/// The head: status 200, an encoding we read, and how the body ends.
+fn check_head(head: &[u8]) -> Result<Framing, PollError> {
+    let r = wire::parse_response(head).map_err(|e| match e {
+        HeadError::TooLarge | HeadError::TooManyHeaders => PollError::TooLarge(format!("response head: {e}")),
+        e => PollError::BadResponse(format!("its head: {e}")),
+    })?;
+    if r.status != 200 {
+        return Err(PollError::Status(format!("{} {}", r.status, printable(r.reason))));
+    }
+    if let Some(ce) = wire::header(&r.headers, "content-encoding").filter(|v| !v.eq_ignore_ascii_case("identity")) {
+        return Err(PollError::Encoding(format!("Content-Encoding: {} (identity was asked for)", printable(ce))));
+    }
+    if let Some(te) = wire::header(&r.headers, "transfer-encoding") {
+        return if te.eq_ignore_ascii_case("chunked") {
+            Ok(Framing::Chunked)
+        } else {
+            Err(PollError::Encoding(format!("Transfer-Encoding: {}", printable(te))))
+        };
+    }
+    let mut length = None;
+    for (_, v) in r.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case("content-length")) {
+        let n = (!v.is_empty() && v.len() <= 20 && v.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| v.parse::<u64>().ok())
+            .flatten()
+            .ok_or_else(|| PollError::BadResponse(format!("Content-Length: {}", printable(v))))?;
+        if length.is_some_and(|l| l != n) {
+            return Err(PollError::BadResponse("two different Content-Lengths".into()));
+        }
+        length = Some(n);
+    }
+    match length {
+        Some(n) if n > MAX_BODY as u64 => Err(PollError::TooLarge(format!("a body of {n} bytes (at most {MAX_BODY})"))),
+        Some(n) => Ok(Framing::Length(n as usize)),
+        None => Ok(Framing::Close),
+    }
+}
+
+/// GET the endpoint; the body of its 200 answer, whole, within `timeout`.
+pub fn get(ep: &Endpoint, timeout: Duration) -> Result<Vec<u8>, PollError> {
+    let deadline = Instant::now() + timeout;
+    let left = || deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero());
+    let timeout_in = |stage| PollError::Timeout(timeout, stage);
+    // name resolution has the system resolver's own timeouts (an IP address has none)
+    let addrs: Vec<SocketAddr> = ep.hostport.to_socket_addrs().map_err(|e| PollError::Connect(format!("{}: {e}", ep.hostport)))?.collect();
+    let mut stream = None;
+    let mut last_error = format!("{}: no address", ep.hostport);
+    for addr in addrs {
+        let t = left().ok_or_else(|| timeout_in("connecting"))?;
+        match TcpStream::connect_timeout(&addr, t) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) if timed_out(&e) => return Err(timeout_in("connecting")),
+            Err(e) => last_error = format!("{addr}: {e}"),
+        }
+    }
+    let mut s = stream.ok_or(PollError::Connect(last_error))?;
+    s.set_write_timeout(Some(left().ok_or_else(|| timeout_in("sending the request"))?)).map_err(|e| PollError::Connect(e.to_string()))?;
+    s.write_all(ep.request().as_bytes()).map_err(|e| if timed_out(&e) { timeout_in("sending the request") } else { PollError::Connect(format!("sending the request: {e}")) })?;
+
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut piece = vec![0u8; 64 * 1024];
+    let mut scanned = 0;
+    let mut head: Option<(usize, Framing)> = None;
+    let mut chunks = Chunks::default();
+    loop {
+        if let Some((start, framing)) = head {
+            let body = &buf[start..];
+            let whole = match framing {
+                Framing::Length(n) => body.len() >= n,
+                Framing::Chunked => {
+                    chunks.advance(body)?;
+                    chunks.done
+                }
+                Framing::Close => false,
+            };
+            if whole {
+                break;
+            }
+            // a chunked body may take twice its decoded size on the wire (tiny chunks)
+            if body.len() > 2 * MAX_BODY + MAX_CHUNK_LINE {
+                return Err(PollError::TooLarge(format!("a body over {MAX_BODY} bytes")));
+            }
+        }
+        let stage = if head.is_some() { "reading the body" } else { "waiting for the response head" };
+        let t = left().ok_or_else(|| timeout_in(stage))?;
+        s.set_read_timeout(Some(t)).map_err(|e| PollError::Connect(e.to_string()))?;
+        let n = match s.read(&mut piece) {
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if timed_out(&e) => return Err(timeout_in(stage)),
+            Err(e) => return Err(PollError::BadResponse(format!("{stage}: {e}"))),
+        };
+        if n == 0 {
+            break; // the server closed
+        }
+        buf.extend_from_slice(&piece[..n]);
+        if head.is_none() {
+            match head_end(&buf, &mut scanned) {
+                Some(end) => head = Some((end, check_head(&buf[..end])?)),
+                None if buf.len() > wire::MAX_HEAD => {
+                    return Err(PollError::TooLarge(format!("a response head over {} bytes", wire::MAX_HEAD)));
+                }
+                None => {}
+            }
+        } else if matches!(head, Some((start, Framing::Close)) if buf.len() - start > MAX_BODY) {
+            return Err(PollError::TooLarge(format!("a body over {MAX_BODY} bytes")));
+        }
+    }
+    let Some((start, framing)) = head else {
+        return Err(PollError::BadResponse(format!("the connection closed after {} bytes, before a whole head", buf.len())));
+    };
+    buf.drain(..start);
+    match framing {
+        Framing::Length(n) if buf.len() < n => Err(PollError::BadResponse(format!("the body ended after {} of {n} bytes", buf.len()))),
+        Framing::Length(n) => {
+            buf.truncate(n);
+            Ok(buf)
+        }
+        Framing::Chunked => wire::dechunk(&buf, MAX_BODY).ok_or_else(|| PollError::BadResponse("a malformed or incomplete chunked body".into())),
+        Framing::Close => Ok(buf),
+    }
+}
+
+/// The outcome of one poll.
+#[derive(Debug, PartialEq)]
+pub struct Poll {
+    pub reading: Result<Reading, PollError>,
+    /// malformed lines skipped in a body that was read
+    pub bad_lines: u64,
+    pub first_bad: Option<BadLine>,
+}
+
+/// GET the endpoint and read the metric.
+pub fn poll(ep: &Endpoint, metric: &str, labels: &BTreeMap<String, String>, timeout: Duration) -> Poll {
+    match get(ep, timeout) {
+        Err(e) => Poll { reading: Err(e), bad_lines: 0, first_bad: None },
+        Ok(body) => {
+            let scan = exposition::scan_bytes(&body, metric, labels);
+            Poll { reading: scan.reading.map_err(PollError::from), bad_lines: scan.bad_lines, first_bad: scan.first_bad }
+        }
+    }
 }
 
 /// The age metric of one process, polled from its endpoint.
 pub struct AgeScraper {
-    pub url: String,
+    pub endpoint: Endpoint,
     pub metric: String,
     pub labels: BTreeMap<String, String>,
+    pub interval: Duration,
+    pub timeout: Duration,
     previous: Option<Reading>,
     pub samples: Vec<AgeSample>,
     /// the histogram/summary state at the start of the window (for quantiles)
     pub window_start: Option<Reading>,
     pub last: Option<Reading>,
-    last_error: Option<String>,
+    /// what was last warned about: the reason of the failing polls, where the
+    /// first bad line was (not their texts, which may change every poll)
+    last_error: Option<Reason>,
+    last_bad: Option<(usize, &'static str)>,
+    /// failed polls
     pub errors: u64,
+    /// by [`Reason`]: failed polls, and skipped lines (`BadLine`)
+    by_reason: [u64; Reason::ALL.len()],
 }
 
 impl AgeScraper {
-    pub fn new(url: &str, metric: &str, labels: BTreeMap<String, String>) -> Result<AgeScraper> {
-        parse_url(url)?;
+    pub fn new(url: &str, metric: &str, labels: BTreeMap<String, String>, interval: Duration, timeout: Duration) -> Result<AgeScraper> {
         Ok(AgeScraper {
-            url: url.to_string(),
+            endpoint: Endpoint::parse(url, metric)?,
             metric: metric.to_string(),
             labels,
+            interval,
+            timeout,
             previous: None,
             samples: vec![],
             window_start: None,
             last: None,
             last_error: None,
+            last_bad: None,
             errors: 0,
+            by_reason: [0; Reason::ALL.len()],
         })
     }
 
     /// Poll once, here and now.
     #[cfg(test)]
     pub fn poll(&mut self, now_ns: u64) {
-        let got = fetch(&self.url, &self.metric, &self.labels);
+        let got = poll(&self.endpoint, &self.metric, &self.labels, self.timeout);
         self.record(now_ns, got);
     }
 
-    /// Keep a reading; an error is logged once (until it changes) and counted.
-    pub fn record(&mut self, now_ns: u64, got: Result<Reading, String>) {
-        match got {
+    /// (reason, count) for every reason.
+    pub fn by_reason(&self) -> Vec<(&'static str, u64)> {
+        Reason::ALL.iter().map(|r| (r.name(), self.by_reason[r.index()])).collect()
+    }
+
+    pub fn count(&self, r: Reason) -> u64 {
+        self.by_reason[r.index()]
+    }
+
+    /// Keep a reading; a failure or a skipped line is counted, and logged
+    /// once until its reason (or the bad line's place) changes.
+    pub fn record(&mut self, now_ns: u64, got: Poll) {
+        if got.bad_lines > 0 {
+            self.by_reason[Reason::BadLine.index()] += got.bad_lines;
+            if let Some(b) = got.first_bad.filter(|b| self.last_bad != Some((b.line, b.why))) {
+                log::warn!(
+                    "age source {}: skipped {} malformed line(s) of its exposition, the first line {}: {}: {:?}",
+                    self.endpoint.url,
+                    got.bad_lines,
+                    b.line,
+                    b.why,
+                    b.text
+                );
+                self.last_bad = Some((b.line, b.why));
+            }
+        }
+        match got.reading {
             Ok(r) => {
                 if self.last_error.take().is_some() {
-                    log::warn!("age source {} is back", self.url);
+                    log::warn!("age source {} is back", self.endpoint.url);
                 }
                 if let Some(age) = sample_of(self.previous.as_ref(), &r) {
                     self.samples.push(AgeSample { at_ns: now_ns, age_s: age });
@@ -111,44 +502,56 @@ impl AgeScraper {
             }
             Err(e) => {
                 self.errors += 1;
-                if self.last_error.as_deref() != Some(e.as_str()) {
-                    log::warn!("age source {} ({}): {e}; retrying every second", self.url, self.metric);
-                    self.last_error = Some(e);
+                self.by_reason[e.reason().index()] += 1;
+                if self.last_error != Some(e.reason()) {
+                    log::warn!("age source {} ({}): {e}; retrying every {:?}", self.endpoint.url, self.metric, self.interval);
+                    self.last_error = Some(e.reason());
                 }
             }
         }
     }
 }
 
-/// GET the endpoint and read the metric.
-pub fn fetch(url: &str, metric: &str, labels: &BTreeMap<String, String>) -> Result<Reading, String> {
-    get(url).map_err(|e| format!("{e:#}")).and_then(|body| exposition::read(&body, metric, labels).map_err(|e| e.to_string()))
-}
-
-/// The age a reading stands for: a gauge's value; for a histogram or a
-/// summary the mean of the observations since the previous reading.
+/// The age a reading stands for: a gauge's value, a gauge histogram's mean
+/// now; for a histogram or a summary the mean of the observations since the
+/// previous reading.
 pub fn sample_of(previous: Option<&Reading>, r: &Reading) -> Option<f64> {
-    match (previous, r) {
+    let age = match (previous, r) {
         (_, Reading::Value(v)) => Some(*v),
+        (_, Reading::GaugeHistogram { sum, count, .. }) => (*count > 0.0).then(|| sum / count),
         (Some(Reading::Histogram { sum: s0, count: c0, .. }), Reading::Histogram { sum, count, .. })
         | (Some(Reading::Summary { sum: s0, count: c0, .. }), Reading::Summary { sum, count, .. }) => {
             let dc = count - c0;
             (dc > 0.0).then(|| (sum - s0) / dc)
         }
         _ => None,
-    }
+    };
+    age.filter(|a| a.is_finite())
 }
 
-/// Quantile `q` of a histogram's observations between two readings, by
-/// linear interpolation within the bucket (as Prometheus' histogram_quantile).
+/// Quantile `q` of a histogram's observations between two readings (of a
+/// gauge histogram: now), by linear interpolation within the bucket (as
+/// Prometheus' histogram_quantile). Buckets are sorted by bound.
 pub fn histogram_quantile(start: Option<&Reading>, end: &Reading, q: f64) -> Option<f64> {
-    let Reading::Histogram { buckets, .. } = end else { return None };
-    let base: Vec<(f64, f64)> = match start {
-        Some(Reading::Histogram { buckets: b, .. }) => b.clone(),
-        _ => vec![],
+    let none: &[(f64, f64)] = &[];
+    let (buckets, base) = match (start, end) {
+        (_, Reading::GaugeHistogram { buckets, .. }) => (buckets, none),
+        (Some(Reading::Histogram { buckets: b, .. }), Reading::Histogram { buckets, .. }) => (buckets, b.as_slice()),
+        (_, Reading::Histogram { buckets, .. }) => (buckets, none),
+        _ => return None,
     };
-    let delta: Vec<(f64, f64)> =
-        buckets.iter().map(|(le, c)| (*le, c - base.iter().find(|(l, _)| l == le).map_or(0.0, |x| x.1))).collect();
+    // both sorted: one walk subtracts the start's count of the same bound
+    let mut j = 0;
+    let delta: Vec<(f64, f64)> = buckets
+        .iter()
+        .map(|(le, c)| {
+            while j < base.len() && base[j].0 < *le {
+                j += 1;
+            }
+            let c0 = if j < base.len() && base[j].0 == *le { base[j].1 } else { 0.0 };
+            (*le, c - c0)
+        })
+        .collect();
     let total = delta.last()?.1;
     if total <= 0.0 {
         return None;
@@ -171,19 +574,185 @@ pub fn histogram_quantile(start: Option<&Reading>, end: &Reading, q: f64) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    const T: Duration = Duration::from_secs(5);
+
+    fn none() -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
 
     #[test]
-    fn urls() {
-        assert_eq!(parse_url("http://127.0.0.1:8000/metrics").unwrap(), ("127.0.0.1:8000".into(), "/metrics".into()));
-        assert_eq!(parse_url("http://app").unwrap(), ("app:80".into(), "/metrics".into()));
-        assert!(parse_url("https://x/metrics").is_err());
-        assert!(parse_url("ftp://x").is_err());
-        assert!(parse_url("http:///x").is_err());
+    fn urls_and_the_name_filter() {
+        let f = "name%5B%5D=lag&name%5B%5D=lag_total&name%5B%5D=lag_sum&name%5B%5D=lag_count&name%5B%5D=lag_bucket&name%5B%5D=lag_gsum&name%5B%5D=lag_gcount";
+        assert_eq!(name_filter("lag"), f);
+        let e = Endpoint::parse("http://127.0.0.1:8000/metrics", "lag").unwrap();
+        assert_eq!((e.hostport.as_str(), e.host.as_str(), e.target.clone()), ("127.0.0.1:8000", "127.0.0.1:8000", format!("/metrics?{f}")));
+        let e = Endpoint::parse("http://app", "lag").unwrap();
+        assert_eq!((e.hostport.as_str(), e.host.as_str(), e.target.clone()), ("app:80", "app", format!("/metrics?{f}")));
+        // a query of its own: the filter is appended to it
+        assert_eq!(Endpoint::parse("http://a:1/m?x=1", "lag").unwrap().target, format!("/m?x=1&{f}"));
+        assert_eq!(Endpoint::parse("http://a:1/m?", "lag").unwrap().target, format!("/m?{f}"));
+        assert_eq!(Endpoint::parse("http://a:1?x=1#frag", "lag").unwrap().target, format!("/metrics?x=1&{f}"));
+        assert_eq!(Endpoint::parse("HTTP://[::1]:9/m", "lag").unwrap().hostport, "[::1]:9");
+        assert_eq!(Endpoint::parse("http://[::1]/m", "lag").unwrap().hostport, "[::1]:80");
+        // UTF-8 and reserved characters of metric names are percent-encoded
+        assert!(name_filter("app.lag:sé").starts_with("name%5B%5D=app.lag%3As%C3%A9&name%5B%5D=app.lag%3As%C3%A9_total&"));
+        for bad in ["https://x/metrics", "ftp://x", "http:///x", "http://:80/m", "http://a:b/m", "http://a:0/m", "http://a:99999/m", "http://u:p@a/m", "http://a/m x", "http://a/m\r\nX: y", "http://a/é"] {
+            assert!(Endpoint::parse(bad, "lag").is_err(), "{bad}");
+        }
+    }
+
+    /// A one-connection server: answers with `response` after reading the
+    /// request head; the head it got comes back on the channel.
+    fn serve(response: Vec<u8>) -> (String, mpsc::Receiver<String>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/metrics", l.local_addr().unwrap());
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut req = vec![];
+            let mut b = [0u8; 1024];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                match c.read(&mut b) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&b[..n]),
+                }
+            }
+            let _ = tx.send(String::from_utf8_lossy(&req).into_owned());
+            let _ = c.write_all(&response);
+        });
+        (url, rx)
+    }
+
+    fn poll_once(response: &[u8], metric: &str) -> Poll {
+        let (url, _) = serve(response.to_vec());
+        poll(&Endpoint::parse(&url, metric).unwrap(), metric, &none(), T)
+    }
+
+    fn ok(body: &str) -> Vec<u8> {
+        format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+    }
+
+    #[test]
+    fn the_request_asks_for_the_metric_only() {
+        let (url, rx) = serve(ok("lag 1\n"));
+        let got = poll(&Endpoint::parse(&url, "lag").unwrap(), "lag", &none(), T);
+        assert_eq!(got.reading, Ok(Reading::Value(1.0)));
+        let req = rx.recv().unwrap();
+        let first = req.lines().next().unwrap();
+        assert_eq!(first, format!("GET /metrics?{} HTTP/1.1", name_filter("lag")));
+        assert!(req.contains(&format!("\r\nAccept: {ACCEPT}\r\n")), "{req}");
+        assert!(req.contains("\r\nConnection: close\r\n") && req.contains("\r\nAccept-Encoding: identity\r\n"), "{req}");
+        let head = wire::parse_request(req.as_bytes()).unwrap();
+        assert_eq!(head.header("host"), Some(url.trim_start_matches("http://").trim_end_matches("/metrics")));
+    }
+
+    #[test]
+    fn bodies_of_every_framing() {
+        assert_eq!(poll_once(&ok("# TYPE lag gauge\nlag 2.5\n# EOF\n"), "lag").reading, Ok(Reading::Value(2.5)));
+        // the bytes past Content-Length are not read as the body
+        assert_eq!(poll_once(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nlag 3\nlag 4\n", "lag").reading, Ok(Reading::Value(3.0)));
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nlag \r\n2;x=y\r\n7\n\r\n0\r\n\r\n";
+        assert_eq!(poll_once(chunked, "lag").reading, Ok(Reading::Value(7.0)));
+        // no length: until the server closes; bare LF line ends in the head
+        assert_eq!(poll_once(b"HTTP/1.0 200 OK\nContent-Type: text/plain\n\nlag 8\n", "lag").reading, Ok(Reading::Value(8.0)));
+        // a body that is not all UTF-8, and a malformed line: those lines are skipped
+        let p = poll_once(b"HTTP/1.1 200 OK\r\nContent-Length: 18\r\n\r\nbad\xff 1\nlag 5\nlag{\n", "lag");
+        assert_eq!((p.reading, p.bad_lines), (Ok(Reading::Value(5.0)), 2));
+    }
+
+    #[test]
+    fn every_failure_has_its_reason() {
+        let reason = |resp: &[u8]| poll_once(resp, "lag").reading.unwrap_err().reason();
+        assert_eq!(reason(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"), Reason::HttpStatus);
+        assert_eq!(reason(b"HTTP/1.1 500 \x1b[31m\r\n\r\n"), Reason::BadResponse); // control character in the head
+        assert_eq!(reason(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc"), Reason::Encoding);
+        assert_eq!(reason(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), Reason::Encoding);
+        assert_eq!(reason(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", MAX_BODY + 1).as_bytes()), Reason::TooLarge);
+        assert_eq!(reason(format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(wire::MAX_HEAD)).as_bytes()), Reason::TooLarge);
+        assert_eq!(reason(format!("HTTP/1.1 200 OK\r\n{}\r\n", "X: y\r\n".repeat(100)).as_bytes()), Reason::TooLarge);
+        assert_eq!(reason(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffff\r\n"), Reason::TooLarge);
+        assert_eq!(reason(b"<html>hello</html>\r\n\r\n"), Reason::BadResponse);
+        assert_eq!(reason(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nlag 1\n"), Reason::BadResponse);
+        assert_eq!(reason(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"), Reason::BadResponse);
+        assert_eq!(reason(b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n"), Reason::BadResponse);
+        assert_eq!(reason(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"), Reason::BadResponse);
+        assert_eq!(reason(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nlag 1\r\n"), Reason::BadResponse);
+        assert_eq!(reason(b"HTTP/1.1 200 OK\r\n"), Reason::BadResponse);
+        assert_eq!(reason(b""), Reason::BadResponse);
+        assert_eq!(reason(&ok("other 1\n")), Reason::MetricMissing);
+        // nothing listens there
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/metrics", l.local_addr().unwrap());
+        drop(l);
+        let p = poll(&Endpoint::parse(&url, "lag").unwrap(), "lag", &none(), T);
+        assert_eq!(p.reading.unwrap_err().reason(), Reason::Connect);
+    }
+
+    /// A server that trickles its answer one byte at a time, `every` apart,
+    /// until the client goes away: in the head, or in the body.
+    fn trickle(response: &'static [u8], every: Duration) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/metrics", l.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(mut c) = c else { return };
+                std::thread::spawn(move || {
+                    let mut bytes = response.iter().cycle();
+                    loop {
+                        if c.write_all(&[*bytes.next().unwrap()]).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(every);
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    #[test]
+    fn a_trickling_endpoint_is_cut_off_at_the_deadline() {
+        for resp in [&b"HTTP/1.1 200 OK\r\nX-Slow: "[..], &b"HTTP/1.1 200 OK\r\n\r\nlag 1\nlag 1\nlag 1\n"[..]] {
+            let resp: &'static [u8] = Box::leak(resp.to_vec().into_boxed_slice());
+            let ep = Endpoint::parse(&trickle(resp, Duration::from_millis(20)), "lag").unwrap();
+            let t = Instant::now();
+            let p = poll(&ep, "lag", &none(), Duration::from_millis(600));
+            let took = t.elapsed();
+            assert_eq!(p.reading.as_ref().unwrap_err().reason(), Reason::Timeout, "{:?}", p.reading);
+            assert!(took >= Duration::from_millis(600) && took < Duration::from_millis(900), "{took:?}");
+        }
+    }
+
+    #[test]
+    fn an_unreachable_endpoint_is_counted_not_fatal() {
+        let mut s = AgeScraper::new("http://127.0.0.1:1/metrics", "x", BTreeMap::new(), Duration::from_secs(1), T).unwrap();
+        s.poll(0);
+        s.poll(1);
+        assert_eq!(s.errors, 2);
+        assert_eq!(s.count(Reason::Connect), 2);
+        assert!(s.samples.is_empty());
+    }
+
+    #[test]
+    fn reasons_are_counted_and_bad_lines_apart_from_polls() {
+        let mut s = AgeScraper::new("http://127.0.0.1:1/metrics", "x", BTreeMap::new(), Duration::from_secs(1), T).unwrap();
+        s.record(1, Poll { reading: Ok(Reading::Value(2.0)), bad_lines: 3, first_bad: None });
+        s.record(2, Poll { reading: Err(PollError::Timeout(T, "x")), bad_lines: 0, first_bad: None });
+        s.record(3, Poll { reading: Err(PollError::Metric(ExpositionError::Missing("x".into()))), bad_lines: 1, first_bad: None });
+        assert_eq!(s.errors, 2);
+        let by: BTreeMap<_, _> = s.by_reason().into_iter().collect();
+        assert_eq!((by["bad_line"], by["timeout"], by["metric_missing"], by["connect"]), (4, 1, 1, 0));
+        assert_eq!(by.len(), Reason::ALL.len());
+        assert_eq!(s.samples, vec![AgeSample { at_ns: 1, age_s: 2.0 }]);
     }
 
     #[test]
     fn samples_from_each_kind() {
         assert_eq!(sample_of(None, &Reading::Value(2.0)), Some(2.0));
+        assert_eq!(sample_of(None, &Reading::Value(f64::NAN)), None);
         let h0 = Reading::Histogram { sum: 10.0, count: 10.0, buckets: vec![(1.0, 10.0), (f64::INFINITY, 10.0)] };
         let h1 = Reading::Histogram { sum: 40.0, count: 20.0, buckets: vec![(1.0, 10.0), (f64::INFINITY, 20.0)] };
         assert_eq!(sample_of(None, &h1), None); // no window yet
@@ -192,6 +761,10 @@ mod tests {
         let s0 = Reading::Summary { sum: 1.0, count: 1.0, quantiles: vec![] };
         let s1 = Reading::Summary { sum: 3.0, count: 2.0, quantiles: vec![] };
         assert_eq!(sample_of(Some(&s0), &s1), Some(2.0));
+        // a gauge histogram is the distribution now
+        let g = Reading::GaugeHistogram { sum: 12.5, count: 5.0, buckets: vec![(1.0, 2.0), (f64::INFINITY, 5.0)] };
+        assert_eq!(sample_of(None, &g), Some(2.5));
+        assert_eq!(sample_of(Some(&g), &g), Some(2.5));
     }
 
     #[test]
@@ -202,14 +775,12 @@ mod tests {
         assert!((histogram_quantile(Some(&h0), &h1, 0.7).unwrap() - 0.55).abs() < 1e-12);
         assert_eq!(histogram_quantile(Some(&h0), &h1, 0.99), Some(1.0)); // in +Inf: the last finite bound
         assert_eq!(histogram_quantile(Some(&h1), &h1, 0.5), None);
-    }
-
-    #[test]
-    fn an_unreachable_endpoint_is_counted_not_fatal() {
-        let mut s = AgeScraper::new("http://127.0.0.1:1/metrics", "x", BTreeMap::new()).unwrap();
-        s.poll(0);
-        s.poll(1);
-        assert_eq!(s.errors, 2);
-        assert!(s.samples.is_empty());
+        // the start's counts are those of the same bound
+        let h1 = Reading::Histogram { sum: 0.0, count: 100.0, buckets: vec![(0.1, 50.0), (0.2, 55.0), (1.0, 90.0), (f64::INFINITY, 100.0)] };
+        let h2 = Reading::Histogram { sum: 0.0, count: 110.0, buckets: vec![(0.1, 50.0), (1.0, 100.0), (f64::INFINITY, 110.0)] };
+        assert!((histogram_quantile(Some(&h1), &h2, 0.5).unwrap() - 0.55).abs() < 1e-12);
+        let g = Reading::GaugeHistogram { sum: 0.0, count: 4.0, buckets: vec![(1.0, 2.0), (2.0, 4.0), (f64::INFINITY, 4.0)] };
+        assert_eq!(histogram_quantile(Some(&h0), &g, 0.5), Some(1.0));
+        assert_eq!(histogram_quantile(None, &Reading::Value(1.0), 0.5), None);
     }
 }

@@ -2,10 +2,11 @@
 //! and the client socket, with their samples kept per process and thread.
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::scrape::{self, AgeScraper};
+use super::scrape::{self, AgeScraper, Reason};
 use super::socket::AgeSocket;
 use crate::cli::AgeArgs;
 use crate::model::age::{summarize, AgeSample, AgeSummary};
@@ -13,7 +14,18 @@ use crate::report::AgeReport;
 
 /// Samples kept per series (an hour at one a second).
 const KEEP: usize = 3600;
-const SCRAPE_EVERY_NS: u64 = 1_000_000_000;
+
+/// The errors of the age sources, for the self-metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgeErrors {
+    /// failed polls of the endpoint
+    pub endpoint: u64,
+    /// malformed datagrams on the client socket
+    pub client: u64,
+    /// the endpoint's failed polls and skipped lines by reason, every reason
+    /// (empty without --age-url)
+    pub scrape: Vec<(&'static str, u64)>,
+}
 
 /// The endpoint is polled from a thread of its own: an application starved
 /// of its GIL serves its own /metrics slowly, and the agent's loop must not wait.
@@ -29,23 +41,19 @@ impl AgeSources {
     pub fn new(args: &AgeArgs) -> Result<AgeSources> {
         let scraper = match (&args.age_url, &args.age_metric) {
             (Some(url), Some(metric)) => {
-                let s = AgeScraper::new(url, metric, args.age_labels.clone().unwrap_or_default())
+                let (interval, timeout) = (Duration::from_secs_f64(args.age_interval), Duration::from_secs_f64(args.age_timeout));
+                let s = AgeScraper::new(url, metric, args.age_labels.clone().unwrap_or_default(), interval, timeout)
                     .map_err(|e| crate::usage!("bad --age-url {url}: {e:#}"))?;
+                let (endpoint, metric, labels, timeout) = (s.endpoint.clone(), s.metric.clone(), s.labels.clone(), s.timeout);
                 let s = Arc::new(Mutex::new(s));
                 let poller = Arc::clone(&s);
                 std::thread::Builder::new().name("age-scrape".into()).spawn(move || loop {
-                    let (url, metric, labels) = {
-                        let g = poller.lock().expect("age scraper lock");
-                        (g.url.clone(), g.metric.clone(), g.labels.clone())
-                    };
-                    let started = crate::probes::sched::monotonic_ns();
-                    let got = scrape::fetch(&url, &metric, &labels);
-                    let now = crate::probes::sched::monotonic_ns();
-                    poller.lock().expect("age scraper lock").record(now, got);
-                    // once a second, or right away when the endpoint took longer than that
-                    let next = started + SCRAPE_EVERY_NS;
-                    if now < next {
-                        std::thread::sleep(std::time::Duration::from_nanos(next - now));
+                    let started = Instant::now();
+                    let got = scrape::poll(&endpoint, &metric, &labels, timeout);
+                    poller.lock().expect("age scraper lock").record(crate::probes::sched::monotonic_ns(), got);
+                    // every interval, or right away when the poll took longer than that
+                    if let Some(rest) = interval.checked_sub(started.elapsed()) {
+                        std::thread::sleep(rest);
                     }
                 })?;
                 Some(s)
@@ -90,12 +98,13 @@ impl AgeSources {
                 ),
                 None => (None, None),
             };
-            return Some(AgeReport { source: "endpoint", summary, p50_s, p99_s });
+            let (skipped_lines, failed_polls) = (Some(s.count(Reason::BadLine)), Some(s.errors));
+            return Some(AgeReport { source: "endpoint", summary, p50_s, p99_s, skipped_lines, failed_polls });
         }
         let mut all: Vec<AgeSample> =
             self.client.iter().filter(|((p, _), _)| *p == pid).flat_map(|(_, q)| q.iter().filter(|x| x.at_ns >= t0).copied()).collect();
         all.sort_by_key(|s| s.at_ns);
-        Some(AgeReport { source: "client", summary: summarize(&all)?, p50_s: None, p99_s: None })
+        Some(AgeReport { source: "client", summary: summarize(&all)?, p50_s: None, p99_s: None, skipped_lines: None, failed_polls: None })
     }
 
     /// One thread's age over the window from `t0` (client samples).
@@ -116,7 +125,12 @@ impl AgeSources {
     }
 
     /// Errors of the endpoint and malformed datagrams, for the self-metrics.
-    pub fn errors(&self) -> (u64, u64) {
-        (self.scraper.as_ref().map_or(0, |s| s.lock().expect("age scraper lock").errors), self.socket.as_ref().map_or(0, |s| s.malformed))
+    pub fn errors(&self) -> AgeErrors {
+        let scraper = self.scraper.as_ref().map(|s| s.lock().expect("age scraper lock"));
+        AgeErrors {
+            endpoint: scraper.as_ref().map_or(0, |s| s.errors),
+            client: self.socket.as_ref().map_or(0, |s| s.malformed),
+            scrape: scraper.as_ref().map_or(vec![], |s| s.by_reason()),
+        }
     }
 }

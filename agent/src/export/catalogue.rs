@@ -146,6 +146,14 @@ pub const THREAD_WAIT_RATIO: Metric = Metric {
     help: "waiting / (waiting + running) of a thread since the previous scrape, where waiting = runqueue + throttled + gil_wait (absent when the thread neither ran nor waited).",
 };
 
+pub const AGE_SCRAPE_ERRORS: Metric = Metric {
+    base: "waitmeter_age_scrape_errors",
+    kind: Kind::Counter,
+    unit: None,
+    labels: &["reason"],
+    help: "Problems reading the --age-url endpoint, by reason. Failed polls (each also counts in waitmeter_age_source_errors_total{source=\"endpoint\"}): connect (no connection: refused, unreachable, name not resolved), timeout (no whole answer within --age-timeout, connect to last byte), http_status (a status other than 200), too_large (a response head over 16 KiB or a body over 16 MiB), encoding (a Content-Encoding other than identity or a Transfer-Encoding other than chunked), bad_response (not well-formed HTTP/1.x: a malformed head or chunk, a body cut short), metric_missing (no series of --age-metric with the --age-labels, or a histogram or summary without its _sum or _count). Lines: bad_line (malformed lines skipped in expositions that were read; a skipped line of the metric costs that sample only). Every reason is exported from the start, at 0.",
+};
+
 pub const AGE_SOURCE_ERRORS: Metric = Metric {
     base: "waitmeter_age_source_errors",
     kind: Kind::Counter,
@@ -226,6 +234,7 @@ pub const ALL: &[&Metric] = &[&THREAD_SECONDS,
     &PROCESS_CPU_LIMIT_CORES,
     &APP_AGE_SECONDS,
     &THREAD_WAIT_RATIO,
+    &AGE_SCRAPE_ERRORS,
     &AGE_SOURCE_ERRORS,
     &HTTP_REQUESTS,
     &HTTP_CONNECTIONS_DROPPED,

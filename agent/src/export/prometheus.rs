@@ -56,8 +56,8 @@ pub struct AgeExport {
     pub process: Option<(u32, f64)>,
     /// (pid, tid, latest age) from waitmeter_client
     pub threads: Vec<(u32, u32, f64)>,
-    /// (endpoint poll errors, malformed client datagrams)
-    pub errors: Option<(u64, u64)>,
+    /// endpoint poll errors (by reason), malformed client datagrams
+    pub errors: Option<crate::age::sources::AgeErrors>,
 }
 
 /// Self-metric inputs.
@@ -287,13 +287,14 @@ impl Exporter {
             let thread = self.tid_labels_by_target.get(&(p.id, *tid)).cloned().unwrap_or_else(|| "unknown".to_string());
             app_age.push((vec![("pid".to_string(), pid.to_string()), ("thread".to_string(), thread)], *age));
         }
-        let age_errors = match ages.errors {
-            Some((endpoint, client)) => vec![
-                (vec![("source".to_string(), "endpoint".to_string())], endpoint as f64),
-                (vec![("source".to_string(), "client".to_string())], client as f64),
+        let age_errors = match &ages.errors {
+            Some(e) => vec![
+                (vec![("source".to_string(), "endpoint".to_string())], e.endpoint as f64),
+                (vec![("source".to_string(), "client".to_string())], e.client as f64),
             ],
             None => vec![],
         };
+        let age_scrape_errors = ages.errors.iter().flat_map(|e| &e.scrape).map(|(r, n)| (vec![("reason".to_string(), r.to_string())], *n as f64)).collect();
         let mut thread_seconds = vec![];
         for (k, t) in &series {
             let Some(p) = by_id.get(&k.target) else { continue };
@@ -332,6 +333,7 @@ impl Exporter {
             cpu_limit,
             wait_ratio,
             app_age,
+            age_scrape_errors,
             age_errors,
             watched_processes: procs.iter().filter(|p| p.alive).count() as i64,
             watched_threads: live_threads as i64,
@@ -410,6 +412,7 @@ struct Exposition {
     cpu_limit: Vec<(Labels, f64)>,
     wait_ratio: Vec<(Labels, f64)>,
     app_age: Vec<(Labels, f64)>,
+    age_scrape_errors: Vec<(Labels, f64)>,
     age_errors: Vec<(Labels, f64)>,
     watched_processes: i64,
     watched_threads: i64,
@@ -482,6 +485,7 @@ impl Collector for Exposition {
         gauges(&mut enc, &catalogue::CGROUP_QUOTA_CORES, &self.cgroup_quota)?;
         gauges(&mut enc, &catalogue::PROCESS_CPU_LIMIT_CORES, &self.cpu_limit)?;
         gauges(&mut enc, &catalogue::APP_AGE_SECONDS, &self.app_age)?;
+        counters(&mut enc, &catalogue::AGE_SCRAPE_ERRORS, &self.age_scrape_errors)?;
         gauges(&mut enc, &catalogue::THREAD_WAIT_RATIO, &self.wait_ratio)?;
         counters(&mut enc, &catalogue::AGE_SOURCE_ERRORS, &self.age_errors)?;
         counters(&mut enc, &catalogue::HTTP_REQUESTS, &self.http_requests)?;
@@ -606,5 +610,25 @@ mod tests {
         snap.live.insert(1, vec![sample(1, "w", 0, 1_000_000_000, false), sample(2, "w", 0, 1_000_000_000, false)]);
         let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
         assert!(text.contains("tid=\"1\"") && text.contains("tid=\"2\""), "{text}");
+    }
+
+    #[test]
+    fn age_errors_by_source_and_by_reason() {
+        let errors = crate::age::sources::AgeErrors { endpoint: 3, client: 1, scrape: vec![("connect", 0), ("timeout", 3), ("bad_line", 7)] };
+        let ages = AgeExport { process: Some((10, 2.5)), threads: vec![], errors: Some(errors) };
+        let text = Exporter::new(20, false).render(&[], &[], &ages, &Snapshot::default(), &AgentStatus::default());
+        for line in [
+            "waitmeter_age_scrape_errors_total{reason=\"connect\"} 0.0",
+            "waitmeter_age_scrape_errors_total{reason=\"timeout\"} 3.0",
+            "waitmeter_age_scrape_errors_total{reason=\"bad_line\"} 7.0",
+            "waitmeter_age_source_errors_total{source=\"endpoint\"} 3.0",
+            "waitmeter_age_source_errors_total{source=\"client\"} 1.0",
+            "waitmeter_app_age_seconds{pid=\"10\"} 2.5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        // no age source: no age series
+        let text = Exporter::new(20, false).render(&[], &[], &AgeExport::default(), &Snapshot::default(), &AgentStatus::default());
+        assert!(!text.contains("waitmeter_age_scrape_errors_total{"), "{text}");
     }
 }

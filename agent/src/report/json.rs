@@ -64,6 +64,12 @@ pub struct JsonAge {
     pub p50_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub p99_s: Option<f64>,
+    /// endpoint: malformed lines of its expositions skipped, since the start
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped_lines: Option<u64>,
+    /// endpoint: polls that gave no reading, since the start
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_polls: Option<u64>,
 }
 
 fn age(source: Option<&'static str>, a: &crate::model::age::AgeSummary, p50: Option<f64>, p99: Option<f64>) -> JsonAge {
@@ -79,6 +85,8 @@ fn age(source: Option<&'static str>, a: &crate::model::age::AgeSummary, p50: Opt
         rising: a.rising,
         p50_s: p50.map(round6),
         p99_s: p99.map(round6),
+        skipped_lines: None,
+        failed_polls: None,
     }
 }
 
@@ -205,7 +213,7 @@ pub fn report(r: &ProcessReport) -> JsonReport {
             period_signature: r.throttling.as_ref().is_some_and(|t| t.signature),
         }),
         threads: r.threads.iter().map(thread).collect(),
-        age: r.age.as_ref().map(|a| age(Some(a.source), &a.summary, a.p50_s, a.p99_s)),
+        age: r.age.as_ref().map(|a| JsonAge { skipped_lines: a.skipped_lines, failed_polls: a.failed_polls, ..age(Some(a.source), &a.summary, a.p50_s, a.p99_s) }),
         cpu_used_cores: round6(r.cpu_used_cores()),
         cpu_limit_cores: r.cpu_limit_cores,
         top_futexes: r

@@ -88,6 +88,9 @@ pub struct AgeReport {
     /// from a histogram's bucket deltas over the window
     pub p50_s: Option<f64>,
     pub p99_s: Option<f64>,
+    /// endpoint: malformed lines skipped, and failed polls, since the start
+    pub skipped_lines: Option<u64>,
+    pub failed_polls: Option<u64>,
 }
 
 /// The cgroup of the process over the window.

@@ -362,7 +362,7 @@ mod tests {
             slope: (last - first) / 10.0,
             rising,
         };
-        AgeReport { source: "endpoint", summary, p50_s: None, p99_s: None }
+        AgeReport { source: "endpoint", summary, p50_s: None, p99_s: None, skipped_lines: None, failed_polls: None }
     }
 
     fn starving() -> Vec<ThreadRow> {
