@@ -203,18 +203,6 @@ enum Framing {
     Close,
 }
 
-/// Where the head ends (just past its blank line), scanning only what is new
-/// since the last call (a head trickled byte by byte costs linear time).
-fn head_end(buf: &[u8], scanned: &mut usize) -> Option<usize> {
-    let from = scanned.saturating_sub(2);
-    *scanned = buf.len();
-    (from..buf.len()).find_map(|i| match (buf[i], buf.get(i + 1), buf.get(i + 2)) {
-        (b'\n', Some(b'\n'), _) => Some(i + 2),
-        (b'\n', Some(b'\r'), Some(b'\n')) => Some(i + 3),
-        _ => None,
-    })
-}
-
 /// Follows the chunks of a chunked body as they arrive, to know when it is
 /// whole without waiting for the connection to close.
 #[derive(Default)]
@@ -327,7 +315,7 @@ pub fn get(ep: &Endpoint, timeout: Duration) -> Result<Vec<u8>, PollError> {
 
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut piece = vec![0u8; 64 * 1024];
-    let mut scanned = 0;
+    let mut scanner = wire::HeadScanner::default();
     let mut head: Option<(usize, Framing)> = None;
     let mut chunks = Chunks::default();
     loop {
@@ -363,7 +351,7 @@ pub fn get(ep: &Endpoint, timeout: Duration) -> Result<Vec<u8>, PollError> {
         }
         buf.extend_from_slice(&piece[..n]);
         if head.is_none() {
-            match head_end(&buf, &mut scanned) {
+            match scanner.feed(&buf) {
                 Some(end) => head = Some((end, check_head(&buf[..end])?)),
                 None if buf.len() > wire::MAX_HEAD => {
                     return Err(PollError::TooLarge(format!("a response head over {} bytes", wire::MAX_HEAD)));
