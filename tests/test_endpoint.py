@@ -136,6 +136,8 @@ def test_slow_clients_do_not_deny_scrapes(agent):
         time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
     for t in threads:
         t.join(timeout=10)
+    print(f"scrapes {len(latencies)}, slowest {max(latencies) * 1000:.1f} ms, median {sorted(latencies)[len(latencies) // 2] * 1000:.1f} ms; "
+          f"slow connections cut {len(lifetimes)}, longest lived {max(lifetimes, default=0):.2f} s")
     assert len(latencies) >= 25, latencies
     assert max(latencies) < 2.0, latencies
     # the deadline counts from accept: one byte a second never extends it
