@@ -414,14 +414,32 @@ impl From<std::io::Error> for ConnError {
 }
 
 /// A response about to be written.
-struct Answer<'a> {
+struct Answer {
     code: u16,
     headers: Vec<(&'static str, String)>,
-    body: std::borrow::Cow<'a, [u8]>,
+    body: Body,
 }
 
-fn answer(code: u16, body: &'static str) -> Answer<'static> {
-    Answer { code, headers: vec![("Content-Type", "text/plain; charset=utf-8".into())], body: body.as_bytes().into() }
+/// What an answer sends: fixed text, text made for it, or one form of the
+/// shared render (held by its `Arc`, not copied per scrape).
+enum Body {
+    Static(&'static str),
+    Owned(String),
+    Render { render: Arc<Rendered>, openmetrics: bool, gzip: bool },
+}
+
+impl Body {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Body::Static(s) => s.as_bytes(),
+            Body::Owned(s) => s.as_bytes(),
+            Body::Render { render, openmetrics, gzip } => render.body(*openmetrics, *gzip),
+        }
+    }
+}
+
+fn answer(code: u16, body: &'static str) -> Answer {
+    Answer { code, headers: vec![("Content-Type", "text/plain; charset=utf-8".into())], body: Body::Static(body) }
 }
 
 fn reason(code: u16) -> &'static str {
@@ -486,10 +504,11 @@ fn serve_one(stream: TcpStream, id: u64, shared: &Shared, cfg: Option<&WebConfig
     for (name, value) in ans.headers.iter().map(|(n, v)| (*n, v.as_str())).chain(cfg.iter().flat_map(|c| c.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())))) {
         out.push_str(&format!("{name}: {value}\r\n"));
     }
-    out.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", ans.body.len()));
+    let body = ans.body.bytes();
+    out.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", body.len()));
     conn.write_all(out.as_bytes())?;
     if !head_only {
-        conn.write_all(&ans.body)?;
+        conn.write_all(body)?;
     }
     conn.flush()?;
     let sock = match &mut conn {
@@ -527,7 +546,7 @@ fn linger(sock: &mut TcpStream) {
 const LANDING: &str = "<!doctype html><html><head><title>waitmeter</title></head><body><h1>waitmeter</h1>\
 <p><a href=\"/metrics\">/metrics</a> &middot; <a href=\"/healthz\">/healthz</a></p></body></html>\n";
 
-fn route<'a>(req: &head::Request<'_>, shared: &'a Shared, cfg: Option<&WebConfig>) -> Answer<'a> {
+fn route(req: &head::Request<'_>, shared: &Shared, cfg: Option<&WebConfig>) -> Answer {
     if req.method != "GET" && req.method != "HEAD" {
         let mut a = answer(405, "only GET and HEAD\n");
         a.headers.push(("Allow", "GET, HEAD".into()));
@@ -539,7 +558,7 @@ fn route<'a>(req: &head::Request<'_>, shared: &'a Shared, cfg: Option<&WebConfig
             answer(200, "ok\n")
         } else {
             log::warn!("/healthz: the main loop has not run for {:.0} s", silent.as_secs_f64());
-            Answer { body: format!("the main loop has not run for {:.0} s\n", silent.as_secs_f64()).into_bytes().into(), ..answer(503, "") }
+            Answer { body: Body::Owned(format!("the main loop has not run for {:.0} s\n", silent.as_secs_f64())), ..answer(503, "") }
         };
     }
     if let (Some(web), Some(cfg)) = (&shared.web, cfg) {
@@ -565,9 +584,7 @@ fn route<'a>(req: &head::Request<'_>, shared: &'a Shared, cfg: Option<&WebConfig
             if gzip {
                 headers.push(("Content-Encoding", "gzip".into()));
             }
-            // the body borrows from the shared render, which outlives this answer through the Arc
-            let body = rendered.body(openmetrics, gzip).to_vec();
-            Answer { code: 200, headers, body: body.into() }
+            Answer { code: 200, headers, body: Body::Render { render: rendered, openmetrics, gzip } }
         }
         "/" => Answer { headers: vec![("Content-Type", "text/html; charset=utf-8".into())], ..answer(200, LANDING) },
         _ => answer(404, "not found: try /metrics\n"),
