@@ -4,7 +4,7 @@
 //! for node_exporter works here unchanged. The file and the files it names are
 //! read again when they change (certificate rotation), at most once a second;
 //! a change that does not load is logged and the last good configuration stays.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -206,7 +206,10 @@ impl WebConfig {
             }
             headers.push((canonical.to_string(), value));
         }
-        let files = files.into_iter().map(|p| (mtime(&p), p)).map(|(m, p)| (p, m)).collect();
+        let files = files.into_iter().map(|p| {
+            let m = mtime(&p);
+            (p, m)
+        }).collect();
         Ok(WebConfig { tls, users, headers, files })
     }
 
@@ -225,7 +228,8 @@ impl WebConfig {
 pub struct Web {
     path: PathBuf,
     state: Mutex<(Arc<WebConfig>, Instant)>,
-    verified: Mutex<HashMap<u64, ()>>,
+    /// keyed hashes of credentials that passed
+    verified: Mutex<HashSet<u64>>,
     keys: RandomState,
     bcrypt_one_at_a_time: Mutex<()>,
 }
@@ -277,7 +281,7 @@ impl Web {
         }
         let Some((user, pass)) = authorization.and_then(basic_credentials) else { return Auth::Denied };
         let key = self.keys.hash_one((&user, &pass));
-        if self.verified.lock().expect("auth cache lock").contains_key(&key) {
+        if self.verified.lock().expect("auth cache lock").contains(&key) {
             return Auth::Ok;
         }
         let ok = {
@@ -297,7 +301,7 @@ impl Web {
         if cache.len() >= MAX_CACHED {
             cache.clear();
         }
-        cache.insert(key, ());
+        cache.insert(key);
         Auth::Ok
     }
 }
