@@ -215,17 +215,23 @@ pub fn quality(list: &str, item: &str, wildcard: Option<&str>) -> Option<f32> {
     exact.or(wild)
 }
 
+/// The size a chunk-size line gives (hex digits, then `;` extensions that
+/// are ignored); None when it is malformed or larger than 16 hex digits.
+pub fn chunk_size(line: &[u8]) -> Option<usize> {
+    let text = std::str::from_utf8(line).ok()?.split(';').next()?.trim();
+    if text.is_empty() || text.len() > 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    usize::from_str_radix(text, 16).ok()
+}
+
 /// Decode a `Transfer-Encoding: chunked` body; None when it is malformed,
 /// truncated, or would decode to more than `max` bytes.
 pub fn dechunk(mut body: &[u8], max: usize) -> Option<Vec<u8>> {
     let mut out = vec![];
     loop {
         let nl = body.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = std::str::from_utf8(&body[..nl]).ok()?.split(';').next()?.trim();
-        if size_text.is_empty() || size_text.len() > 16 {
-            return None;
-        }
-        let size = usize::from_str_radix(size_text, 16).ok()?;
+        let size = chunk_size(&body[..nl])?;
         body = &body[nl + 2..];
         if size == 0 {
             return Some(out);
@@ -332,5 +338,8 @@ mod tests {
         // a size near usize::MAX must not overflow
         assert_eq!(dechunk(b"ffffffffffffffff\r\nx\r\n0\r\n\r\n", usize::MAX), None);
         assert_eq!(dechunk(b"fffffffffffffffff\r\nx\r\n", usize::MAX), None);
+        assert_eq!(chunk_size(b"1a;name=v"), Some(26));
+        assert_eq!(chunk_size(b"+5"), None);
+        assert_eq!(chunk_size(b""), None);
     }
 }

@@ -223,13 +223,7 @@ impl Chunks {
                 }
                 return Ok(());
             };
-            let size = std::str::from_utf8(&rest[..nl])
-                .ok()
-                .and_then(|l| l.split(';').next())
-                .map(str::trim)
-                .filter(|s| !s.is_empty() && s.len() <= 16)
-                .and_then(|s| usize::from_str_radix(s, 16).ok())
-                .ok_or_else(|| PollError::BadResponse("a malformed chunk size".into()))?;
+            let size = wire::chunk_size(&rest[..nl]).ok_or_else(|| PollError::BadResponse("a malformed chunk size".into()))?;
             if size == 0 {
                 self.done = true;
             } else {
