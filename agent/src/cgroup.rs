@@ -189,7 +189,10 @@ mod tests {
     #[test]
     fn which_cgroup() {
         assert_eq!(parse_proc_cgroup(PROC_CGROUP_V1), (Some("/waitmeter-test".into()), Some("/user.slice/session-1.scope".into())));
-        assert_eq!(parse_proc_cgroup(PROC_CGROUP_V2).1.as_deref(), Some("/kubepods.slice/kubepods-burstable.slice/cri-containerd-abc.scope"));
+        assert_eq!(
+            parse_proc_cgroup(PROC_CGROUP_V2).1.as_deref(),
+            Some("/kubepods.slice/kubepods-burstable.slice/cri-containerd-abc.scope")
+        );
         assert_eq!(parse_proc_cgroup(PROC_CGROUP_V2).0, None);
         assert_eq!(parse_mountinfo(MOUNTINFO), (Some("/sys/fs/cgroup/cpu,cpuacct".into()), Some("/sys/fs/cgroup/unified".into())));
     }

@@ -213,8 +213,32 @@ mod tests {
     fn age_url_and_metric_go_together() {
         assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--age-url", "http://x/metrics"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--age-metric", "lag"]).is_err());
-        assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--age-url", "http://x/m", "--age-metric", "lag", "--age-labels", "a=b"]).is_ok());
-        assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--age-url", "http://x/m", "--age-metric", "lag", "--age-labels", "oops"]).is_err());
+        assert!(Cli::try_parse_from([
+            "waitmeter",
+            "attach",
+            "--pid",
+            "1",
+            "--age-url",
+            "http://x/m",
+            "--age-metric",
+            "lag",
+            "--age-labels",
+            "a=b"
+        ])
+        .is_ok());
+        assert!(Cli::try_parse_from([
+            "waitmeter",
+            "attach",
+            "--pid",
+            "1",
+            "--age-url",
+            "http://x/m",
+            "--age-metric",
+            "lag",
+            "--age-labels",
+            "oops"
+        ])
+        .is_err());
     }
 
     #[test]
@@ -230,7 +254,14 @@ mod tests {
         assert_eq!(age(&[]).unwrap(), (1.0, 10.0));
         assert_eq!(age(&["--age-interval", "0.5", "--age-timeout", "2.5"]).unwrap(), (0.5, 2.5));
         assert_eq!(age(&["--age-timeout", "60"]).unwrap(), (1.0, 60.0));
-        for bad in [["--age-interval", "0"], ["--age-interval", "0.01"], ["--age-interval", "x"], ["--age-timeout", "0"], ["--age-timeout", "61"], ["--age-timeout", "-1"]] {
+        for bad in [
+            ["--age-interval", "0"],
+            ["--age-interval", "0.01"],
+            ["--age-interval", "x"],
+            ["--age-timeout", "0"],
+            ["--age-timeout", "61"],
+            ["--age-timeout", "-1"],
+        ] {
             assert!(age(&bad).is_err(), "{bad:?}");
         }
         // without --age-url they mean nothing

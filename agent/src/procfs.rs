@@ -65,10 +65,7 @@ pub fn parse_nspid(status: &str) -> Option<Vec<u32>> {
 
 /// CapEff from /proc/self/status.
 pub fn parse_cap_eff(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
 }
 
 fn read(path: &str) -> Option<String> {
@@ -101,12 +98,8 @@ pub fn task_comm(pid: u32, tid: u32) -> Option<String> {
 }
 
 fn numeric_entries(dir: &str) -> Vec<u32> {
-    let mut v: Vec<u32> = fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut v: Vec<u32> =
+        fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()).unwrap_or_default();
     v.sort_unstable();
     v
 }

@@ -11,9 +11,9 @@ use crate::model::partition::ThreadSample;
 use crate::model::state::initial_state;
 use crate::probes::gil::GilProbe;
 use crate::probes::sched::{monotonic_ns, GilSpec, SchedOptions, SchedProbe};
-use crate::python::{self, layout::HolderId, Python};
 use crate::probes::{self};
 use crate::procfs;
+use crate::python::{self, layout::HolderId, Python};
 use crate::usage;
 
 pub struct SessionOptions {
@@ -177,9 +177,7 @@ impl Session {
             return Err(usage!("PID {pid} is a kernel thread ({}): waitmeter measures user-space processes", sanitize(&stat.comm)));
         }
         let map = if self.translate { Some(self.ns_to_host()?) } else { None };
-        let ids = self
-            .host_ids(pid, map.as_ref())
-            .ok_or_else(|| usage!("process {pid} exited before it could be watched"))?;
+        let ids = self.host_ids(pid, map.as_ref()).ok_or_else(|| usage!("process {pid} exited before it could be watched"))?;
         self.add_target(pid, stat, ids)
     }
 
@@ -271,12 +269,8 @@ impl Session {
     /// `run --all`: watch every user-space process of the namespace not yet
     /// watched (new ones since the last call). Returns how many were added.
     pub fn discover(&mut self) -> Result<usize> {
-        let known: std::collections::HashSet<u32> =
-            self.targets.values().filter(|t| t.exited_ns.is_none()).map(|t| t.pid).collect();
-        let new: Vec<u32> = procfs::pids()
-            .into_iter()
-            .filter(|p| *p != self.self_pid && !known.contains(p))
-            .collect();
+        let known: std::collections::HashSet<u32> = self.targets.values().filter(|t| t.exited_ns.is_none()).map(|t| t.pid).collect();
+        let new: Vec<u32> = procfs::pids().into_iter().filter(|p| *p != self.self_pid && !known.contains(p)).collect();
         if new.is_empty() {
             return Ok(0);
         }
@@ -299,8 +293,7 @@ impl Session {
         let now = monotonic_ns();
         let mut gone = vec![];
         for t in self.targets.values_mut().filter(|t| t.exited_ns.is_none()) {
-            let alive = procfs::process_stat(t.pid)
-                .is_some_and(|s| s.starttime == t.starttime && !matches!(s.state, 'Z' | 'X'));
+            let alive = procfs::process_stat(t.pid).is_some_and(|s| s.starttime == t.starttime && !matches!(s.state, 'Z' | 'X'));
             if !alive {
                 t.exited_ns = Some(now);
                 self.gil_probes.remove(&t.id);
@@ -314,12 +307,7 @@ impl Session {
 
     /// Drop exited targets that exited before `before_ns`.
     pub fn forget_exited(&mut self, before_ns: u64) -> Vec<Target> {
-        let old: Vec<u64> = self
-            .targets
-            .values()
-            .filter(|t| t.exited_ns.is_some_and(|e| e < before_ns))
-            .map(|t| t.id)
-            .collect();
+        let old: Vec<u64> = self.targets.values().filter(|t| t.exited_ns.is_some_and(|e| e < before_ns)).map(|t| t.id).collect();
         old.iter().filter_map(|h| self.targets.remove(h)).collect()
     }
 
@@ -538,9 +526,9 @@ impl HolderResolver {
         if !session.translate {
             return host;
         }
-        let map = self.host_ns.get_or_insert_with(|| {
-            session.probe.task_ids().unwrap_or_default().into_iter().map(|x| (x.tid, x.ns_tid)).collect()
-        });
+        let map = self
+            .host_ns
+            .get_or_insert_with(|| session.probe.task_ids().unwrap_or_default().into_iter().map(|x| (x.tid, x.ns_tid)).collect());
         map.get(&host).copied().unwrap_or(host)
     }
 

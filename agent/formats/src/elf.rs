@@ -78,8 +78,8 @@ impl<'a> Elf<'a> {
         let hdr = || -> Option<_> {
             Some((
                 u16_at(data, 16)?,
-                u64_at(data, 32)?, // e_phoff
-                u64_at(data, 40)?, // e_shoff
+                u64_at(data, 32)?,          // e_phoff
+                u64_at(data, 40)?,          // e_shoff
                 u16_at(data, 54)? as usize, // e_phentsize
                 u16_at(data, 56)? as usize, // e_phnum
                 u16_at(data, 58)? as usize, // e_shentsize
@@ -150,7 +150,8 @@ impl<'a> Elf<'a> {
             let count = usize::try_from(tab.size).unwrap_or(usize::MAX) / ent;
             for i in 0..count {
                 let f = |field| at(tab.offset, i, ent, field);
-                let read = || Some((u32_at(self.data, f(0)?)?, u16_at(self.data, f(6)?)?, u64_at(self.data, f(8)?)?, u64_at(self.data, f(16)?)?));
+                let read =
+                    || Some((u32_at(self.data, f(0)?)?, u16_at(self.data, f(6)?)?, u64_at(self.data, f(8)?)?, u64_at(self.data, f(16)?)?));
                 let Some((name, shndx, value, size)) = read() else { break };
                 if shndx == SHN_UNDEF || name == 0 {
                     continue;

@@ -82,9 +82,16 @@ pub enum Line<'a> {
     Blank,
     /// a `#` line that is none of the below (0.0.4 comments)
     Comment,
-    Type { name: Cow<'a, str>, kind: Kind },
-    Help { name: Cow<'a, str> },
-    Unit { name: Cow<'a, str> },
+    Type {
+        name: Cow<'a, str>,
+        kind: Kind,
+    },
+    Help {
+        name: Cow<'a, str>,
+    },
+    Unit {
+        name: Cow<'a, str>,
+    },
     /// OpenMetrics' end marker
     Eof,
     Sample(Sample<'a>),
@@ -640,7 +647,11 @@ fn scan_lines<'a>(lines: impl Iterator<Item = Result<&'a str, ()>>, name: &str, 
             Ok(Line::Type { name: n, kind: k }) if n == name => {
                 if kind.is_some() {
                     bad_lines += 1;
-                    first_bad.get_or_insert_with(|| BadLine { line: i + 1, why: "a second # TYPE", text: line.unwrap_or("").chars().take(120).collect() });
+                    first_bad.get_or_insert_with(|| BadLine {
+                        line: i + 1,
+                        why: "a second # TYPE",
+                        text: line.unwrap_or("").chars().take(120).collect(),
+                    });
                 } else {
                     kind = Some(k);
                 }
@@ -742,7 +753,9 @@ mod tests {
         let s = sample("  m \t{ a = \"1\" , b=\"2\", }\t3\t\r");
         assert_eq!((s.value, labels(&s)), (3.0, pairs(&[("a", "1"), ("b", "2")])));
         assert_eq!(sample("m{} 4").value, 4.0);
-        for (text, v) in [("+Inf", f64::INFINITY), ("-Inf", f64::NEG_INFINITY), ("inf", f64::INFINITY), ("1e+06", 1e6), (".5", 0.5), ("0", 0.0)] {
+        for (text, v) in
+            [("+Inf", f64::INFINITY), ("-Inf", f64::NEG_INFINITY), ("inf", f64::INFINITY), ("1e+06", 1e6), (".5", 0.5), ("0", 0.0)]
+        {
             assert_eq!(sample(&format!("m {text}")).value, v, "{text}");
         }
         assert!(sample("m NaN").value.is_nan());
@@ -797,7 +810,10 @@ mod tests {
                   h_sum 2.25\nh_count 3\nh_created 1700000000.0\n\
                   # TYPE c counter\nc_total 42.0 # {trace_id=\"b\"} 2.0 1700000000.2\nc_created 1700000000.0\n\
                   # TYPE g gauge\ng 7 # {trace_id=\"c\"} 99\n# EOF\n";
-        assert_eq!(read(om, "h", &none()), Ok(Reading::Histogram { sum: 2.25, count: 3.0, buckets: vec![(0.5, 0.0), (1.0, 3.0), (f64::INFINITY, 3.0)] }));
+        assert_eq!(
+            read(om, "h", &none()),
+            Ok(Reading::Histogram { sum: 2.25, count: 3.0, buckets: vec![(0.5, 0.0), (1.0, 3.0), (f64::INFINITY, 3.0)] })
+        );
         assert_eq!(read(om, "c", &none()), Ok(Reading::Value(42.0)));
         assert_eq!(read(om, "c_total", &none()), Ok(Reading::Value(42.0)));
         assert_eq!(read(om, "g", &none()), Ok(Reading::Value(7.0)));
@@ -929,7 +945,10 @@ mod tests {
         let h = "# TYPE h histogram\nh_bucket{a=\"1\",le=\"+Inf\"} 2\nh_bucket{a=\"1\",le=\"1\"} 1\nh_bucket{a=\"2\",le=\"1\"} 3\nh_bucket{a=\"2\",le=\"+Inf\"} 4\n\
                  h_sum{a=\"1\"} 1\nh_sum{a=\"2\"} 2\nh_count{a=\"1\"} 2\nh_count{a=\"2\"} 4\n";
         assert_eq!(read(h, "h", &none()), Ok(Reading::Histogram { sum: 3.0, count: 6.0, buckets: vec![(1.0, 4.0), (f64::INFINITY, 6.0)] }));
-        assert_eq!(read(h, "h", &want("a", "2")), Ok(Reading::Histogram { sum: 2.0, count: 4.0, buckets: vec![(1.0, 3.0), (f64::INFINITY, 4.0)] }));
+        assert_eq!(
+            read(h, "h", &want("a", "2")),
+            Ok(Reading::Histogram { sum: 2.0, count: 4.0, buckets: vec![(1.0, 3.0), (f64::INFINITY, 4.0)] })
+        );
     }
 
     #[test]
@@ -981,7 +1000,10 @@ mod tests {
     /// either parses or is counted (the fuzz target does this at length).
     #[test]
     fn random_lines_never_panic() {
-        const ALPHABET: &[&str] = &["m", "_total", "_bucket", "le", "{", "}", "\"", "\\", "=", ",", " ", "\t", "#", "# ", "TYPE ", "EOF", "1", "-", ".", "e", "+Inf", "NaN", "é", "\n", "\r", "quantile"];
+        const ALPHABET: &[&str] = &[
+            "m", "_total", "_bucket", "le", "{", "}", "\"", "\\", "=", ",", " ", "\t", "#", "# ", "TYPE ", "EOF", "1", "-", ".", "e",
+            "+Inf", "NaN", "é", "\n", "\r", "quantile",
+        ];
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut next = || {
             x ^= x << 13;

@@ -171,7 +171,9 @@ pub fn parse_response(head: &[u8]) -> Result<Response<'_>, HeadError> {
     };
     minor_version(version)?;
     let status = match code.as_bytes() {
-        [a, b, c] if code.bytes().all(|d| d.is_ascii_digit()) && *a != b'0' => u16::from(a - b'0') * 100 + u16::from(b - b'0') * 10 + u16::from(c - b'0'),
+        [a, b, c] if code.bytes().all(|d| d.is_ascii_digit()) && *a != b'0' => {
+            u16::from(a - b'0') * 100 + u16::from(b - b'0') * 10 + u16::from(c - b'0')
+        }
         _ => return Err(HeadError::Malformed("status code")),
     };
     Ok(Response { status, reason: parts.next().unwrap_or(""), headers: headers(&lines[1..])? })

@@ -55,8 +55,16 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 8] =
-        [Reason::Connect, Reason::Timeout, Reason::HttpStatus, Reason::TooLarge, Reason::Encoding, Reason::BadResponse, Reason::MetricMissing, Reason::BadLine];
+    pub const ALL: [Reason; 8] = [
+        Reason::Connect,
+        Reason::Timeout,
+        Reason::HttpStatus,
+        Reason::TooLarge,
+        Reason::Encoding,
+        Reason::BadResponse,
+        Reason::MetricMissing,
+        Reason::BadLine,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -305,7 +313,13 @@ pub fn get(ep: &Endpoint, timeout: Duration) -> Result<Vec<u8>, PollError> {
     }
     let mut s = stream.ok_or(PollError::Connect(last_error))?;
     s.set_write_timeout(Some(left().ok_or_else(|| timeout_in("sending the request"))?)).map_err(|e| PollError::Connect(e.to_string()))?;
-    s.write_all(ep.request().as_bytes()).map_err(|e| if timed_out(&e) { timeout_in("sending the request") } else { PollError::Connect(format!("sending the request: {e}")) })?;
+    s.write_all(ep.request().as_bytes()).map_err(|e| {
+        if timed_out(&e) {
+            timeout_in("sending the request")
+        } else {
+            PollError::Connect(format!("sending the request: {e}"))
+        }
+    })?;
 
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut piece = vec![0u8; 64 * 1024];
@@ -366,7 +380,9 @@ pub fn get(ep: &Endpoint, timeout: Duration) -> Result<Vec<u8>, PollError> {
             buf.truncate(n);
             Ok(buf)
         }
-        Framing::Chunked => wire::dechunk(&buf, MAX_BODY).ok_or_else(|| PollError::BadResponse("a malformed or incomplete chunked body".into())),
+        Framing::Chunked => {
+            wire::dechunk(&buf, MAX_BODY).ok_or_else(|| PollError::BadResponse("a malformed or incomplete chunked body".into()))
+        }
         Framing::Close => Ok(buf),
     }
 }
@@ -581,7 +597,19 @@ mod tests {
         assert_eq!(Endpoint::parse("http://[::1]/m", "lag").unwrap().hostport, "[::1]:80");
         // UTF-8 and reserved characters of metric names are percent-encoded
         assert!(name_filter("app.lag:sé").starts_with("name%5B%5D=app.lag%3As%C3%A9&name%5B%5D=app.lag%3As%C3%A9_total&"));
-        for bad in ["https://x/metrics", "ftp://x", "http:///x", "http://:80/m", "http://a:b/m", "http://a:0/m", "http://a:99999/m", "http://u:p@a/m", "http://a/m x", "http://a/m\r\nX: y", "http://a/é"] {
+        for bad in [
+            "https://x/metrics",
+            "ftp://x",
+            "http:///x",
+            "http://:80/m",
+            "http://a:b/m",
+            "http://a:0/m",
+            "http://a:99999/m",
+            "http://u:p@a/m",
+            "http://a/m x",
+            "http://a/m\r\nX: y",
+            "http://a/é",
+        ] {
             assert!(Endpoint::parse(bad, "lag").is_err(), "{bad}");
         }
     }
@@ -758,7 +786,8 @@ mod tests {
         assert_eq!(histogram_quantile(Some(&h0), &h1, 0.99), Some(1.0)); // in +Inf: the last finite bound
         assert_eq!(histogram_quantile(Some(&h1), &h1, 0.5), None);
         // the start's counts are those of the same bound
-        let h1 = Reading::Histogram { sum: 0.0, count: 100.0, buckets: vec![(0.1, 50.0), (0.2, 55.0), (1.0, 90.0), (f64::INFINITY, 100.0)] };
+        let h1 =
+            Reading::Histogram { sum: 0.0, count: 100.0, buckets: vec![(0.1, 50.0), (0.2, 55.0), (1.0, 90.0), (f64::INFINITY, 100.0)] };
         let h2 = Reading::Histogram { sum: 0.0, count: 110.0, buckets: vec![(0.1, 50.0), (1.0, 100.0), (f64::INFINITY, 110.0)] };
         assert!((histogram_quantile(Some(&h1), &h2, 0.5).unwrap() - 0.55).abs() < 1e-12);
         let g = Reading::GaugeHistogram { sum: 0.0, count: 4.0, buckets: vec![(1.0, 2.0), (2.0, 4.0), (f64::INFINITY, 4.0)] };

@@ -9,8 +9,8 @@ use super::{emit, install_stop_handler, session_options, stop_requested};
 use crate::age::sources::AgeSources;
 use crate::cli::{AttachArgs, Output};
 use crate::model::partition::{secs, window, ThreadSample};
-use crate::probes::sched::monotonic_ns;
 use crate::model::throttle::{self, Stretch};
+use crate::probes::sched::monotonic_ns;
 use crate::report::{json, text, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling};
 use crate::session::Session;
 use crate::usage;
@@ -70,7 +70,10 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
                 .collect();
             let r = ProcessReport::new(target.pid, target.comm.clone(), python.clone(), tick_ns, None, rows);
             let age_line = ages.process(target.pid, t0).map(|a| {
-                format!("age {:.2} s ({:+.2} s since attach, {} samples from the {})", a.summary.last_s, a.summary.growth_s, a.summary.samples, a.source)
+                format!(
+                    "age {:.2} s ({:+.2} s since attach, {} samples from the {})",
+                    a.summary.last_s, a.summary.growth_s, a.summary.samples, a.source
+                )
             });
             if plain_lines {
                 emit(&format!("{}\n", text::plain_line(&r, secs(snap.at_ns.saturating_sub(t0)), age_line.as_deref())));
@@ -111,7 +114,8 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
         .map(|s| ThreadRow { age: ages.thread(target.pid, s.tid, t0), ..ThreadRow::from_sample(s, s.times, s.existed_ns()) })
         .collect();
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
-    let report = ProcessReport::new(target.pid, target.comm.clone(), python, end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows);
+    let report =
+        ProcessReport::new(target.pid, target.comm.clone(), python, end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows);
     let report = match &target.cgroup {
         Some(cg) => {
             let quota = cg.quota();

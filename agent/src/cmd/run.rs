@@ -5,11 +5,11 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::{install_stop_handler, session_options, stop_requested};
+use crate::age::sources::AgeSources;
 use crate::cli::RunArgs;
 use crate::export::http;
-use crate::export::web::Web;
-use crate::age::sources::AgeSources;
 use crate::export::prometheus::{AgeExport, AgentStatus, CgroupInfo, Exporter, ProcessInfo, EXITED_RETENTION_NS};
+use crate::export::web::Web;
 use crate::probes::sched::{monotonic_ns, VARIANT};
 use crate::session::Session;
 
@@ -22,11 +22,15 @@ const DISCOVER_EVERY_NS: u64 = 1_000_000_000;
 pub fn run(args: &RunArgs) -> Result<()> {
     install_stop_handler();
     if args.age.age_url.is_some() && (args.all || args.pid.len() != 1) {
-        return Err(crate::usage!("--age-url joins the age of one process with its threads: give exactly one --pid (or use --age-socket, which is per thread)"));
+        return Err(crate::usage!(
+            "--age-url joins the age of one process with its threads: give exactly one --pid (or use --age-socket, which is per thread)"
+        ));
     }
     let mut ages = AgeSources::new(&args.age)?;
     let web = match &args.web_config_file {
-        Some(path) => Some(Web::load(path).map_err(|e| crate::usage!("{e:#}: fix the file (format: docs/deployment.md, \"Securing the endpoint\")"))?),
+        Some(path) => Some(
+            Web::load(path).map_err(|e| crate::usage!("{e:#}: fix the file (format: docs/deployment.md, \"Securing the endpoint\")"))?,
+        ),
         None => None,
     };
     // bind first: a taken port fails before any probe is loaded
@@ -113,7 +117,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     log::warn!("failed to look for new processes: {e:#}");
                 }
             } else if !warned_all_gone && session.targets().all(|t| t.exited_ns.is_some()) {
-                log::warn!("every watched process has exited; still serving their last numbers for {} s", EXITED_RETENTION_NS / 1_000_000_000);
+                log::warn!(
+                    "every watched process has exited; still serving their last numbers for {} s",
+                    EXITED_RETENTION_NS / 1_000_000_000
+                );
                 warned_all_gone = true;
             }
             let gone: Vec<u64> = session.forget_exited(now.saturating_sub(EXITED_RETENTION_NS)).iter().map(|t| t.id).collect();

@@ -178,21 +178,11 @@ pub const HTTP_CONNECTIONS_DROPPED: Metric = Metric {
     help: "Connections the endpoint closed without an answer, by reason: head_timeout (the request head, TLS handshake included, was not complete 5 s after accept), evicted (closed to make room: the oldest connection still sending its head, when 256 were open), over_limit (256 connections busy answering: answered 503 with Retry-After at once), write_timeout (the response was not taken within 30 s), tls_handshake (the TLS handshake failed: no or untrusted client certificate, plain HTTP on a TLS port). A steady rise of head_timeout or evicted is a slow or hostile client.",
 };
 
-pub const WATCHED_PROCESSES: Metric = Metric {
-    base: "waitmeter_watched_processes",
-    kind: Kind::Gauge,
-    unit: None,
-    labels: &[],
-    help: "Processes being measured.",
-};
+pub const WATCHED_PROCESSES: Metric =
+    Metric { base: "waitmeter_watched_processes", kind: Kind::Gauge, unit: None, labels: &[], help: "Processes being measured." };
 
-pub const WATCHED_THREADS: Metric = Metric {
-    base: "waitmeter_watched_threads",
-    kind: Kind::Gauge,
-    unit: None,
-    labels: &[],
-    help: "Live threads being measured.",
-};
+pub const WATCHED_THREADS: Metric =
+    Metric { base: "waitmeter_watched_threads", kind: Kind::Gauge, unit: None, labels: &[], help: "Live threads being measured." };
 
 pub const EVENTS_LOST: Metric = Metric {
     base: "waitmeter_bpf_events_lost",
@@ -220,7 +210,8 @@ pub const BUILD_INFO: Metric = Metric {
     help: "waitmeter build information; always 1.",
 };
 
-pub const ALL: &[&Metric] = &[&THREAD_SECONDS,
+pub const ALL: &[&Metric] = &[
+    &THREAD_SECONDS,
     &GIL_WAIT_SECONDS,
     &GIL_HOLD_SECONDS,
     &RUNQUEUE_WAIT_SECONDS,
@@ -238,7 +229,12 @@ pub const ALL: &[&Metric] = &[&THREAD_SECONDS,
     &AGE_SOURCE_ERRORS,
     &HTTP_REQUESTS,
     &HTTP_CONNECTIONS_DROPPED,
-    &WATCHED_PROCESSES, &WATCHED_THREADS, &EVENTS_LOST, &PROBE_ATTACHED, &BUILD_INFO];
+    &WATCHED_PROCESSES,
+    &WATCHED_THREADS,
+    &EVENTS_LOST,
+    &PROBE_ATTACHED,
+    &BUILD_INFO,
+];
 
 /// docs/metrics.md
 pub fn markdown() -> String {
@@ -258,7 +254,8 @@ pub fn markdown() -> String {
             Kind::Gauge => "gauge",
             Kind::Histogram => "histogram",
         };
-        let labels = if m.labels.is_empty() { "—".to_string() } else { m.labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ") };
+        let labels =
+            if m.labels.is_empty() { "—".to_string() } else { m.labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ") };
         let _ = writeln!(out, "| `{}` | {} | {} | {} |", m.exposed(), kind, labels, m.help);
     }
     out.push_str(

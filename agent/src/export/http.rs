@@ -226,7 +226,8 @@ struct Rendered {
 
 impl Rendered {
     fn body(&self, openmetrics: bool, gzip: bool) -> &[u8] {
-        let plain = if openmetrics { &self.openmetrics } else { self.text.get_or_init(|| super::prometheus::to_text_004(&self.openmetrics)) };
+        let plain =
+            if openmetrics { &self.openmetrics } else { self.text.get_or_init(|| super::prometheus::to_text_004(&self.openmetrics)) };
         if !gzip {
             return plain.as_bytes();
         }
@@ -296,7 +297,8 @@ struct Shared {
 
 /// Bind `addr` and serve in the background.
 pub fn serve(addr: &str, web: Option<Web>, scrapes: mpsc::Sender<Scrape>) -> Result<Endpoint> {
-    let listener = TcpListener::bind(addr).map_err(|e| usage!("cannot listen on {addr}: {e}: pick a free address with --listen ADDR:PORT"))?;
+    let listener =
+        TcpListener::bind(addr).map_err(|e| usage!("cannot listen on {addr}: {e}: pick a free address with --listen ADDR:PORT"))?;
     let bound = listener.local_addr()?;
     let tls = web.as_ref().is_some_and(|w| w.current().tls.is_some());
     let shared = Arc::new(Shared {
@@ -501,7 +503,12 @@ fn serve_one(stream: TcpStream, id: u64, shared: &Shared, cfg: Option<&WebConfig
     };
     shared.stats.answered(ans.code);
     let mut out = format!("HTTP/1.1 {} {}\r\n", ans.code, reason(ans.code));
-    for (name, value) in ans.headers.iter().map(|(n, v)| (*n, v.as_str())).chain(cfg.iter().flat_map(|c| c.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())))) {
+    for (name, value) in ans
+        .headers
+        .iter()
+        .map(|(n, v)| (*n, v.as_str()))
+        .chain(cfg.iter().flat_map(|c| c.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()))))
+    {
         out.push_str(&format!("{name}: {value}\r\n"));
     }
     let body = ans.body.bytes();
@@ -579,7 +586,11 @@ fn route(req: &head::Request<'_>, shared: &Shared, cfg: Option<&WebConfig>) -> A
             let om_q = head::quality(accept, "application/openmetrics-text", None).unwrap_or(0.0);
             let openmetrics = om_q > 0.0 && om_q >= head::quality(accept, "text/plain", Some("*/*")).unwrap_or(0.0);
             let gzip = head::quality(req.header("Accept-Encoding").unwrap_or(""), "gzip", Some("*")).is_some_and(|q| q > 0.0);
-            let ctype = if openmetrics { "application/openmetrics-text; version=1.0.0; charset=utf-8" } else { "text/plain; version=0.0.4; charset=utf-8" };
+            let ctype = if openmetrics {
+                "application/openmetrics-text; version=1.0.0; charset=utf-8"
+            } else {
+                "text/plain; version=0.0.4; charset=utf-8"
+            };
             let mut headers = vec![("Content-Type", ctype.to_string()), ("Vary", "Accept, Accept-Encoding".into())];
             if gzip {
                 headers.push(("Content-Encoding", "gzip".into()));
@@ -628,7 +639,10 @@ mod tests {
         let (ep, renders) = endpoint(None);
         let a = ep.addr;
         let r = request(a, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-        assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.contains("text/plain; version=0.0.4") && r.contains("# TYPE x_total counter"), "{r}");
+        assert!(
+            r.starts_with("HTTP/1.1 200 OK\r\n") && r.contains("text/plain; version=0.0.4") && r.contains("# TYPE x_total counter"),
+            "{r}"
+        );
         let r = request(a, "GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;q=0.5\r\n\r\n");
         assert!(r.contains("application/openmetrics-text") && r.ends_with("# EOF\n"), "{r}");
         // HEAD: the same headers, no body

@@ -11,8 +11,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use super::catalogue::{self, Kind, Metric};
 use super::futex_words::FutexWords;
-use crate::model::hist::HoldHist;
 use crate::model::blame::Preemptor;
+use crate::model::hist::HoldHist;
 use crate::model::labels::{sanitize, LabelBook};
 use crate::model::partition::{secs, ThreadSample, Times};
 use crate::model::state::State;
@@ -223,7 +223,14 @@ impl Exporter {
     }
 
     /// The exposition text for this scrape. `snap.exited` must already be folded.
-    pub fn render(&mut self, procs: &[ProcessInfo], cgroups: &[CgroupInfo], ages: &AgeExport, snap: &Snapshot, status: &AgentStatus) -> String {
+    pub fn render(
+        &mut self,
+        procs: &[ProcessInfo],
+        cgroups: &[CgroupInfo],
+        ages: &AgeExport,
+        snap: &Snapshot,
+        status: &AgentStatus,
+    ) -> String {
         let mut totals = self.folded.clone();
         // labels first, so that holders are named whatever the order of threads
         let keyed: Vec<(u64, SeriesKey, &ThreadSample)> =
@@ -260,7 +267,8 @@ impl Exporter {
         };
         let futex_word_seconds = words.seconds.iter().filter_map(|(t, f, v)| Some((word_labels(*t, f)?, *v))).collect();
         let futex_word_waiters = words.waiters.iter().filter_map(|(t, f, v)| Some((word_labels(*t, f)?, *v))).collect();
-        let cpu_limit = procs.iter().filter(|p| p.alive).map(|p| (vec![("pid".to_string(), p.pid.to_string())], p.cpu_limit_cores)).collect();
+        let cpu_limit =
+            procs.iter().filter(|p| p.alive).map(|p| (vec![("pid".to_string(), p.pid.to_string())], p.cpu_limit_cores)).collect();
         let cg = |c: &CgroupInfo| vec![("cgroup".to_string(), c.path.clone())];
         let cgroup_throttled = cgroups.iter().map(|c| (cg(c), c.stat.throttled_ns as f64 / 1e9)).collect();
         let cgroup_throttled_periods = cgroups.iter().map(|c| (cg(c), c.stat.nr_throttled as f64)).collect();
@@ -294,7 +302,8 @@ impl Exporter {
             ],
             None => vec![],
         };
-        let age_scrape_errors = ages.errors.iter().flat_map(|e| &e.scrape).map(|(r, n)| (vec![("reason".to_string(), r.to_string())], *n as f64)).collect();
+        let age_scrape_errors =
+            ages.errors.iter().flat_map(|e| &e.scrape).map(|(r, n)| (vec![("reason".to_string(), r.to_string())], *n as f64)).collect();
         let mut thread_seconds = vec![];
         for (k, t) in &series {
             let Some(p) = by_id.get(&k.target) else { continue };
@@ -314,7 +323,9 @@ impl Exporter {
         let lost = status
             .lost
             .iter()
-            .map(|(probe, reason, n)| (vec![("probe".to_string(), probe.to_string()), ("reason".to_string(), reason.to_string())], *n as f64))
+            .map(|(probe, reason, n)| {
+                (vec![("probe".to_string(), probe.to_string()), ("reason".to_string(), reason.to_string())], *n as f64)
+            })
             .collect();
         let http_requests = status.http_codes.iter().map(|(c, n)| (vec![("code".to_string(), c.to_string())], *n as f64)).collect();
         let http_dropped = status.http_drops.iter().map(|(r, n)| (vec![("reason".to_string(), r.to_string())], *n as f64)).collect();
@@ -369,10 +380,8 @@ fn series_labels(p: &ProcessInfo, k: &SeriesKey, comm: bool, extra: &[(&str, &st
 /// older scrapers): counter families are named with their `_total` suffix,
 /// and the `# UNIT` and `# EOF` lines, which 0.0.4 does not have, are dropped.
 pub fn to_text_004(openmetrics: &str) -> String {
-    let counters: std::collections::HashSet<&str> = openmetrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
-        .collect();
+    let counters: std::collections::HashSet<&str> =
+        openmetrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter")).collect();
     let mut out = String::with_capacity(openmetrics.len());
     for line in openmetrics.lines() {
         if line.starts_with("# UNIT ") || line == "# EOF" {
@@ -422,7 +431,11 @@ struct Exposition {
     http_dropped: Vec<(Labels, f64)>,
 }
 
-fn descriptor<'a>(enc: &'a mut DescriptorEncoder, m: &'a Metric, unit: &'a Option<Unit>) -> Result<prometheus_client::encoding::MetricEncoder<'a>, std::fmt::Error> {
+fn descriptor<'a>(
+    enc: &'a mut DescriptorEncoder,
+    m: &'a Metric,
+    unit: &'a Option<Unit>,
+) -> Result<prometheus_client::encoding::MetricEncoder<'a>, std::fmt::Error> {
     let ty = match m.kind {
         Kind::Counter => MetricType::Counter,
         Kind::Gauge => MetricType::Gauge,
@@ -508,12 +521,30 @@ mod tests {
     fn sample(tid: u32, comm: &str, start: u64, running: u64, exited: bool) -> ThreadSample {
         let mut t = Times::default();
         t.0[State::Running.index()] = running;
-        ThreadSample { tid, host_tid: tid + 1000, pid: 10, comm: comm.into(), py_name: None, start_ns: start, at_ns: start + running, exited, times: t, gil_by_holder: Default::default(), gil_hold: None, futex: vec![], runqueue_by: Default::default() }
+        ThreadSample {
+            tid,
+            host_tid: tid + 1000,
+            pid: 10,
+            comm: comm.into(),
+            py_name: None,
+            start_ns: start,
+            at_ns: start + running,
+            exited,
+            times: t,
+            gil_by_holder: Default::default(),
+            gil_hold: None,
+            futex: vec![],
+            runqueue_by: Default::default(),
+        }
     }
 
     fn value(text: &str, thread: &str, state: &str) -> Option<f64> {
         text.lines()
-            .find(|l| l.starts_with("waitmeter_thread_seconds_total{") && l.contains(&format!("thread=\"{thread}\"")) && l.contains(&format!("state=\"{state}\"")))
+            .find(|l| {
+                l.starts_with("waitmeter_thread_seconds_total{")
+                    && l.contains(&format!("thread=\"{thread}\""))
+                    && l.contains(&format!("state=\"{state}\""))
+            })
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 
@@ -530,7 +561,14 @@ mod tests {
         };
         let mut e = Exporter::new(1, false);
         let mut snap = Snapshot::default();
-        snap.live.insert(1, vec![sample(1, "worker", 0, 2_000_000_000, false), sample(2, "worker", 0, 1_000_000_000, false), sample(3, "io\"er", 0, 500_000_000, false)]);
+        snap.live.insert(
+            1,
+            vec![
+                sample(1, "worker", 0, 2_000_000_000, false),
+                sample(2, "worker", 0, 1_000_000_000, false),
+                sample(3, "io\"er", 0, 500_000_000, false),
+            ],
+        );
         let text = e.render(&procs, &[], &AgeExport::default(), &snap, &status);
         assert_eq!(value(&text, "worker", "running"), Some(3.0), "{text}");
         // beyond the bound of 1 distinct name per process: "other"
@@ -614,7 +652,8 @@ mod tests {
 
     #[test]
     fn age_errors_by_source_and_by_reason() {
-        let errors = crate::age::sources::AgeErrors { endpoint: 3, client: 1, scrape: vec![("connect", 0), ("timeout", 3), ("bad_line", 7)] };
+        let errors =
+            crate::age::sources::AgeErrors { endpoint: 3, client: 1, scrape: vec![("connect", 0), ("timeout", 3), ("bad_line", 7)] };
         let ages = AgeExport { process: Some((10, 2.5)), threads: vec![], errors: Some(errors) };
         let text = Exporter::new(20, false).render(&[], &[], &ages, &Snapshot::default(), &AgentStatus::default());
         for line in [

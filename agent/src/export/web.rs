@@ -56,8 +56,14 @@ struct HttpFile {
 
 /// Response headers the toolkit lets a config set (security headers only:
 /// nothing that changes the meaning of a response).
-const SETTABLE_HEADERS: &[&str] =
-    &["Cache-Control", "Content-Security-Policy", "Strict-Transport-Security", "X-Content-Type-Options", "X-Frame-Options", "X-XSS-Protection"];
+const SETTABLE_HEADERS: &[&str] = &[
+    "Cache-Control",
+    "Content-Security-Policy",
+    "Strict-Transport-Security",
+    "X-Content-Type-Options",
+    "X-Frame-Options",
+    "X-XSS-Protection",
+];
 
 /// A loaded configuration.
 pub struct WebConfig {
@@ -125,7 +131,12 @@ fn tls_config(t: &TlsFile, dir: &Path, files: &mut Vec<PathBuf>) -> Result<rustl
         // as in Go, the list selects TLS 1.2 suites; TLS 1.3 suites are not configurable
         for n in names {
             if !suites.cipher_suites.iter().any(|s| format!("{:?}", s.suite()) == *n) {
-                let known: Vec<String> = suites.cipher_suites.iter().filter(|s| s.version() == &rustls::version::TLS12).map(|s| format!("{:?}", s.suite())).collect();
+                let known: Vec<String> = suites
+                    .cipher_suites
+                    .iter()
+                    .filter(|s| s.version() == &rustls::version::TLS12)
+                    .map(|s| format!("{:?}", s.suite()))
+                    .collect();
                 bail!("cipher suite {n:?} is not supported; supported: {}", known.join(", "));
             }
         }
@@ -136,8 +147,10 @@ fn tls_config(t: &TlsFile, dir: &Path, files: &mut Vec<PathBuf>) -> Result<rustl
     }
     let min = version(t.min_version.as_deref().unwrap_or("TLS12"))?;
     let max = version(t.max_version.as_deref().unwrap_or("TLS13"))?;
-    let versions: Vec<&'static rustls::SupportedProtocolVersion> =
-        [&rustls::version::TLS12, &rustls::version::TLS13].into_iter().filter(|v| (u16::from(min.version)..=u16::from(max.version)).contains(&u16::from(v.version))).collect();
+    let versions: Vec<&'static rustls::SupportedProtocolVersion> = [&rustls::version::TLS12, &rustls::version::TLS13]
+        .into_iter()
+        .filter(|v| (u16::from(min.version)..=u16::from(max.version)).contains(&u16::from(v.version)))
+        .collect();
     if versions.is_empty() {
         bail!("min_version is above max_version");
     }
@@ -180,7 +193,11 @@ impl WebConfig {
     /// Read and check the file and everything it names.
     pub fn load(path: &Path) -> Result<WebConfig> {
         let text = std::fs::read_to_string(path).with_context(|| format!("failed to read {}", path.display()))?;
-        let file: File = if text.trim().is_empty() { File::default() } else { serde_norway::from_str(&text).context("failed to parse it as YAML in the exporter toolkit's web-config format")? };
+        let file: File = if text.trim().is_empty() {
+            File::default()
+        } else {
+            serde_norway::from_str(&text).context("failed to parse it as YAML in the exporter toolkit's web-config format")?
+        };
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut files = vec![path.to_path_buf()];
         let tls = match &file.tls_server_config {
@@ -206,10 +223,13 @@ impl WebConfig {
             }
             headers.push((canonical.to_string(), value));
         }
-        let files = files.into_iter().map(|p| {
-            let m = mtime(&p);
-            (p, m)
-        }).collect();
+        let files = files
+            .into_iter()
+            .map(|p| {
+                let m = mtime(&p);
+                (p, m)
+            })
+            .collect();
         Ok(WebConfig { tls, users, headers, files })
     }
 
@@ -252,7 +272,13 @@ pub enum Auth {
 impl Web {
     pub fn load(path: &Path) -> Result<Web> {
         let cfg = WebConfig::load(path).with_context(|| format!("bad --web.config.file {}", path.display()))?;
-        Ok(Web { path: path.to_path_buf(), state: Mutex::new((Arc::new(cfg), Instant::now())), verified: Mutex::default(), keys: RandomState::new(), bcrypt_one_at_a_time: Mutex::new(()) })
+        Ok(Web {
+            path: path.to_path_buf(),
+            state: Mutex::new((Arc::new(cfg), Instant::now())),
+            verified: Mutex::default(),
+            keys: RandomState::new(),
+            bcrypt_one_at_a_time: Mutex::new(()),
+        })
     }
 
     /// The configuration for a new connection.
@@ -267,7 +293,10 @@ impl Web {
                         st.0 = Arc::new(cfg);
                         self.verified.lock().expect("auth cache lock").clear();
                     }
-                    Err(e) => log::warn!("--web.config.file {} changed but does not load: {e:#}; keeping the previous configuration", self.path.display()),
+                    Err(e) => log::warn!(
+                        "--web.config.file {} changed but does not load: {e:#}; keeping the previous configuration",
+                        self.path.display()
+                    ),
                 }
             }
         }

@@ -87,7 +87,11 @@ mod tests {
 
     #[test]
     fn aggregates_wakers_and_addresses() {
-        let a = [FutexWait { addr: 0x10, waker: 2, ns: 5 }, FutexWait { addr: 0x10, waker: 3, ns: 7 }, FutexWait { addr: 0x20, waker: 0, ns: 1 }];
+        let a = [
+            FutexWait { addr: 0x10, waker: 2, ns: 5 },
+            FutexWait { addr: 0x10, waker: 3, ns: 7 },
+            FutexWait { addr: 0x20, waker: 0, ns: 1 },
+        ];
         let b = [FutexWait { addr: 0x10, waker: 1, ns: 9 }];
         assert_eq!(by_waker(&a), BTreeMap::from([(0, 1), (2, 5), (3, 7)]));
         let top = top_futexes(&[(1, &a), (2, &b)], 5);

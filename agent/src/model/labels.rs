@@ -9,12 +9,7 @@ pub const OTHER: &str = "other";
 /// A printable, bounded form of a name read from the target: control
 /// characters become `?`, the length is capped, an empty name is `unnamed`.
 pub fn sanitize(name: &str) -> String {
-    let s: String = name
-        .trim_end_matches('\n')
-        .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .take(MAX_NAME_CHARS)
-        .collect();
+    let s: String = name.trim_end_matches('\n').chars().map(|c| if c.is_control() { '?' } else { c }).take(MAX_NAME_CHARS).collect();
     if s.trim().is_empty() {
         "unnamed".to_string()
     } else {

@@ -30,16 +30,8 @@ pub const NR_STATES: usize = 8;
 
 impl State {
     /// All states, in ABI order (index == discriminant).
-    pub const ALL: [State; NR_STATES] = [
-        State::Running,
-        State::Runqueue,
-        State::Throttled,
-        State::GilWait,
-        State::FutexWait,
-        State::IoWait,
-        State::Sleep,
-        State::Other,
-    ];
+    pub const ALL: [State; NR_STATES] =
+        [State::Running, State::Runqueue, State::Throttled, State::GilWait, State::FutexWait, State::IoWait, State::Sleep, State::Other];
 
     /// The stable name used in JSON keys and the `state` label.
     pub const fn name(self) -> &'static str {

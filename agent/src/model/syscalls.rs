@@ -78,11 +78,7 @@ pub const CLASSIFIED: &[(u32, &str, State)] = &[
 
 /// The state of a thread blocked in syscall `nr`.
 pub fn syscall_state(nr: u32) -> State {
-    CLASSIFIED
-        .iter()
-        .find(|(n, _, _)| *n == nr)
-        .map(|(_, _, s)| *s)
-        .unwrap_or(State::Other)
+    CLASSIFIED.iter().find(|(n, _, _)| *n == nr).map(|(_, _, s)| *s).unwrap_or(State::Other)
 }
 
 /// The table handed to BPF: index = syscall number, value = state discriminant.

@@ -4,9 +4,9 @@
 use std::cell::RefCell;
 use std::io::Read;
 use std::mem::{size_of, MaybeUninit};
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
@@ -143,9 +143,8 @@ fn open_and_load(opts: &SchedOptions) -> Result<SchedSkel<'static>> {
 impl SchedProbe {
     /// Load and attach. Nothing is watched until `watch()`.
     pub fn load(opts: &SchedOptions) -> Result<SchedProbe> {
-        let skel = open_and_load(opts).context(
-            "failed to load the scheduler probes (needs Linux 5.15 or later with BTF); rerun with -vv for libbpf's log",
-        )?;
+        let skel = open_and_load(opts)
+            .context("failed to load the scheduler probes (needs Linux 5.15 or later with BTF); rerun with -vv for libbpf's log")?;
         let suffix = "_btf";
         let mut links = Vec::new();
         for prog in skel.object().progs_mut() {
@@ -194,27 +193,14 @@ impl SchedProbe {
 
     /// Host TGIDs in the watched map (the BPF side adds forked children).
     pub fn watched(&self) -> Vec<u32> {
-        self.skel
-            .maps
-            .watched
-            .keys()
-            .filter_map(|k| Some(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?)))
-            .collect()
+        self.skel.maps.watched.keys().filter_map(|k| Some(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?))).collect()
     }
 
     /// Start measuring a thread in `state` as of `now` (a thread that existed
     /// before the probe saw it). An entry the BPF side created first wins.
     pub fn seed_thread(&self, host_tid: u32, host_tgid: u32, ns_tid: u32, ns_tgid: u32, state: State, now: u64) {
-        let t = wm_thread {
-            state: state as u32,
-            since: now,
-            start: now,
-            tgid: host_tgid,
-            syscall: -1,
-            ns_tid,
-            ns_tgid,
-            ..Default::default()
-        };
+        let t =
+            wm_thread { state: state as u32, since: now, start: now, tgid: host_tgid, syscall: -1, ns_tid, ns_tgid, ..Default::default() };
         match self.skel.maps.threads.update(&host_tid.to_ne_bytes(), as_bytes(&t), MapFlags::NO_EXIST) {
             Ok(()) => {}
             Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {}
@@ -375,9 +361,9 @@ impl SchedProbe {
                         exited: true,
                         times: Times::at(r.t.ns, r.t.state, r.t.since, r.end),
                         gil_by_holder: Default::default(),
-                    gil_hold: None,
-                    futex: vec![],
-                    runqueue_by: Default::default(),
+                        gil_hold: None,
+                        futex: vec![],
+                        runqueue_by: Default::default(),
                     },
                 )
             })
@@ -390,11 +376,7 @@ impl SchedProbe {
             .iter()
             .map(|(idx, reason)| {
                 let per_cpu = self.skel.maps.stats.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY);
-                let total = per_cpu
-                    .ok()
-                    .flatten()
-                    .map(|v| v.iter().filter_map(|b| from_bytes::<u64>(b)).sum())
-                    .unwrap_or(0);
+                let total = per_cpu.ok().flatten().map(|v| v.iter().filter_map(|b| from_bytes::<u64>(b)).sum()).unwrap_or(0);
                 let user = if *idx == wm_stat::WM_STAT_THREAD_MAP_FULL.0 { self.seed_lost.get() } else { 0 };
                 ("sched", *reason, total + user)
             })
@@ -412,7 +394,10 @@ impl SchedProbe {
 }
 
 /// Add a ring buffer whose records (ABI struct `T`) are pushed onto the returned queue.
-fn collect_into<T: Copy + 'static>(rb: &mut RingBufferBuilder<'static, 'static>, map: &libbpf_rs::MapMut<'_>) -> Result<Rc<RefCell<Vec<T>>>> {
+fn collect_into<T: Copy + 'static>(
+    rb: &mut RingBufferBuilder<'static, 'static>,
+    map: &libbpf_rs::MapMut<'_>,
+) -> Result<Rc<RefCell<Vec<T>>>> {
     let queue = Rc::new(RefCell::new(Vec::new()));
     let sink = Rc::clone(&queue);
     // SAFETY of the 'static borrow: the map lives in the skeleton, which lives
@@ -445,9 +430,8 @@ fn map_bits(map: &libbpf_rs::MapMut<'_>) -> Result<&'static [AtomicU64]> {
     let len = words * size_of::<u64>();
     // SAFETY: a shared mapping of the map's fd of exactly its value area; it
     // lives as long as the process (the map is never closed before exit).
-    let ptr = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0)
-    };
+    let ptr =
+        unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0) };
     if ptr == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error()).context("failed to mmap the watched bitmap");
     }

@@ -78,7 +78,18 @@ pub const GLIBC_COND_SIGNALS: [u64; 2] = [40, 44];
 pub const GLIBC_MUTEX_LOCK: u64 = 0;
 
 const fn default_build(minor: u32, gil: GilLocation, holder_id: HolderId, objects: Objects) -> Layout {
-    Layout { minor, free_threaded: false, gil, enabled: None, last_holder: 8, locked: 16, cond: 32, mutex: 80, holder_id, objects: Some(objects) }
+    Layout {
+        minor,
+        free_threaded: false,
+        gil,
+        enabled: None,
+        last_holder: 8,
+        locked: 16,
+        cond: 32,
+        mutex: 80,
+        holder_id,
+        objects: Some(objects),
+    }
 }
 
 /// Measured with tests/helpers/measure_cpython.py on the pyenv builds and Debian's 3.11.

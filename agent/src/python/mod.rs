@@ -25,11 +25,7 @@ pub struct GilFunction {
 /// `take_gil`, `drop_gil` and their clones (`.constprop.0`, `.isra.0`,
 /// `.part.0`, `.lto_priv.0`, chained); not the `.cold` fragments.
 pub fn is_gil_function(name: &str) -> Option<bool> {
-    let (take, rest) = if let Some(r) = name.strip_prefix("take_gil") {
-        (true, r)
-    } else {
-        (false, name.strip_prefix("drop_gil")?)
-    };
+    let (take, rest) = if let Some(r) = name.strip_prefix("take_gil") { (true, r) } else { (false, name.strip_prefix("drop_gil")?) };
     let mut parts = rest.split('.').skip(1);
     if rest.is_empty() {
         return Some(take);

@@ -213,13 +213,22 @@ pub fn report(r: &ProcessReport) -> JsonReport {
             period_signature: r.throttling.as_ref().is_some_and(|t| t.signature),
         }),
         threads: r.threads.iter().map(thread).collect(),
-        age: r.age.as_ref().map(|a| JsonAge { skipped_lines: a.skipped_lines, failed_polls: a.failed_polls, ..age(Some(a.source), &a.summary, a.p50_s, a.p99_s) }),
+        age: r.age.as_ref().map(|a| JsonAge {
+            skipped_lines: a.skipped_lines,
+            failed_polls: a.failed_polls,
+            ..age(Some(a.source), &a.summary, a.p50_s, a.p99_s)
+        }),
         cpu_used_cores: round6(r.cpu_used_cores()),
         cpu_limit_cores: r.cpu_limit_cores,
         top_futexes: r
             .top_futexes
             .iter()
-            .map(|f| JsonFutex { addr: format!("{:#x}", f.addr), wait_s: round6(secs(f.wait_ns)), waiters: f.waiters.clone(), wakers: f.wakers.clone() })
+            .map(|f| JsonFutex {
+                addr: format!("{:#x}", f.addr),
+                wait_s: round6(secs(f.wait_ns)),
+                waiters: f.waiters.clone(),
+                wakers: f.wakers.clone(),
+            })
             .collect(),
         verdict: r.verdict.clone(),
         exited: r.exited_after_ns.is_some(),
@@ -242,7 +251,14 @@ mod tests {
         t.0[State::Running.index()] = 200_000_000;
         t.0[State::GilWait.index()] = 9_500_000_000;
         t.0[State::Runqueue.index()] = 100_000_000;
-        let row = ThreadRow { tid: 1234, name: "MainThread".into(), comm: "python3.11".into(), times: t, existed_ns: t.total(), ..Default::default() };
+        let row = ThreadRow {
+            tid: 1234,
+            name: "MainThread".into(),
+            comm: "python3.11".into(),
+            times: t,
+            existed_ns: t.total(),
+            ..Default::default()
+        };
         let r = ProcessReport::new(1234, "python3.11".into(), None, 10_000_000_000, None, vec![row]);
         let v: serde_json::Value = serde_json::from_str(&render(&r)).unwrap();
         for key in ["pid", "comm", "duration_s", "python", "cgroup", "threads", "top_futexes", "verdict"] {

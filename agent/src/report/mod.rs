@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use crate::model::age::AgeSummary;
 use crate::model::blame::{self, FutexWait, Preemptor, TopFutex};
-use crate::model::state::State;
 use crate::model::partition::{secs, ThreadSample, Times};
+use crate::model::state::State;
 
 /// Futex words listed per process.
 pub const TOP_FUTEXES: usize = 5;

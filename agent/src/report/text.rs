@@ -209,14 +209,19 @@ mod tests {
         let mut t = Times::default();
         t.0[State::Running.index()] = 3_000_000_000;
         t.0[State::Runqueue.index()] = 1_000_000_000;
-        let row = ThreadRow { tid: 42, name: "worker".into(), comm: "worker".into(), times: t, existed_ns: t.total(), ..Default::default() };
+        let row =
+            ThreadRow { tid: 42, name: "worker".into(), comm: "worker".into(), times: t, existed_ns: t.total(), ..Default::default() };
         let r = ProcessReport::new(42, "demo".into(), None, 4_000_000_000, None, vec![row]);
         let text = report(&r, false);
         assert!(text.contains("PID 42 (demo), 4.0 s, 1 threads"), "{text}");
         let line = text.lines().find(|l| l.contains("worker")).unwrap();
         assert!(line.contains(" 75.0  25.0"), "{line}");
         assert!(line.contains("0.25"), "{line}");
-        assert!(line.contains(&format!("{}{}", "#".repeat(22), "q".repeat(8))) || line.contains(&format!("{}{}", "#".repeat(23), "q".repeat(7))), "{line}");
+        assert!(
+            line.contains(&format!("{}{}", "#".repeat(22), "q".repeat(8)))
+                || line.contains(&format!("{}{}", "#".repeat(23), "q".repeat(7))),
+            "{line}"
+        );
         assert!(line.ends_with("CPU"), "{line}"); // 25% in the run queue, preemptor unknown
         assert!(plain_line(&r, 3.0, Some("age 1.00 s")).starts_with("waitmeter: t=3s | age 1.00 s | worker 25% (CPU)"));
     }

@@ -87,14 +87,13 @@ pub fn findings(report: &ProcessReport) -> Vec<String> {
 
     // GIL starvation: a thread kept from the GIL behind another, while age rises
     // the thread that lost the most time to the GIL, if that was most of its time
-    let victim = rows
-        .iter()
-        .filter(|r| share_of(r, State::GilWait) >= GIL_STARVATION_SHARE)
-        .max_by_key(|r| r.times.get(State::GilWait));
+    let victim = rows.iter().filter(|r| share_of(r, State::GilWait) >= GIL_STARVATION_SHARE).max_by_key(|r| r.times.get(State::GilWait));
     if let (Some(v), true) = (victim, rising) {
         let culprit = v.top_gil_holder().and_then(|(tid, _)| rows.iter().find(|x| x.tid == tid));
         let behind = culprit.map(|c| format!(" held by {} ({})", c.name, c.tid)).unwrap_or_default();
-        let fix = culprit.map(|c| format!(" Move {} to its own process", c.name)).unwrap_or_else(|| " Move the GIL-heavy work to its own process".into());
+        let fix = culprit
+            .map(|c| format!(" Move {} to its own process", c.name))
+            .unwrap_or_else(|| " Move the GIL-heavy work to its own process".into());
         out.push(format!(
             "GIL starvation: thread {} ({}) lost {:.1} s of {:.1} s waiting for the GIL{behind}{}; {}: this is waiting, not working.{fix}",
             v.name,
@@ -175,9 +174,7 @@ pub fn findings(report: &ProcessReport) -> Vec<String> {
     }
     // headlines first, then the per-thread lines (a stable sort keeps their order)
     out.sort_by_key(|l| rank(l));
-    let waited = rows
-        .iter()
-        .any(|r| present(r, report.duration_ns) && r.times.waiting() as f64 / r.times.total() as f64 >= WAITING_SHARE);
+    let waited = rows.iter().any(|r| present(r, report.duration_ns) && r.times.waiting() as f64 / r.times.total() as f64 >= WAITING_SHARE);
     let quiet = out.is_empty() || (!rising && !waited && out.iter().all(|l| l.starts_with("thread ")));
     if quiet && !rows.is_empty() {
         let age = match &report.age {
@@ -299,7 +296,11 @@ mod tests {
         let rows = [row(11, "spin-a", &[(State::Running, 5_000_000_000), (State::Runqueue, 5_000_000_000)])];
         let f = findings_of(rows.to_vec(), 10_000_000_000);
         assert_eq!(f.len(), 1);
-        assert!(f[0].starts_with("run-queue saturation: thread spin-a (11) spent 5.0 s of 10.0 s waiting for a CPU (run queue) (50%)"), "{}", f[0]);
+        assert!(
+            f[0].starts_with("run-queue saturation: thread spin-a (11) spent 5.0 s of 10.0 s waiting for a CPU (run queue) (50%)"),
+            "{}",
+            f[0]
+        );
         assert!(f[0].contains("wait ratio 0.50"));
     }
 
@@ -320,15 +321,32 @@ mod tests {
     fn convoy_and_throttling_are_reported() {
         let rows: Vec<ThreadRow> = (1..=4)
             .map(|i| {
-                let mut r = row(i, &format!("w{i}"), &[(State::FutexWait, 3_000_000_000), (State::Running, 1_000_000_000), (State::Throttled, 500_000_000)]);
+                let mut r = row(
+                    i,
+                    &format!("w{i}"),
+                    &[(State::FutexWait, 3_000_000_000), (State::Running, 1_000_000_000), (State::Throttled, 500_000_000)],
+                );
                 r.futex.push(crate::model::blame::FutexWait { addr: 0xabc, waker: if i == 4 { 1 } else { i + 1 }, ns: 3_000_000_000 });
                 r
             })
             .collect();
-        let cg = CgroupReport { path: "/svc".into(), quota_cores: Some(0.2), period_s: Some(0.1), throttled_s: 2.0, nr_throttled: 40, nr_periods: 45 };
+        let cg = CgroupReport {
+            path: "/svc".into(),
+            quota_cores: Some(0.2),
+            period_s: Some(0.1),
+            throttled_s: 2.0,
+            nr_throttled: 40,
+            nr_periods: 45,
+        };
         let th = Throttling { stretches: 40, concentration: Some(0.97), signature: true, period_s: 0.1 };
         let r = ProcessReport::new(1, "p".into(), None, 4_500_000_000, None, rows).with_cgroup(Some(cg), Some(th));
-        assert!(r.verdict[0].starts_with("CPU quota throttling: the cgroup /svc (quota 0.20 cores) was throttled in 40 periods, 2.00 s; its threads lost 2.00 s"), "{:?}", r.verdict);
+        assert!(
+            r.verdict[0].starts_with(
+                "CPU quota throttling: the cgroup /svc (quota 0.20 cores) was throttled in 40 periods, 2.00 s; its threads lost 2.00 s"
+            ),
+            "{:?}",
+            r.verdict
+        );
         assert!(r.verdict[0].contains("40 throttled stretches ended on the 100 ms CFS period boundary"), "{:?}", r.verdict);
         assert!(r.verdict[1].starts_with("lock convoy on futex 0xabc: 4 threads waited 12.0 s in total"), "{:?}", r.verdict);
     }
@@ -340,7 +358,11 @@ mod tests {
         victim.gil_by_holder.insert(0, 900_000_000);
         let rows = [victim, row(12, "processor", &[(State::Running, 10_000_000_000)])];
         let f = findings_of(rows.to_vec(), 10_000_000_000);
-        assert!(f[0].contains("ingest (11) spent 9.0 s of 10.0 s waiting for the Python GIL (90%), 90% of it behind processor (12)"), "{}", f[0]);
+        assert!(
+            f[0].contains("ingest (11) spent 9.0 s of 10.0 s waiting for the Python GIL (90%), 90% of it behind processor (12)"),
+            "{}",
+            f[0]
+        );
     }
 
     #[test]
@@ -389,7 +411,11 @@ mod tests {
         let mut r = ProcessReport::new(1, "svc".into(), None, 10_000_000_000, None, rows);
         r.cpu_limit_cores = 4.0;
         let r = r.with_age(Some(age(1.0, 9.0, true)));
-        assert!(r.verdict[0].starts_with("age rising while the CPU is idle: message age grew 8.0 s (to 9.0 s) in 10.0 s; CPU 0.1 of 4 cores"), "{:?}", r.verdict);
+        assert!(
+            r.verdict[0].starts_with("age rising while the CPU is idle: message age grew 8.0 s (to 9.0 s) in 10.0 s; CPU 0.1 of 4 cores"),
+            "{:?}",
+            r.verdict
+        );
         assert!(r.verdict[0].contains("the longest wait: thread worker (1), 9.0 s blocked on I/O"), "{:?}", r.verdict);
     }
 
@@ -412,7 +438,10 @@ mod tests {
         assert!(f[0].starts_with("healthy: no age source; no thread waited"), "{}", f[0]);
         assert!(findings_of(vec![], 1_000_000_000).is_empty());
         // a helper thread that lived 5 ms, half of it queued, is no finding
-        let rows = vec![row(1, "main", &[(State::Sleep, 10_000_000_000)]), row(3, "helper", &[(State::Running, 2_500_000), (State::Runqueue, 2_500_000)])];
+        let rows = vec![
+            row(1, "main", &[(State::Sleep, 10_000_000_000)]),
+            row(3, "helper", &[(State::Running, 2_500_000), (State::Runqueue, 2_500_000)]),
+        ];
         let f = findings_of(rows, 10_000_000_000);
         assert_eq!(f.len(), 1, "{f:?}");
         assert!(f[0].starts_with("healthy:"));
