@@ -2,6 +2,7 @@
 mod age;
 mod cgroup;
 mod cli;
+mod clock;
 mod cmd;
 mod error;
 mod export;

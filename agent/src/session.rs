@@ -5,12 +5,13 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
+use crate::clock::monotonic_ns;
 use crate::model::blame::{FutexWait, Preemptor};
 use crate::model::labels::sanitize;
 use crate::model::partition::ThreadSample;
-use crate::model::state::initial_state;
+use crate::model::syscalls::initial_state;
 use crate::probes::gil::GilProbe;
-use crate::probes::sched::{monotonic_ns, GilSpec, SchedOptions, SchedProbe};
+use crate::probes::sched::{GilSpec, SchedOptions, SchedProbe};
 use crate::probes::{self};
 use crate::procfs;
 use crate::python::{self, layout::HolderId, Python};

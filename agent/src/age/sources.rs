@@ -50,7 +50,7 @@ impl AgeSources {
                 std::thread::Builder::new().name("age-scrape".into()).spawn(move || loop {
                     let started = Instant::now();
                     let got = scrape::poll(&endpoint, &metric, &labels, timeout);
-                    poller.lock().expect("age scraper lock").record(crate::probes::sched::monotonic_ns(), got);
+                    poller.lock().expect("age scraper lock").record(crate::clock::monotonic_ns(), got);
                     // every interval, or right away when the poll took longer than that
                     if let Some(rest) = interval.checked_sub(started.elapsed()) {
                         std::thread::sleep(rest);

@@ -7,10 +7,11 @@ use anyhow::Result;
 use super::{install_stop_handler, session_options, stop_requested};
 use crate::age::sources::AgeSources;
 use crate::cli::RunArgs;
+use crate::clock::monotonic_ns;
 use crate::export::http;
 use crate::export::prometheus::{AgeExport, AgentStatus, CgroupInfo, Exporter, ProcessInfo, EXITED_RETENTION_NS};
 use crate::export::web::Web;
-use crate::probes::sched::{monotonic_ns, VARIANT};
+use crate::probes::sched::VARIANT;
 use crate::session::Session;
 
 /// The hooks the sched probe attaches; each has a `waitmeter_probe_attached` series.

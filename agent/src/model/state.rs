@@ -61,28 +61,6 @@ impl State {
     }
 }
 
-/// The state of a thread that already existed when the window opened, from
-/// `/proc/PID/task/TID/stat` (state letter) and `/proc/PID/task/TID/syscall`.
-///
-/// `R` is running or runnable (procfs does not tell them apart): counted as
-/// running until the first context switch tells the truth, which is at most
-/// one scheduler time slice later.
-/// `gil_word` says whether a futex address is a GIL's (then the thread is in `gil_wait`).
-pub fn initial_state(stat_state: char, syscall: Option<(u32, u64)>, gil_word: impl Fn(u64) -> bool) -> State {
-    match stat_state {
-        'R' => State::Running,
-        'S' | 'D' | 'I' => match syscall {
-            Some((nr, arg0)) => match crate::model::syscalls::syscall_state(nr) {
-                State::FutexWait if gil_word(arg0) => State::GilWait,
-                s => s,
-            },
-            None if stat_state == 'D' => State::IoWait,
-            None => State::Other,
-        },
-        _ => State::Other,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,19 +78,5 @@ mod tests {
     fn waiting_is_runqueue_throttled_gil() {
         let waiting: Vec<_> = State::ALL.iter().filter(|s| s.is_waiting()).map(|s| s.name()).collect();
         assert_eq!(waiting, ["runqueue", "throttled", "gil_wait"]);
-    }
-
-    #[test]
-    fn initial_state_from_procfs() {
-        let no_gil = |_| false;
-        assert_eq!(initial_state('R', None, no_gil), State::Running);
-        assert_eq!(initial_state('S', Some((0, 3)), no_gil), State::IoWait); // read
-        assert_eq!(initial_state('S', Some((202, 0x1000)), no_gil), State::FutexWait); // futex
-        assert_eq!(initial_state('S', Some((202, 0x1000)), |a| a == 0x1000), State::GilWait);
-        assert_eq!(initial_state('S', Some((0, 0x1000)), |a| a == 0x1000), State::IoWait);
-        assert_eq!(initial_state('S', Some((230, 0)), no_gil), State::Sleep); // clock_nanosleep
-        assert_eq!(initial_state('D', None, no_gil), State::IoWait);
-        assert_eq!(initial_state('S', None, no_gil), State::Other);
-        assert_eq!(initial_state('T', Some((0, 0)), no_gil), State::Other);
     }
 }

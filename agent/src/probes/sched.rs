@@ -13,6 +13,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 
+use crate::clock::monotonic_ns;
 use crate::model::partition::{ThreadSample, Times};
 use crate::model::state::{State, NR_STATES};
 use crate::model::syscalls;
@@ -437,12 +438,4 @@ fn map_bits(map: &libbpf_rs::MapMut<'_>) -> Result<&'static [AtomicU64]> {
     }
     // SAFETY: `len` bytes, page-aligned, valid for the life of the process.
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicU64>(), words) })
-}
-
-/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns().
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
