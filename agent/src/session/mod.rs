@@ -1,0 +1,135 @@
+//! A measurement session: the processes being watched and the sched probe,
+//! turned into per-thread samples with user-visible IDs and names.
+//!
+//! `target.rs` adds, discovers and reaps the watched processes; `sample.rs`
+//! reads the probe's maps into per-thread samples; `resolve.rs` turns the
+//! holder, waker and preemptor ids of those maps into TIDs.
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result};
+
+use crate::clock::monotonic_ns;
+use crate::model::labels::sanitize;
+use crate::model::partition::ThreadSample;
+use crate::probes::gil::GilProbe;
+use crate::probes::sched::{SchedOptions, SchedProbe};
+use crate::probes::{self};
+use crate::procfs;
+use crate::usage;
+
+mod resolve;
+mod sample;
+mod target;
+
+pub use target::Target;
+
+pub struct SessionOptions {
+    pub btf: Option<std::path::PathBuf>,
+    pub max_threads: u32,
+    pub max_procs: u32,
+    /// watch the children a watched process forks (`run --all`)
+    pub follow_forks: bool,
+    /// attach the precise GIL probe (uprobes) to Python targets with symbols
+    pub gil_uprobes: bool,
+}
+
+/// Threads sampled at one moment, grouped by process.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub at_ns: u64,
+    /// target id -> its live threads
+    pub live: BTreeMap<u64, Vec<ThreadSample>>,
+    /// target id -> threads that exited since the previous snapshot
+    pub exited: BTreeMap<u64, Vec<ThreadSample>>,
+}
+
+pub struct Session {
+    probe: SchedProbe,
+    translate: bool,
+    self_pid: u32,
+    pidns_ino: u64,
+    targets: BTreeMap<u64, Target>,
+    next_id: u64,
+    gil_uprobes: bool,
+    max_threads: u32,
+    /// precise GIL probes, by target id
+    gil_probes: std::collections::HashMap<u64, GilProbe>,
+}
+
+impl Session {
+    pub fn start(opts: &SessionOptions) -> Result<Session> {
+        probes::preflight(opts.btf.as_deref())?;
+        let pidns_ino = procfs::self_pidns_ino().context("failed to read /proc/self/ns/pid")?;
+        let translate = pidns_ino != procfs::INIT_PIDNS_INO;
+        let probe = SchedProbe::load(&SchedOptions {
+            max_threads: opts.max_threads,
+            max_procs: opts.max_procs,
+            btf: opts.btf.clone(),
+            follow_forks: opts.follow_forks,
+            pidns_ino,
+            translate_pids: translate,
+        })?;
+        Ok(Session {
+            probe,
+            translate,
+            self_pid: std::process::id(),
+            pidns_ino,
+            targets: BTreeMap::new(),
+            next_id: 1,
+            gil_uprobes: opts.gil_uprobes,
+            max_threads: opts.max_threads,
+            gil_probes: Default::default(),
+        })
+    }
+
+    pub fn probe(&self) -> &SchedProbe {
+        &self.probe
+    }
+
+    pub fn targets(&self) -> impl Iterator<Item = &Target> {
+        self.targets.values()
+    }
+
+    pub fn target_by_pid(&self, pid: u32) -> Option<&Target> {
+        self.targets.values().find(|t| t.pid == pid)
+    }
+
+    /// The newest target with this host PID (an exited one keeps its PID
+    /// until it is forgotten; a new process reusing it is a newer target).
+    /// Start watching process `pid` (a PID of the agent's namespace).
+    pub fn attach(&mut self, pid: u32) -> Result<()> {
+        let stat = procfs::process_stat(pid).ok_or_else(|| {
+            usage!("no process with PID {pid}: check it with `ps -p {pid}` (inside a container, use the container's PIDs)")
+        })?;
+        if matches!(stat.state, 'Z' | 'X') {
+            return Err(usage!("process {pid} ({}) has already exited (zombie): nothing to measure", sanitize(&stat.comm)));
+        }
+        if stat.is_kernel_thread() {
+            return Err(usage!("PID {pid} is a kernel thread ({}): waitmeter measures user-space processes", sanitize(&stat.comm)));
+        }
+        let map = if self.translate { Some(self.ns_to_host()?) } else { None };
+        let ids = self.host_ids(pid, map.as_ref()).ok_or_else(|| usage!("process {pid} exited before it could be watched"))?;
+        self.add_target(pid, stat, ids)
+    }
+
+    /// hold times), or none.
+    pub fn gil_probe_name(&self, t: &Target) -> &'static str {
+        match &t.python {
+            Some(p) if !p.gils.is_empty() && self.gil_probes.contains_key(&t.id) => "uprobe",
+            Some(p) if !p.gils.is_empty() => "futex",
+            _ => "none",
+        }
+    }
+
+    /// Holds the precise GIL probes could not record.
+    pub fn gil_holds_lost(&self) -> u64 {
+        self.gil_probes.values().map(|g| g.lost()).sum()
+    }
+
+    /// Exited threads first (so none is missed between the two), then live ones.
+    pub fn sample(&mut self) -> Snapshot {
+        let exited = self.exits();
+        let live = self.live();
+        Snapshot { at_ns: monotonic_ns(), live, exited }
+    }
+}

@@ -1,0 +1,194 @@
+//! Reading the probe's maps into per-thread samples each window: exits, live
+//! threads, GIL, futex and run-queue blame, GIL holds, throttles, names.
+use std::collections::{BTreeMap, HashMap};
+
+use super::resolve::HolderResolver;
+use super::{Session, Target};
+use crate::clock::monotonic_ns;
+use crate::model::blame::{FutexWait, Preemptor};
+use crate::model::labels::sanitize;
+use crate::model::partition::ThreadSample;
+use crate::procfs;
+use crate::python;
+
+/// Throttled stretches kept per target (for the signature).
+const THROTTLE_KEEP: usize = 4096;
+
+/// How often Python thread names are re-read.
+const NAMES_EVERY_NS: u64 = 1_000_000_000;
+
+impl Session {
+    /// Final samples of threads that exited since the last call, by target.
+    /// Call often enough that the exit ring buffer does not fill.
+    pub fn exits(&mut self) -> BTreeMap<u64, Vec<ThreadSample>> {
+        let exits = self.probe.drain_exits();
+        self.collect_throttles();
+        let mut out: BTreeMap<u64, Vec<ThreadSample>> = BTreeMap::new();
+        if exits.is_empty() {
+            return out;
+        }
+        let blame = self.blame_by_thread();
+        let holds = self.gil_holds();
+        let waits = self.waits_by_thread();
+        let mut resolver = HolderResolver::default();
+        let mut gone = vec![];
+        for (host_pid, fsbase, s) in &exits {
+            if let Some(id) = self.by_host_pid(*host_pid).map(|t| t.id) {
+                self.targets.get_mut(&id).expect("found").fsbase_tids.insert(*fsbase, s.tid);
+            }
+        }
+        for (host_pid, _, mut s) in exits {
+            gone.push(s.host_tid);
+            if let Some(t) = self.by_host_pid(host_pid) {
+                s.py_name = t.names.get(&s.tid).cloned();
+                s.gil_by_holder = resolver.resolve(self, t, blame.get(&s.host_tid).map(Vec::as_slice).unwrap_or(&[]), None);
+                s.gil_hold = holds.get(&s.host_tid).copied();
+                self.attach_waits(t, &mut s, &waits, &mut resolver);
+                out.entry(t.id).or_default().push(s);
+            }
+        }
+        self.probe.forget_blame(&gone);
+        out
+    }
+
+    /// Throttled stretches reported by the probe, kept with their target.
+    fn collect_throttles(&mut self) {
+        let mut resolver = HolderResolver::default();
+        for (host_tid, host_tgid, start, end) in self.probe.drain_throttles() {
+            let Some(id) = self.by_host_pid(host_tgid).map(|t| t.id) else { continue };
+            let tid = resolver.ns_tid(self, host_tid);
+            let t = self.targets.get_mut(&id).expect("found");
+            t.throttles.push_back((tid, crate::model::throttle::Stretch { start, end }));
+            while t.throttles.len() > THROTTLE_KEEP {
+                t.throttles.pop_front();
+            }
+        }
+    }
+
+    /// Futex and run-queue blame records, by waiter host TID.
+    fn waits_by_thread(&self) -> Waits {
+        let mut w = Waits::default();
+        for r in self.probe.futex_blame() {
+            w.futex.entry(r.0).or_default().push(r);
+        }
+        for r in self.probe.preempt_blame() {
+            w.preempt.entry(r.0).or_default().push(r);
+        }
+        w
+    }
+
+    /// Fill a sample's futex waits (by word and waker) and run-queue waits (by
+    /// what had the CPU), with IDs of the agent's namespace.
+    fn attach_waits(&self, t: &Target, s: &mut ThreadSample, waits: &Waits, r: &mut HolderResolver) {
+        if let Some(recs) = waits.futex.get(&s.host_tid) {
+            s.futex = recs
+                .iter()
+                .map(|(_, waker, addr, ns)| FutexWait { addr: *addr, waker: if *waker == 0 { 0 } else { r.ns_tid(self, *waker) }, ns: *ns })
+                .collect();
+        }
+        if let Some(recs) = waits.preempt.get(&s.host_tid) {
+            for (_, by_tid, by_tgid, comm, ns) in recs {
+                let who = if *by_tid == 0 {
+                    Preemptor::Idle
+                } else if *by_tgid == t.host_pid {
+                    Preemptor::Thread(r.ns_tid(self, *by_tid))
+                } else {
+                    Preemptor::Process { pid: r.ns_tid(self, *by_tgid), comm: sanitize(comm) }
+                };
+                *s.runqueue_by.entry(who).or_insert(0) += ns;
+            }
+        }
+    }
+
+    /// GIL hold histograms of every precise GIL probe, by host TID.
+    fn gil_holds(&self) -> std::collections::HashMap<u32, crate::model::hist::HoldHist> {
+        self.gil_probes.values().flat_map(|g| g.holds()).collect()
+    }
+
+    /// How GIL waits of a target are measured: futex, uprobe (futex plus
+    /// GIL blame of the probe's map, by waiter host TID: [(holder id, ns)].
+    fn blame_by_thread(&self) -> std::collections::HashMap<u32, Vec<(u64, u64)>> {
+        let mut by: std::collections::HashMap<u32, Vec<(u64, u64)>> = Default::default();
+        for (tid, holder, ns) in self.probe.gil_blame() {
+            by.entry(tid).or_default().push((holder, ns));
+        }
+        by
+    }
+
+    /// Re-read the Python thread names of targets whose names are older than
+    /// a second (threads come and go, and are renamed).
+    fn refresh_names(&mut self) {
+        let now = monotonic_ns();
+        let stale: Vec<u64> = self
+            .targets
+            .values()
+            .filter(|t| t.exited_ns.is_none() && t.python.as_ref().is_some_and(|p| p.layout.is_some_and(|l| l.objects.is_some())))
+            .filter(|t| now.saturating_sub(t.names_at) >= NAMES_EVERY_NS)
+            .map(|t| t.id)
+            .collect();
+        if stale.is_empty() {
+            return;
+        }
+        let ids = self.probe.task_ids().unwrap_or_default();
+        for id in stale {
+            let Some(t) = self.targets.get_mut(&id) else { continue };
+            t.fsbase_tids.extend(ids.iter().filter(|x| x.ns_tgid == t.pid).map(|x| (x.fsbase, x.ns_tid)));
+            let p = t.python.as_ref().expect("filtered on python");
+            let objects = p.layout.and_then(|l| l.objects).expect("filtered on objects");
+            t.names_at = now;
+            match python::names::thread_names(t.pid, p.runtime, &objects) {
+                Ok(by_ident) => {
+                    // ident is pthread_self(), which is the thread's FS base on x86-64 glibc
+                    t.names = ids
+                        .iter()
+                        .filter(|x| x.ns_tgid == t.pid)
+                        .filter_map(|x| Some((x.ns_tid, sanitize(by_ident.get(&x.fsbase)?))))
+                        .collect();
+                }
+                Err(e) => log::debug!("process {}: cannot read Python thread names: {e:#}", t.pid),
+            }
+        }
+    }
+
+    /// Every live watched thread sampled now, by target, with its name and
+    /// its GIL wait per holder.
+    pub fn live(&mut self) -> BTreeMap<u64, Vec<ThreadSample>> {
+        self.refresh_names();
+        let mut out: BTreeMap<u64, Vec<ThreadSample>> = BTreeMap::new();
+        let watched: std::collections::HashSet<u32> = self.probe.watched().into_iter().collect();
+        let blame = self.blame_by_thread();
+        let holds = self.gil_holds();
+        let waits = self.waits_by_thread();
+        let mut resolver = HolderResolver::default();
+        for lt in self.probe.live_threads() {
+            let mut s = lt.sample;
+            match self.by_host_pid(lt.host_tgid) {
+                Some(t) if t.exited_ns.is_none() => {
+                    s.comm = procfs::task_comm(t.pid, s.tid).map(|c| sanitize(&c)).unwrap_or_else(|| "?".into());
+                    s.py_name = t.names.get(&s.tid).cloned();
+                    if t.python.is_some() {
+                        let open = lt.gil_holder.map(|h| (h, s.times.get(crate::model::state::State::GilWait)));
+                        let closed = blame.get(&s.host_tid).map(Vec::as_slice).unwrap_or(&[]);
+                        s.gil_by_holder = resolver.resolve(self, t, closed, open);
+                        s.gil_hold = holds.get(&s.host_tid).copied();
+                    }
+                    self.attach_waits(t, &mut s, &waits, &mut resolver);
+                    out.entry(t.id).or_default().push(s);
+                }
+                Some(_) | None if !watched.contains(&lt.host_tgid) => {
+                    // left over from a process that is gone
+                    self.probe.forget_thread(s.host_tid);
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// Futex and run-queue blame records of one sample, by waiter host TID.
+#[derive(Default)]
+struct Waits {
+    futex: HashMap<u32, Vec<crate::probes::sched::FutexRecord>>,
+    preempt: HashMap<u32, Vec<crate::probes::sched::PreemptRecord>>,
+}
