@@ -226,8 +226,7 @@ struct Rendered {
 
 impl Rendered {
     fn body(&self, openmetrics: bool, gzip: bool) -> &[u8] {
-        let plain =
-            if openmetrics { &self.openmetrics } else { self.text.get_or_init(|| super::prometheus::to_text_004(&self.openmetrics)) };
+        let plain = if openmetrics { &self.openmetrics } else { self.text.get_or_init(|| super::encode::to_text_004(&self.openmetrics)) };
         if !gzip {
             return plain.as_bytes();
         }
