@@ -38,8 +38,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define WM_NR_FUTEX_WAKE 454
 #define WM_NR_FUTEX_REQUEUE 456
 
-#define wm_barrier() asm volatile("" ::: "memory")
-
 const volatile struct wm_sched_config cfg = {};
 
 /* keep the ABI types in BTF so the skeleton exports them */
@@ -178,20 +176,75 @@ static __always_inline __u32 ns_nr(struct pid *pid)
 	return 0;
 }
 
-/* Close the open interval into its state and enter `to` at `now`. */
-static __always_inline void transition(struct wm_thread *t, __u32 to, __u64 now)
-{
-	__u32 from = t->state;
-	__u64 delta = now > t->since ? now - t->since : 0;
+/* The state a thread enters, with the fields of a blocked state. */
+struct wm_enter {
+	__u32 to;         /* enum wm_state; WM_ENTER_SAME keeps the current state */
+	__s32 syscall;
+	__u64 gil_holder;
+	__u64 futex_addr;
+};
 
-	t->seq++;
-	wm_barrier();
-	if (from < WM_NR_STATES)
-		t->ns[from] += delta;
-	t->state = to;
-	t->since = now;
-	wm_barrier();
-	t->seq++;
+/* The interval a transition closed, and what it is charged to. */
+struct wm_closed {
+	__u32 state;      /* the state left */
+	__u32 gen;        /* the thread's incarnation: (u32)start */
+	__u32 tgid;
+	__u32 waker;
+	__u64 since;      /* when that state was entered */
+	__u64 gil_holder;
+	__u64 futex_addr;
+};
+
+#define WM_ENTER_SAME WM_NR_STATES
+
+static __always_inline bool is_blocked(__u32 state)
+{
+	return state != WM_STATE_RUNNING && state != WM_STATE_RUNQUEUE && state != WM_STATE_THROTTLED;
+}
+
+/*
+ * Under the thread's lock: close the open interval into its state and enter
+ * `e->to` at `now` (`since` never moves back, so sum(ns) == since - start
+ * holds). With `wake`, a thread that is not blocked is left as it is (a wakeup
+ * of a task that never left the run queue changes nothing). Fills `c` with the
+ * closed interval and, if `out` is given, copies the data out. Returns false
+ * when nothing changed. No helper may be called while the lock is held.
+ */
+static __always_inline bool transition(struct wm_thread *t, const struct wm_enter *e, __u64 now, bool switched_out, bool wake,
+				       struct wm_closed *c, struct wm_thread_data *out)
+{
+	__u32 from;
+
+	bpf_spin_lock(&t->lock);
+	from = t->d.state;
+	if (wake && !is_blocked(from)) {
+		bpf_spin_unlock(&t->lock);
+		return false;
+	}
+	c->state = from;
+	c->gen = (__u32)t->d.start;
+	c->tgid = t->d.tgid;
+	c->waker = t->d.waker;
+	c->since = t->d.since;
+	c->gil_holder = t->d.gil_holder;
+	c->futex_addr = t->d.futex_addr;
+	if (now > t->d.since) {
+		if (from < WM_NR_STATES)
+			t->d.ns[from & (WM_NR_STATES - 1)] += now - t->d.since;
+		t->d.since = now;
+	}
+	if (e->to < WM_NR_STATES)
+		t->d.state = e->to;
+	t->d.syscall = e->syscall;
+	t->d.gil_holder = e->gil_holder;
+	t->d.futex_addr = e->futex_addr;
+	t->d.waker = 0;
+	if (switched_out)
+		t->d.nr_switches++;
+	if (out)
+		__builtin_memcpy(out, &t->d, sizeof(*out));
+	bpf_spin_unlock(&t->lock);
+	return true;
 }
 
 /*
@@ -232,7 +285,7 @@ static __always_inline void add_ns(void *map, void *key, __u64 delta, enum wm_st
 }
 
 /* Report a throttled stretch that ends now. */
-static __always_inline void emit_throttle(struct wm_thread *t, __u32 tid, __u64 now)
+static __always_inline void emit_throttle(const struct wm_closed *c, __u32 tid, __u64 now)
 {
 	struct wm_throttle *e = bpf_ringbuf_reserve(&throttles, sizeof(*e), 0);
 
@@ -241,44 +294,40 @@ static __always_inline void emit_throttle(struct wm_thread *t, __u32 tid, __u64 
 		return;
 	}
 	e->tid = tid;
-	e->tgid = t->tgid;
-	e->start = t->since;
+	e->tgid = c->tgid;
+	e->start = c->since;
 	e->end = now;
 	bpf_ringbuf_submit(e, 0);
 }
 
-/* Charge the GIL wait that ends now to the thread that held the GIL. */
-static __always_inline void charge_gil_wait(struct wm_thread *t, __u32 tid, __u64 now)
-{
-	struct wm_blame_key key = { .tid = tid, .holder = t->gil_holder };
-
-	add_ns(&gil_blame, &key, now > t->since ? now - t->since : 0, WM_STAT_BLAME_MAP_FULL);
-}
-
 /*
- * Leave the current state for `to`, charging the wait that ends to whoever
- * caused it: a GIL wait to the holder, a futex wait to its waker and address;
- * a throttled stretch is reported.
+ * Charge the interval that closed (entering `to`) to whoever caused it: a GIL
+ * wait to the holder, a futex wait to its waker and address; a throttled
+ * stretch is reported. Keys carry the thread's incarnation, so the entries of
+ * a thread whose exit record was lost never pass to a thread reusing its TID.
  */
-static __always_inline void leave(struct wm_thread *t, __u32 tid, __u32 to, __u64 now)
+static __always_inline void charge(const struct wm_closed *c, __u32 tid, __u32 to, __u64 now)
 {
-	if (t->state == WM_STATE_GIL_WAIT) {
-		charge_gil_wait(t, tid, now);
-	} else if (t->state == WM_STATE_FUTEX_WAIT && t->futex_addr) {
-		struct wm_futex_key key = { .tid = tid, .waker = t->waker, .addr = t->futex_addr };
+	__u64 delta = now > c->since ? now - c->since : 0;
 
-		add_ns(&futex_blame, &key, now > t->since ? now - t->since : 0, WM_STAT_FUTEX_MAP_FULL);
-	} else if (t->state == WM_STATE_THROTTLED && to != WM_STATE_THROTTLED) {
-		emit_throttle(t, tid, now);
+	if (c->state == WM_STATE_GIL_WAIT) {
+		struct wm_blame_key key = { .tid = tid, .gen = c->gen, .holder = c->gil_holder };
+
+		add_ns(&gil_blame, &key, delta, WM_STAT_BLAME_MAP_FULL);
+	} else if (c->state == WM_STATE_FUTEX_WAIT && c->futex_addr) {
+		struct wm_futex_key key = { .tid = tid, .waker = c->waker, .addr = c->futex_addr, .gen = c->gen };
+
+		add_ns(&futex_blame, &key, delta, WM_STAT_FUTEX_MAP_FULL);
+	} else if (c->state == WM_STATE_THROTTLED && to != WM_STATE_THROTTLED) {
+		emit_throttle(c, tid, now);
 	}
-	transition(t, to, now);
 }
 
 /* Charge a run-queue wait that ends now to the task that had the CPU. */
-static __always_inline void charge_runqueue(struct wm_thread *t, __u32 tid, struct task_struct *prev, __u64 now)
+static __always_inline void charge_runqueue(const struct wm_closed *c, __u32 tid, struct task_struct *prev, __u64 now)
 {
-	struct wm_preempt_key key = { .tid = tid, .by_tid = prev->pid, .by_tgid = prev->tgid };
-	__u64 delta = now > t->since ? now - t->since : 0;
+	struct wm_preempt_key key = { .tid = tid, .by_tid = prev->pid, .by_tgid = prev->tgid, .gen = c->gen };
+	__u64 delta = now > c->since ? now - c->since : 0;
 	struct wm_preempt *v = bpf_map_lookup_elem(&preempt_blame, &key);
 
 	if (!v) {
@@ -298,7 +347,7 @@ static __always_inline void charge_runqueue(struct wm_thread *t, __u32 tid, stru
 }
 
 static __always_inline struct wm_thread *
-new_thread(struct task_struct *task, __u32 tid, __u32 tgid, __u32 state, __u64 now)
+new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_enter *e, __u64 now)
 {
 	struct wm_thread fresh = {};
 	long err;
@@ -307,17 +356,19 @@ new_thread(struct task_struct *task, __u32 tid, __u32 tgid, __u32 state, __u64 n
 	 * still sleeps or wakes in do_exit() is not measured again */
 	if (task->flags & WM_PF_EXITING)
 		return NULL;
-	fresh.state = state;
-	fresh.since = now;
-	fresh.start = now;
-	fresh.tgid = tgid;
-	fresh.syscall = -1;
+	fresh.d.state = e->to;
+	fresh.d.since = now;
+	fresh.d.start = now;
+	fresh.d.tgid = tgid;
+	fresh.d.syscall = e->syscall;
+	fresh.d.gil_holder = e->gil_holder;
+	fresh.d.futex_addr = e->futex_addr;
 	if (cfg.translate_pids) {
-		fresh.ns_tid = ns_nr(BPF_CORE_READ(task, thread_pid));
-		fresh.ns_tgid = ns_nr(BPF_CORE_READ(task, group_leader, thread_pid));
+		fresh.d.ns_tid = ns_nr(BPF_CORE_READ(task, thread_pid));
+		fresh.d.ns_tgid = ns_nr(BPF_CORE_READ(task, group_leader, thread_pid));
 	} else {
-		fresh.ns_tid = tid;
-		fresh.ns_tgid = tgid;
+		fresh.d.ns_tid = tid;
+		fresh.d.ns_tgid = tgid;
 	}
 	err = bpf_map_update_elem(&threads, &tid, &fresh, BPF_NOEXIST);
 	if (err && err != -17 /* EEXIST: user space inserted it meanwhile */) {
@@ -354,60 +405,56 @@ static __always_inline __u32 blocked_state(__u32 task_state, __s32 *syscall, __u
 static __always_inline void switch_out(bool preempt, struct task_struct *prev, __u64 now)
 {
 	__u32 tgid = prev->tgid;
-	__u32 tid, task_state, to;
-	__s32 syscall = -1;
-	__u64 futex_word = 0, holder = 0;
+	__u32 tid = prev->pid;
+	__u32 task_state = get_task_state(prev);
+	struct wm_enter e = { .syscall = -1 };
+	struct wm_closed c;
 	struct wm_thread *t;
 
-	tid = prev->pid;
-	task_state = get_task_state(prev);
 	if (preempt || task_state == WM_TASK_RUNNING)
-		to = task_throttled(prev) ? WM_STATE_THROTTLED : WM_STATE_RUNQUEUE;
+		e.to = task_throttled(prev) ? WM_STATE_THROTTLED : WM_STATE_RUNQUEUE;
 	else
-		to = blocked_state(task_state, &syscall, &futex_word);
-	if (to == WM_STATE_FUTEX_WAIT && futex_word) {
-		struct wm_gil_key key = { .tgid = tgid, .uaddr = futex_word };
+		e.to = blocked_state(task_state, &e.syscall, &e.futex_addr);
+	if (e.to == WM_STATE_FUTEX_WAIT && e.futex_addr) {
+		struct wm_gil_key key = { .tgid = tgid, .uaddr = e.futex_addr };
 		struct wm_gil *gil = bpf_map_lookup_elem(&gil_words, &key);
 
 		if (gil) {
-			to = WM_STATE_GIL_WAIT;
-			holder = gil_holder(gil);
+			e.to = WM_STATE_GIL_WAIT;
+			e.gil_holder = gil_holder(gil);
 		}
 	}
+	if (e.to != WM_STATE_FUTEX_WAIT && e.to != WM_STATE_GIL_WAIT)
+		e.futex_addr = 0;
 
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t) {
-		t = new_thread(prev, tid, tgid, to, now);
-		if (t) {
-			t->syscall = syscall;
-			t->gil_holder = holder;
-			t->futex_addr = futex_word;
-		}
+		new_thread(prev, tid, tgid, &e, now);
 		return;
 	}
-	t->syscall = syscall;
-	t->nr_switches++;
-	leave(t, tid, to, now);
-	t->gil_holder = holder;
-	t->futex_addr = futex_word;
-	t->waker = 0;
+	if (transition(t, &e, now, true, false, &c, NULL))
+		charge(&c, tid, e.to, now);
 }
 
 static __always_inline void switch_in(struct task_struct *next, struct task_struct *prev, __u64 now)
 {
 	__u32 tgid = next->tgid;
-	__u32 tid;
+	__u32 tid = next->pid;
+	struct wm_enter e = { .to = WM_STATE_RUNNING, .syscall = -1 };
+	struct wm_closed c;
 	struct wm_thread *t;
 
-	tid = next->pid;
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t) {
-		new_thread(next, tid, tgid, WM_STATE_RUNNING, now);
+		new_thread(next, tid, tgid, &e, now);
 		return;
 	}
-	if (t->state == WM_STATE_RUNQUEUE)
-		charge_runqueue(t, tid, prev, now);
-	leave(t, tid, WM_STATE_RUNNING, now);
+	if (!transition(t, &e, now, false, false, &c, NULL))
+		return;
+	if (c.state == WM_STATE_RUNQUEUE)
+		charge_runqueue(&c, tid, prev, now);
+	else
+		charge(&c, tid, e.to, now);
 }
 
 static __always_inline int on_switch(bool preempt, struct task_struct *prev,
@@ -439,23 +486,29 @@ static __always_inline int on_waking(struct task_struct *p)
 	struct task_struct *cur;
 	struct pt_regs *regs;
 	struct wm_thread *t;
-	__u32 tid;
+	__u32 tid, waker = 0;
 	long nr;
 
 	if (!is_watched(p->tgid))
 		return 0;
 	tid = p->pid;
 	t = bpf_map_lookup_elem(&threads, &tid);
-	if (!t || t->state != WM_STATE_FUTEX_WAIT)
+	if (!t)
 		return 0;
 	cur = bpf_get_current_task_btf();
 	regs = (struct pt_regs *)bpf_task_pt_regs(cur);
 	nr = regs->orig_ax;
 	if ((nr == WM_NR_FUTEX || nr == WM_NR_FUTEX_WAKE || nr == WM_NR_FUTEX_REQUEUE) && (long)regs->ax == -WM_ENOSYS)
-		t->waker = cur->pid;
+		waker = cur->pid;
 	/* an exiting thread wakes its joiner through CLONE_CHILD_CLEARTID */
 	else if ((cur->flags & WM_PF_EXITING) && cur->tgid == p->tgid)
-		t->waker = cur->pid;
+		waker = cur->pid;
+	if (!waker)
+		return 0;
+	bpf_spin_lock(&t->lock);
+	if (t->d.state == WM_STATE_FUTEX_WAIT)
+		t->d.waker = waker;
+	bpf_spin_unlock(&t->lock);
 	return 0;
 }
 
@@ -480,8 +533,10 @@ static __always_inline bool follow_fork(struct task_struct *p, __u32 tgid)
 static __always_inline int on_wakeup(struct task_struct *p, bool is_new)
 {
 	__u32 tgid = p->tgid;
-	__u32 tid;
+	struct wm_enter e = { .to = WM_STATE_RUNQUEUE, .syscall = -1 };
+	struct wm_closed c;
 	struct wm_thread *t;
+	__u32 tid;
 	__u64 now;
 
 	if (!is_watched(tgid) && !(is_new && follow_fork(p, tgid)))
@@ -490,23 +545,23 @@ static __always_inline int on_wakeup(struct task_struct *p, bool is_new)
 	now = bpf_ktime_get_ns();
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t) {
-		new_thread(p, tid, tgid, WM_STATE_RUNQUEUE, now);
+		new_thread(p, tid, tgid, &e, now);
 		return 0;
 	}
-	/* a wakeup of a task that never left the run queue changes nothing */
-	if (t->state == WM_STATE_RUNNING || t->state == WM_STATE_RUNQUEUE ||
-	    t->state == WM_STATE_THROTTLED)
-		return 0;
-	leave(t, tid, WM_STATE_RUNQUEUE, now);
+	if (transition(t, &e, now, false, true, &c, NULL))
+		charge(&c, tid, e.to, now);
 	return 0;
 }
 
 static __always_inline int on_exit(struct task_struct *p)
 {
 	__u32 tgid = p->tgid;
-	__u32 tid;
+	struct wm_enter e = { .to = WM_ENTER_SAME, .syscall = -1 };
+	struct wm_thread_data last;
+	struct wm_closed c;
 	struct wm_thread *t;
 	struct wm_exit *rec;
+	__u32 tid;
 	__u64 now;
 
 	if (!is_watched(tgid))
@@ -516,14 +571,15 @@ static __always_inline int on_exit(struct task_struct *p)
 	if (!t)
 		return 0;
 	now = bpf_ktime_get_ns();
-	leave(t, tid, t->state, now);
+	transition(t, &e, now, false, false, &c, &last);
+	charge(&c, tid, c.state, now);
 	rec = bpf_ringbuf_reserve(&exits, sizeof(*rec), 0);
 	if (rec) {
 		rec->tid = tid;
 		rec->_pad = 0;
 		rec->end = now;
 		rec->fsbase = p->thread.fsbase;
-		__builtin_memcpy(&rec->t, t, sizeof(rec->t));
+		__builtin_memcpy(&rec->t, &last, sizeof(rec->t));
 		BPF_CORE_READ_STR_INTO(&rec->comm, p, comm);
 		bpf_ringbuf_submit(rec, 0);
 	} else {

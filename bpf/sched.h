@@ -56,24 +56,32 @@ enum wm_stat {
 	WM_NR_STATS = 6,
 };
 
-/* Per watched thread, keyed by host TID in the `threads` map.
- * Invariant: sum(ns) + (now - since) == now - start.
- * `seq` is odd while the BPF side updates the entry; user space retries. */
-struct wm_thread {
-	__u32 seq;
+/* What the probe knows of one watched thread: the value of the `threads` map
+ * (behind its lock) and the body of its final record.
+ * Invariant: sum(ns) == since - start, and the fields of a blocked state
+ * (syscall, gil_holder, futex_addr, waker) are set only while in it. */
+struct wm_thread_data {
 	__u32 state;      /* enum wm_state, since `since` */
+	__s32 syscall;    /* blocked in this syscall since `since`; -1 if not blocked in one */
 	__u64 since;      /* CLOCK_MONOTONIC ns of the last transition */
-	__u64 start;      /* CLOCK_MONOTONIC ns the thread entered the window */
+	__u64 start;      /* CLOCK_MONOTONIC ns the thread entered the window; (u32)start is its incarnation */
 	__u64 ns[WM_NR_STATES]; /* closed time per state */
 	__u32 tgid;       /* host TGID */
-	__s32 syscall;    /* syscall blocked in at the last switch-out, -1 if none */
 	__u32 ns_tid;     /* TID in the agent's PID namespace (0: not visible) */
 	__u32 ns_tgid;    /* TGID in the agent's PID namespace */
+	__u32 waker;      /* in futex_wait: host TID of the thread whose FUTEX_WAKE woke it; 0 none yet / timeout */
 	__u64 nr_switches; /* times it left the CPU */
 	__u64 gil_holder;  /* in gil_wait: who held the GIL at switch-out (as the process' thread states name it), 0 unknown */
-	__u64 futex_addr;  /* in futex_wait: the futex word */
-	__u32 waker;       /* in futex_wait: host TID of the thread whose FUTEX_WAKE woke it; 0 none yet / timeout */
-	__u32 _pad2;
+	__u64 futex_addr;  /* in futex_wait or gil_wait: the futex word */
+};
+
+/* Per watched thread, keyed by host TID in the `threads` map. Every write of
+ * `d` holds `lock`, and user space reads it with BPF_F_LOCK: a copy is never
+ * torn, and two CPUs (a waker and the thread's own switch) never interleave. */
+struct wm_thread {
+	struct bpf_spin_lock lock;
+	__u32 _pad;
+	struct wm_thread_data d;
 };
 
 /* A thread's final record, sent on the `exits` ring buffer at its exit;
@@ -83,7 +91,7 @@ struct wm_exit {
 	__u32 _pad;
 	__u64 end;        /* CLOCK_MONOTONIC ns of the exit */
 	__u64 fsbase;     /* x86-64 FS base: pthread_self() of a glibc thread */
-	struct wm_thread t;
+	struct wm_thread_data t;
 	char comm[WM_COMM_LEN];
 };
 
@@ -117,6 +125,8 @@ struct wm_futex_key {
 	__u32 tid;        /* waiter, host TID */
 	__u32 waker;      /* host TID; 0 = not woken by a futex wake (timeout, signal) */
 	__u64 addr;       /* the futex word */
+	__u32 gen;        /* the waiter's incarnation: (u32)start */
+	__u32 _pad;
 };
 
 /* Run-queue wait of a thread charged to the task that ran on its CPU before it. */
@@ -124,7 +134,7 @@ struct wm_preempt_key {
 	__u32 tid;        /* waiter, host TID */
 	__u32 by_tid;     /* host TID of the task that had the CPU; 0 = idle */
 	__u32 by_tgid;
-	__u32 _pad;
+	__u32 gen;        /* the waiter's incarnation: (u32)start */
 };
 
 struct wm_preempt {
@@ -143,7 +153,7 @@ struct wm_throttle {
 /* GIL wait of a thread charged to the holder: `gil_blame` map, value ns. */
 struct wm_blame_key {
 	__u32 tid;        /* waiter, host TID */
-	__u32 _pad;
+	__u32 gen;        /* the waiter's incarnation: (u32)start */
 	__u64 holder;     /* the holder's id as its thread state names it; 0 unknown */
 };
 

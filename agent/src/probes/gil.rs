@@ -68,6 +68,13 @@ impl GilProbe {
             .collect()
     }
 
+    /// Forget the hold histograms of these threads (gone).
+    pub fn forget(&self, host_tids: &[u32]) {
+        for tid in host_tids {
+            let _ = self.skel.maps.holds.delete(&tid.to_ne_bytes());
+        }
+    }
+
     /// Holds that could not be recorded (map full).
     pub fn lost(&self) -> u64 {
         let key = wm_gil_stat::WM_GIL_STAT_HOLDS_MAP_FULL.0;

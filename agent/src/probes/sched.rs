@@ -24,7 +24,7 @@ mod skel {
 }
 use skel::types::{
     wm_blame_key, wm_exit, wm_futex_key, wm_gil, wm_gil_key, wm_limits, wm_preempt, wm_preempt_key, wm_stat, wm_state, wm_task_ids,
-    wm_thread, wm_throttle,
+    wm_thread, wm_thread_data, wm_throttle,
 };
 use skel::{SchedSkel, SchedSkelBuilder};
 
@@ -55,10 +55,21 @@ pub const LOSS_REASONS: [(u32, &str); 6] = [
     (wm_stat::WM_STAT_THROTTLE_RINGBUF_FULL.0, "throttle_ringbuf_full"),
 ];
 
-/// A futex wait charged to its waker: (waiter host TID, waker host TID or 0, address, ns).
-pub type FutexRecord = (u32, u32, u64, u64);
-/// A run-queue wait charged to what had the CPU: (waiter host TID, by host TID, by host TGID, comm, ns).
-pub type PreemptRecord = (u32, u32, u32, String, u64);
+/// A thread incarnation as the blame maps key it: (host TID, (u32)start).
+/// The start tells a thread from a later one reusing its TID.
+pub type Incarnation = (u32, u32);
+
+/// The incarnation of a thread that started at `start_ns`.
+pub fn incarnation(host_tid: u32, start_ns: u64) -> Incarnation {
+    (host_tid, start_ns as u32)
+}
+
+/// A futex wait charged to its waker: (waiter, waker host TID or 0, address, ns).
+pub type FutexRecord = (Incarnation, u32, u64, u64);
+/// A run-queue wait charged to what had the CPU: (waiter, by host TID, by host TGID, comm, ns).
+pub type PreemptRecord = (Incarnation, u32, u32, String, u64);
+/// A GIL wait charged to the holder: (waiter, holder id, ns).
+pub type GilRecord = (Incarnation, u64, u64);
 /// A throttled stretch: (host TID, host TGID, start, end).
 pub type ThrottleRecord = (u32, u32, u64, u64);
 
@@ -200,8 +211,19 @@ impl SchedProbe {
     /// Start measuring a thread in `state` as of `now` (a thread that existed
     /// before the probe saw it). An entry the BPF side created first wins.
     pub fn seed_thread(&self, host_tid: u32, host_tgid: u32, ns_tid: u32, ns_tgid: u32, state: State, now: u64) {
-        let t =
-            wm_thread { state: state as u32, since: now, start: now, tgid: host_tgid, syscall: -1, ns_tid, ns_tgid, ..Default::default() };
+        let t = wm_thread {
+            d: wm_thread_data {
+                state: state as u32,
+                since: now,
+                start: now,
+                tgid: host_tgid,
+                syscall: -1,
+                ns_tid,
+                ns_tgid,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
         match self.skel.maps.threads.update(&host_tid.to_ne_bytes(), as_bytes(&t), MapFlags::NO_EXIST) {
             Ok(()) => {}
             Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {}
@@ -212,26 +234,20 @@ impl SchedProbe {
         }
     }
 
-    /// Forget a thread whose process is gone (its exit record was lost or it
-    /// exited before being seen).
-    pub fn forget_thread(&self, host_tid: u32) {
-        let _ = self.skel.maps.threads.delete(&host_tid.to_ne_bytes());
+    /// Forget a thread that is gone (its exit record was lost or it exited
+    /// before being seen): its entry, if it is still that incarnation.
+    pub fn forget_thread(&self, who: Incarnation) {
+        let key = who.0.to_ne_bytes();
+        if self.read_thread(&key).is_some_and(|t| incarnation(who.0, t.start) == who) {
+            let _ = self.skel.maps.threads.delete(&key);
+        }
     }
 
-    /// One consistent copy of an entry: two equal reads with an even `seq`.
-    fn read_thread(&self, key: &[u8]) -> Option<wm_thread> {
-        let map = &self.skel.maps.threads;
-        let mut last = None;
-        for _ in 0..16 {
-            let a = map.lookup(key, MapFlags::ANY).ok()??;
-            let b = map.lookup(key, MapFlags::ANY).ok()??;
-            let t: wm_thread = from_bytes(&b)?;
-            if a == b && t.seq % 2 == 0 {
-                return Some(t);
-            }
-            last = Some(t);
-        }
-        last
+    /// One consistent copy of an entry: the BPF side writes it holding the
+    /// entry's spin lock, and BPF_F_LOCK copies it out under the same lock.
+    fn read_thread(&self, key: &[u8]) -> Option<wm_thread_data> {
+        let v = self.skel.maps.threads.lookup(key, MapFlags::LOCK).ok()??;
+        Some(from_bytes::<wm_thread>(&v)?.d)
     }
 
     /// Recognise waits on these futex words of process `host_tgid` as GIL waits.
@@ -262,14 +278,14 @@ impl SchedProbe {
         }
     }
 
-    /// Closed GIL waits so far: (waiter host TID, holder id) -> ns.
-    pub fn gil_blame(&self) -> Vec<(u32, u64, u64)> {
-        entries::<wm_blame_key, u64>(&self.skel.maps.gil_blame).into_iter().map(|(k, ns)| (k.tid, k.holder, ns)).collect()
+    /// Closed GIL waits so far.
+    pub fn gil_blame(&self) -> Vec<GilRecord> {
+        entries::<wm_blame_key, u64>(&self.skel.maps.gil_blame).into_iter().map(|(k, ns)| ((k.tid, k.gen), k.holder, ns)).collect()
     }
 
     /// Closed futex waits so far.
     pub fn futex_blame(&self) -> Vec<FutexRecord> {
-        entries::<wm_futex_key, u64>(&self.skel.maps.futex_blame).into_iter().map(|(k, ns)| (k.tid, k.waker, k.addr, ns)).collect()
+        entries::<wm_futex_key, u64>(&self.skel.maps.futex_blame).into_iter().map(|(k, ns)| ((k.tid, k.gen), k.waker, k.addr, ns)).collect()
     }
 
     /// Closed run-queue waits so far, charged to what had the CPU.
@@ -278,7 +294,7 @@ impl SchedProbe {
             .into_iter()
             .map(|(k, v)| {
                 let comm: Vec<u8> = v.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
-                (k.tid, k.by_tid, k.by_tgid, String::from_utf8_lossy(&comm).to_string(), v.ns)
+                ((k.tid, k.gen), k.by_tid, k.by_tgid, String::from_utf8_lossy(&comm).to_string(), v.ns)
             })
             .collect()
     }
@@ -288,17 +304,29 @@ impl SchedProbe {
         self.throttles.borrow_mut().drain(..).map(|t| (t.tid, t.tgid, t.start, t.end)).collect()
     }
 
-    /// Drop the blame entries of threads that are gone (already reported).
-    pub fn forget_blame(&self, host_tids: &[u32]) {
-        fn purge<K: Copy>(map: &libbpf_rs::MapMut, tid_of: impl Fn(K) -> u32, host_tids: &[u32]) {
-            let keys: Vec<Vec<u8>> = map.keys().filter(|k| from_bytes::<K>(k).is_some_and(|k| host_tids.contains(&tid_of(k)))).collect();
-            for k in keys {
-                let _ = map.delete(&k);
-            }
+    /// Drop the blame entries of the thread incarnations `gone` says are gone
+    /// (reported, or lost); returns how many entries were deleted.
+    pub fn forget_blame(&self, gone: impl Fn(Incarnation) -> bool) -> usize {
+        fn purge<K: Copy>(map: &libbpf_rs::MapMut, of: impl Fn(K) -> Incarnation, gone: &impl Fn(Incarnation) -> bool) -> usize {
+            let keys: Vec<Vec<u8>> = map.keys().filter(|k| from_bytes::<K>(k).is_some_and(|k| gone(of(k)))).collect();
+            keys.iter().filter(|k| map.delete(k).is_ok()).count()
         }
-        purge::<wm_blame_key>(&self.skel.maps.gil_blame, |k| k.tid, host_tids);
-        purge::<wm_futex_key>(&self.skel.maps.futex_blame, |k| k.tid, host_tids);
-        purge::<wm_preempt_key>(&self.skel.maps.preempt_blame, |k| k.tid, host_tids);
+        purge::<wm_blame_key>(&self.skel.maps.gil_blame, |k| (k.tid, k.gen), &gone)
+            + purge::<wm_futex_key>(&self.skel.maps.futex_blame, |k| (k.tid, k.gen), &gone)
+            + purge::<wm_preempt_key>(&self.skel.maps.preempt_blame, |k| (k.tid, k.gen), &gone)
+    }
+
+    /// Entries in each kernel map that grows with threads: (map, entries).
+    pub fn occupancy(&self) -> Vec<(&'static str, usize)> {
+        let m = &self.skel.maps;
+        vec![
+            ("threads", m.threads.keys().count()),
+            ("gil_blame", m.gil_blame.keys().count()),
+            ("futex_blame", m.futex_blame.keys().count()),
+            ("preempt_blame", m.preempt_blame.keys().count()),
+            ("watched", m.watched.keys().count()),
+            ("gil_words", m.gil_words.keys().count()),
+        ]
     }
 
     /// Every live watched thread, sampled now. `comm` is left empty for the
@@ -438,4 +466,96 @@ fn map_bits(map: &libbpf_rs::MapMut<'_>) -> Result<&'static [AtomicU64]> {
     }
     // SAFETY: `len` bytes, page-aligned, valid for the life of the process.
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicU64>(), words) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{mpsc, Arc};
+    use std::time::{Duration, Instant};
+
+    /// What must hold of every copy of a `threads` entry (bpf/sched.h).
+    fn disagreement(t: &wm_thread_data) -> Option<String> {
+        let closed: u64 = t.ns.iter().sum();
+        let state = State::from_index(t.state as usize)?;
+        let blocked = !matches!(state, State::Running | State::Runqueue | State::Throttled);
+        let why = if t.since < t.start || closed != t.since - t.start {
+            "sum(ns) != since - start"
+        } else if t.gil_holder != 0 && state != State::GilWait {
+            "a GIL holder outside gil_wait"
+        } else if t.futex_addr != 0 && !matches!(state, State::FutexWait | State::GilWait) {
+            "a futex word outside futex_wait/gil_wait"
+        } else if t.waker != 0 && state != State::FutexWait {
+            "a waker outside futex_wait"
+        } else if t.syscall >= 0 && !blocked {
+            "a syscall while runnable"
+        } else {
+            return None;
+        };
+        Some(format!("{why}: {t:?}"))
+    }
+
+    /// Threads of this process pass a token around as fast as they can (each
+    /// pass is a futex wake and a context switch on both sides) while the
+    /// entries are read back; no copy may have fields that disagree.
+    #[test]
+    fn reads_are_never_torn_under_a_write_storm() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+            eprintln!("skipped: loading the sched probe needs root and BTF");
+            return;
+        }
+        let pidns_ino = crate::procfs::self_pidns_ino().expect("own PID namespace");
+        let probe = SchedProbe::load(&SchedOptions {
+            max_threads: 1024,
+            max_procs: 16,
+            btf: None,
+            follow_forks: false,
+            pidns_ino,
+            translate_pids: pidns_ino != crate::procfs::INIT_PIDNS_INO,
+        })
+        .expect("load the sched probe");
+        let me = std::process::id();
+        probe.watch(me).expect("watch this process");
+        let stop = Arc::new(AtomicBool::new(false));
+        let ring = 6;
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..ring).map(|_| mpsc::channel::<u64>()).unzip();
+        let mut workers = vec![];
+        for (i, rx) in rxs.into_iter().enumerate() {
+            let next = txs[(i + 1) % ring].clone();
+            let stop = Arc::clone(&stop);
+            workers.push(std::thread::spawn(move || {
+                while let Ok(n) = rx.recv_timeout(Duration::from_millis(100)) {
+                    if stop.load(Ordering::Relaxed) || next.send(n + 1).is_err() {
+                        break;
+                    }
+                }
+            }));
+        }
+        txs[0].send(0).expect("start the token");
+        txs[ring / 2].send(0).expect("a second token");
+        let (mut reads, mut bad) = (0u64, vec![]);
+        let deadline = Instant::now() + Duration::from_secs(4);
+        while Instant::now() < deadline {
+            for key in probe.skel.maps.threads.keys() {
+                let Some(t) = probe.read_thread(&key) else { continue };
+                reads += 1;
+                if let Some(why) = disagreement(&t) {
+                    bad.push(why);
+                }
+            }
+        }
+        let switches: u64 = probe.skel.maps.threads.keys().filter_map(|k| probe.read_thread(&k)).map(|t| t.nr_switches).sum::<u64>();
+        stop.store(true, Ordering::Relaxed);
+        drop(txs);
+        for w in workers {
+            w.join().expect("worker");
+        }
+        probe.unwatch(me);
+        eprintln!("{reads} reads, {switches} context switches, {} torn", bad.len());
+        assert!(switches > 20_000, "the storm did not storm: {switches} switches");
+        assert!(reads > 20_000, "too few reads: {reads}");
+        assert!(bad.is_empty(), "{} of {reads} copies disagree, e.g. {}", bad.len(), bad[0]);
+    }
 }

@@ -17,6 +17,7 @@ use crate::probes::{self};
 use crate::procfs;
 use crate::usage;
 
+mod lifetime;
 mod resolve;
 mod sample;
 mod target;
@@ -54,6 +55,8 @@ pub struct Session {
     max_threads: u32,
     /// precise GIL probes, by target id
     gil_probes: std::collections::HashMap<u64, GilProbe>,
+    /// cleaning the maps by thread lifetime
+    lifetime: lifetime::Lifetime,
 }
 
 impl Session {
@@ -79,6 +82,7 @@ impl Session {
             gil_uprobes: opts.gil_uprobes,
             max_threads: opts.max_threads,
             gil_probes: Default::default(),
+            lifetime: Default::default(),
         })
     }
 
@@ -94,8 +98,6 @@ impl Session {
         self.targets.values().find(|t| t.pid == pid)
     }
 
-    /// The newest target with this host PID (an exited one keeps its PID
-    /// until it is forgotten; a new process reusing it is a newer target).
     /// Start watching process `pid` (a PID of the agent's namespace).
     pub fn attach(&mut self, pid: u32) -> Result<()> {
         let stat = procfs::process_stat(pid).ok_or_else(|| {
@@ -112,6 +114,7 @@ impl Session {
         self.add_target(pid, stat, ids)
     }
 
+    /// How GIL waits of a target are measured: futex, uprobe (futex plus
     /// hold times), or none.
     pub fn gil_probe_name(&self, t: &Target) -> &'static str {
         match &t.python {

@@ -1,13 +1,15 @@
 //! Reading the probe's maps into per-thread samples each window: exits, live
 //! threads, GIL, futex and run-queue blame, GIL holds, throttles, names.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::resolve::HolderResolver;
 use super::{Session, Target};
 use crate::clock::monotonic_ns;
 use crate::model::blame::{FutexWait, Preemptor};
+use crate::model::hist::HoldHist;
 use crate::model::labels::sanitize;
 use crate::model::partition::ThreadSample;
+use crate::probes::sched::{incarnation, FutexRecord, Incarnation, PreemptRecord};
 use crate::procfs;
 use crate::python;
 
@@ -27,27 +29,26 @@ impl Session {
         if exits.is_empty() {
             return out;
         }
-        let blame = self.blame_by_thread();
-        let holds = self.gil_holds();
-        let waits = self.waits_by_thread();
+        let blame = self.blame();
         let mut resolver = HolderResolver::default();
-        let mut gone = vec![];
+        let mut gone = HashSet::new();
         for (host_pid, fsbase, s) in &exits {
             if let Some(id) = self.by_host_pid(*host_pid).map(|t| t.id) {
                 self.targets.get_mut(&id).expect("found").fsbase_tids.insert(*fsbase, s.tid);
             }
         }
         for (host_pid, _, mut s) in exits {
-            gone.push(s.host_tid);
+            let who = incarnation(s.host_tid, s.start_ns);
+            gone.insert(who);
             if let Some(t) = self.by_host_pid(host_pid) {
                 s.py_name = t.names.get(&s.tid).cloned();
-                s.gil_by_holder = resolver.resolve(self, t, blame.get(&s.host_tid).map(Vec::as_slice).unwrap_or(&[]), None);
-                s.gil_hold = holds.get(&s.host_tid).copied();
-                self.attach_waits(t, &mut s, &waits, &mut resolver);
+                s.gil_by_holder = resolver.resolve(self, t, blame.gil.get(&who).map(Vec::as_slice).unwrap_or(&[]), None);
+                s.gil_hold = blame.holds.get(&s.host_tid).copied();
+                self.attach_waits(t, &mut s, &blame, &mut resolver);
                 out.entry(t.id).or_default().push(s);
             }
         }
-        self.probe.forget_blame(&gone);
+        self.forget_threads(&gone);
         out
     }
 
@@ -65,28 +66,33 @@ impl Session {
         }
     }
 
-    /// Futex and run-queue blame records, by waiter host TID.
-    fn waits_by_thread(&self) -> Waits {
-        let mut w = Waits::default();
+    /// Every blame record and GIL hold histogram, by waiter, read once.
+    fn blame(&self) -> Blame {
+        let mut b = Blame::default();
+        for (who, holder, ns) in self.probe.gil_blame() {
+            b.gil.entry(who).or_default().push((holder, ns));
+        }
         for r in self.probe.futex_blame() {
-            w.futex.entry(r.0).or_default().push(r);
+            b.futex.entry(r.0).or_default().push(r);
         }
         for r in self.probe.preempt_blame() {
-            w.preempt.entry(r.0).or_default().push(r);
+            b.preempt.entry(r.0).or_default().push(r);
         }
-        w
+        b.holds = self.gil_probes.values().flat_map(|g| g.holds()).collect();
+        b
     }
 
     /// Fill a sample's futex waits (by word and waker) and run-queue waits (by
     /// what had the CPU), with IDs of the agent's namespace.
-    fn attach_waits(&self, t: &Target, s: &mut ThreadSample, waits: &Waits, r: &mut HolderResolver) {
-        if let Some(recs) = waits.futex.get(&s.host_tid) {
+    fn attach_waits(&self, t: &Target, s: &mut ThreadSample, waits: &Blame, r: &mut HolderResolver) {
+        let who = incarnation(s.host_tid, s.start_ns);
+        if let Some(recs) = waits.futex.get(&who) {
             s.futex = recs
                 .iter()
                 .map(|(_, waker, addr, ns)| FutexWait { addr: *addr, waker: if *waker == 0 { 0 } else { r.ns_tid(self, *waker) }, ns: *ns })
                 .collect();
         }
-        if let Some(recs) = waits.preempt.get(&s.host_tid) {
+        if let Some(recs) = waits.preempt.get(&who) {
             for (_, by_tid, by_tgid, comm, ns) in recs {
                 let who = if *by_tid == 0 {
                     Preemptor::Idle
@@ -98,21 +104,6 @@ impl Session {
                 *s.runqueue_by.entry(who).or_insert(0) += ns;
             }
         }
-    }
-
-    /// GIL hold histograms of every precise GIL probe, by host TID.
-    fn gil_holds(&self) -> std::collections::HashMap<u32, crate::model::hist::HoldHist> {
-        self.gil_probes.values().flat_map(|g| g.holds()).collect()
-    }
-
-    /// How GIL waits of a target are measured: futex, uprobe (futex plus
-    /// GIL blame of the probe's map, by waiter host TID: [(holder id, ns)].
-    fn blame_by_thread(&self) -> std::collections::HashMap<u32, Vec<(u64, u64)>> {
-        let mut by: std::collections::HashMap<u32, Vec<(u64, u64)>> = Default::default();
-        for (tid, holder, ns) in self.probe.gil_blame() {
-            by.entry(tid).or_default().push((holder, ns));
-        }
-        by
     }
 
     /// Re-read the Python thread names of targets whose names are older than
@@ -156,39 +147,54 @@ impl Session {
         self.refresh_names();
         let mut out: BTreeMap<u64, Vec<ThreadSample>> = BTreeMap::new();
         let watched: std::collections::HashSet<u32> = self.probe.watched().into_iter().collect();
-        let blame = self.blame_by_thread();
-        let holds = self.gil_holds();
-        let waits = self.waits_by_thread();
+        let blame = self.blame();
         let mut resolver = HolderResolver::default();
+        let mut seen = HashSet::new();
+        let mut vanished = vec![];
         for lt in self.probe.live_threads() {
             let mut s = lt.sample;
+            let who = incarnation(s.host_tid, s.start_ns);
+            seen.insert(who);
             match self.by_host_pid(lt.host_tgid) {
                 Some(t) if t.exited_ns.is_none() => {
-                    s.comm = procfs::task_comm(t.pid, s.tid).map(|c| sanitize(&c)).unwrap_or_else(|| "?".into());
+                    match procfs::task_comm(t.pid, s.tid) {
+                        Some(c) => s.comm = sanitize(&c),
+                        None => {
+                            // gone without an exit record, or exiting now
+                            s.comm = "?".into();
+                            vanished.push(who);
+                        }
+                    }
                     s.py_name = t.names.get(&s.tid).cloned();
                     if t.python.is_some() {
                         let open = lt.gil_holder.map(|h| (h, s.times.get(crate::model::state::State::GilWait)));
-                        let closed = blame.get(&s.host_tid).map(Vec::as_slice).unwrap_or(&[]);
+                        let closed = blame.gil.get(&who).map(Vec::as_slice).unwrap_or(&[]);
                         s.gil_by_holder = resolver.resolve(self, t, closed, open);
-                        s.gil_hold = holds.get(&s.host_tid).copied();
+                        s.gil_hold = blame.holds.get(&s.host_tid).copied();
                     }
-                    self.attach_waits(t, &mut s, &waits, &mut resolver);
+                    self.attach_waits(t, &mut s, &blame, &mut resolver);
                     out.entry(t.id).or_default().push(s);
                 }
                 Some(_) | None if !watched.contains(&lt.host_tgid) => {
                     // left over from a process that is gone
-                    self.probe.forget_thread(s.host_tid);
+                    self.probe.forget_thread(who);
                 }
                 _ => {}
             }
         }
+        self.lifetime.vanished.extend(vanished);
+        self.collect_garbage(&out, &seen, &blame);
         out
     }
 }
 
-/// Futex and run-queue blame records of one sample, by waiter host TID.
+/// The blame records and GIL holds of one sample, by waiter.
 #[derive(Default)]
-struct Waits {
-    futex: HashMap<u32, Vec<crate::probes::sched::FutexRecord>>,
-    preempt: HashMap<u32, Vec<crate::probes::sched::PreemptRecord>>,
+pub(super) struct Blame {
+    /// GIL waits: [(holder id, ns)]
+    pub(super) gil: HashMap<Incarnation, Vec<(u64, u64)>>,
+    pub(super) futex: HashMap<Incarnation, Vec<FutexRecord>>,
+    pub(super) preempt: HashMap<Incarnation, Vec<PreemptRecord>>,
+    /// GIL hold histograms (precise probe), by host TID
+    pub(super) holds: HashMap<u32, HoldHist>,
 }

@@ -48,6 +48,8 @@ pub struct Target {
 type HostIds = (u32, Vec<(u32, u32)>);
 
 impl Session {
+    /// The newest target with this host PID (an exited one keeps its PID
+    /// until it is forgotten; a new process reusing it is a newer target).
     pub(super) fn by_host_pid(&self, host_pid: u32) -> Option<&Target> {
         self.targets.values().rev().find(|t| t.host_pid == host_pid)
     }

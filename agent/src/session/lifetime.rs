@@ -1,0 +1,97 @@
+//! Cleaning by the thread's lifetime, not by a record that can be lost.
+//!
+//! The kernel forgets a thread's `threads` entry at its exit, and the exit
+//! record lets user space forget its blame entries and GIL holds. An exit
+//! record can be lost (ring buffer full), and a thread can exit before it is
+//! seeded: then nothing would ever forget its entries. Every `GC_EVERY_NS`
+//! the entries that belong to no live thread are found, and forgotten if they
+//! still belong to none at the next pass (by then any exit record that was on
+//! its way has been read and folded). Blame keys carry the thread's
+//! incarnation, so a thread reusing a TID never inherits them.
+use std::collections::{BTreeMap, HashSet};
+
+use super::sample::Blame;
+use super::Session;
+use crate::clock::monotonic_ns;
+use crate::model::partition::ThreadSample;
+use crate::probes::sched::Incarnation;
+
+/// How often entries without a live thread are looked for.
+const GC_EVERY_NS: u64 = 5_000_000_000;
+
+#[derive(Default)]
+pub(super) struct Lifetime {
+    /// threads whose `threads` entry is there but whose task is not (since the last pass)
+    pub(super) vanished: HashSet<Incarnation>,
+    /// the previous pass's suspects
+    ghosts: HashSet<Incarnation>,
+    orphans: HashSet<Incarnation>,
+    orphan_holds: HashSet<u32>,
+    next_ns: u64,
+    /// entries forgotten by this collector (not by an exit record)
+    pub(super) collected: u64,
+}
+
+impl Session {
+    /// Forget the blame entries and GIL holds of threads that exited (their
+    /// final samples are taken).
+    pub(super) fn forget_threads(&mut self, gone: &HashSet<Incarnation>) {
+        if gone.is_empty() {
+            return;
+        }
+        self.probe.forget_blame(|w| gone.contains(&w));
+        let tids: Vec<u32> = gone.iter().map(|w| w.0).collect();
+        for g in self.gil_probes.values() {
+            g.forget(&tids);
+        }
+    }
+
+    /// At most every GC_EVERY_NS: forget the entries that belonged to no live
+    /// thread at this pass and the previous one. `live` and `blame` are what
+    /// this sample read; `seen` the incarnations of every `threads` entry.
+    pub(super) fn collect_garbage(&mut self, live: &BTreeMap<u64, Vec<ThreadSample>>, seen: &HashSet<Incarnation>, blame: &Blame) {
+        let now = monotonic_ns();
+        if now < self.lifetime.next_ns {
+            return;
+        }
+        self.lifetime.next_ns = now + GC_EVERY_NS;
+        let lt = &mut self.lifetime;
+        // entries of threads that are gone from /proc
+        let vanished = std::mem::take(&mut lt.vanished);
+        let ghosts: Vec<Incarnation> = vanished.intersection(&lt.ghosts).copied().collect();
+        lt.ghosts = vanished;
+        for w in &ghosts {
+            self.probe.forget_thread(*w);
+        }
+        // blame of incarnations without an entry
+        let lt = &mut self.lifetime;
+        let orphans: HashSet<Incarnation> =
+            blame.gil.keys().chain(blame.futex.keys()).chain(blame.preempt.keys()).filter(|w| !seen.contains(w)).copied().collect();
+        let dead: HashSet<Incarnation> = orphans.intersection(&lt.orphans).copied().collect();
+        lt.orphans = orphans;
+        let live_tids: HashSet<u32> = seen.iter().map(|w| w.0).collect();
+        let orphan_holds: HashSet<u32> = blame.holds.keys().filter(|t| !live_tids.contains(t)).copied().collect();
+        let dead_holds: Vec<u32> = orphan_holds.intersection(&lt.orphan_holds).copied().collect();
+        lt.orphan_holds = orphan_holds;
+        let mut collected = ghosts.len() as u64;
+        if !dead.is_empty() {
+            collected += self.probe.forget_blame(|w| dead.contains(&w)) as u64;
+        }
+        if !dead_holds.is_empty() {
+            for g in self.gil_probes.values() {
+                g.forget(&dead_holds);
+            }
+            collected += dead_holds.len() as u64;
+        }
+        // pthread_t -> TID of exited threads: kept while a GIL blame record still names it
+        let holders: HashSet<u64> = blame.gil.values().flatten().map(|(h, _)| *h).collect();
+        for t in self.targets.values_mut() {
+            let alive: HashSet<u32> = live.get(&t.id).into_iter().flatten().map(|s| s.tid).collect();
+            t.fsbase_tids.retain(|fsbase, tid| alive.contains(tid) || holders.contains(fsbase));
+        }
+        if collected > 0 {
+            log::debug!("forgot {collected} map entries of threads gone without an exit record");
+        }
+        self.lifetime.collected += collected;
+    }
+}
