@@ -30,9 +30,9 @@ def app_python():
     venv = BUILD / "app-venv-3.11"
     py = venv / "bin" / "python"
     if not py.exists():
-        subprocess.run([base, "-m", "venv", str(venv)], check=True)
-    if subprocess.run([str(py), "-c", "import prometheus_client"]).returncode != 0:
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "prometheus_client"], check=True)
+        subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=300)
+    if subprocess.run([str(py), "-c", "import prometheus_client"], timeout=60).returncode != 0:
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "prometheus_client"], check=True, timeout=600)
     return py
 
 
@@ -149,10 +149,10 @@ def test_a_bad_age_endpoint_warns_once_and_the_report_still_comes(workload_bin):
 def test_bad_age_options_are_usage_errors(workload_bin):
     with Workload(workload_bin, "--sleep", 1) as w:
         cp = subprocess.run([str(WAITMETER), "attach", "--pid", str(w.pid), "--age-url", "https://x/metrics", "--age-metric", "lag"],
-                            capture_output=True, text=True)
+                            capture_output=True, text=True, timeout=30)
         assert cp.returncode == 2 and "only http:// URLs" in cp.stderr, cp.stderr
         cp = subprocess.run([str(WAITMETER), "run", "--all", "--age-url", "http://127.0.0.1:1/m", "--age-metric", "lag"],
-                            capture_output=True, text=True)
+                            capture_output=True, text=True, timeout=30)
         assert cp.returncode == 2 and "give exactly one --pid" in cp.stderr, cp.stderr
 
 

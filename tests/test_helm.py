@@ -36,7 +36,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from conftest import prometheus
+from conftest import prometheus, stop
 from pki import bcrypt_hash, self_signed, signed_by
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -790,12 +790,7 @@ def running_agent(scenario, tmp_path, user="waitmeter-test", dns_names=("localho
         yield run
         assert proc.poll() is None, f"waitmeter exited {proc.returncode}: {log.read_text()[-2000:]}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, grace=10)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

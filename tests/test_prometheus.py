@@ -52,7 +52,7 @@ def test_exposition_is_valid_and_complete(pinned_pair_agent):
     assert "waitmeter_watched_processes 1" in text
     # promtool's own linter accepts it
     assert which("promtool"), "promtool (Debian prometheus) is installed by make setup"
-    cp = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    cp = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stdout + cp.stderr
 
 
