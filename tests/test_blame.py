@@ -11,6 +11,8 @@ import pytest
 from conftest import BUILD, ROOT, WAITMETER, Guard, Lines, Workload, attach, by_tid, share
 from test_gil import pyenv_python
 
+pytestmark = pytest.mark.needs_root
+
 CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
 
 

@@ -5,6 +5,8 @@ import pytest
 
 from conftest import WAITMETER, Workload, free_port, which
 
+pytestmark = pytest.mark.needs_root
+
 
 def run(*args, prefix=()):
     cp = subprocess.run([*prefix, str(WAITMETER), *map(str, args)], capture_output=True, text=True, timeout=60)

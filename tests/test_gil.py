@@ -13,6 +13,8 @@ import pytest
 
 from conftest import BUILD, ROOT, WAITMETER, Guard, Workload, attach, by_tid, free_port, share, wait_http
 
+pytestmark = pytest.mark.needs_root
+
 STARVE = ROOT / "tests" / "workloads" / "gil_starve.py"
 ACCURACY = ROOT / "tests" / "workloads" / "gil_accuracy.py"
 HOLDGIL = ROOT / "tests" / "workloads" / "holdgil.c"

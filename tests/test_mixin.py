@@ -134,6 +134,7 @@ def substitute(expr, pids):
     return re.sub(r"\$\{?(\w+)\}?", lambda m: values[m.group(1)], expr)
 
 
+@pytest.mark.needs_root
 def test_prometheus_with_the_rules_alerts_on_starvation_only_and_every_panel_has_data(
         app_python, throttled_cgroup, workload_bin, tmp_path):  # noqa: F811
     sock = tmp_path / "age.sock"

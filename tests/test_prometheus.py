@@ -9,6 +9,8 @@ import pytest
 
 from conftest import WAITMETER, Guard, Workload, free_port, prometheus, wait_http, which
 
+pytestmark = pytest.mark.needs_root
+
 HOOKS = ["sched_switch", "sched_wakeup", "sched_wakeup_new", "sched_process_exit"]
 
 
