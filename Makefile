@@ -79,7 +79,8 @@ test: unit integration fuzz
 docs: build
 	$(AGENT) metrics-doc > docs/metrics.md
 
-# Regenerate the mixin (dashboards/*.json, rules) and the chart's copies from dashboards/mixin.py.
+# Regenerate the mixin (dashboards/*.json, rules) and the chart's copies with dashboards/mixin.py
+# (its modules: dashboards/waitmeter_mixin/).
 mixin: setup-build $(VENV)/.ok
 	$(PYTHON) dashboards/mixin.py
 

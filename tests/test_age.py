@@ -7,18 +7,17 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
 
 import pytest
 
-from conftest import BUILD, ROOT, WAITMETER, Guard, Workload, attach, by_tid, free_port, wait_http
+from conftest import BUILD, CLIENT, ROOT, WAITMETER, Guard, Workload, attach, by_tid, free_port, wait_http
 from test_blame import throttled_cgroup  # noqa: F401  (fixture)
 from test_gil import STARVE, pyenv_python
 
-CLIENT = ROOT / "clients" / "python"
+pytestmark = pytest.mark.needs_root
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +29,9 @@ def app_python():
     venv = BUILD / "app-venv-3.11"
     py = venv / "bin" / "python"
     if not py.exists():
-        subprocess.run([base, "-m", "venv", str(venv)], check=True)
-    if subprocess.run([str(py), "-c", "import prometheus_client"]).returncode != 0:
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "prometheus_client"], check=True)
+        subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=300)
+    if subprocess.run([str(py), "-c", "import prometheus_client"], timeout=60).returncode != 0:
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "prometheus_client"], check=True, timeout=600)
     return py
 
 
@@ -79,51 +78,6 @@ def test_client_samples_join_the_right_thread(app_python, tmp_path):
     assert not sock.exists()  # the agent removed its socket
 
 
-def run_client(code, env):
-    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                        env={**os.environ, "PYTHONPATH": str(CLIENT), **env})
-    assert cp.returncode == 0, cp.stderr
-    return json.loads(cp.stdout)
-
-
-LOOP = """
-import json, socket, time, waitmeter_client as w
-N = 100_000
-t = time.perf_counter()
-for i in range(N):
-    w.observe_age(0.001 * i)
-took = time.perf_counter() - t
-raw = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); raw.setblocking(False)
-t = time.perf_counter()
-for i in range(N):
-    try:
-        raw.sendto(b"x" * 28, w._path)
-    except OSError:
-        pass
-raw_took = time.perf_counter() - t
-print(json.dumps({"took": took, "raw": raw_took, "dropped": w.dropped(), "sent": w.sent()}))
-"""
-
-
-def test_client_with_no_agent_never_blocks_and_counts_drops(tmp_path):
-    r = run_client(LOOP, {"WAITMETER_SOCKET": str(tmp_path / "nobody.sock")})
-    assert r["dropped"] == 100_000 and r["sent"] == 0
-    # no slower than a non-blocking sendto by more than the packing around it
-    assert r["took"] <= 5 * r["raw"] + 1.0, r
-
-
-def test_client_with_an_agent_that_stops_reading_never_blocks(tmp_path):
-    path = tmp_path / "stuck.sock"
-    stuck = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    stuck.bind(str(path))  # bound, never read: its queue fills
-    try:
-        r = run_client(LOOP, {"WAITMETER_SOCKET": str(path)})
-    finally:
-        stuck.close()
-    assert r["sent"] > 0 and r["dropped"] > 0 and r["sent"] + r["dropped"] == 100_000, r
-    assert r["took"] <= 5 * r["raw"] + 1.0, r
-
-
 def test_throttling_and_runqueue_get_their_own_findings(workload_bin, throttled_cgroup):
     with Workload(workload_bin, "--busy", 1) as w:
         (throttled_cgroup / "cgroup.procs").write_text(str(w.pid))
@@ -149,10 +103,10 @@ def test_a_bad_age_endpoint_warns_once_and_the_report_still_comes(workload_bin):
 def test_bad_age_options_are_usage_errors(workload_bin):
     with Workload(workload_bin, "--sleep", 1) as w:
         cp = subprocess.run([str(WAITMETER), "attach", "--pid", str(w.pid), "--age-url", "https://x/metrics", "--age-metric", "lag"],
-                            capture_output=True, text=True)
+                            capture_output=True, text=True, timeout=30)
         assert cp.returncode == 2 and "only http:// URLs" in cp.stderr, cp.stderr
         cp = subprocess.run([str(WAITMETER), "run", "--all", "--age-url", "http://127.0.0.1:1/m", "--age-metric", "lag"],
-                            capture_output=True, text=True)
+                            capture_output=True, text=True, timeout=30)
         assert cp.returncode == 2 and "give exactly one --pid" in cp.stderr, cp.stderr
 
 

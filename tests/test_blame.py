@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, ROOT, WAITMETER, Workload, attach, by_tid, share
+from conftest import BUILD, ROOT, WAITMETER, Guard, Lines, Workload, attach, by_tid, share
 from test_gil import pyenv_python
+
+pytestmark = pytest.mark.needs_root
 
 CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
 
@@ -18,7 +20,8 @@ CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
 def mutex_bin():
     BUILD.mkdir(exist_ok=True)
     out = BUILD / "mutex_contend"
-    subprocess.run(["cc", "-O2", "-Wall", "-pthread", "-o", str(out), str(ROOT / "tests" / "workloads" / "mutex_contend.c")], check=True)
+    src = ROOT / "tests" / "workloads" / "mutex_contend.c"
+    subprocess.run(["cc", "-O2", "-Wall", "-pthread", "-o", str(out), str(src)], check=True, timeout=120)
     return out
 
 
@@ -26,26 +29,22 @@ def test_mutex_waits_match_the_programs_own_clock(mutex_bin):
     """4 threads contend on one pthread mutex for 1.5 s, each timing its own
     pthread_mutex_lock calls: futex_wait per thread within 10% of that, on that
     mutex, woken by the other threads."""
-    w = subprocess.Popen([str(mutex_bin), "4", "1.5", "1000"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert w.stdout.readline().strip() == "ready"
+    with Workload(mutex_bin, 4, 1.5, 1000, stdin=subprocess.PIPE) as w:
         agent = subprocess.Popen([str(WAITMETER), "attach", "--pid", str(w.pid), "--duration", "3", "--output", "json"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert agent.stderr.readline().startswith("waitmeter: watching PID")  # measuring from here on
-        w.stdin.write("go\n")
-        w.stdin.flush()
-        truth = {}
-        for line in w.stdout:
-            if line.startswith("result"):
-                _, tid, ns, addr = line.split()
-                truth[int(tid)] = (int(ns) / 1e9, int(addr, 16))
-            elif line.strip() == "done":
-                break
-        out, err = agent.communicate(timeout=30)
-        assert agent.returncode == 0, err
-    finally:
-        w.kill()
-        w.wait()
+        with Guard(agent):
+            log = Lines(agent, agent.stderr)
+            first = log.readline(30, "its first line")
+            assert first.startswith("waitmeter: watching PID"), first  # measuring from here on
+            w.proc.stdin.write("go\n")
+            w.proc.stdin.flush()
+            truth = {}
+            for line in w.out.until(lambda line: line.strip() == "done", 30, '"done"'):
+                if line.startswith("result"):
+                    _, tid, ns, addr = line.split()
+                    truth[int(tid)] = (int(ns) / 1e9, int(addr, 16))
+            out, err = agent.communicate(timeout=30)
+            assert agent.returncode == 0, log.unread() + err
     report = json.loads(out)
     threads = by_tid(report)
     assert len(truth) == 4

@@ -20,6 +20,8 @@ from conftest import WAITMETER, Guard, Workload, free_port, prometheus
 from pki import bcrypt_hash, self_signed, signed_by
 from test_prometheus import pinned_pair_agent, query  # noqa: F401 (fixture)
 
+pytestmark = pytest.mark.needs_root
+
 HEAD_DEADLINE = 5.0  # agent/src/export/http.rs
 MAX_CONNECTIONS = 256
 

@@ -5,6 +5,8 @@ import pytest
 
 from conftest import WAITMETER, Workload, free_port, which
 
+pytestmark = pytest.mark.needs_root
+
 
 def run(*args, prefix=()):
     cp = subprocess.run([*prefix, str(WAITMETER), *map(str, args)], capture_output=True, text=True, timeout=60)
@@ -95,7 +97,7 @@ def test_listen_address_in_use(sleeper):
 
 def test_help_has_examples():
     for sub in ([], ["attach"], ["run"]):
-        cp = subprocess.run([str(WAITMETER), *sub, "--help"], capture_output=True, text=True)
+        cp = subprocess.run([str(WAITMETER), *sub, "--help"], capture_output=True, text=True, timeout=30)
         assert cp.returncode == 0
         assert "Examples:" in cp.stdout
 
@@ -108,7 +110,7 @@ def test_no_bpf_link_or_program_left_behind(sleeper):
     # the kernel frees programs of a closed process asynchronously (RCU): allow it a moment
     deadline = time.monotonic() + 5
     while True:
-        cp = subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True, check=True)
+        cp = subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True, check=True, timeout=30)
         left = [line for line in cp.stdout.splitlines() if "name sched_switch_" in line or "name task_ids" in line]
         if not left or time.monotonic() > deadline:
             break

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import BUILD, ROOT, WAITMETER, Guard, Workload, attach, by_tid, free_port, share, wait_http
 
+pytestmark = pytest.mark.needs_root
+
 STARVE = ROOT / "tests" / "workloads" / "gil_starve.py"
 ACCURACY = ROOT / "tests" / "workloads" / "gil_accuracy.py"
 HOLDGIL = ROOT / "tests" / "workloads" / "holdgil.c"
@@ -22,7 +24,7 @@ def pyenv_root():
     if os.environ.get("PYENV_ROOT"):
         return Path(os.environ["PYENV_ROOT"])
     if shutil.which("pyenv"):
-        return Path(subprocess.run(["pyenv", "root"], capture_output=True, text=True).stdout.strip())
+        return Path(subprocess.run(["pyenv", "root"], capture_output=True, text=True, timeout=30).stdout.strip())
     return Path.home() / ".pyenv"
 
 
@@ -41,7 +43,7 @@ def stripped_env(minor):
     out = BUILD / f"stripped-3.{minor}"
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(lib, out / lib.name)
-    subprocess.run(["strip", "--strip-all", str(out / lib.name)], check=True)
+    subprocess.run(["strip", "--strip-all", str(out / lib.name)], check=True, timeout=60)
     return py, {"LD_LIBRARY_PATH": str(out)}
 
 
@@ -95,10 +97,11 @@ def test_processor_in_its_own_process_frees_ingest(interpreter):
 
 def build_holdgil(py):
     info = subprocess.run([py, "-c", "import sysconfig as s; print(s.get_paths()['include']); print(s.get_config_var('EXT_SUFFIX'))"],
-                          capture_output=True, text=True, check=True).stdout.split()
+                          capture_output=True, text=True, check=True, timeout=60).stdout.split()
     out = BUILD / ("holdgil-" + Path(py).parent.parent.name)
     out.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", f"-I{info[0]}", str(HOLDGIL), "-o", str(out / f"holdgil{info[1]}")], check=True)
+    so = out / f"holdgil{info[1]}"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", f"-I{info[0]}", str(HOLDGIL), "-o", str(so)], check=True, timeout=120)
     return out
 
 
@@ -118,7 +121,7 @@ def run_known_holds(minor, *agent_args):
             wait_http(url)  # watching from here on
             w.proc.stdin.write("go\n")
             w.proc.stdin.flush()
-            line = w.proc.stdout.readline().split()
+            line = w.readline(60, '"done"').split()
             assert line[0] == "done", line
             time.sleep(0.2)  # the last hand-back of the GIL
             return w.pid, int(line[1]) / 1e9, wait_http(url)

@@ -36,7 +36,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from conftest import prometheus
+from conftest import prometheus, stop
 from pki import bcrypt_hash, self_signed, signed_by
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -734,11 +734,8 @@ def running_agent(scenario, tmp_path, user="waitmeter-test", dns_names=("localho
     web config's absolute paths get the same prefix). The Secrets the user provides are made
     here: a self-signed server certificate for 127.0.0.1 and `dns_names`, a client CA and a
     client certificate it signed; the basic-auth `user` is set to a fresh password's bcrypt
-    hash. Yields a RunningAgent once /healthz answers 200; stops the agent on exit."""
-    if not WAITMETER.exists():
-        pytest.skip(f"skipping: {WAITMETER} not built (make build)")
-    if os.geteuid() != 0:
-        pytest.skip("skipping: needs root (CAP_BPF, CAP_PERFMON)")
+    hash. Yields a RunningAgent once /healthz answers 200; stops the agent on exit. The tests
+    that use it are marked needs_root."""
     run = RunningAgent()
     run.web = web = web_values(scenario)
     run.user, sets = None, ()
@@ -790,14 +787,10 @@ def running_agent(scenario, tmp_path, user="waitmeter-test", dns_names=("localho
         yield run
         assert proc.poll() is None, f"waitmeter exited {proc.returncode}: {log.read_text()[-2000:]}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, grace=10)
 
 
+@pytest.mark.needs_root
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_agent_answers_the_probes_with_the_rendered_command_line(scenario, tmp_path):
     """The real agent with the chart's arguments and Secrets (running_agent) serves the probes'
@@ -839,6 +832,7 @@ def test_the_agent_answers_the_probes_with_the_rendered_command_line(scenario, t
             assert (tmp_path / "age.sock").exists()
 
 
+@pytest.mark.needs_root
 def test_prometheus_scrapes_the_agent_over_https_with_basic_auth(tmp_path):
     """A real Prometheus with the scrape job of docs/deployment.md (scheme, tls_config,
     basic_auth verbatim; only the files' paths and the target made local) scrapes the real agent

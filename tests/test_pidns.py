@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import WAITMETER, free_port
+
+pytestmark = pytest.mark.needs_root
 
 HELPER = Path(__file__).parent / "helpers" / "in_pidns.py"
 

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import WAITMETER, Guard, Workload, free_port, prometheus, wait_http, which
 
+pytestmark = pytest.mark.needs_root
+
 HOOKS = ["sched_switch", "sched_wakeup", "sched_wakeup_new", "sched_process_exit"]
 
 
@@ -52,7 +54,7 @@ def test_exposition_is_valid_and_complete(pinned_pair_agent):
     assert "waitmeter_watched_processes 1" in text
     # promtool's own linter accepts it
     assert which("promtool"), "promtool (Debian prometheus) is installed by make setup"
-    cp = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    cp = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stdout + cp.stderr
 
 

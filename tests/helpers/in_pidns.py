@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from conftest import Workload, wait_http  # noqa: E402
+from conftest import Workload, stop, wait_http  # noqa: E402
 
 
 def main():
@@ -38,12 +38,7 @@ def main():
             time.sleep(2.5)
             out["after"] = wait_http(url)
         finally:
-            agent.terminate()
-            try:
-                agent.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                agent.wait()
+            stop(agent, grace=10)
             out["agent_rc"] = agent.returncode
             out["agent_stderr"] = agent.stderr.read()
     print(json.dumps(out))
