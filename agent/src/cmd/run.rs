@@ -9,13 +9,13 @@ use crate::age::sources::AgeSources;
 use crate::cli::RunArgs;
 use crate::clock::monotonic_ns;
 use crate::export::http;
-use crate::export::prometheus::{AgeExport, AgentStatus, CgroupInfo, Exporter, ProcessInfo, EXITED_RETENTION_NS};
+use crate::export::prometheus::{AgeExport, AgentStatus, CgroupInfo, Exporter, ProcessInfo, EXITED_RETENTION_NS, WINDOW_STEP_NS};
 use crate::export::web::Web;
 use crate::probes::sched::VARIANT;
 use crate::session::Session;
 
 /// The hooks the sched probe attaches; each has a `waitmeter_probe_attached` series.
-const SCHED_HOOKS: [&str; 4] = ["sched_switch", "sched_wakeup", "sched_wakeup_new", "sched_process_exit"];
+const SCHED_HOOKS: [&str; 5] = ["sched_switch", "sched_wakeup", "sched_waking", "sched_wakeup_new", "sched_process_exit"];
 /// How often exits are drained and processes checked.
 const TICK: Duration = Duration::from_millis(250);
 const DISCOVER_EVERY_NS: u64 = 1_000_000_000;
@@ -56,6 +56,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     );
     let mut exporter = Exporter::new(args.max_thread_labels, args.tid_labels);
     let mut next_discover = monotonic_ns() + DISCOVER_EVERY_NS;
+    let mut next_window = monotonic_ns();
     let mut warned_all_gone = false;
     let online = crate::report::online_cpus();
     while !stop_requested() {
@@ -81,6 +82,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     expected: SCHED_HOOKS.to_vec(),
                     variant,
                     lost,
+                    maps: session.map_entries(),
                     http_codes: endpoint.stats.codes(),
                     http_drops: endpoint.stats.drops(),
                 };
@@ -104,9 +106,19 @@ pub fn run(args: &RunArgs) -> Result<()> {
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        let exits = session.exits();
-        exporter.fold_exits(&exits);
         let now = monotonic_ns();
+        if now >= next_window {
+            // the agent's own window, whoever scrapes and however often
+            while next_window <= now {
+                next_window += WINDOW_STEP_NS;
+            }
+            let snap = session.sample();
+            exporter.fold_exits(&snap.exited);
+            exporter.window(now, &snap);
+        } else {
+            let exits = session.exits();
+            exporter.fold_exits(&exits);
+        }
         ages.poll(now);
         if now >= next_discover {
             next_discover = now + DISCOVER_EVERY_NS;

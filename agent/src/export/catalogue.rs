@@ -87,7 +87,7 @@ pub const FUTEX_WORD_WAITERS: Metric = Metric {
     kind: Kind::Gauge,
     unit: None,
     labels: &["pid", "futex"],
-    help: "Threads that waited on the futex word since the previous scrape. Three or more, blocked most of the time and waking each other (waitmeter_futex_wait_seconds_total by waker): a lock convoy.",
+    help: "Distinct threads that waited on the futex word in the agent's last 60 s (a window of the agent's clock, moved every 10 s: the same for every scraper). Three or more, blocked most of the time and waking each other (waitmeter_futex_wait_seconds_total by waker): a lock convoy.",
 };
 
 pub const CGROUP_THROTTLED_SECONDS: Metric = Metric {
@@ -143,7 +143,7 @@ pub const THREAD_WAIT_RATIO: Metric = Metric {
     kind: Kind::Gauge,
     unit: None,
     labels: &["pid", "thread"],
-    help: "waiting / (waiting + running) of a thread since the previous scrape, where waiting = runqueue + throttled + gil_wait (absent when the thread neither ran nor waited).",
+    help: "waiting / (waiting + running) of a thread over the agent's last 60 s (a window of the agent's clock, moved every 10 s: the same for every scraper), where waiting = runqueue + throttled + gil_wait (absent when the thread neither ran nor waited). For other windows use the recording rule waitmeter:thread_wait_ratio:rate5m.",
 };
 
 pub const AGE_SCRAPE_ERRORS: Metric = Metric {
@@ -192,6 +192,14 @@ pub const EVENTS_LOST: Metric = Metric {
     help: "Kernel events that could not be recorded, by probe and reason (thread_map_full, holds_map_full: raise --max-threads; exit_ringbuf_full: a thread's final record was lost; blame_map_full: a GIL wait was not charged to its holder). Any increase means the numbers are incomplete.",
 };
 
+pub const BPF_MAP_ENTRIES: Metric = Metric {
+    base: "waitmeter_bpf_map_entries",
+    kind: Kind::Gauge,
+    unit: None,
+    labels: &["probe", "map"],
+    help: "Entries in each kernel map that grows with threads and processes (threads, blame, GIL holds). They are cleaned by thread lifetime: with no thread churn the value returns to its idle level; near --max-threads, events are lost.",
+};
+
 pub const PROBE_ATTACHED: Metric = Metric {
     base: "waitmeter_probe_attached",
     kind: Kind::Gauge,
@@ -232,6 +240,7 @@ pub const ALL: &[&Metric] = &[
     &WATCHED_PROCESSES,
     &WATCHED_THREADS,
     &EVENTS_LOST,
+    &BPF_MAP_ENTRIES,
     &PROBE_ATTACHED,
     &BUILD_INFO,
 ];

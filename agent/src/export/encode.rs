@@ -65,6 +65,7 @@ pub struct Exposition {
     pub watched_threads: i64,
     pub lost: Vec<(Labels, f64)>,
     pub attached: Vec<(Labels, i64)>,
+    pub map_entries: Vec<(Labels, i64)>,
     pub http_requests: Vec<(Labels, f64)>,
     pub http_dropped: Vec<(Labels, f64)>,
 }
@@ -146,6 +147,7 @@ impl Collector for Exposition {
             ConstGauge::new(v).encode(descriptor(&mut enc, m, &u)?)?;
         }
         counters(&mut enc, &catalogue::EVENTS_LOST, &self.lost)?;
+        gauges(&mut enc, &catalogue::BPF_MAP_ENTRIES, &self.map_entries)?;
         gauges(&mut enc, &catalogue::PROBE_ATTACHED, &self.attached)?;
         let version = vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())];
         gauges(&mut enc, &catalogue::BUILD_INFO, &[(version, 1)])

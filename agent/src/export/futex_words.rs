@@ -8,6 +8,10 @@
 //! "other" too (frozen at the admission value), so "other" never decreases;
 //! the labelled series starts at the word's full total, and since `rate()`
 //! only uses differences, rates of all series add up to the true rate.
+//!
+//! `waitmeter_futex_word_waiters` counts the distinct threads that waited on
+//! the word within the agent's last window (boundaries of the agent's clock,
+//! not scrapes), so every scraper sees the same count.
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::model::partition::ThreadSample;
@@ -17,6 +21,10 @@ pub const MAX_WORDS: usize = 10;
 /// Wait a word must have had before it gets its own label.
 pub const ADMIT_NS: u64 = 10_000_000;
 
+/// Words of exited threads kept apart per process; the rest of their wait is
+/// summed into "other" (a process can wait on a new word every second for days).
+pub const MAX_FOLDED_WORDS: usize = 1024;
+
 /// A thread incarnation: (target, host TID, start).
 type ThreadId = (u64, u32, u64);
 
@@ -24,12 +32,16 @@ type ThreadId = (u64, u32, u64);
 pub struct FutexWords {
     /// (target, addr) -> wait of exited threads
     folded: HashMap<(u64, u64), u64>,
+    /// target -> wait of exited threads on words beyond MAX_FOLDED_WORDS
+    folded_other: HashMap<u64, u64>,
     /// (target, addr) -> the word's total when it got its label
     admitted: HashMap<(u64, u64), u64>,
-    /// (thread, addr) -> its wait on the word at the previous scrape
-    previous: HashMap<(ThreadId, u64), u64>,
-    /// (target, addr) -> threads that waited on it and exited since the previous scrape
+    /// (thread, addr) -> its wait on the word at the last window boundary
+    at_boundary: HashMap<(ThreadId, u64), u64>,
+    /// (target, addr) -> threads that exited having waited on it since the last boundary
     exited_waiters: HashMap<(u64, u64), HashSet<ThreadId>>,
+    /// (target, addr) -> thread -> the last boundary by which it had waited on the word
+    last_wait: HashMap<(u64, u64), HashMap<ThreadId, u64>>,
 }
 
 /// One rendered series: (target, `futex` label, value).
@@ -48,38 +60,72 @@ fn per_word(s: &ThreadSample) -> BTreeMap<u64, u64> {
 
 impl FutexWords {
     /// An exited thread's final waits: kept in the totals, and it counts as a
-    /// waiter of every word it waited on since the previous scrape.
+    /// waiter of every word it waited on since the last boundary (from the next one).
     pub fn fold_exit(&mut self, target: u64, s: &ThreadSample) {
         let id = (target, s.host_tid, s.start_ns);
+        let mut kept = self.folded.keys().filter(|k| k.0 == target).count();
         for (addr, ns) in per_word(s) {
-            *self.folded.entry((target, addr)).or_default() += ns;
-            let before = self.previous.remove(&(id, addr)).unwrap_or(0);
+            let key = (target, addr);
+            if self.folded.contains_key(&key) || self.admitted.contains_key(&key) || kept < MAX_FOLDED_WORDS {
+                kept += usize::from(!self.folded.contains_key(&key));
+                *self.folded.entry(key).or_default() += ns;
+            } else {
+                *self.folded_other.entry(target).or_default() += ns;
+            }
+            let before = self.at_boundary.remove(&(id, addr)).unwrap_or(0);
             if ns > before {
-                self.exited_waiters.entry((target, addr)).or_default().insert(id);
+                self.exited_waiters.entry(key).or_default().insert(id);
             }
         }
-        self.previous.retain(|(t, _), _| *t != id);
     }
 
     pub fn forget(&mut self, target: u64) {
         self.folded.retain(|k, _| k.0 != target);
+        self.folded_other.remove(&target);
         self.admitted.retain(|k, _| k.0 != target);
-        self.previous.retain(|k, _| k.0 .0 != target);
+        self.at_boundary.retain(|k, _| k.0 .0 != target);
         self.exited_waiters.retain(|k, _| k.0 != target);
+        self.last_wait.retain(|k, _| k.0 != target);
+    }
+
+    /// A window boundary (super::prometheus::WINDOW_STEP_NS): who waited on
+    /// each word since the previous one, from the live threads' cumulative waits.
+    pub fn window<'a>(&mut self, now: u64, live: impl Iterator<Item = (u64, &'a ThreadSample)>) {
+        let mut next = HashMap::new();
+        for (target, s) in live {
+            let id = (target, s.host_tid, s.start_ns);
+            for (addr, ns) in per_word(s) {
+                if ns > self.at_boundary.get(&(id, addr)).copied().unwrap_or(0) {
+                    self.last_wait.entry((target, addr)).or_default().insert(id, now);
+                }
+                next.insert((id, addr), ns);
+            }
+        }
+        // threads gone without an exit record leave nothing behind
+        self.at_boundary = next;
+        for (word, ids) in std::mem::take(&mut self.exited_waiters) {
+            let w = self.last_wait.entry(word).or_default();
+            w.extend(ids.into_iter().map(|id| (id, now)));
+        }
+        let oldest = now.saturating_sub(super::prometheus::WINDOW_SPAN_NS);
+        self.last_wait.retain(|_, w| {
+            w.retain(|_, at| *at > oldest);
+            !w.is_empty()
+        });
+    }
+
+    /// Entries held (for tests of boundedness).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.folded.len() + self.admitted.len() + self.at_boundary.len() + self.last_wait.values().map(HashMap::len).sum::<usize>()
     }
 
     /// The series at this scrape, from the live threads' cumulative waits.
     pub fn render<'a>(&mut self, live: impl Iterator<Item = (u64, &'a ThreadSample)>) -> WordSeries {
         let mut totals: BTreeMap<(u64, u64), u64> = self.folded.iter().map(|(k, v)| (*k, *v)).collect();
-        let mut waiters: HashMap<(u64, u64), HashSet<ThreadId>> = std::mem::take(&mut self.exited_waiters);
         for (target, s) in live {
-            let id = (target, s.host_tid, s.start_ns);
             for (addr, ns) in per_word(s) {
                 *totals.entry((target, addr)).or_default() += ns;
-                let before = self.previous.insert((id, addr), ns).unwrap_or(0);
-                if ns > before {
-                    waiters.entry((target, addr)).or_default().insert(id);
-                }
             }
         }
         // admit the words with the most wait first
@@ -98,6 +144,9 @@ impl FutexWords {
             }
         }
         let mut seconds: BTreeMap<(u64, String), u64> = BTreeMap::new();
+        for (target, ns) in &self.folded_other {
+            *seconds.entry((*target, "other".to_string())).or_default() += ns;
+        }
         let mut who: BTreeMap<(u64, String), HashSet<ThreadId>> = BTreeMap::new();
         for ((target, addr), ns) in &totals {
             let (label, value) = match self.admitted.get(&(*target, *addr)) {
@@ -109,8 +158,8 @@ impl FutexWords {
                 None => ("other".to_string(), *ns),
             };
             *seconds.entry((*target, label.clone())).or_default() += value;
-            if let Some(w) = waiters.get(&(*target, *addr)) {
-                who.entry((*target, label)).or_default().extend(w.iter().copied());
+            if let Some(w) = self.last_wait.get(&(*target, *addr)) {
+                who.entry((*target, label)).or_default().extend(w.keys().copied());
             }
         }
         WordSeries {
@@ -148,30 +197,66 @@ mod tests {
         v.iter().find(|s| s.1 == label).map(|s| s.2)
     }
 
+    const S: u64 = 1_000_000_000;
+
     #[test]
     fn words_get_labels_past_the_threshold_and_other_never_decreases() {
         let mut w = FutexWords::default();
         let a = [thread(1, &[(0x10, 5_000_000)]), thread(2, &[(0x10, 4_000_000)])];
         let r = w.render(a.iter().map(|s| (1, s)));
         assert_eq!(get(&r.seconds, "other"), Some(0.009));
-        assert_eq!(get(&r.waiters, "other"), Some(2));
         // 0x10 crosses 10 ms: labelled with its full total; other keeps the 9 ms
         let b = [thread(1, &[(0x10, 8_000_000)]), thread(2, &[(0x10, 4_000_000)])];
         let r = w.render(b.iter().map(|s| (1, s)));
         assert_eq!(get(&r.seconds, "0x10"), Some(0.012));
         assert_eq!(get(&r.seconds, "other"), Some(0.012));
-        // only thread 1 waited since the previous scrape
-        assert_eq!(get(&r.waiters, "0x10"), Some(1));
-        // thread 1 exits with more wait: folded, still a waiter at the next scrape
+        // thread 1 exits with more wait: folded
         w.fold_exit(1, &thread(1, &[(0x10, 9_000_000)]));
         let c = [thread(2, &[(0x10, 4_000_000)])];
         let r = w.render(c.iter().map(|s| (1, s)));
         assert_eq!(get(&r.seconds, "0x10"), Some(0.013));
-        assert_eq!(get(&r.waiters, "0x10"), Some(1));
-        let r = w.render(c.iter().map(|s| (1, s)));
-        assert_eq!(get(&r.waiters, "0x10"), Some(0));
         w.forget(1);
         assert!(w.render(std::iter::empty()).seconds.is_empty());
+    }
+
+    #[test]
+    fn waiters_are_counted_over_the_agents_window_not_between_scrapes() {
+        let mut w = FutexWords::default();
+        let a = [thread(1, &[(0x10, 20_000_000)]), thread(2, &[(0x10, 4_000_000)])];
+        w.window(100 * S, a.iter().map(|s| (1, s)));
+        // any number of scrapes between two boundaries see the same count
+        for _ in 0..3 {
+            let r = w.render(a.iter().map(|s| (1, s)));
+            assert_eq!(get(&r.waiters, "0x10"), Some(2));
+        }
+        // only thread 1 waits from now on; thread 2 still counts until its wait is a span old
+        let b = [thread(1, &[(0x10, 30_000_000)]), thread(2, &[(0x10, 4_000_000)])];
+        w.window(150 * S, b.iter().map(|s| (1, s)));
+        assert_eq!(get(&w.render(b.iter().map(|s| (1, s))).waiters, "0x10"), Some(2));
+        w.window(165 * S, b.iter().map(|s| (1, s)));
+        assert_eq!(get(&w.render(b.iter().map(|s| (1, s))).waiters, "0x10"), Some(1));
+        // an exited waiter counts from the next boundary, for a span
+        w.fold_exit(1, &thread(3, &[(0x10, 1_000_000)]));
+        assert_eq!(get(&w.render(b.iter().map(|s| (1, s))).waiters, "0x10"), Some(1));
+        w.window(170 * S, b.iter().map(|s| (1, s)));
+        assert_eq!(get(&w.render(b.iter().map(|s| (1, s))).waiters, "0x10"), Some(2));
+        w.window(300 * S, b.iter().map(|s| (1, s)));
+        assert_eq!(get(&w.render(b.iter().map(|s| (1, s))).waiters, "0x10"), Some(0));
+    }
+
+    #[test]
+    fn folded_words_are_bounded_and_their_wait_kept_in_other() {
+        let mut w = FutexWords::default();
+        let n = MAX_FOLDED_WORDS as u64 + 500;
+        for i in 0..n {
+            let mut t = thread(i as u32, &[(0x1000 + i * 8, 1_000)]);
+            t.start_ns = i;
+            w.fold_exit(1, &t);
+            w.window(i * S, std::iter::empty());
+        }
+        assert!(w.len() <= MAX_FOLDED_WORDS + 100, "{} entries", w.len());
+        let r = w.render(std::iter::empty());
+        assert_eq!(get(&r.seconds, "other"), Some(n as f64 * 1e-6));
     }
 
     #[test]

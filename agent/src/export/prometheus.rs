@@ -1,7 +1,7 @@
 //! Prometheus exposition of the session, built at scrape time from fresh map
 //! reads: the label bookkeeping (bounded thread, holder, waker and preemptor
 //! labels; exited threads folded into their series). `encode.rs` writes the text.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use super::encode::{Exposition, Labels};
 use super::futex_words::FutexWords;
@@ -11,6 +11,14 @@ use crate::model::labels::{sanitize, LabelBook};
 use crate::model::partition::{secs, ThreadSample, Times};
 use crate::model::state::State;
 use crate::session::Snapshot;
+
+/// The agent's own windows, for the values that are ratios or counts over
+/// time (`waitmeter_thread_wait_ratio`, `waitmeter_futex_word_waiters`): a
+/// boundary every WINDOW_STEP_NS of the agent's clock, values over the last
+/// WINDOW_SPAN_NS. Every scraper sees the same value whenever and however
+/// often it scrapes (two HA replicas agree).
+pub const WINDOW_STEP_NS: u64 = 10_000_000_000;
+pub const WINDOW_SPAN_NS: u64 = 60_000_000_000;
 
 /// How long the series of an exited process are still served.
 pub const EXITED_RETENTION_NS: u64 = 300 * 1_000_000_000;
@@ -62,6 +70,8 @@ pub struct AgentStatus {
     pub variant: &'static str,
     /// (probe, reason, events)
     pub lost: Vec<(&'static str, &'static str, u64)>,
+    /// (probe, map, entries)
+    pub maps: Vec<(&'static str, &'static str, usize)>,
     /// the endpoint's answers by status code
     pub http_codes: Vec<(u16, u64)>,
     /// the endpoint's connections closed without an answer, by reason
@@ -106,8 +116,9 @@ pub struct Exporter {
     preemptor_books: HashMap<u64, LabelBook>,
     /// futex wait by word, for waitmeter_futex_word_*
     words: FutexWords,
-    /// each series' times at the previous scrape (for the wait ratio)
-    previous: BTreeMap<SeriesKey, Times>,
+    /// each series' times at the window boundaries of the last WINDOW_SPAN_NS
+    /// (oldest first; the first is the baseline of the wait ratio)
+    windows: VecDeque<(u64, BTreeMap<SeriesKey, Times>)>,
     /// (target, TID) -> thread label, for naming GIL holders (also after they exit)
     tid_labels_by_target: HashMap<(u64, u32), String>,
 }
@@ -122,7 +133,7 @@ impl Exporter {
             folded: Totals::default(),
             preemptor_books: HashMap::new(),
             words: FutexWords::default(),
-            previous: BTreeMap::new(),
+            windows: VecDeque::new(),
             tid_labels_by_target: HashMap::new(),
         }
     }
@@ -213,7 +224,68 @@ impl Exporter {
             self.words.forget(*t);
             self.thread_labels.retain(|k, _| k.0 != *t);
             self.tid_labels_by_target.retain(|k, _| k.0 != *t);
+            for (_, w) in self.windows.iter_mut() {
+                w.retain(|k, _| k.target != *t);
+            }
         }
+    }
+
+    /// Every series' numbers now: the exited threads' plus the live ones'.
+    fn totals(&mut self, snap: &Snapshot) -> Totals {
+        let mut totals = self.folded.clone();
+        // labels first, so that holders are named whatever the order of threads
+        let keyed: Vec<(u64, SeriesKey, &ThreadSample)> =
+            snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))).map(|(t, s)| (t, self.key(t, s), s)).collect();
+        for (target, k, s) in keyed {
+            self.add(&mut totals, target, &k, s);
+        }
+        totals
+    }
+
+    /// A window boundary of the agent's clock (every WINDOW_STEP_NS, whether
+    /// or not anyone scrapes): the numbers the windowed values are computed from.
+    pub fn window(&mut self, now: u64, snap: &Snapshot) {
+        let times = self.totals(snap).times;
+        self.windows.push_back((now, times));
+        // keep one boundary at or before now - span: the baseline
+        while self.windows.len() > 2 && self.windows[1].0 + WINDOW_SPAN_NS <= now {
+            self.windows.pop_front();
+        }
+        self.words.window(now, snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))));
+        self.prune(snap);
+    }
+
+    /// Forget the labels of threads that are gone and that no live thread
+    /// names any more (as a GIL holder, waker or preemptor): the maps hold
+    /// what is live, not every thread ever seen.
+    fn prune(&mut self, snap: &Snapshot) {
+        let live: HashSet<(u64, u32, u64)> =
+            snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s.host_tid, s.start_ns))).collect();
+        self.thread_labels.retain(|k, _| live.contains(k));
+        let mut named: HashSet<(u64, u32)> = HashSet::new();
+        for (target, threads) in &snap.live {
+            for s in threads {
+                named.insert((*target, s.tid));
+                named.extend(s.gil_by_holder.keys().map(|h| (*target, *h)));
+                named.extend(s.futex.iter().map(|w| (*target, w.waker)));
+                named.extend(s.runqueue_by.keys().filter_map(|p| match p {
+                    Preemptor::Thread(tid) => Some((*target, *tid)),
+                    _ => None,
+                }));
+            }
+        }
+        self.tid_labels_by_target.retain(|k, _| named.contains(k));
+    }
+
+    /// Entries of the exporter's maps (for tests and the churn benchmark).
+    #[cfg(test)]
+    fn sizes(&self) -> Vec<(&'static str, usize)> {
+        vec![
+            ("thread_labels", self.thread_labels.len()),
+            ("tid_labels_by_target", self.tid_labels_by_target.len()),
+            ("windows", self.windows.iter().map(|w| w.1.len()).sum()),
+            ("words", self.words.len()),
+        ]
     }
 
     /// The exposition text for this scrape. `snap.exited` must already be folded.
@@ -225,16 +297,11 @@ impl Exporter {
         snap: &Snapshot,
         status: &AgentStatus,
     ) -> String {
-        let mut totals = self.folded.clone();
-        // labels first, so that holders are named whatever the order of threads
-        let keyed: Vec<(u64, SeriesKey, &ThreadSample)> =
-            snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))).map(|(t, s)| (t, self.key(t, s), s)).collect();
-        for (target, k, s) in keyed {
-            self.add(&mut totals, target, &k, s);
-        }
+        let totals = self.totals(snap);
         let Totals { times: series, gil, holds, futex, runqueue } = totals;
         let mut futex_seconds = vec![];
         let words = self.words.render(snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))));
+        self.prune(snap);
         let by_id: HashMap<u64, &ProcessInfo> = procs.iter().map(|p| (p.id, p)).collect();
         let mut gil_holds = vec![];
         for (k, h) in &holds {
@@ -269,17 +336,19 @@ impl Exporter {
         let cgroup_periods = cgroups.iter().map(|c| (cg(c), c.stat.nr_periods as f64)).collect();
         let cgroup_quota = cgroups.iter().filter_map(|c| Some((cg(c), c.quota_cores?))).collect();
         let mut wait_ratio = vec![];
-        for (k, t) in &series {
-            let Some(p) = by_id.get(&k.target) else { continue };
-            let window = match self.previous.get(k) {
-                Some(prev) => t.since(prev),
-                None => *t,
-            };
-            if let Some(r) = window.wait_ratio() {
-                wait_ratio.push((series_labels(p, k, false, &[]), r));
+        if let Some((_, newest)) = self.windows.back() {
+            let base = (self.windows.len() > 1).then(|| &self.windows[0].1);
+            for (k, t) in newest {
+                let Some(p) = by_id.get(&k.target) else { continue };
+                let window = match base.and_then(|b| b.get(k)) {
+                    Some(before) => t.since(before),
+                    None => *t,
+                };
+                if let Some(r) = window.wait_ratio() {
+                    wait_ratio.push((series_labels(p, k, false, &[]), r));
+                }
             }
         }
-        self.previous = series.clone();
         let mut app_age = vec![];
         if let Some((pid, age)) = ages.process {
             app_age.push((vec![("pid".to_string(), pid.to_string())], age));
@@ -321,6 +390,11 @@ impl Exporter {
                 (vec![("probe".to_string(), probe.to_string()), ("reason".to_string(), reason.to_string())], *n as f64)
             })
             .collect();
+        let map_entries = status
+            .maps
+            .iter()
+            .map(|(probe, map, n)| (vec![("probe".to_string(), probe.to_string()), ("map".to_string(), map.to_string())], *n as i64))
+            .collect();
         let http_requests = status.http_codes.iter().map(|(c, n)| (vec![("code".to_string(), c.to_string())], *n as f64)).collect();
         let http_dropped = status.http_drops.iter().map(|(r, n)| (vec![("reason".to_string(), r.to_string())], *n as f64)).collect();
         let exposition = Exposition {
@@ -344,6 +418,7 @@ impl Exporter {
             watched_threads: live_threads as i64,
             lost,
             attached,
+            map_entries,
             http_requests,
             http_dropped,
         };
@@ -407,6 +482,7 @@ mod tests {
             expected: vec!["sched_switch", "sched_wakeup"],
             variant: "tp_btf",
             lost: vec![("sched", "thread_map_full", 3)],
+            maps: vec![("sched", "threads", 12)],
             http_codes: vec![(200, 7), (401, 2)],
             http_drops: vec![("head_timeout", 64), ("evicted", 0)],
         };
@@ -427,6 +503,7 @@ mod tests {
         assert!(text.contains("waitmeter_bpf_events_lost_total{probe=\"sched\",reason=\"thread_map_full\"} 3"), "{text}");
         assert!(text.contains("waitmeter_probe_attached{probe=\"sched_wakeup\",variant=\"tp_btf\"} 0"), "{text}");
         assert!(text.contains("waitmeter_build_info{version="), "{text}");
+        assert!(text.contains("waitmeter_bpf_map_entries{probe=\"sched\",map=\"threads\"} 12"), "{text}");
         assert!(text.contains("waitmeter_http_requests_total{code=\"401\"} 2"), "{text}");
         assert!(text.contains("waitmeter_http_connections_dropped_total{reason=\"head_timeout\"} 64"), "{text}");
         assert!(text.contains("# TYPE waitmeter_thread_seconds counter"), "{text}");
@@ -441,6 +518,44 @@ mod tests {
         e.forget(&[1]);
         let text = e.render(&[], &[], &AgeExport::default(), &Snapshot::default(), &status);
         assert_eq!(value(&text, "worker", "running"), None);
+    }
+
+    #[test]
+    fn maps_return_to_their_idle_size_after_thread_churn() {
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let mut e = Exporter::new(20, false);
+        let steady = |at: u64| vec![sample(1, "main", 0, at, false), sample(2, "holder", 0, at, false)];
+        let mut snap = Snapshot::default();
+        snap.live.insert(1, steady(1));
+        e.window(0, &snap);
+        e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        let idle = e.sizes();
+        // short-lived threads, TIDs reused every 100, each waiting on a futex word of its own
+        let mut churn = |e: &mut Exporter, from: u64, to: u64| {
+            for i in from..to {
+                let tid = 100 + (i % 100) as u32;
+                let mut t = sample(tid, "worker", i * 10, 1_000_000, false);
+                t.gil_by_holder.insert(2, 1_000);
+                t.futex.push(crate::model::blame::FutexWait { addr: 0x10_0000 + i * 64, waker: 1, ns: 2_000 });
+                snap.live.insert(1, [steady(i + 2), vec![t.clone()]].concat());
+                e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+                if i % 10 == 0 {
+                    e.window(i * 1_000_000_000, &snap);
+                }
+                t.exited = true;
+                e.fold_exits(&BTreeMap::from([(1, vec![t])]));
+            }
+            snap.live.insert(1, steady(to + 2));
+            e.window(to * 2_000_000_000, &snap);
+            e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+            e.sizes()
+        };
+        let after = churn(&mut e, 0, 5_000);
+        let after_twice = churn(&mut e, 5_000, 10_000);
+        // what depends on live threads is back to idle; the rest is bounded, not growing with churn
+        assert_eq!(after[..2], idle[..2]);
+        assert_eq!(after, after_twice);
+        assert!(after[3].1 <= super::super::futex_words::MAX_FOLDED_WORDS + 10, "{after:?}");
     }
 
     #[test]

@@ -124,6 +124,13 @@ impl Session {
         }
     }
 
+    /// Entries of the kernel maps that grow with threads: (probe, map, entries).
+    pub fn map_entries(&self) -> Vec<(&'static str, &'static str, usize)> {
+        let mut out: Vec<_> = self.probe.occupancy().into_iter().map(|(m, n)| ("sched", m, n)).collect();
+        out.push(("gil", "holds", self.gil_probes.values().map(|g| g.holds().len()).sum()));
+        out
+    }
+
     /// Holds the precise GIL probes could not record.
     pub fn gil_holds_lost(&self) -> u64 {
         self.gil_probes.values().map(|g| g.lost()).sum()
