@@ -326,7 +326,11 @@ static __always_inline void charge(const struct wm_closed *c, __u32 tid, __u32 t
 /* Charge a run-queue wait that ends now to the task that had the CPU. */
 static __always_inline void charge_runqueue(const struct wm_closed *c, __u32 tid, struct task_struct *prev, __u64 now)
 {
-	struct wm_preempt_key key = { .tid = tid, .by_tid = prev->pid, .by_tgid = prev->tgid, .gen = c->gen };
+	/* a thread of another process is charged as its process (one entry per
+	 * process, not per thread: the key space follows the node's process churn,
+	 * not its thread churn) */
+	__u32 by = prev->tgid == c->tgid ? prev->pid : prev->tgid;
+	struct wm_preempt_key key = { .tid = tid, .by_tid = by, .by_tgid = prev->tgid, .gen = c->gen };
 	__u64 delta = now > c->since ? now - c->since : 0;
 	struct wm_preempt *v = bpf_map_lookup_elem(&preempt_blame, &key);
 

@@ -132,7 +132,7 @@ struct wm_futex_key {
 /* Run-queue wait of a thread charged to the task that ran on its CPU before it. */
 struct wm_preempt_key {
 	__u32 tid;        /* waiter, host TID */
-	__u32 by_tid;     /* host TID of the task that had the CPU; 0 = idle */
+	__u32 by_tid;     /* host TID of the task that had the CPU (its TGID if of another process); 0 = idle */
 	__u32 by_tgid;
 	__u32 gen;        /* the waiter's incarnation: (u32)start */
 };

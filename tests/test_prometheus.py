@@ -11,7 +11,7 @@ from conftest import WAITMETER, Guard, Workload, free_port, prometheus, wait_htt
 
 pytestmark = pytest.mark.needs_root
 
-HOOKS = ["sched_switch", "sched_wakeup", "sched_wakeup_new", "sched_process_exit"]
+HOOKS = ["sched_switch", "sched_wakeup", "sched_waking", "sched_wakeup_new", "sched_process_exit"]
 
 
 def query(base, promql):

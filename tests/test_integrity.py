@@ -1,0 +1,203 @@
+"""Integrity of `waitmeter run` over time (issue 12): values that do not
+depend on who scrapes, and maps that do not grow with thread churn.
+
+Real agent, real BPF, real workloads (tests/workloads/mutex_contend.c and
+churn.c)."""
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from conftest import BUILD, ROOT, WAITMETER, Guard, Lines, Workload, free_port, wait_http
+
+pytestmark = pytest.mark.needs_root
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$')
+# values computed over the agent's own windows
+WINDOWED = ("waitmeter_thread_wait_ratio", "waitmeter_futex_word_waiters")
+# values of the agent itself, not of the measured processes
+SELF = ("waitmeter_http_", "waitmeter_bpf_map_entries", "waitmeter_watched_threads")
+
+
+def build(name):
+    out = BUILD / name
+    BUILD.mkdir(exist_ok=True)
+    subprocess.run(["cc", "-O2", "-Wall", "-pthread", "-o", str(out), str(ROOT / "tests" / "workloads" / f"{name}.c")],
+                   check=True, timeout=120)
+    return out
+
+
+def parse(text):
+    """{(name, labels): value} of a classic text exposition."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line:
+            continue
+        m = SAMPLE.match(line)
+        assert m, f"unparseable line: {line!r}"
+        out[(m.group(1), m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def run_agent(pid, port, *extra):
+    agent = subprocess.Popen([str(WAITMETER), "run", "--pid", str(pid), "--listen", f"127.0.0.1:{port}", *extra],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    Lines(agent, agent.stderr).until(lambda l: "serving" in l, 30, "the agent to serve")
+    wait_http(f"http://127.0.0.1:{port}/metrics")
+    return agent
+
+
+def test_two_scrapers_at_different_intervals_see_the_same_values():
+    """An HA pair of Prometheus replicas: one scrapes every second, the other
+    every 7 s. Between two fast scrapes that agree on a windowed value, the
+    slow one must see that value too; counters lie between the two."""
+    mutex_bin = build("mutex_contend")
+    port = free_port()
+    with Workload(mutex_bin, 4, 60, 1000, stdin=subprocess.PIPE) as w:
+        w.proc.stdin.write("go\n")
+        w.proc.stdin.flush()
+        with Guard(run_agent(w.pid, port)):
+            fast, slow = [], []
+
+            def scraper(into, every, n):
+                for _ in range(n):
+                    t0 = time.monotonic()
+                    text = scrape(port)
+                    into.append((t0, time.monotonic(), parse(text)))
+                    time.sleep(max(0.0, every - (time.monotonic() - t0)))
+
+            threads = [threading.Thread(target=scraper, args=(fast, 1.0, 40)),
+                       threading.Thread(target=scraper, args=(slow, 7.0, 6))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+    checked = {"windowed": 0, "counter": 0}
+    for s_start, s_end, s in slow:
+        before = [f for f in fast if f[1] < s_start]
+        after = [f for f in fast if f[0] > s_end]
+        if not before or not after:
+            continue
+        a, b = before[-1][2], after[0][2]
+        for key, v in s.items():
+            name = key[0]
+            if name.startswith(SELF) or key not in a or key not in b:
+                continue
+            if name.startswith(WINDOWED):
+                if a[key] == b[key]:
+                    assert v == a[key], (key, a[key], v, b[key])
+                    checked["windowed"] += 1
+            elif name.endswith(("_total", "_sum", "_count", "_bucket")):
+                assert a[key] <= v <= b[key], (key, a[key], v, b[key])
+                checked["counter"] += 1
+    waiters = [v for (name, labels), v in slow[-1][2].items() if name == "waitmeter_futex_word_waiters" and "other" not in labels]
+    assert waiters and max(waiters) == 4, waiters  # the four contending threads, whoever scrapes
+    assert checked["windowed"] >= 10 and checked["counter"] >= 100, checked
+
+
+def entries(metrics):
+    return {re.search(r'map="([^"]+)"', labels).group(1): v
+            for (name, labels), v in metrics.items() if name == "waitmeter_bpf_map_entries"}
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
+
+
+def dead_waiters(pid):
+    """Blame entries (map, waiter TID) in the kernel whose waiter is not a live thread of `pid`."""
+    live = {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+    stale = []
+    for name in ("gil_blame", "futex_blame", "preempt_blame"):
+        out = subprocess.run(["bpftool", "-j", "map", "dump", "name", name], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        stale += [(name, e["formatted"]["key"]["tid"]) for e in json.loads(out.stdout)
+                  if e["formatted"]["key"]["tid"] not in live]
+    return stale
+
+
+@pytest.fixture
+def reused_tids():
+    """Make TIDs wrap within seconds: the kernel's pid_max brought down to a
+    little above the highest PID in use (restored after the test)."""
+    path = "/proc/sys/kernel/pid_max"
+    with open(path) as f:
+        saved = f.read().strip()
+    highest = max(int(p) for p in os.listdir("/proc") if p.isdigit())
+    with open(path, "w") as f:
+        f.write(str(max(highest + 8000, 20000)))
+    try:
+        yield
+    finally:
+        with open(path, "w") as f:
+            f.write(saved)
+
+
+@pytest.mark.timeout(1200)
+def test_ten_minutes_of_churn_leave_the_maps_at_their_idle_size(reused_tids):
+    """Ten minutes of waves of short-lived threads, TIDs reused, bursts that
+    overflow the exit ring buffer: afterwards no kernel entry of an exited
+    thread is left (the `threads` map is at its idle size, no blame entry has
+    a dead waiter), the agent's memory stopped growing, and no blame of an old
+    thread was counted again under a new one (blame never exceeds the time it
+    explains)."""
+    churn_bin = build("churn")
+    port = free_port()
+    minutes = float(os.environ.get("WAITMETER_CHURN_MINUTES", "10"))
+    with Workload(churn_bin, minutes * 60, 20, 2500, 25, stdin=subprocess.PIPE) as w:
+        agent = run_agent(w.pid, port)
+        with Guard(agent):
+            time.sleep(12)
+            idle = entries(parse(scrape(port)))
+            idle_rss = rss_kib(agent.pid)
+            w.proc.stdin.write("go\n")
+            w.proc.stdin.flush()
+            deadline = time.monotonic() + minutes * 60
+            rss = []
+            while time.monotonic() < deadline:
+                time.sleep(20)
+                m = parse(scrape(port))
+                rss.append(rss_kib(agent.pid))
+            while not w.readline(120, "the churn to end").startswith("done"):
+                pass
+            # entries of lost exits go after two cleaning passes (samples, every 10 s)
+            settle = time.monotonic() + 60
+            while True:
+                m = parse(scrape(port))
+                after = entries(m)
+                stale = dead_waiters(w.pid)
+                if (not stale and after["threads"] <= idle["threads"]) or time.monotonic() > settle:
+                    break
+                time.sleep(5)
+            end_rss = rss_kib(agent.pid)
+    lost = sum(v for (name, labels), v in m.items() if name == "waitmeter_bpf_events_lost_total" and "exit_ringbuf_full" in labels)
+    print(f"idle maps {idle}, after {after}; RSS idle {idle_rss} KiB, during max {max(rss)} KiB, after {end_rss} KiB; "
+          f"exit records lost {lost:.0f}")
+    assert lost > 0, "no exit record was lost: the bursts did not test cleaning by lifetime"
+    assert after["threads"] <= idle["threads"] and after["watched"] <= idle["watched"], (idle, after)
+    # no blame entry of a thread that is gone (their exit records were lost for many)
+    assert not stale, f"{len(stale)} blame entries of exited threads, e.g. {stale[:5]}"
+    # memory: what grew during the churn is bounded, and not more by its end than by its middle
+    assert end_rss <= idle_rss + 24 * 1024, (idle_rss, rss, end_rss)
+    assert max(rss[len(rss) // 2:]) <= max(rss[:len(rss) // 2]) + 8 * 1024, rss
+    # blame is a split of the time it explains, never more (a reused TID inheriting
+    # an old thread's entries would count them twice)
+    def total(name, thread, state=None):
+        return sum(v for (n, labels), v in m.items()
+                   if n == name and f'thread="{thread}"' in labels and (state is None or f'state="{state}"' in labels))
+    for thread in {re.search(r'thread="([^"]+)"', l).group(1) for (n, l) in m if n == "waitmeter_thread_seconds_total"}:
+        futex_state = total("waitmeter_thread_seconds_total", thread, "futex_wait")
+        runq_state = total("waitmeter_thread_seconds_total", thread, "runqueue")
+        assert total("waitmeter_futex_wait_seconds_total", thread) <= futex_state * 1.01 + 0.01, thread
+        assert total("waitmeter_runqueue_wait_seconds_total", thread) <= runq_state * 1.01 + 0.01, thread
