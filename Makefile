@@ -1,6 +1,6 @@
 # waitmeter — build, test and demo. Run as root (the probes need CAP_BPF and CAP_PERFMON).
 #   make demo    build, start a bundled workload, attach, show the table
-#   make test    unit tests, integration tests on the real kernel, bounded fuzzing
+#   make test    lint (fmt, clippy), unit tests, integration tests on the real kernel, bounded fuzzing
 # Each works alone on a fresh Debian 12 machine: every target depends on the set-up it needs
 # (setup-build: compilers and libraries; setup: also the test tools). `make -n test` shows it.
 SHELL := /bin/bash
@@ -31,7 +31,7 @@ CARGO_FUZZ := $(TOOLS)/cargo-fuzz
 CARGO_FUZZ_VERSION := 0.13.2
 FUZZ_SECONDS ?= 60
 
-.PHONY: all setup setup-build build test unit integration fuzz docs mixin demo bench clean
+.PHONY: all setup setup-build build test lint unit integration fuzz docs mixin demo bench clean
 
 all: build
 
@@ -66,6 +66,12 @@ build: setup-build
 unit: setup-build
 	cd agent && $(CARGO) test --release --locked --workspace
 
+# The tree stays formatted (agent/rustfmt.toml) and clippy-clean.
+lint: setup-build
+	@command -v rustup >/dev/null && rustup component add rustfmt clippy >/dev/null 2>&1 || true
+	cd agent && $(CARGO) fmt --all --check
+	cd agent && $(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
+
 integration: setup build
 	$(PYTHON) -m pytest -rs tests/
 
@@ -73,7 +79,7 @@ integration: setup build
 fuzz: setup
 	bash agent/fuzz/run.sh $(FUZZ_SECONDS)
 
-test: unit integration fuzz
+test: lint unit integration fuzz
 
 # Regenerate docs/metrics.md from the metric catalogue (a unit test fails when stale).
 docs: build
