@@ -2,6 +2,7 @@
 //! process, its version and build, and its GILs. Version knowledge is data,
 //! in `layout`; nothing outside this module matches on versions.
 pub use waitmeter_formats::elf;
+pub mod binary;
 #[cfg(test)]
 pub mod fixtures;
 pub mod layout;
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use binary::Binary;
 use layout::{GilLocation, HolderId, Layout};
 use memory::{at, Memory, Process};
 
@@ -149,7 +151,8 @@ fn target_path(pid: u32, path: &str) -> PathBuf {
 }
 
 /// Find CPython in process `pid` (a PID of the agent's namespace).
-/// `Ok(None)`: not a Python process.
+/// `Ok(None)`: not a Python process. Reads a few kilobytes of each candidate
+/// file (see `binary`), once per file.
 pub fn detect(pid: u32) -> Result<Option<Python>> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).with_context(|| format!("failed to read /proc/{pid}/maps"))?;
     let maps = parse_maps(&maps);
@@ -169,24 +172,27 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
         }
     }
     for path in candidates {
-        let Ok(data) = std::fs::read(target_path(pid, &path)) else { continue };
-        let Ok(elf) = elf::Elf::parse(&data) else { continue };
-        // exported in .dynsym by every build seen; 3.12+ also name its section
-        let Some(runtime_vaddr) = elf.symbol("_PyRuntime").map(|s| s.value).or_else(|| elf.section(".PyRuntime").map(|s| s.addr)) else {
-            continue;
+        let bin = match binary::inspect(&target_path(pid, &path), &path) {
+            Ok(Some(bin)) => bin,
+            Ok(None) => continue,
+            Err(e) => {
+                log::debug!("process {pid}: {e:#}");
+                continue;
+            }
         };
-        let Some(start) = maps.iter().filter(|m| m.path == path).map(|m| m.start - m.offset).min() else { continue };
-        let bias = if elf.kind == elf::ET_EXEC { 0 } else { start.wrapping_sub(elf.load_base) };
-        let runtime = bias.wrapping_add(runtime_vaddr);
-        return Ok(Some(describe(&Process::new(pid), &path, &elf, bias, runtime)?));
+        let Some(start) = maps.iter().filter(|m| m.path == path).filter_map(|m| m.start.checked_sub(m.offset)).min() else { continue };
+        // modular on purpose: a library linked above the address it was loaded at has a "negative" bias
+        let bias = if bin.exec { 0 } else { start.wrapping_sub(bin.load_base) };
+        let runtime = bias.wrapping_add(bin.runtime);
+        return Ok(Some(describe(&Process::new(pid), &path, &bin, bias, runtime)?));
     }
     Ok(None)
 }
 
-fn describe(mem: &dyn Memory, path: &str, elf: &elf::Elf, bias: u64, runtime: u64) -> Result<Python> {
+fn describe(mem: &dyn Memory, path: &str, bin: &Binary, bias: u64, runtime: u64) -> Result<Python> {
     let from_name = minor_from_name(path);
     // 3.11+ export Py_Version = PY_VERSION_HEX
-    let hex = elf.symbol("Py_Version").and_then(|s| mem.read_u32(bias.wrapping_add(s.value)).ok());
+    let hex = bin.py_version.and_then(|v| mem.read_u32(bias.wrapping_add(v)).ok());
     let (minor, version) = match hex {
         Some(h) if h >> 24 == 3 => {
             let (_, minor, micro) = version_from_hex(h);
@@ -194,8 +200,7 @@ fn describe(mem: &dyn Memory, path: &str, elf: &elf::Elf, bias: u64, runtime: u6
         }
         _ => {
             let minor = from_name.map(|f| f.0).context("cannot tell the Python version: no Py_Version and no version in the file name")?;
-            let v = find_version_string(elf.data(), minor).unwrap_or_else(|| format!("3.{minor}"));
-            (minor, v)
+            (minor, bin.version_string.clone().unwrap_or_else(|| format!("3.{minor}")))
         }
     };
     // 3.13+: _Py_DebugOffsets at the start of _PyRuntime says free-threaded or not
@@ -212,24 +217,12 @@ fn describe(mem: &dyn Memory, path: &str, elf: &elf::Elf, bias: u64, runtime: u6
         Some(off) => gils.iter().any(|g| at(*g, off).and_then(|a| mem.read_u32(a)).is_ok_and(|e| e != 0)),
         None => layout.is_some(),
     };
-    let gil_functions = elf
-        .symbols(|n| is_gil_function(n).is_some())
-        .into_iter()
-        .filter_map(|sym| {
-            let sec = elf
-                .sections
-                .iter()
-                .find(|s| s.addr != 0 && sym.value >= s.addr && s.addr.checked_add(s.size).is_some_and(|end| sym.value < end))?;
-            let file_offset = (sym.value - sec.addr).checked_add(sec.offset)?;
-            Some(GilFunction { take: is_gil_function(&sym.name)?, file_offset, name: sym.name })
-        })
-        .collect();
     Ok(Python {
         version,
-        gil_functions,
+        gil_functions: bin.gil_functions.clone(),
         free_threaded,
         binary: PathBuf::from(path),
-        symtab: elf.has_symtab(),
+        symtab: bin.symtab,
         layout,
         runtime,
         gils,
