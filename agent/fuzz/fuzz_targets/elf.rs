@@ -7,10 +7,17 @@ use waitmeter_formats::elf::Elf;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(elf) = Elf::parse(data) {
-        // what finding the CPython runtime does with a file
-        let _ = elf.section(".PyRuntime");
+        // what finding the CPython runtime does with a file (agent/src/python/binary.rs)
+        let runtime = elf.dynamic_symbol("_PyRuntime").map(|s| s.value).or_else(|| elf.section(".PyRuntime").map(|s| s.addr));
+        let _ = elf.dynamic_symbol("Py_Version");
+        if let Some(rodata) = elf.section(".rodata") {
+            let _ = elf.section_data(rodata, 1 << 20);
+        }
+        for sym in elf.symtab_symbols(|n| n.starts_with("take_gil") || n.starts_with("drop_gil")) {
+            let _ = elf.sections.iter().find_map(|s| s.file_offset(sym.value));
+        }
+        let _ = runtime.map(|r| elf.sections.iter().find_map(|s| s.file_offset(r)));
         let _ = elf.symbol("_PyRuntime");
-        let _ = elf.symbols(|n| n.starts_with("take_gil") || n.starts_with("drop_gil"));
         let _ = elf.has_symtab();
     }
 });

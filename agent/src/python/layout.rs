@@ -159,10 +159,20 @@ pub fn layout(minor: u32, free_threaded: bool) -> Option<&'static Layout> {
 
 impl Layout {
     /// The futex words a thread waiting for this GIL sleeps on: the condition
-    /// variable's two signal words and the GIL mutex.
+    /// variable's two signal words and the GIL mutex. `gil` comes from
+    /// `gil_addresses`, which keeps only GILs where `checked_futex_words` is `Some`.
     pub fn futex_words(&self, gil: u64) -> [u64; 3] {
         let c = gil + self.cond;
         [c + GLIBC_COND_SIGNALS[0], c + GLIBC_COND_SIGNALS[1], gil + self.mutex + GLIBC_MUTEX_LOCK]
+    }
+
+    /// The futex words, or `None` when a GIL address read from the target is
+    /// so high that they would wrap (each word is 4 bytes).
+    pub fn checked_futex_words(&self, gil: u64) -> Option<[u64; 3]> {
+        let c = gil.checked_add(self.cond)?;
+        let words =
+            [c.checked_add(GLIBC_COND_SIGNALS[0])?, c.checked_add(GLIBC_COND_SIGNALS[1])?, gil.checked_add(self.mutex + GLIBC_MUTEX_LOCK)?];
+        words.iter().all(|w| w.checked_add(4).is_some()).then_some(words)
     }
 }
 
@@ -191,6 +201,10 @@ mod tests {
         // waiters sleep on gil+72/76, the mutex is gil+80; 3.13t adds 8
         assert_eq!(layout(11, false).unwrap().futex_words(0x1000), [0x1000 + 72, 0x1000 + 76, 0x1000 + 80]);
         assert_eq!(layout(13, true).unwrap().futex_words(0x1000), [0x1000 + 80, 0x1000 + 84, 0x1000 + 88]);
+        for l in LAYOUTS {
+            assert_eq!(l.checked_futex_words(0x1000), Some(l.futex_words(0x1000)));
+            assert_eq!(l.checked_futex_words(u64::MAX - 64), None);
+        }
     }
 
     #[test]

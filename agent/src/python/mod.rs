@@ -2,6 +2,9 @@
 //! process, its version and build, and its GILs. Version knowledge is data,
 //! in `layout`; nothing outside this module matches on versions.
 pub use waitmeter_formats::elf;
+pub mod binary;
+#[cfg(test)]
+pub mod fixtures;
 pub mod layout;
 pub mod memory;
 pub mod names;
@@ -10,7 +13,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use binary::Binary;
 use layout::{GilLocation, HolderId, Layout};
+use memory::{at, Memory, Process};
+
+/// Interpreters walked per process (a cyclic list ends at the first repeat).
+const MAX_INTERPRETERS: usize = 256;
 
 /// A `take_gil`/`drop_gil` function (or a compiler clone of one) in the binary.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,7 +151,8 @@ fn target_path(pid: u32, path: &str) -> PathBuf {
 }
 
 /// Find CPython in process `pid` (a PID of the agent's namespace).
-/// `Ok(None)`: not a Python process.
+/// `Ok(None)`: not a Python process. Reads a few kilobytes of each candidate
+/// file (see `binary`), once per file.
 pub fn detect(pid: u32) -> Result<Option<Python>> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).with_context(|| format!("failed to read /proc/{pid}/maps"))?;
     let maps = parse_maps(&maps);
@@ -163,28 +172,27 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
         }
     }
     for path in candidates {
-        let Ok(data) = std::fs::read(target_path(pid, &path)) else { continue };
-        let Ok(elf) = elf::Elf::parse(&data) else { continue };
-        // exported in .dynsym by every build seen; 3.12+ also name its section
-        let Some(runtime_vaddr) = elf.symbol("_PyRuntime").map(|s| s.value).or_else(|| elf.section(".PyRuntime").map(|s| s.addr)) else {
-            continue;
+        let bin = match binary::inspect(&target_path(pid, &path), &path) {
+            Ok(Some(bin)) => bin,
+            Ok(None) => continue,
+            Err(e) => {
+                log::debug!("process {pid}: {e:#}");
+                continue;
+            }
         };
-        let Some(start) = maps.iter().filter(|m| m.path == path).map(|m| m.start - m.offset).min() else { continue };
-        let bias = if elf.kind == elf::ET_EXEC { 0 } else { start.wrapping_sub(elf.load_base) };
-        let runtime = bias.wrapping_add(runtime_vaddr);
-        return Ok(Some(describe(pid, &path, &elf, bias, runtime)?));
+        let Some(start) = maps.iter().filter(|m| m.path == path).filter_map(|m| m.start.checked_sub(m.offset)).min() else { continue };
+        // modular on purpose: a library linked above the address it was loaded at has a "negative" bias
+        let bias = if bin.exec { 0 } else { start.wrapping_sub(bin.load_base) };
+        let runtime = bias.wrapping_add(bin.runtime);
+        return Ok(Some(describe(&Process::new(pid), &path, &bin, bias, runtime)?));
     }
     Ok(None)
 }
 
-fn describe(pid: u32, path: &str, elf: &elf::Elf, bias: u64, runtime: u64) -> Result<Python> {
+fn describe(mem: &dyn Memory, path: &str, bin: &Binary, bias: u64, runtime: u64) -> Result<Python> {
     let from_name = minor_from_name(path);
     // 3.11+ export Py_Version = PY_VERSION_HEX
-    let hex = elf.symbol("Py_Version").and_then(|s| {
-        let mut b = [0u8; 4];
-        memory::read(pid, bias.wrapping_add(s.value), &mut b).ok()?;
-        Some(u32::from_le_bytes(b))
-    });
+    let hex = bin.py_version.and_then(|v| mem.read_u32(bias.wrapping_add(v)).ok());
     let (minor, version) = match hex {
         Some(h) if h >> 24 == 3 => {
             let (_, minor, micro) = version_from_hex(h);
@@ -192,41 +200,29 @@ fn describe(pid: u32, path: &str, elf: &elf::Elf, bias: u64, runtime: u64) -> Re
         }
         _ => {
             let minor = from_name.map(|f| f.0).context("cannot tell the Python version: no Py_Version and no version in the file name")?;
-            let v = find_version_string(elf.data(), minor).unwrap_or_else(|| format!("3.{minor}"));
-            (minor, v)
+            (minor, bin.version_string.clone().unwrap_or_else(|| format!("3.{minor}")))
         }
     };
     // 3.13+: _Py_DebugOffsets at the start of _PyRuntime says free-threaded or not
     let mut free_threaded = from_name.is_some_and(|f| f.1);
-    if minor >= 13 {
-        let mut cookie = [0u8; 8];
-        if memory::read(pid, runtime, &mut cookie).is_ok() && &cookie == layout::DEBUG_OFFSETS_COOKIE {
-            free_threaded = memory::read_u64(pid, runtime + layout::DEBUG_OFFSETS_FREE_THREADED).unwrap_or(0) != 0;
-        }
+    if minor >= 13 && mem.read_bytes(runtime, 8, 8).is_ok_and(|c| c == layout::DEBUG_OFFSETS_COOKIE) {
+        free_threaded = at(runtime, layout::DEBUG_OFFSETS_FREE_THREADED).and_then(|a| mem.read_u64(a)).unwrap_or(0) != 0;
     }
     let layout = layout::layout(minor, free_threaded);
     let gils = match layout {
-        Some(l) => gil_addresses(pid, runtime, l).unwrap_or_default(),
+        Some(l) => gil_addresses(mem, runtime, l).unwrap_or_default(),
         None => vec![],
     };
     let gil_enabled = match layout.and_then(|l| l.enabled) {
-        Some(off) => gils.iter().any(|g| memory::read_i32(pid, g + off).is_ok_and(|e| e != 0)),
+        Some(off) => gils.iter().any(|g| at(*g, off).and_then(|a| mem.read_u32(a)).is_ok_and(|e| e != 0)),
         None => layout.is_some(),
     };
-    let gil_functions = elf
-        .symbols(|n| is_gil_function(n).is_some())
-        .into_iter()
-        .filter_map(|sym| {
-            let sec = elf.sections.iter().find(|s| s.addr != 0 && sym.value >= s.addr && sym.value < s.addr + s.size)?;
-            Some(GilFunction { take: is_gil_function(&sym.name)?, file_offset: sym.value - sec.addr + sec.offset, name: sym.name })
-        })
-        .collect();
     Ok(Python {
         version,
-        gil_functions,
+        gil_functions: bin.gil_functions.clone(),
         free_threaded,
         binary: PathBuf::from(path),
-        symtab: elf.has_symtab(),
+        symtab: bin.symtab,
         layout,
         runtime,
         gils,
@@ -235,21 +231,25 @@ fn describe(pid: u32, path: &str, elf: &elf::Elf, bias: u64, runtime: u64) -> Re
 }
 
 /// The GIL structs of the process: the global one, or one per interpreter.
-pub fn gil_addresses(pid: u32, runtime: u64, l: &Layout) -> Result<Vec<u64>> {
+/// A GIL so high in the address space that its futex words would wrap is left out.
+pub fn gil_addresses(mem: &dyn Memory, runtime: u64, l: &Layout) -> Result<Vec<u64>> {
     match l.gil {
-        GilLocation::Runtime { offset } => Ok(vec![runtime + offset]),
+        GilLocation::Runtime { offset } => {
+            Ok(Some(at(runtime, offset)?).filter(|g| l.checked_futex_words(*g).is_some()).into_iter().collect())
+        }
         GilLocation::PerInterpreter { head, next, gil_ptr } => {
             let mut out = vec![];
-            let mut interp = memory::read_u64(pid, runtime + head)?;
-            for _ in 0..256 {
-                if interp == 0 {
+            let mut seen = std::collections::HashSet::new();
+            let mut interp = mem.read_ptr(at(runtime, head)?)?;
+            for _ in 0..MAX_INTERPRETERS {
+                if interp == 0 || !seen.insert(interp) {
                     break;
                 }
-                let gil = memory::read_u64(pid, interp + gil_ptr)?;
-                if gil != 0 && !out.contains(&gil) {
+                let gil = mem.read_ptr(at(interp, gil_ptr)?)?;
+                if gil != 0 && !out.contains(&gil) && l.checked_futex_words(gil).is_some() {
                     out.push(gil);
                 }
-                interp = memory::read_u64(pid, interp + next)?;
+                interp = mem.read_ptr(at(interp, next)?)?;
             }
             Ok(out)
         }

@@ -1,0 +1,266 @@
+//! What waitmeter reads of an executable or a libpython to find CPython in
+//! it, with positioned reads (`pread`), never the whole file:
+//!
+//! - every candidate: the ELF header, the program and section header tables,
+//!   the section names, and `_PyRuntime` looked up through `.gnu.hash` (a few
+//!   words; a scan of `.dynsym` for a file without one), or a `.PyRuntime`
+//!   section. A file with neither is not Python: done, a few kilobytes read.
+//! - a file with a runtime: `Py_Version` (3.11+), `.symtab` and `.strtab`
+//!   (take_gil/drop_gil, for `--gil-probe uprobe`) and, for 3.8–3.10 that do not
+//!   export `Py_Version`, `.rodata` (the `PY_VERSION` string).
+//!
+//! Each read is capped (`elf::MAX_*`, `MAX_RODATA`) and so is the total of one
+//! file (`MAX_FILE_READ`). Results are cached per file (device, inode, size,
+//! mtime): under `run --all` an executable is parsed once, not once per process.
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use anyhow::{bail, Context, Result};
+
+use super::elf::{self, Elf};
+use super::{find_version_string, is_gil_function, minor_from_name, GilFunction};
+
+/// `.rodata` scanned for the version string (libpython3.10's is 0.9 MB).
+const MAX_RODATA: u64 = 16 << 20;
+/// Everything read of one file.
+const MAX_FILE_READ: u64 = 64 << 20;
+/// Files remembered; the cache starts over when full.
+const MAX_CACHED: usize = 4096;
+
+/// An open file read by ranges, counting what it reads and refusing more than `MAX_FILE_READ`.
+pub struct FileSource {
+    file: File,
+    size: u64,
+    read: Cell<u64>,
+}
+
+impl FileSource {
+    pub fn new(file: File, size: u64) -> FileSource {
+        FileSource { file, size, read: Cell::new(0) }
+    }
+
+    /// Bytes read so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.read.get()
+    }
+}
+
+impl elf::Source for FileSource {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn bytes(&self, offset: u64, len: usize) -> Result<Cow<'_, [u8]>> {
+        if offset.checked_add(len as u64).is_none_or(|end| end > self.size) {
+            bail!("{len} bytes at {offset:#x}: past the end of the file");
+        }
+        let total = self.read.get() + len as u64;
+        if total > MAX_FILE_READ {
+            bail!("more than {MAX_FILE_READ} bytes read of one file");
+        }
+        self.read.set(total);
+        let mut buf = vec![0u8; len];
+        self.file.read_exact_at(&mut buf, offset).with_context(|| format!("failed to read {len} bytes at {offset:#x}"))?;
+        Ok(Cow::Owned(buf))
+    }
+}
+
+/// What a file says about the CPython runtime in it (before it is loaded anywhere).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binary {
+    /// ET_EXEC: loaded at its link addresses (no bias)
+    pub exec: bool,
+    /// lowest PT_LOAD address, page-aligned
+    pub load_base: u64,
+    /// link address of `_PyRuntime`
+    pub runtime: u64,
+    /// link address of `Py_Version` (3.11+)
+    pub py_version: Option<u64>,
+    /// the `PY_VERSION` string ("3.9.18") of a file without `Py_Version`
+    pub version_string: Option<String>,
+    /// the file has a `.symtab`
+    pub symtab: bool,
+    /// take_gil/drop_gil and clones, from .symtab (empty when stripped)
+    pub gil_functions: Vec<GilFunction>,
+}
+
+/// A file's identity (device, inode, size, mtime s, ns) and the minor version its name says.
+type Key = (u64, u64, u64, i64, i64, Option<u32>);
+
+static CACHE: LazyLock<Mutex<HashMap<Key, Option<Arc<Binary>>>>> = LazyLock::new(Default::default);
+
+/// Inspect the file at `path` (opened as given: through /proc/PID/root);
+/// `name` is the path the target knows it by (for 3.8–3.10 the file name
+/// tells the minor version). From the cache when the same file was read
+/// before. `Ok(None)`: not a CPython runtime (or not ELF at all).
+pub fn inspect(path: &Path, name: &str) -> Result<Option<Arc<Binary>>> {
+    let file = File::open(path).with_context(|| format!("failed to open {}", path.display()))?;
+    let meta = file.metadata().with_context(|| format!("failed to stat {}", path.display()))?;
+    let minor = minor_from_name(name).map(|m| m.0);
+    let key = (meta.dev(), meta.ino(), meta.size(), meta.mtime(), meta.mtime_nsec(), minor);
+    if let Some(hit) = CACHE.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(hit.clone());
+    }
+    let src = FileSource::new(file, meta.size());
+    let found = match read(&src, name) {
+        Ok(found) => found.map(Arc::new),
+        Err(e) => {
+            log::debug!("{}: not a CPython runtime: {e:#}", path.display());
+            None
+        }
+    };
+    log::debug!(
+        "{}: {} of {} bytes read, {}",
+        path.display(),
+        src.bytes_read(),
+        meta.size(),
+        if found.is_some() { "a CPython runtime" } else { "no CPython runtime" }
+    );
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= MAX_CACHED {
+        cache.clear();
+    }
+    cache.insert(key, found.clone());
+    Ok(found)
+}
+
+/// What `inspect` reads of an ELF file; `None`: it holds no CPython runtime.
+pub fn read<S: elf::Source + ?Sized>(src: &S, name: &str) -> Result<Option<Binary>> {
+    let elf = Elf::parse(src)?;
+    // exported in .dynsym by every build seen; 3.12+ also name its section
+    let Some(runtime) = elf.dynamic_symbol("_PyRuntime").map(|s| s.value).or_else(|| elf.section(".PyRuntime").map(|s| s.addr)) else {
+        return Ok(None);
+    };
+    let py_version = elf.dynamic_symbol("Py_Version").map(|s| s.value);
+    let version_string = match (py_version, minor_from_name(name)) {
+        (None, Some((minor, _))) => {
+            let rodata = elf.section(".rodata").and_then(|s| elf.section_data(s, MAX_RODATA).ok());
+            rodata.and_then(|d| find_version_string(&d, minor))
+        }
+        _ => None,
+    };
+    let gil_functions = elf
+        .symtab_symbols(|n| is_gil_function(n).is_some())
+        .into_iter()
+        .filter_map(|sym| {
+            let file_offset = elf.sections.iter().find_map(|s| s.file_offset(sym.value))?;
+            Some(GilFunction { take: is_gil_function(&sym.name)?, file_offset, name: sym.name })
+        })
+        .collect();
+    Ok(Some(Binary {
+        exec: elf.kind == elf::ET_EXEC,
+        load_base: elf.load_base,
+        runtime,
+        py_version,
+        version_string,
+        symtab: elf.has_symtab(),
+        gil_functions,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::python::fixtures;
+
+    fn read_counted(path: &Path) -> (Option<Binary>, u64, u64) {
+        let file = File::open(path).unwrap();
+        let size = file.metadata().unwrap().len();
+        let src = FileSource::new(file, size);
+        let found = read(&src, &path.to_string_lossy()).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+        (found, src.bytes_read(), size)
+    }
+
+    /// Large executables that are not Python: a few kilobytes each (the
+    /// headers, the section names, a `.gnu.hash` probe), however large the file.
+    #[test]
+    fn a_large_non_python_file_costs_kilobytes() {
+        let mut seen = 0;
+        for path in ["/proc/self/exe", "/usr/local/go/bin/go", "/usr/bin/node", "/usr/bin/prometheus", "/usr/bin/java"] {
+            let path = Path::new(path);
+            if !path.exists() {
+                eprintln!("skipping {}: not on this machine", path.display());
+                continue;
+            }
+            let (found, read, size) = read_counted(path);
+            eprintln!("{}: {read} of {size} bytes read", path.display());
+            assert_eq!(found, None, "{}", path.display());
+            assert!(read <= 16 << 10, "{}: {read} of {size} bytes read", path.display());
+            seen += 1;
+        }
+        assert!(seen >= 1);
+    }
+
+    /// A real CPython: its headers, symbol tables (and `.rodata` on 3.8–3.10)
+    /// only, a small part of the file; what is found is what the whole file says.
+    #[test]
+    fn a_real_python_costs_its_symbol_tables() {
+        let mut files = vec![];
+        for minor in 8..=13 {
+            match fixtures::pyenv_python(minor) {
+                Some(py) => files.push(py.parent().unwrap().parent().unwrap().join(format!("lib/libpython3.{minor}.so.1.0"))),
+                None => eprintln!("skipping 3.{minor}: no pyenv build here"),
+            }
+        }
+        files.push("/usr/bin/python3.11".into());
+        for path in files.iter().filter(|p| p.exists()) {
+            let path = std::fs::canonicalize(path).unwrap();
+            let (found, read, size) = read_counted(&path);
+            eprintln!("{}: {read} of {size} bytes read", path.display());
+            let found = found.unwrap_or_else(|| panic!("{}: no runtime found", path.display()));
+            assert!(read * 8 < size && read < 2 << 20, "{}: {read} of {size} bytes read", path.display());
+            // the same answers as from the whole file in memory
+            let data = std::fs::read(&path).unwrap();
+            assert_eq!(read_bytes_of(&data, &path), found, "{}", path.display());
+            let minor = minor_from_name(&path.to_string_lossy()).unwrap().0;
+            if minor <= 10 {
+                assert!(found.version_string.as_deref().is_some_and(|v| v.starts_with(&format!("3.{minor}."))), "{found:?}");
+            } else {
+                assert!(found.py_version.is_some(), "{found:?}");
+            }
+        }
+    }
+
+    fn read_bytes_of(data: &[u8], path: &Path) -> Binary {
+        read(data, &path.to_string_lossy()).unwrap().unwrap()
+    }
+
+    /// End to end, counted by the kernel (this thread's `rchar`): `detect` on
+    /// a process that is not Python reads a few kilobytes of its executable,
+    /// plus /proc/PID/maps. Fails if detect reads the whole file again.
+    #[test]
+    fn detect_reads_kilobytes_of_a_non_python_process() {
+        let rchar = || {
+            let io = std::fs::read_to_string("/proc/thread-self/io").unwrap();
+            io.lines().find_map(|l| l.strip_prefix("rchar: ")).unwrap().trim().parse::<u64>().unwrap()
+        };
+        // this test binary (5+ MB): nobody else detects it, so no cache hit
+        let size = std::fs::metadata("/proc/self/exe").unwrap().len();
+        let before = rchar();
+        assert!(crate::python::detect(std::process::id()).unwrap().is_none());
+        let read = rchar() - before;
+        eprintln!("detect(self): {read} bytes read, executable {size} bytes");
+        assert!(read < 128 << 10 && read * 10 < size, "{read} of {size}");
+        // a second time: the cache answers, /proc/PID/maps is all that is read
+        let before = rchar();
+        assert!(crate::python::detect(std::process::id()).unwrap().is_none());
+        let again = rchar() - before;
+        eprintln!("detect(self) again: {again} bytes read");
+        assert!(again < read, "{again} then {read}");
+        let Some(node) = fixtures::spawn_ready("/usr/bin/node", &["-e", "console.log('ready'); setTimeout(() => {}, 60000)"], &[]) else {
+            eprintln!("skipping node: /usr/bin/node is not here");
+            return;
+        };
+        let size = std::fs::metadata("/usr/bin/node").unwrap().len();
+        let before = rchar();
+        assert!(crate::python::detect(node.pid()).unwrap().is_none());
+        let read = rchar() - before;
+        eprintln!("detect(node): {read} bytes read, executable {size} bytes");
+        assert!(read < 128 << 10, "{read} of {size}");
+    }
+}
