@@ -283,4 +283,9 @@ mod tests {
         assert!(v["verdict"].is_array());
         assert_eq!(v["exited"], false);
     }
+
+    #[test]
+    fn the_json_is_pinned() {
+        assert_eq!(render(&crate::report::fixtures::full_report()), include_str!("testdata/full_report.json"));
+    }
 }

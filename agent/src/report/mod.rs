@@ -1,5 +1,7 @@
 //! The attach report: per-thread partition of one process over the window,
 //! with a plain-words verdict; rendered as text (live and final) or JSON.
+#[cfg(test)]
+mod fixtures;
 pub mod json;
 pub mod text;
 pub mod verdict;

@@ -188,7 +188,9 @@ pub fn report(r: &ProcessReport, color: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::blame::{FutexWait, Preemptor};
     use crate::model::partition::Times;
+    use crate::report::fixtures::{full_report, row, S};
     use crate::report::ThreadRow;
 
     #[test]
@@ -224,5 +226,74 @@ mod tests {
         );
         assert!(line.ends_with("CPU"), "{line}"); // 25% in the run queue, preemptor unknown
         assert!(plain_line(&r, 3.0, Some("age 1.00 s")).starts_with("waitmeter: t=3s | age 1.00 s | worker 25% (CPU)"));
+    }
+
+    #[test]
+    fn the_culprit_of_every_kind_is_pinned() {
+        let gil = |holders: &[(u32, u64)]| {
+            let mut r = row(1, "ingest", &[(State::GilWait, 5 * S), (State::Running, 5 * S)]);
+            r.gil_by_holder.extend(holders.iter().copied());
+            r
+        };
+        let rq = |by: &[(Preemptor, u64)]| {
+            let mut r = row(1, "spin", &[(State::Runqueue, 5 * S), (State::Running, 5 * S)]);
+            r.runqueue_by.extend(by.iter().cloned());
+            r
+        };
+        let futex = |wakers: &[(u32, u64)]| {
+            let mut r = row(1, "locker", &[(State::FutexWait, 5 * S), (State::Running, 5 * S)]);
+            r.futex.extend(wakers.iter().map(|(w, ns)| FutexWait { addr: 0x10, waker: *w, ns: *ns }));
+            r
+        };
+        let others = [row(2, "processor", &[(State::Running, 10 * S)])];
+        let cases = [
+            gil(&[(2, 4 * S), (0, S)]),
+            gil(&[(7, 4 * S)]),
+            gil(&[(0, 5 * S)]),
+            gil(&[]),
+            rq(&[(Preemptor::Thread(2), 3 * S), (Preemptor::Idle, 2 * S)]),
+            rq(&[(Preemptor::Thread(7), 3 * S)]),
+            rq(&[(Preemptor::Process { pid: 99, comm: "hog".into() }, 3 * S)]),
+            rq(&[(Preemptor::Idle, 3 * S)]),
+            rq(&[]),
+            row(1, "w", &[(State::Throttled, 5 * S), (State::Running, 5 * S)]),
+            futex(&[(2, 3 * S), (0, 2 * S)]),
+            futex(&[(7, 3 * S)]),
+            futex(&[(0, 3 * S)]),
+            futex(&[]),
+            row(1, "w", &[(State::GilWait, S), (State::Running, 9 * S)]),
+            row(1, "w", &[(State::IoWait, 9 * S), (State::Running, S)]),
+            row(1, "w", &[]),
+        ];
+        let pinned = [
+            "GIL: processor",
+            "GIL: 7",
+            "GIL",
+            "GIL",
+            "CPU: processor",
+            "CPU: 7",
+            "CPU: pid 99 (hog)",
+            "CPU: idle",
+            "CPU",
+            "quota",
+            "lock: processor",
+            "lock: 7",
+            "lock: timeout",
+            "lock",
+            "",
+            "",
+            "",
+        ];
+        assert_eq!(cases.len(), pinned.len());
+        for (c, want) in cases.iter().zip(pinned) {
+            assert_eq!(culprit(c, &others), want, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn the_text_report_is_pinned() {
+        let r = full_report();
+        assert_eq!(report(&r, false), include_str!("testdata/full_report.txt"));
+        assert_eq!(report(&r, true), include_str!("testdata/full_report.ansi"));
     }
 }

@@ -276,16 +276,8 @@ fn throttling(report: &ProcessReport) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::partition::Times;
-    use crate::report::{AgeReport, CgroupReport, Throttling};
-
-    fn row(tid: u32, name: &str, pairs: &[(State, u64)]) -> ThreadRow {
-        let mut t = Times::default();
-        for (s, ns) in pairs {
-            t.0[s.index()] = *ns;
-        }
-        ThreadRow { tid, name: name.into(), comm: name.into(), times: t, existed_ns: t.total(), ..Default::default() }
-    }
+    use crate::report::fixtures::{age, row};
+    use crate::report::{CgroupReport, Throttling};
 
     fn findings_of(rows: Vec<ThreadRow>, window_ns: u64) -> Vec<String> {
         ProcessReport::new(1, "p".into(), None, window_ns, None, rows).verdict
@@ -373,20 +365,6 @@ mod tests {
         assert!(f[1].contains("blocked on a lock or condition (futex) (95%)"), "{f:?}");
     }
 
-    fn age(first: f64, last: f64, rising: bool) -> AgeReport {
-        let summary = crate::model::age::AgeSummary {
-            samples: 10,
-            first_s: first,
-            last_s: last,
-            max_s: last.max(first),
-            mean_s: (first + last) / 2.0,
-            growth_s: last - first,
-            slope: (last - first) / 10.0,
-            rising,
-        };
-        AgeReport { source: "endpoint", summary, p50_s: None, p99_s: None, skipped_lines: None, failed_polls: None }
-    }
-
     fn starving() -> Vec<ThreadRow> {
         let mut victim = row(11, "ingest", &[(State::GilWait, 9_400_000_000), (State::Running, 600_000_000)]);
         victim.gil_by_holder.insert(12, 9_300_000_000);
@@ -445,5 +423,326 @@ mod tests {
         let f = findings_of(rows, 10_000_000_000);
         assert_eq!(f.len(), 1, "{f:?}");
         assert!(f[0].starts_with("healthy:"));
+    }
+}
+
+#[cfg(test)]
+mod pins {
+    //! Today's verdict text, pinned line by line for every kind of finding.
+    use super::*;
+    use crate::model::blame::FutexWait;
+    use crate::report::fixtures::{age, row, S};
+    use crate::report::{AgeReport, CgroupReport, Throttling};
+
+    struct Window {
+        rows: Vec<ThreadRow>,
+        window_ns: u64,
+        limit: f64,
+        cgroup: Option<CgroupReport>,
+        throttling: Option<Throttling>,
+        age: Option<AgeReport>,
+    }
+
+    fn window(rows: Vec<ThreadRow>) -> Window {
+        Window { rows, window_ns: 10 * S, limit: 4.0, cgroup: None, throttling: None, age: None }
+    }
+
+    fn report(w: Window) -> ProcessReport {
+        let mut r = ProcessReport::new(1, "svc".into(), None, w.window_ns, None, w.rows);
+        r.cpu_limit_cores = w.limit;
+        r.with_cgroup(w.cgroup, w.throttling).with_age(w.age)
+    }
+
+    /// The verdict lines of a window, as the text report and the JSON `verdict` print them.
+    fn lines(w: Window) -> Vec<String> {
+        report(w).verdict
+    }
+
+    fn starving() -> Vec<ThreadRow> {
+        let mut victim = row(11, "ingest", &[(State::GilWait, 9_400_000_000), (State::Running, 600_000_000)]);
+        victim.gil_by_holder.insert(12, 9_300_000_000);
+        victim.gil_by_holder.insert(0, 100_000_000);
+        vec![victim, row(12, "processor", &[(State::Running, 9_900_000_000), (State::GilWait, 100_000_000)])]
+    }
+
+    fn cgroup(quota: Option<f64>) -> CgroupReport {
+        CgroupReport { path: "/svc".into(), quota_cores: quota, period_s: Some(0.1), throttled_s: 2.0, nr_throttled: 40, nr_periods: 45 }
+    }
+
+    fn futex_row(tid: u32, name: &str, addr: u64, waker: u32) -> ThreadRow {
+        let mut r = row(tid, name, &[(State::FutexWait, 3 * S), (State::Running, S)]);
+        r.futex.push(FutexWait { addr, waker, ns: 3 * S });
+        r
+    }
+
+    fn scenarios() -> Vec<(&'static str, Window)> {
+        let mut v = vec![];
+        v.push(("healthy, no age source", window(vec![row(1, "main", &[(State::Sleep, 10 * S)])])));
+        let mut w = window(vec![row(1, "ingest", &[(State::IoWait, 9 * S), (State::Running, 9 * S / 10), (State::GilWait, S / 10)])]);
+        w.age = Some(age(0.01, 0.012, false));
+        v.push(("healthy, flat age, a thread blocked on I/O", w));
+        let mut w = window(starving());
+        w.age = Some(age(0.1, 6.2, true));
+        v.push(("GIL starvation behind a named holder", w));
+        let mut victim = row(11, "ingest", &[(State::GilWait, 9 * S), (State::Running, S)]);
+        victim.gil_by_holder.insert(77, 8 * S);
+        let mut w = window(vec![victim]);
+        w.age = Some(age(1.0, 3.5, true));
+        w.limit = 2.5;
+        v.push(("GIL starvation behind a thread not in the report", w));
+        let mut victim = row(11, "ingest", &[(State::GilWait, 9 * S), (State::Running, S)]);
+        victim.gil_by_holder.insert(0, 9 * S);
+        v.push(("GIL wait, holder unknown", window(vec![victim])));
+        let rows: Vec<ThreadRow> =
+            (1..=2).map(|i| row(i, &format!("w{i}"), &[(State::Running, 3 * S), (State::Throttled, 2 * S)])).collect();
+        let mut w = window(rows);
+        w.window_ns = 5 * S;
+        w.cgroup = Some(cgroup(Some(0.2)));
+        w.throttling = Some(Throttling { stretches: 40, concentration: Some(0.97), signature: true, period_s: 0.1 });
+        w.age = Some(age(0.5, 4.0, true));
+        v.push(("CPU quota throttling with the period signature and age", w));
+        let mut w = window(vec![row(1, "w1", &[(State::Running, 10 * S)])]);
+        w.cgroup = Some(cgroup(None));
+        w.throttling = Some(Throttling { stretches: 2, concentration: None, signature: false, period_s: 0.1 });
+        v.push(("CPU quota throttling, no quota now, no signature", w));
+        let mut w = window(vec![row(1, "worker", &[(State::IoWait, 9 * S), (State::Running, S)])]);
+        w.age = Some(age(1.0, 9.0, true));
+        v.push(("age rising while the CPU is idle", w));
+        let mut worker = row(1, "worker", &[(State::FutexWait, 6 * S), (State::Running, S), (State::Sleep, 3 * S)]);
+        worker.age = Some(age(1.0, 9.0, true).summary);
+        v.push(("age rising (a thread's) while the CPU is idle, no process age", window(vec![worker])));
+        let mut rows: Vec<ThreadRow> = (1..=6).map(|i| futex_row(i, &format!("w{i}"), 0xabc, if i == 6 { 1 } else { i + 1 })).collect();
+        rows[5].futex[0].waker = 99;
+        rows.push(futex_row(7, "t7", 0xdef, 0));
+        rows.push(futex_row(8, "t8", 0xdef, 0));
+        rows.push(futex_row(9, "t9", 0xdef, 98));
+        rows.extend((10..=12).map(|i| futex_row(i, &format!("t{i}"), 0x123, 0)));
+        let mut w = window(rows);
+        w.window_ns = 4 * S;
+        v.push(("lock convoys: named wakers, an unknown one, timeouts", w));
+        let mut a = row(11, "ingest", &[(State::GilWait, 6 * S), (State::Running, 4 * S)]);
+        a.gil_by_holder.insert(12, 5 * S);
+        a.gil_by_holder.insert(0, S);
+        let mut b = row(13, "reader", &[(State::GilWait, 3 * S), (State::Running, 7 * S)]);
+        b.gil_by_holder.insert(77, 3 * S);
+        v.push(("GIL wait behind a named and an unknown holder", window(vec![a, b, row(12, "processor", &[(State::Running, 10 * S)])])));
+        let mut a = row(21, "spin-a", &[(State::Running, 5 * S), (State::Runqueue, 5 * S)]);
+        a.runqueue_by.insert(Preemptor::Thread(22), 4 * S);
+        a.runqueue_by.insert(Preemptor::Idle, S);
+        let mut b = row(22, "spin-b", &[(State::Running, 6 * S), (State::Runqueue, 4 * S)]);
+        b.runqueue_by.insert(Preemptor::Process { pid: 99, comm: "hog".into() }, 3 * S);
+        b.runqueue_by.insert(Preemptor::Thread(21), S);
+        let mut c = row(23, "spin-c", &[(State::Running, 7 * S), (State::Runqueue, 3 * S)]);
+        c.runqueue_by.insert(Preemptor::Idle, 3 * S);
+        let mut d = row(24, "spin-d", &[(State::Running, 7 * S), (State::Runqueue, 3 * S)]);
+        d.runqueue_by.insert(Preemptor::Thread(88), 3 * S);
+        let e = row(25, "spin-e", &[(State::Running, 7 * S), (State::Runqueue, 3 * S)]);
+        v.push(("run-queue saturation behind a thread, a process, idle, an unknown thread, nothing", window(vec![a, b, c, d, e])));
+        v.push(("CPU quota per thread", window(vec![row(1, "w", &[(State::Running, 5 * S), (State::Throttled, 5 * S)])])));
+        let mut a = row(31, "waiter", &[(State::FutexWait, 9 * S), (State::Running, S)]);
+        a.futex.push(FutexWait { addr: 0x10, waker: 33, ns: 8 * S });
+        a.futex.push(FutexWait { addr: 0x10, waker: 0, ns: S });
+        let mut b = row(32, "poller", &[(State::FutexWait, 6 * S), (State::Sleep, 4 * S)]);
+        b.futex.push(FutexWait { addr: 0x20, waker: 0, ns: 6 * S });
+        let mut c = row(34, "other", &[(State::FutexWait, 6 * S), (State::Sleep, 4 * S)]);
+        c.futex.push(FutexWait { addr: 0x30, waker: 99, ns: 6 * S });
+        let d = row(35, "quiet", &[(State::FutexWait, 6 * S), (State::Sleep, 4 * S)]);
+        let e = row(36, "reader", &[(State::IoWait, 6 * S), (State::Sleep, 4 * S)]);
+        let holder = row(33, "holder", &[(State::Sleep, 10 * S)]);
+        v.push(("blocked on futexes (named waker, timeout, unknown waker, none) and I/O", window(vec![a, b, c, d, e, holder])));
+        // ranking: starvation, throttling, convoy, then the per-thread lines in TID order
+        let mut rows = starving();
+        rows.extend((1..=3).map(|i| {
+            let mut r = futex_row(i, &format!("w{i}"), 0xabc, if i == 3 { 1 } else { i + 1 });
+            r.times.0[State::Throttled.index()] = S;
+            r
+        }));
+        let mut w = window(rows);
+        w.window_ns = 5 * S;
+        w.cgroup = Some(cgroup(Some(3.0)));
+        w.age = Some(age(0.1, 6.2, true));
+        v.push(("ranking: starvation, throttling, convoy, then per thread", w));
+        // ranking: the age finding comes before a convoy found earlier
+        let mut rows: Vec<ThreadRow> = (1..=3).map(|i| futex_row(i, &format!("w{i}"), 0xabc, if i == 3 { 1 } else { i + 1 })).collect();
+        rows.push(row(4, "worker", &[(State::IoWait, 4 * S)]));
+        let mut w = window(rows);
+        w.window_ns = 4 * S;
+        w.age = Some(age(1.0, 9.0, true));
+        v.push(("ranking: age rising while idle before a convoy", w));
+        // a run-queue finding explains rising age: no idle-CPU finding
+        let mut w = window(vec![row(1, "spin", &[(State::Running, 2 * S), (State::Runqueue, 3 * S), (State::IoWait, 5 * S)])]);
+        w.age = Some(age(1.0, 9.0, true));
+        v.push(("run queue explains rising age", w));
+        // rising age with the CPU busy: no idle-CPU finding; today this says "healthy: age flat"
+        // (a fault of the rules, pinned as it is: the refactoring that pins it changes no behaviour)
+        let mut w = window(vec![row(1, "busy", &[(State::Running, 10 * S)])]);
+        w.limit = 1.0;
+        w.age = Some(age(1.0, 9.0, true));
+        v.push(("rising age, busy CPU", w));
+        v
+    }
+
+    /// Each scenario's verdict as today's code words it (before findings became typed values).
+    const PINNED: &[(&str, &[&str])] = &[
+        (
+            "healthy, no age source",
+            &[
+                "healthy: no age source; no thread waited for a CPU, quota or the GIL for 20% or more of its time in 10.0 s",
+            ],
+        ),
+        (
+            "healthy, flat age, a thread blocked on I/O",
+            &[
+                "healthy: age flat at 0.01 s (max 0.01 s); no thread waited for a CPU, quota or the GIL for 20% or more of its time in 10.0 s",
+                "thread ingest (1) spent 9.0 s of 10.0 s blocked on I/O (90%): idle or contended",
+            ],
+        ),
+        (
+            "GIL starvation behind a named holder",
+            &[
+                "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12); message age grew 6.1 s (to 6.2 s); CPU 1.1 of 4 cores: this is waiting, not working. Move processor to its own process",
+                "GIL wait: thread ingest (11) spent 9.4 s of 10.0 s waiting for the Python GIL (94%), 99% of it behind processor (12), wait ratio 0.94: it had work and could not do it",
+            ],
+        ),
+        (
+            "GIL starvation behind a thread not in the report",
+            &[
+                "GIL starvation: thread ingest (11) lost 9.0 s of 10.0 s waiting for the GIL; message age grew 2.5 s (to 3.5 s); CPU 0.1 of 2.50 cores: this is waiting, not working. Move the GIL-heavy work to its own process",
+                "GIL wait: thread ingest (11) spent 9.0 s of 10.0 s waiting for the Python GIL (90%), 100% of it behind a thread (77), wait ratio 0.90: it had work and could not do it",
+            ],
+        ),
+        (
+            "GIL wait, holder unknown",
+            &[
+                "GIL wait: thread ingest (11) spent 9.0 s of 10.0 s waiting for the Python GIL (90%), wait ratio 0.90: it had work and could not do it",
+            ],
+        ),
+        (
+            "CPU quota throttling with the period signature and age",
+            &[
+                "CPU quota throttling: the cgroup /svc (quota 0.20 cores) was throttled in 40 periods, 2.00 s; its threads lost 4.00 s runnable but throttled; 40 throttled stretches ended on the 100 ms CFS period boundary: waits cluster at multiples of the period; message age grew 3.5 s (to 4.0 s): raise the quota or lower the parallelism",
+                "CPU quota: thread w1 (1) spent 2.0 s of 5.0 s throttled by its cgroup's CPU quota (40%), wait ratio 0.40: it had work and could not do it",
+                "CPU quota: thread w2 (2) spent 2.0 s of 5.0 s throttled by its cgroup's CPU quota (40%), wait ratio 0.40: it had work and could not do it",
+            ],
+        ),
+        (
+            "CPU quota throttling, no quota now, no signature",
+            &[
+                "CPU quota throttling: the cgroup /svc (no quota now) was throttled in 40 periods, 2.00 s; its threads lost 0.00 s runnable but throttled: raise the quota or lower the parallelism",
+            ],
+        ),
+        (
+            "age rising while the CPU is idle",
+            &[
+                "age rising while the CPU is idle: message age grew 8.0 s (to 9.0 s) in 10.0 s; CPU 0.1 of 4 cores: the work is waiting for something other than the CPU; the longest wait: thread worker (1), 9.0 s blocked on I/O",
+                "thread worker (1) spent 9.0 s of 10.0 s blocked on I/O (90%): idle or contended",
+            ],
+        ),
+        (
+            "age rising (a thread's) while the CPU is idle, no process age",
+            &[
+                "age rising while the CPU is idle:  in 10.0 s; CPU 0.1 of 4 cores: the work is waiting for something other than the CPU; the longest wait: thread worker (1), 6.0 s blocked on a lock or condition (futex)",
+                "thread worker (1) spent 6.0 s of 10.0 s blocked on a lock or condition (futex) (60%): idle or contended",
+            ],
+        ),
+        (
+            "lock convoys: named wakers, an unknown one, timeouts",
+            &[
+                "lock convoy on futex 0xabc: 6 threads waited 18.0 s in total in 4.0 s, woken by w2 (2), w3 (3), w4 (4), w5 (5): they take turns on one lock",
+                "lock convoy on futex 0x123: 3 threads waited 9.0 s in total in 4.0 s, woken by timeouts: they take turns on one lock",
+                "lock convoy on futex 0xdef: 3 threads waited 9.0 s in total in 4.0 s, woken by thread 98: they take turns on one lock",
+                "thread w1 (1) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w2 (2) 100% of the time: idle or contended",
+                "thread w2 (2) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w3 (3) 100% of the time: idle or contended",
+                "thread w3 (3) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w4 (4) 100% of the time: idle or contended",
+                "thread w4 (4) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w5 (5) 100% of the time: idle or contended",
+                "thread w5 (5) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w6 (6) 100% of the time: idle or contended",
+                "thread w6 (6) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by thread 99 100% of the time: idle or contended",
+                "thread t7 (7) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
+                "thread t8 (8) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
+                "thread t9 (9) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by thread 98 100% of the time: idle or contended",
+                "thread t10 (10) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
+                "thread t11 (11) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
+                "thread t12 (12) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
+            ],
+        ),
+        (
+            "GIL wait behind a named and an unknown holder",
+            &[
+                "GIL wait: thread ingest (11) spent 6.0 s of 10.0 s waiting for the Python GIL (60%), 83% of it behind processor (12), wait ratio 0.60: it had work and could not do it",
+                "GIL wait: thread reader (13) spent 3.0 s of 10.0 s waiting for the Python GIL (30%), 100% of it behind a thread (77), wait ratio 0.30: it had work and could not do it",
+            ],
+        ),
+        (
+            "run-queue saturation behind a thread, a process, idle, an unknown thread, nothing",
+            &[
+                "run-queue saturation: thread spin-a (21) spent 5.0 s of 10.0 s waiting for a CPU (run queue) (50%), mostly behind spin-b (22) (80%), wait ratio 0.50: it had work and could not do it",
+                "run-queue saturation: thread spin-b (22) spent 4.0 s of 10.0 s waiting for a CPU (run queue) (40%), mostly behind pid 99 (hog) (75%), wait ratio 0.40: it had work and could not do it",
+                "run-queue saturation: thread spin-c (23) spent 3.0 s of 10.0 s waiting for a CPU (run queue) (30%), mostly behind idle (100%), wait ratio 0.30: it had work and could not do it",
+                "run-queue saturation: thread spin-d (24) spent 3.0 s of 10.0 s waiting for a CPU (run queue) (30%), mostly behind a thread (88) (100%), wait ratio 0.30: it had work and could not do it",
+                "run-queue saturation: thread spin-e (25) spent 3.0 s of 10.0 s waiting for a CPU (run queue) (30%), wait ratio 0.30: it had work and could not do it",
+            ],
+        ),
+        (
+            "CPU quota per thread",
+            &[
+                "CPU quota: thread w (1) spent 5.0 s of 10.0 s throttled by its cgroup's CPU quota (50%), wait ratio 0.50: it had work and could not do it",
+            ],
+        ),
+        (
+            "blocked on futexes (named waker, timeout, unknown waker, none) and I/O",
+            &[
+                "healthy: no age source; no thread waited for a CPU, quota or the GIL for 20% or more of its time in 10.0 s",
+                "thread waiter (31) spent 9.0 s of 10.0 s blocked on a lock or condition (futex) (90%), woken by holder (33) 89% of the time: idle or contended",
+                "thread poller (32) spent 6.0 s of 10.0 s blocked on a lock or condition (futex) (60%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
+                "thread other (34) spent 6.0 s of 10.0 s blocked on a lock or condition (futex) (60%), woken by thread 99 100% of the time: idle or contended",
+                "thread quiet (35) spent 6.0 s of 10.0 s blocked on a lock or condition (futex) (60%): idle or contended",
+                "thread reader (36) spent 6.0 s of 10.0 s blocked on I/O (60%): idle or contended",
+            ],
+        ),
+        (
+            "ranking: starvation, throttling, convoy, then per thread",
+            &[
+                "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12); message age grew 6.1 s (to 6.2 s); CPU 2.7 of 3 cores: this is waiting, not working. Move processor to its own process",
+                "CPU quota throttling: the cgroup /svc (quota 3.00 cores) was throttled in 40 periods, 2.00 s; its threads lost 3.00 s runnable but throttled; message age grew 6.1 s (to 6.2 s): raise the quota or lower the parallelism",
+                "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 5.0 s, woken by w1 (1), w2 (2), w3 (3): they take turns on one lock",
+                "CPU quota: thread w1 (1) spent 1.0 s of 5.0 s throttled by its cgroup's CPU quota (20%), wait ratio 0.50: it had work and could not do it",
+                "CPU quota: thread w2 (2) spent 1.0 s of 5.0 s throttled by its cgroup's CPU quota (20%), wait ratio 0.50: it had work and could not do it",
+                "CPU quota: thread w3 (3) spent 1.0 s of 5.0 s throttled by its cgroup's CPU quota (20%), wait ratio 0.50: it had work and could not do it",
+                "GIL wait: thread ingest (11) spent 9.4 s of 10.0 s waiting for the Python GIL (94%), 99% of it behind processor (12), wait ratio 0.94: it had work and could not do it",
+            ],
+        ),
+        (
+            "ranking: age rising while idle before a convoy",
+            &[
+                "age rising while the CPU is idle: message age grew 8.0 s (to 9.0 s) in 4.0 s; CPU 0.8 of 4 cores: the work is waiting for something other than the CPU; the longest wait: thread worker (4), 4.0 s blocked on I/O",
+                "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 4.0 s, woken by w1 (1), w2 (2), w3 (3): they take turns on one lock",
+                "thread w1 (1) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w2 (2) 100% of the time: idle or contended",
+                "thread w2 (2) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w3 (3) 100% of the time: idle or contended",
+                "thread w3 (3) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w1 (1) 100% of the time: idle or contended",
+                "thread worker (4) spent 4.0 s of 4.0 s blocked on I/O (100%): idle or contended",
+            ],
+        ),
+        (
+            "run queue explains rising age",
+            &[
+                "run-queue saturation: thread spin (1) spent 3.0 s of 10.0 s waiting for a CPU (run queue) (30%), wait ratio 0.60: it had work and could not do it",
+            ],
+        ),
+        (
+            "rising age, busy CPU",
+            &[
+                "healthy: age flat at 9.00 s (max 9.00 s); no thread waited for a CPU, quota or the GIL for 20% or more of its time in 10.0 s",
+            ],
+        ),
+    ];
+
+    #[test]
+    fn the_text_of_every_kind_of_finding_is_pinned() {
+        let scenarios = scenarios();
+        assert_eq!(scenarios.len(), PINNED.len());
+        for ((name, w), (pinned_name, pinned)) in scenarios.into_iter().zip(PINNED) {
+            assert_eq!(name, *pinned_name);
+            assert_eq!(lines(w), *pinned, "{name}");
+        }
     }
 }
