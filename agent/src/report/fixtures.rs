@@ -7,6 +7,11 @@ use crate::model::state::State;
 
 pub const S: u64 = 1_000_000_000;
 
+/// The verdict of a report, as the text report and the JSON `verdict` print it.
+pub fn lines(r: &ProcessReport) -> Vec<String> {
+    super::verdict::findings(r).iter().map(ToString::to_string).collect()
+}
+
 /// A thread of `name` with these nanoseconds per state, present all its window.
 pub fn row(tid: u32, name: &str, pairs: &[(State, u64)]) -> ThreadRow {
     let mut t = Times::default();
@@ -29,6 +34,19 @@ pub fn age(first: f64, last: f64, rising: bool) -> AgeReport {
         rising,
     };
     AgeReport { source: "endpoint", summary, p50_s: None, p99_s: None, skipped_lines: None, failed_polls: None }
+}
+
+/// The cgroup /svc, throttled in 40 of 45 periods for 2 s.
+pub fn cgroup(quota_cores: Option<f64>) -> CgroupReport {
+    CgroupReport { path: "/svc".into(), quota_cores, period_s: Some(0.1), throttled_s: 2.0, nr_throttled: 40, nr_periods: 45 }
+}
+
+/// ingest waits for the GIL 94% of its time, 99% of that behind processor.
+pub fn starving() -> Vec<ThreadRow> {
+    let mut victim = row(11, "ingest", &[(State::GilWait, 9_400_000_000), (State::Running, 600_000_000)]);
+    victim.gil_by_holder.insert(12, 9_300_000_000);
+    victim.gil_by_holder.insert(0, 100_000_000);
+    vec![victim, row(12, "processor", &[(State::Running, 9_900_000_000), (State::GilWait, 100_000_000)])]
 }
 
 /// A Python process with every block of the report filled: GIL starvation behind a
@@ -62,14 +80,7 @@ pub fn full_report() -> ProcessReport {
     let rows = [waiter, processor, ingest].map(|t| ThreadRow { comm: "python3.11".into(), ..t });
     let mut r = ProcessReport::new(1234, "python3.11".into(), Some(python), 10 * S, None, rows.to_vec());
     r.cpu_limit_cores = 4.0;
-    let cgroup = CgroupReport {
-        path: "/svc".into(),
-        quota_cores: Some(2.5),
-        period_s: Some(0.1),
-        throttled_s: 0.5,
-        nr_throttled: 7,
-        nr_periods: 100,
-    };
+    let cgroup = CgroupReport { throttled_s: 0.5, nr_throttled: 7, nr_periods: 100, ..cgroup(Some(2.5)) };
     let throttling = Throttling { stretches: 7, concentration: Some(0.9), signature: true, period_s: 0.1 };
     let summary = AgeSummary { samples: 10, first_s: 0.1, last_s: 6.2, max_s: 6.2, mean_s: 3.15, growth_s: 6.1, slope: 0.61, rising: true };
     let age = AgeReport { source: "endpoint", summary, p50_s: Some(3.0), p99_s: Some(6.0), skipped_lines: Some(0), failed_polls: Some(1) };

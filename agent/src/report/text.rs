@@ -1,7 +1,7 @@
 //! Terminal rendering: the per-thread table (live and final) with a bar per thread.
 use std::fmt::Write;
 
-use super::{ProcessReport, ThreadRow};
+use super::{verdict, ProcessReport, ThreadRow};
 use crate::model::partition::secs;
 use crate::model::state::State;
 
@@ -87,25 +87,20 @@ pub fn culprit(t: &ThreadRow, rows: &[ThreadRow]) -> String {
     if total == 0 {
         return String::new();
     }
-    let name = |tid: u32| rows.iter().find(|x| x.tid == tid).map(|x| x.name.clone()).unwrap_or_else(|| tid.to_string());
     let candidates = [State::GilWait, State::Runqueue, State::Throttled, State::FutexWait];
     let Some(s) = candidates.into_iter().max_by_key(|s| t.times.get(*s)) else { return String::new() };
     if (t.times.get(s) as f64) < 0.2 * total as f64 {
         return String::new();
     }
-    match s {
-        State::GilWait => t.top_gil_holder().map_or("GIL".into(), |(h, _)| format!("GIL: {}", name(h))),
-        State::Runqueue => match t.top_preemptor() {
-            Some((crate::model::blame::Preemptor::Thread(h), _)) => format!("CPU: {}", name(*h)),
-            Some((p, _)) => format!("CPU: {}", p.key()),
-            None => "CPU".into(),
-        },
-        State::Throttled => "quota".into(),
-        _ => match t.top_waker() {
-            Some((0, _)) => "lock: timeout".into(),
-            Some((w, _)) => format!("lock: {}", name(w)),
-            None => "lock".into(),
-        },
+    let (what, behind) = match s {
+        State::GilWait => ("GIL", verdict::gil_holder(t, rows)),
+        State::Runqueue => ("CPU", verdict::preemptor(t, rows)),
+        State::Throttled => return "quota".into(),
+        _ => ("lock", verdict::waker(t, rows)),
+    };
+    match behind {
+        Some(b) => format!("{what}: {}", b.culprit.short()),
+        None => what.into(),
     }
 }
 
@@ -179,8 +174,8 @@ pub fn report(r: &ProcessReport, color: bool) -> String {
         let _ = writeln!(out, "process {} exited {:.1} s into the window; the report covers the time it ran", r.pid, secs(e));
     }
     out.push_str("verdict:\n");
-    for v in &r.verdict {
-        let _ = writeln!(out, "  - {v}");
+    for f in verdict::findings(r) {
+        let _ = writeln!(out, "  - {f}");
     }
     out
 }
