@@ -2,23 +2,26 @@
 //! Keys may be added, never renamed.
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
 
-use super::{ProcessReport, PythonInfo, ThreadRow};
-use crate::model::partition::secs;
+use super::finding::Finding;
+use super::{verdict, ProcessReport, PythonInfo, ThreadRow};
+use crate::model::partition::{secs, Times};
 use crate::model::state::State;
 
-/// Seconds per state, in the time model's order.
-#[derive(Serialize, Debug, PartialEq)]
-pub struct Seconds {
-    pub running: f64,
-    pub runqueue: f64,
-    pub throttled: f64,
-    pub gil_wait: f64,
-    pub futex_wait: f64,
-    pub io_wait: f64,
-    pub sleep: f64,
-    pub other: f64,
+/// Seconds per state: an object keyed by `State::name()`, in the time model's order (`State::ALL`).
+#[derive(Debug, PartialEq)]
+pub struct Seconds(pub Times);
+
+impl Serialize for Seconds {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(State::ALL.len()))?;
+        for state in State::ALL {
+            map.serialize_entry(state.name(), &round6(secs(self.0.get(state))))?;
+        }
+        map.end()
+    }
 }
 
 #[derive(Serialize, Debug)]
@@ -142,7 +145,10 @@ pub struct JsonReport {
     /// cores used on average, and the cores it may use (quota, else the machine's CPUs)
     pub cpu_used_cores: f64,
     pub cpu_limit_cores: f64,
+    /// the findings in plain words, most important first
     pub verdict: Vec<String>,
+    /// the same findings as typed values, in the same order: `kind`, the evidence, `explains_s`
+    pub findings: Vec<Finding>,
     /// the process exited during the window
     pub exited: bool,
     pub exited_after_s: Option<f64>,
@@ -152,8 +158,38 @@ fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
 
-fn s(row: &ThreadRow, state: State) -> f64 {
-    round6(secs(row.times.get(state)))
+/// Ratios and shares: four digits.
+fn round4(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+/// A futex word's address: "0x7f0000001000".
+fn hex_addr(addr: u64) -> String {
+    format!("{addr:#x}")
+}
+
+// serde `serialize_with` helpers for the typed findings: their numbers as the rest of the object has them
+
+/// nanoseconds as seconds
+pub(super) fn seconds<S: Serializer>(ns: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(round6(secs(*ns)))
+}
+
+pub(super) fn rounded<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(round6(*x))
+}
+
+pub(super) fn ratio<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(round4(*x))
+}
+
+/// a state by its stable name
+pub(super) fn state_name<S: Serializer>(state: &State, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(state.name())
+}
+
+pub(super) fn hex<S: Serializer>(addr: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&hex_addr(*addr))
 }
 
 pub fn thread(row: &ThreadRow) -> JsonThread {
@@ -161,17 +197,8 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
         tid: row.tid,
         name: row.name.clone(),
         comm: row.comm.clone(),
-        seconds: Seconds {
-            running: s(row, State::Running),
-            runqueue: s(row, State::Runqueue),
-            throttled: s(row, State::Throttled),
-            gil_wait: s(row, State::GilWait),
-            futex_wait: s(row, State::FutexWait),
-            io_wait: s(row, State::IoWait),
-            sleep: s(row, State::Sleep),
-            other: s(row, State::Other),
-        },
-        wait_ratio: row.times.wait_ratio().map(|r| (r * 1e4).round() / 1e4),
+        seconds: Seconds(row.times),
+        wait_ratio: row.times.wait_ratio().map(round4),
         gil_wait_by_holder: row
             .gil_by_holder
             .iter()
@@ -197,6 +224,7 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
 }
 
 pub fn report(r: &ProcessReport) -> JsonReport {
+    let findings = verdict::findings(r);
     JsonReport {
         pid: r.pid,
         comm: r.comm.clone(),
@@ -224,13 +252,14 @@ pub fn report(r: &ProcessReport) -> JsonReport {
             .top_futexes
             .iter()
             .map(|f| JsonFutex {
-                addr: format!("{:#x}", f.addr),
+                addr: hex_addr(f.addr),
                 wait_s: round6(secs(f.wait_ns)),
                 waiters: f.waiters.clone(),
                 wakers: f.wakers.clone(),
             })
             .collect(),
-        verdict: r.verdict.clone(),
+        verdict: findings.iter().map(Finding::to_string).collect(),
+        findings,
         exited: r.exited_after_ns.is_some(),
         exited_after_s: r.exited_after_ns.map(|n| round6(secs(n))),
     }
@@ -282,5 +311,10 @@ mod tests {
         assert!(th["gil_wait_by_holder"].is_object());
         assert!(v["verdict"].is_array());
         assert_eq!(v["exited"], false);
+    }
+
+    #[test]
+    fn the_json_is_pinned() {
+        assert_eq!(render(&crate::report::fixtures::full_report()), include_str!("testdata/full_report.json"));
     }
 }

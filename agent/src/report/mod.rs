@@ -1,5 +1,8 @@
 //! The attach report: per-thread partition of one process over the window,
 //! with a plain-words verdict; rendered as text (live and final) or JSON.
+pub mod finding;
+#[cfg(test)]
+mod fixtures;
 pub mod json;
 pub mod text;
 pub mod verdict;
@@ -8,7 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::model::age::AgeSummary;
 use crate::model::blame::{self, FutexWait, Preemptor, TopFutex};
-use crate::model::partition::{secs, ThreadSample, Times};
+use crate::model::partition::{ThreadSample, Times};
 use crate::model::state::State;
 
 /// Futex words listed per process.
@@ -166,11 +169,11 @@ pub struct ProcessReport {
     pub age: Option<AgeReport>,
     /// CPUs the process may use: its cgroup quota, else the machine's CPUs
     pub cpu_limit_cores: f64,
-    pub verdict: Vec<String>,
 }
 
 impl ProcessReport {
-    /// Rows sorted by TID; the verdict derived from them.
+    /// Rows sorted by TID. The verdict is derived when the report is rendered
+    /// (`verdict::findings`), from the rows and what `with_cgroup`/`with_age` add.
     pub fn new(
         pid: u32,
         comm: String,
@@ -182,7 +185,7 @@ impl ProcessReport {
         threads.sort_by_key(|t| (t.tid, t.exited));
         let per_thread: Vec<(u32, &[FutexWait])> = threads.iter().map(|t| (t.tid, t.futex.as_slice())).collect();
         let top_futexes = blame::top_futexes(&per_thread, TOP_FUTEXES);
-        let mut r = ProcessReport {
+        ProcessReport {
             pid,
             comm,
             python,
@@ -194,31 +197,22 @@ impl ProcessReport {
             throttling: None,
             age: None,
             cpu_limit_cores: online_cpus(),
-            verdict: vec![],
-        };
-        r.verdict = verdict::findings(&r);
-        r
+        }
     }
 
-    /// Add the cgroup's numbers (and re-derive the verdict).
-    pub fn window_s(&self) -> f64 {
-        secs(self.duration_ns)
-    }
-
+    /// Add the cgroup's numbers.
     pub fn with_cgroup(mut self, cgroup: Option<CgroupReport>, throttling: Option<Throttling>) -> Self {
         if let Some(q) = cgroup.as_ref().and_then(|c| c.quota_cores) {
             self.cpu_limit_cores = q.min(self.cpu_limit_cores);
         }
         self.cgroup = cgroup;
         self.throttling = throttling;
-        self.verdict = verdict::findings(&self);
         self
     }
 
-    /// Add the application's age (and re-derive the verdict).
+    /// Add the application's age.
     pub fn with_age(mut self, age: Option<AgeReport>) -> Self {
         self.age = age;
-        self.verdict = verdict::findings(&self);
         self
     }
 

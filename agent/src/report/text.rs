@@ -1,7 +1,7 @@
 //! Terminal rendering: the per-thread table (live and final) with a bar per thread.
 use std::fmt::Write;
 
-use super::{ProcessReport, ThreadRow};
+use super::{verdict, ProcessReport, ThreadRow};
 use crate::model::partition::secs;
 use crate::model::state::State;
 
@@ -87,25 +87,20 @@ pub fn culprit(t: &ThreadRow, rows: &[ThreadRow]) -> String {
     if total == 0 {
         return String::new();
     }
-    let name = |tid: u32| rows.iter().find(|x| x.tid == tid).map(|x| x.name.clone()).unwrap_or_else(|| tid.to_string());
     let candidates = [State::GilWait, State::Runqueue, State::Throttled, State::FutexWait];
     let Some(s) = candidates.into_iter().max_by_key(|s| t.times.get(*s)) else { return String::new() };
     if (t.times.get(s) as f64) < 0.2 * total as f64 {
         return String::new();
     }
-    match s {
-        State::GilWait => t.top_gil_holder().map_or("GIL".into(), |(h, _)| format!("GIL: {}", name(h))),
-        State::Runqueue => match t.top_preemptor() {
-            Some((crate::model::blame::Preemptor::Thread(h), _)) => format!("CPU: {}", name(*h)),
-            Some((p, _)) => format!("CPU: {}", p.key()),
-            None => "CPU".into(),
-        },
-        State::Throttled => "quota".into(),
-        _ => match t.top_waker() {
-            Some((0, _)) => "lock: timeout".into(),
-            Some((w, _)) => format!("lock: {}", name(w)),
-            None => "lock".into(),
-        },
+    let (what, behind) = match s {
+        State::GilWait => ("GIL", verdict::gil_holder(t, rows)),
+        State::Runqueue => ("CPU", verdict::preemptor(t, rows)),
+        State::Throttled => return "quota".into(),
+        _ => ("lock", verdict::waker(t, rows)),
+    };
+    match behind {
+        Some(b) => format!("{what}: {}", b.culprit.short()),
+        None => what.into(),
     }
 }
 
@@ -179,8 +174,8 @@ pub fn report(r: &ProcessReport, color: bool) -> String {
         let _ = writeln!(out, "process {} exited {:.1} s into the window; the report covers the time it ran", r.pid, secs(e));
     }
     out.push_str("verdict:\n");
-    for v in &r.verdict {
-        let _ = writeln!(out, "  - {v}");
+    for f in verdict::findings(r) {
+        let _ = writeln!(out, "  - {f}");
     }
     out
 }
@@ -188,7 +183,9 @@ pub fn report(r: &ProcessReport, color: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::blame::{FutexWait, Preemptor};
     use crate::model::partition::Times;
+    use crate::report::fixtures::{full_report, row, S};
     use crate::report::ThreadRow;
 
     #[test]
@@ -224,5 +221,74 @@ mod tests {
         );
         assert!(line.ends_with("CPU"), "{line}"); // 25% in the run queue, preemptor unknown
         assert!(plain_line(&r, 3.0, Some("age 1.00 s")).starts_with("waitmeter: t=3s | age 1.00 s | worker 25% (CPU)"));
+    }
+
+    #[test]
+    fn the_culprit_of_every_kind_is_pinned() {
+        let gil = |holders: &[(u32, u64)]| {
+            let mut r = row(1, "ingest", &[(State::GilWait, 5 * S), (State::Running, 5 * S)]);
+            r.gil_by_holder.extend(holders.iter().copied());
+            r
+        };
+        let rq = |by: &[(Preemptor, u64)]| {
+            let mut r = row(1, "spin", &[(State::Runqueue, 5 * S), (State::Running, 5 * S)]);
+            r.runqueue_by.extend(by.iter().cloned());
+            r
+        };
+        let futex = |wakers: &[(u32, u64)]| {
+            let mut r = row(1, "locker", &[(State::FutexWait, 5 * S), (State::Running, 5 * S)]);
+            r.futex.extend(wakers.iter().map(|(w, ns)| FutexWait { addr: 0x10, waker: *w, ns: *ns }));
+            r
+        };
+        let others = [row(2, "processor", &[(State::Running, 10 * S)])];
+        let cases = [
+            gil(&[(2, 4 * S), (0, S)]),
+            gil(&[(7, 4 * S)]),
+            gil(&[(0, 5 * S)]),
+            gil(&[]),
+            rq(&[(Preemptor::Thread(2), 3 * S), (Preemptor::Idle, 2 * S)]),
+            rq(&[(Preemptor::Thread(7), 3 * S)]),
+            rq(&[(Preemptor::Process { pid: 99, comm: "hog".into() }, 3 * S)]),
+            rq(&[(Preemptor::Idle, 3 * S)]),
+            rq(&[]),
+            row(1, "w", &[(State::Throttled, 5 * S), (State::Running, 5 * S)]),
+            futex(&[(2, 3 * S), (0, 2 * S)]),
+            futex(&[(7, 3 * S)]),
+            futex(&[(0, 3 * S)]),
+            futex(&[]),
+            row(1, "w", &[(State::GilWait, S), (State::Running, 9 * S)]),
+            row(1, "w", &[(State::IoWait, 9 * S), (State::Running, S)]),
+            row(1, "w", &[]),
+        ];
+        let pinned = [
+            "GIL: processor",
+            "GIL: 7",
+            "GIL",
+            "GIL",
+            "CPU: processor",
+            "CPU: 7",
+            "CPU: pid 99 (hog)",
+            "CPU: idle",
+            "CPU",
+            "quota",
+            "lock: processor",
+            "lock: 7",
+            "lock: timeout",
+            "lock",
+            "",
+            "",
+            "",
+        ];
+        assert_eq!(cases.len(), pinned.len());
+        for (c, want) in cases.iter().zip(pinned) {
+            assert_eq!(culprit(c, &others), want, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn the_text_report_is_pinned() {
+        let r = full_report();
+        assert_eq!(report(&r, false), include_str!("testdata/full_report.txt"));
+        assert_eq!(report(&r, true), include_str!("testdata/full_report.ansi"));
     }
 }

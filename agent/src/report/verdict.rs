@@ -1,8 +1,9 @@
-//! Findings in plain words from a window's rows. Pure rules, unit-tested.
+//! The verdict's rules: which findings a window's rows show. Pure, unit-tested;
+//! the findings are typed values (`finding.rs`), put in words only when rendered.
 //! (The joined-age verdict engine builds on these.)
+use super::finding::{AgeFacts, Behind, CpuUse, Culprit, Finding, Kind, PeriodSignature, ThreadRef, ThreadTime};
 use super::{ProcessReport, ThreadRow};
 use crate::model::blame::{Preemptor, CONVOY_SHARE, CONVOY_WAITERS};
-use crate::model::partition::secs;
 use crate::model::state::State;
 
 /// A thread is reported when this share of its time was involuntary waiting.
@@ -17,184 +18,52 @@ fn present(r: &ThreadRow, window_ns: u64) -> bool {
     r.times.total() as f64 >= MIN_PRESENCE * window_ns as f64
 }
 
-fn what(state: State) -> &'static str {
-    match state {
-        State::Runqueue => "waiting for a CPU (run queue)",
-        State::Throttled => "throttled by its cgroup's CPU quota",
-        State::GilWait => "waiting for the Python GIL",
-        State::FutexWait => "blocked on a lock or condition (futex)",
-        State::IoWait => "blocked on I/O",
-        State::Sleep => "asleep",
-        State::Other => "blocked (other)",
-        State::Running => "running",
-    }
-}
-
-/// ", 97% of it behind processor (4243)": the thread that held the GIL longest meanwhile.
-fn gil_culprit(r: &ThreadRow, rows: &[ThreadRow]) -> String {
-    let Some((tid, share)) = r.top_gil_holder() else { return String::new() };
-    let name = rows.iter().find(|x| x.tid == tid).map(|x| x.name.as_str()).unwrap_or("a thread");
-    format!(", {:.0}% of it behind {name} ({tid})", 100.0 * share)
-}
-
-/// ", mostly behind spin-b (4243) (97%)": what had the CPU while the thread waited.
-fn runqueue_culprit(r: &ThreadRow, rows: &[ThreadRow]) -> String {
-    let Some((who, share)) = r.top_preemptor() else { return String::new() };
-    let name = match who {
-        Preemptor::Thread(tid) => format!("{} ({tid})", rows.iter().find(|x| x.tid == *tid).map(|x| x.name.as_str()).unwrap_or("a thread")),
-        other => other.key(),
-    };
-    format!(", mostly behind {name} ({:.0}%)", 100.0 * share)
-}
-
 /// GIL starvation needs the victim's GIL wait to be at least this share of its time.
 pub const GIL_STARVATION_SHARE: f64 = 0.5;
 /// "The CPU is idle": the process used less than this share of the CPUs it may use.
 pub const IDLE_CPU_SHARE: f64 = 0.5;
 
-fn age_growth(report: &ProcessReport) -> String {
-    match &report.age {
-        Some(a) => format!("; message age grew {:.1} s (to {:.1} s)", a.summary.growth_s, a.summary.last_s),
-        None => String::new(),
-    }
+/// Thread `tid`, named when it is one of `rows`.
+fn thread_ref(tid: u32, rows: &[ThreadRow]) -> ThreadRef {
+    ThreadRef { tid, name: rows.iter().find(|x| x.tid == tid).map(|x| x.name.clone()) }
+}
+
+/// The thread of `r`, and its time in `state`.
+fn time_in(r: &ThreadRow, state: State) -> ThreadTime {
+    ThreadTime { thread: ThreadRef { tid: r.tid, name: Some(r.name.clone()) }, state, ns: r.times.get(state), total_ns: r.times.total() }
+}
+
+/// The known thread that held the GIL longest while `r` waited for it.
+pub fn gil_holder(r: &ThreadRow, rows: &[ThreadRow]) -> Option<Behind> {
+    r.top_gil_holder().map(|(tid, share)| Behind { culprit: Culprit::Thread(thread_ref(tid, rows)), share })
+}
+
+/// What had the CPU longest while `r` waited in the run queue.
+pub fn preemptor(r: &ThreadRow, rows: &[ThreadRow]) -> Option<Behind> {
+    r.top_preemptor().map(|(who, share)| {
+        let culprit = match who {
+            Preemptor::Thread(tid) => Culprit::Thread(thread_ref(*tid, rows)),
+            Preemptor::Process { pid, comm } => Culprit::Process { pid: *pid, comm: comm.clone() },
+            Preemptor::Idle => Culprit::Idle,
+        };
+        Behind { culprit, share }
+    })
+}
+
+/// The thread whose wake-up ended most of `r`'s futex wait (or the timeouts).
+pub fn waker(r: &ThreadRow, rows: &[ThreadRow]) -> Option<Behind> {
+    r.top_waker().map(|(tid, share)| {
+        let culprit = if tid == 0 { Culprit::Timeout } else { Culprit::Thread(thread_ref(tid, rows)) };
+        Behind { culprit, share }
+    })
+}
+
+fn age_facts(report: &ProcessReport) -> Option<AgeFacts> {
+    report.age.as_ref().map(|a| AgeFacts { growth_s: a.summary.growth_s, last_s: a.summary.last_s, max_s: a.summary.max_s })
 }
 
 fn age_rising(report: &ProcessReport) -> bool {
     report.age.as_ref().is_some_and(|a| a.summary.rising) || report.threads.iter().any(|t| t.age.as_ref().is_some_and(|a| a.rising))
-}
-
-fn cpu_use(report: &ProcessReport) -> String {
-    format!("CPU {:.1} of {} cores", report.cpu_used_cores(), fmt_cores(report.cpu_limit_cores))
-}
-
-fn fmt_cores(c: f64) -> String {
-    if (c - c.round()).abs() < 1e-9 {
-        format!("{c:.0}")
-    } else {
-        format!("{c:.2}")
-    }
-}
-
-/// The findings, most important first. Each names the kind of problem first
-/// ("GIL starvation:", "CPU quota throttling:", "run-queue saturation:",
-/// "lock convoy", "age rising while the CPU is idle:", "healthy:").
-pub fn findings(report: &ProcessReport) -> Vec<String> {
-    let rows = &report.threads;
-    let window_s = report.window_s();
-    let rising = age_rising(report);
-    let mut out = vec![];
-    let mut explained = false;
-
-    // GIL starvation: a thread kept from the GIL behind another, while age rises
-    // the thread that lost the most time to the GIL, if that was most of its time
-    let victim = rows.iter().filter(|r| share_of(r, State::GilWait) >= GIL_STARVATION_SHARE).max_by_key(|r| r.times.get(State::GilWait));
-    if let (Some(v), true) = (victim, rising) {
-        let culprit = v.top_gil_holder().and_then(|(tid, _)| rows.iter().find(|x| x.tid == tid));
-        let behind = culprit.map(|c| format!(" held by {} ({})", c.name, c.tid)).unwrap_or_default();
-        let fix = culprit
-            .map(|c| format!(" Move {} to its own process", c.name))
-            .unwrap_or_else(|| " Move the GIL-heavy work to its own process".into());
-        out.push(format!(
-            "GIL starvation: thread {} ({}) lost {:.1} s of {:.1} s waiting for the GIL{behind}{}; {}: this is waiting, not working.{fix}",
-            v.name,
-            v.tid,
-            secs(v.times.get(State::GilWait)),
-            secs(v.times.total()),
-            age_growth(report),
-            cpu_use(report),
-        ));
-        explained = true;
-    }
-    let throttled = throttling(report);
-    explained |= !throttled.is_empty();
-    out.extend(throttled);
-    out.extend(convoys(report));
-
-    for r in rows {
-        let total = r.times.total();
-        if total == 0 || !present(r, report.duration_ns) {
-            continue;
-        }
-        let share = |s: State| r.times.get(s) as f64 / total as f64;
-        // involuntary waits first: those are what no work meter sees
-        let worst_wait = State::ALL.into_iter().filter(|s| s.is_waiting()).max_by_key(|s| r.times.get(*s));
-        if let Some(s) = worst_wait {
-            if r.times.waiting() as f64 / total as f64 >= WAITING_SHARE && r.times.get(s) > 0 {
-                let (kind, behind) = match s {
-                    State::GilWait => ("GIL wait", gil_culprit(r, rows)),
-                    State::Runqueue => ("run-queue saturation", runqueue_culprit(r, rows)),
-                    _ => ("CPU quota", String::new()),
-                };
-                if s == State::Runqueue {
-                    explained = true;
-                }
-                out.push(format!(
-                    "{kind}: thread {} ({}) spent {:.1} s of {:.1} s {} ({:.0}%){behind}, wait ratio {:.2}: it had work and could not do it",
-                    r.name,
-                    r.tid,
-                    secs(r.times.get(s)),
-                    secs(total),
-                    what(s),
-                    100.0 * share(s),
-                    r.times.wait_ratio().unwrap_or(0.0),
-                ));
-                continue;
-            }
-        }
-        if let Some(s) = [State::FutexWait, State::IoWait].into_iter().find(|s| share(*s) >= BLOCKED_SHARE) {
-            let wakers = if s == State::FutexWait { futex_wakers(r, rows) } else { String::new() };
-            out.push(format!(
-                "thread {} ({}) spent {:.1} s of {:.1} s {} ({:.0}%){wakers}: idle or contended",
-                r.name,
-                r.tid,
-                secs(r.times.get(s)),
-                secs(total),
-                what(s),
-                100.0 * share(s)
-            ));
-        }
-    }
-
-    let idle_cpu = report.cpu_used_cores() < IDLE_CPU_SHARE * report.cpu_limit_cores;
-    if rising && !explained && idle_cpu {
-        let worst = rows
-            .iter()
-            .filter(|r| r.times.total() > 0)
-            .flat_map(|r| [State::GilWait, State::FutexWait, State::IoWait, State::Other].into_iter().map(move |s| (r, s)))
-            .max_by_key(|(r, s)| r.times.get(*s));
-        let hint = worst
-            .map(|(r, s)| format!("; the longest wait: thread {} ({}), {:.1} s {}", r.name, r.tid, secs(r.times.get(s)), what(s)))
-            .unwrap_or_default();
-        out.push(format!(
-            "age rising while the CPU is idle: {}{}; {}: the work is waiting for something other than the CPU{hint}",
-            age_growth(report).trim_start_matches("; "),
-            format_args!(" in {window_s:.1} s"),
-            cpu_use(report),
-        ));
-    }
-    // headlines first, then the per-thread lines (a stable sort keeps their order)
-    out.sort_by_key(|l| rank(l));
-    let waited = rows.iter().any(|r| present(r, report.duration_ns) && r.times.waiting() as f64 / r.times.total() as f64 >= WAITING_SHARE);
-    let quiet = out.is_empty() || (!rising && !waited && out.iter().all(|l| l.starts_with("thread ")));
-    if quiet && !rows.is_empty() {
-        let age = match &report.age {
-            Some(a) => format!("age flat at {:.2} s (max {:.2} s)", a.summary.last_s, a.summary.max_s),
-            None => "no age source".to_string(),
-        };
-        out.insert(
-            0,
-            format!(
-                "healthy: {age}; no thread waited for a CPU, quota or the GIL for {:.0}% or more of its time in {window_s:.1} s",
-                100.0 * WAITING_SHARE
-            ),
-        );
-    }
-    out
-}
-
-fn rank(line: &str) -> u8 {
-    const ORDER: [&str; 4] = ["GIL starvation", "CPU quota throttling", "age rising while the CPU is idle", "lock convoy"];
-    ORDER.iter().position(|p| line.starts_with(p)).map_or(ORDER.len() as u8, |i| i as u8)
 }
 
 fn share_of(r: &ThreadRow, s: State) -> f64 {
@@ -206,89 +75,114 @@ fn share_of(r: &ThreadRow, s: State) -> f64 {
     }
 }
 
-fn name_of(tid: u32, rows: &[ThreadRow]) -> String {
-    match rows.iter().find(|x| x.tid == tid) {
-        Some(r) => format!("{} ({tid})", r.name),
-        None => format!("thread {tid}"),
+/// The findings, most important first (`Kind::precedence`, then the order found:
+/// the per-thread findings by TID).
+pub fn findings(report: &ProcessReport) -> Vec<Finding> {
+    let rows = &report.threads;
+    let rising = age_rising(report);
+    let cpu = CpuUse { used_cores: report.cpu_used_cores(), limit_cores: report.cpu_limit_cores };
+    let mut out = vec![];
+
+    // GIL starvation: a thread kept from the GIL behind another, while age rises:
+    // the thread that lost the most time to the GIL, if that was most of its time
+    let victim = rows.iter().filter(|r| share_of(r, State::GilWait) >= GIL_STARVATION_SHARE).max_by_key(|r| r.times.get(State::GilWait));
+    if let (Some(v), true) = (victim, rising) {
+        out.push(Kind::GilStarvation { victim: time_in(v, State::GilWait), holder: gil_holder(v, rows), age: age_facts(report), cpu });
     }
+    out.extend(throttling(report));
+    out.extend(convoys(report));
+    out.extend(rows.iter().filter_map(|r| thread_finding(r, rows, report.duration_ns)));
+
+    // rising age that no CPU finding explains, while the CPU idles: point at the longest wait
+    let explained =
+        out.iter().any(|k| matches!(k, Kind::GilStarvation { .. } | Kind::CpuQuotaThrottling { .. } | Kind::RunQueueSaturation { .. }));
+    let idle_cpu = report.cpu_used_cores() < IDLE_CPU_SHARE * report.cpu_limit_cores;
+    if rising && !explained && idle_cpu {
+        let longest_wait = rows
+            .iter()
+            .filter(|r| r.times.total() > 0)
+            .flat_map(|r| [State::GilWait, State::FutexWait, State::IoWait, State::Other].into_iter().map(move |s| (r, s)))
+            .max_by_key(|(r, s)| r.times.get(*s))
+            .map(|(r, s)| time_in(r, s));
+        out.push(Kind::AgeRisingCpuIdle { age: age_facts(report), window_ns: report.duration_ns, cpu, longest_wait });
+    }
+
+    // healthy: no finding, or only blocked threads (maybe idle) and no rising age
+    let quiet = out.is_empty() || (!rising && out.iter().all(|k| matches!(k, Kind::Blocked { .. })));
+    if quiet && !rows.is_empty() {
+        out.push(Kind::Healthy { age: age_facts(report), window_ns: report.duration_ns, waiting_share: WAITING_SHARE });
+    }
+    // headlines first, then the per-thread lines (a stable sort keeps their order)
+    out.sort_by_key(Kind::precedence);
+    out.into_iter().map(Finding::from).collect()
 }
 
-/// ", woken by holder (12) 95% of the time": the thread whose unlock ended most waits.
-fn futex_wakers(r: &ThreadRow, rows: &[ThreadRow]) -> String {
-    match r.top_waker() {
-        Some((0, share)) => format!(", {:.0}% of it ended by a timeout or signal, not a wake-up", 100.0 * share),
-        Some((tid, share)) => format!(", woken by {} {:.0}% of the time", name_of(tid, rows), 100.0 * share),
-        None => String::new(),
+/// A thread that waited (involuntary waits first: those are what no work meter
+/// sees), else one blocked most of its time on a futex or I/O.
+fn thread_finding(r: &ThreadRow, rows: &[ThreadRow], window_ns: u64) -> Option<Kind> {
+    let total = r.times.total();
+    if total == 0 || !present(r, window_ns) {
+        return None;
     }
+    let worst_wait = State::ALL.into_iter().filter(|s| s.is_waiting()).max_by_key(|s| r.times.get(*s));
+    if let Some(s) = worst_wait {
+        if r.times.waiting() as f64 / total as f64 >= WAITING_SHARE && r.times.get(s) > 0 {
+            let (victim, wait_ratio) = (time_in(r, s), r.times.wait_ratio().unwrap_or(0.0));
+            return Some(match s {
+                State::GilWait => Kind::GilWait { victim, wait_ratio, holder: gil_holder(r, rows) },
+                State::Runqueue => Kind::RunQueueSaturation { victim, wait_ratio, preemptor: preemptor(r, rows) },
+                _ => Kind::CpuQuota { victim, wait_ratio },
+            });
+        }
+    }
+    [State::FutexWait, State::IoWait]
+        .into_iter()
+        .find(|s| share_of(r, *s) >= BLOCKED_SHARE)
+        .map(|s| Kind::Blocked { victim: time_in(r, s), waker: if s == State::FutexWait { waker(r, rows) } else { None } })
 }
 
 /// Many threads queueing on one futex word.
-fn convoys(report: &ProcessReport) -> Vec<String> {
+fn convoys(report: &ProcessReport) -> impl Iterator<Item = Kind> + '_ {
     let window = report.duration_ns.max(1) as f64;
-    report
-        .top_futexes
-        .iter()
-        .filter(|f| f.waiters.len() >= CONVOY_WAITERS && f.wait_ns as f64 >= CONVOY_SHARE * window)
-        .map(|f| {
-            let wakers: Vec<String> = f.wakers.iter().take(4).map(|t| name_of(*t, &report.threads)).collect();
-            format!(
-                "lock convoy on futex {:#x}: {} threads waited {:.1} s in total in {:.1} s, woken by {}: they take turns on one lock",
-                f.addr,
-                f.waiters.len(),
-                secs(f.wait_ns),
-                report.window_s(),
-                if wakers.is_empty() { "timeouts".to_string() } else { wakers.join(", ") }
-            )
-        })
-        .collect()
+    report.top_futexes.iter().filter(move |f| f.waiters.len() >= CONVOY_WAITERS && f.wait_ns as f64 >= CONVOY_SHARE * window).map(|f| {
+        Kind::LockConvoy {
+            futex: f.addr,
+            waiters: f.waiters.clone(),
+            wait_ns: f.wait_ns,
+            window_ns: report.duration_ns,
+            wakers: f.wakers.iter().map(|t| thread_ref(*t, &report.threads)).collect(),
+        }
+    })
 }
 
 /// Time lost to the cgroup's CPU quota, with the CFS-period signature.
-fn throttling(report: &ProcessReport) -> Vec<String> {
-    let throttled: u64 = report.threads.iter().map(|t| t.times.get(State::Throttled)).sum();
-    let Some(cg) = &report.cgroup else { return vec![] };
-    if throttled == 0 && cg.nr_throttled == 0 {
-        return vec![];
+fn throttling(report: &ProcessReport) -> Option<Kind> {
+    let throttled_ns: u64 = report.threads.iter().map(|t| t.times.get(State::Throttled)).sum();
+    let cg = report.cgroup.as_ref()?;
+    if throttled_ns == 0 && cg.nr_throttled == 0 {
+        return None;
     }
-    let quota = match cg.quota_cores {
-        Some(q) => format!("quota {q:.2} cores"),
-        None => "no quota now".to_string(),
-    };
-    let mut line = format!(
-        "CPU quota throttling: the cgroup {} ({quota}) was throttled in {} periods, {:.2} s; its threads lost {:.2} s runnable but throttled",
-        cg.path,
-        cg.nr_throttled,
-        cg.throttled_s,
-        secs(throttled)
-    );
-    if let Some(t) = report.throttling.as_ref().filter(|t| t.signature) {
-        line.push_str(&format!(
-            "; {} throttled stretches ended on the {:.0} ms CFS period boundary: waits cluster at multiples of the period",
-            t.stretches,
-            t.period_s * 1e3
-        ));
-    }
-    line.push_str(&age_growth(report));
-    line.push_str(": raise the quota or lower the parallelism");
-    vec![line]
+    let period_signature =
+        report.throttling.as_ref().filter(|t| t.signature).map(|t| PeriodSignature { stretches: t.stretches, period_s: t.period_s });
+    Some(Kind::CpuQuotaThrottling {
+        cgroup: cg.path.clone(),
+        quota_cores: cg.quota_cores,
+        nr_throttled: cg.nr_throttled,
+        cgroup_throttled_s: cg.throttled_s,
+        throttled_ns,
+        period_signature,
+        age: age_facts(report),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::partition::Times;
-    use crate::report::{AgeReport, CgroupReport, Throttling};
-
-    fn row(tid: u32, name: &str, pairs: &[(State, u64)]) -> ThreadRow {
-        let mut t = Times::default();
-        for (s, ns) in pairs {
-            t.0[s.index()] = *ns;
-        }
-        ThreadRow { tid, name: name.into(), comm: name.into(), times: t, existed_ns: t.total(), ..Default::default() }
-    }
+    use crate::report::fixtures::{age, cgroup, lines, row, starving};
+    use crate::report::Throttling;
 
     fn findings_of(rows: Vec<ThreadRow>, window_ns: u64) -> Vec<String> {
-        ProcessReport::new(1, "p".into(), None, window_ns, None, rows).verdict
+        lines(&ProcessReport::new(1, "p".into(), None, window_ns, None, rows))
     }
 
     #[test]
@@ -330,25 +224,18 @@ mod tests {
                 r
             })
             .collect();
-        let cg = CgroupReport {
-            path: "/svc".into(),
-            quota_cores: Some(0.2),
-            period_s: Some(0.1),
-            throttled_s: 2.0,
-            nr_throttled: 40,
-            nr_periods: 45,
-        };
+        let cg = cgroup(Some(0.2));
         let th = Throttling { stretches: 40, concentration: Some(0.97), signature: true, period_s: 0.1 };
         let r = ProcessReport::new(1, "p".into(), None, 4_500_000_000, None, rows).with_cgroup(Some(cg), Some(th));
         assert!(
-            r.verdict[0].starts_with(
+            lines(&r)[0].starts_with(
                 "CPU quota throttling: the cgroup /svc (quota 0.20 cores) was throttled in 40 periods, 2.00 s; its threads lost 2.00 s"
             ),
             "{:?}",
-            r.verdict
+            lines(&r)
         );
-        assert!(r.verdict[0].contains("40 throttled stretches ended on the 100 ms CFS period boundary"), "{:?}", r.verdict);
-        assert!(r.verdict[1].starts_with("lock convoy on futex 0xabc: 4 threads waited 12.0 s in total"), "{:?}", r.verdict);
+        assert!(lines(&r)[0].contains("40 throttled stretches ended on the 100 ms CFS period boundary"), "{:?}", lines(&r));
+        assert!(lines(&r)[1].starts_with("lock convoy on futex 0xabc: 4 threads waited 12.0 s in total"), "{:?}", lines(&r));
     }
 
     #[test]
@@ -373,36 +260,16 @@ mod tests {
         assert!(f[1].contains("blocked on a lock or condition (futex) (95%)"), "{f:?}");
     }
 
-    fn age(first: f64, last: f64, rising: bool) -> AgeReport {
-        let summary = crate::model::age::AgeSummary {
-            samples: 10,
-            first_s: first,
-            last_s: last,
-            max_s: last.max(first),
-            mean_s: (first + last) / 2.0,
-            growth_s: last - first,
-            slope: (last - first) / 10.0,
-            rising,
-        };
-        AgeReport { source: "endpoint", summary, p50_s: None, p99_s: None, skipped_lines: None, failed_polls: None }
-    }
-
-    fn starving() -> Vec<ThreadRow> {
-        let mut victim = row(11, "ingest", &[(State::GilWait, 9_400_000_000), (State::Running, 600_000_000)]);
-        victim.gil_by_holder.insert(12, 9_300_000_000);
-        vec![victim, row(12, "processor", &[(State::Running, 9_900_000_000), (State::GilWait, 100_000_000)])]
-    }
-
     #[test]
     fn gil_starvation_needs_rising_age() {
         let r = ProcessReport::new(1, "svc".into(), None, 10_000_000_000, None, starving()).with_age(Some(age(0.1, 6.2, true)));
-        let f = &r.verdict[0];
+        let f = &lines(&r)[0];
         assert!(f.starts_with("GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12); message age grew 6.1 s (to 6.2 s); CPU 1.1 of"), "{f}");
         assert!(f.ends_with("this is waiting, not working. Move processor to its own process"), "{f}");
         // the same waits with a flat age: a GIL-wait finding, not starvation, and not healthy
         let flat = ProcessReport::new(1, "svc".into(), None, 10_000_000_000, None, starving()).with_age(Some(age(0.1, 0.1, false)));
-        assert!(flat.verdict.iter().all(|l| !l.starts_with("GIL starvation") && !l.starts_with("healthy")), "{:?}", flat.verdict);
-        assert!(flat.verdict.iter().any(|l| l.starts_with("GIL wait: thread ingest")), "{:?}", flat.verdict);
+        assert!(lines(&flat).iter().all(|l| !l.starts_with("GIL starvation") && !l.starts_with("healthy")), "{:?}", lines(&flat));
+        assert!(lines(&flat).iter().any(|l| l.starts_with("GIL wait: thread ingest")), "{:?}", lines(&flat));
     }
 
     #[test]
@@ -412,19 +279,19 @@ mod tests {
         r.cpu_limit_cores = 4.0;
         let r = r.with_age(Some(age(1.0, 9.0, true)));
         assert!(
-            r.verdict[0].starts_with("age rising while the CPU is idle: message age grew 8.0 s (to 9.0 s) in 10.0 s; CPU 0.1 of 4 cores"),
+            lines(&r)[0].starts_with("age rising while the CPU is idle: message age grew 8.0 s (to 9.0 s) in 10.0 s; CPU 0.1 of 4 cores"),
             "{:?}",
-            r.verdict
+            lines(&r)
         );
-        assert!(r.verdict[0].contains("the longest wait: thread worker (1), 9.0 s blocked on I/O"), "{:?}", r.verdict);
+        assert!(lines(&r)[0].contains("the longest wait: thread worker (1), 9.0 s blocked on I/O"), "{:?}", lines(&r));
     }
 
     #[test]
     fn healthy_with_flat_age_and_no_false_alarm() {
         let rows = vec![row(1, "ingest", &[(State::IoWait, 9_000_000_000), (State::Running, 900_000_000), (State::GilWait, 100_000_000)])];
         let r = ProcessReport::new(1, "svc".into(), None, 10_000_000_000, None, rows).with_age(Some(age(0.01, 0.012, false)));
-        assert!(r.verdict[0].starts_with("healthy: age flat at 0.01 s (max 0.01 s); no thread waited"), "{:?}", r.verdict);
-        assert!(r.verdict[1..].iter().all(|l| !l.contains("GIL")), "{:?}", r.verdict);
+        assert!(lines(&r)[0].starts_with("healthy: age flat at 0.01 s (max 0.01 s); no thread waited"), "{:?}", lines(&r));
+        assert!(lines(&r)[1..].iter().all(|l| !l.contains("GIL")), "{:?}", lines(&r));
     }
 
     #[test]
@@ -445,5 +312,540 @@ mod tests {
         let f = findings_of(rows, 10_000_000_000);
         assert_eq!(f.len(), 1, "{f:?}");
         assert!(f[0].starts_with("healthy:"));
+    }
+}
+
+#[cfg(test)]
+mod pins {
+    //! Today's verdict text, pinned line by line for every kind of finding.
+    use super::*;
+    use crate::model::blame::FutexWait;
+    use crate::report::fixtures::{age, cgroup, lines, row, starving, S};
+    use crate::report::{AgeReport, CgroupReport, Throttling};
+
+    struct Window {
+        rows: Vec<ThreadRow>,
+        window_ns: u64,
+        limit: f64,
+        cgroup: Option<CgroupReport>,
+        throttling: Option<Throttling>,
+        age: Option<AgeReport>,
+    }
+
+    fn window(rows: Vec<ThreadRow>) -> Window {
+        Window { rows, window_ns: 10 * S, limit: 4.0, cgroup: None, throttling: None, age: None }
+    }
+
+    fn report(w: Window) -> ProcessReport {
+        let mut r = ProcessReport::new(1, "svc".into(), None, w.window_ns, None, w.rows);
+        r.cpu_limit_cores = w.limit;
+        r.with_cgroup(w.cgroup, w.throttling).with_age(w.age)
+    }
+
+    /// The verdict lines of a window, as the text report and the JSON `verdict` print them.
+    fn verdict_of(w: Window) -> Vec<String> {
+        lines(&report(w))
+    }
+
+    fn futex_row(tid: u32, name: &str, addr: u64, waker: u32) -> ThreadRow {
+        let mut r = row(tid, name, &[(State::FutexWait, 3 * S), (State::Running, S)]);
+        r.futex.push(FutexWait { addr, waker, ns: 3 * S });
+        r
+    }
+
+    fn scenarios() -> Vec<(&'static str, Window)> {
+        let mut v = vec![];
+        v.push(("healthy, no age source", window(vec![row(1, "main", &[(State::Sleep, 10 * S)])])));
+        let mut w = window(vec![row(1, "ingest", &[(State::IoWait, 9 * S), (State::Running, 9 * S / 10), (State::GilWait, S / 10)])]);
+        w.age = Some(age(0.01, 0.012, false));
+        v.push(("healthy, flat age, a thread blocked on I/O", w));
+        let mut w = window(starving());
+        w.age = Some(age(0.1, 6.2, true));
+        v.push(("GIL starvation behind a named holder", w));
+        let mut victim = row(11, "ingest", &[(State::GilWait, 9 * S), (State::Running, S)]);
+        victim.gil_by_holder.insert(77, 8 * S);
+        let mut w = window(vec![victim]);
+        w.age = Some(age(1.0, 3.5, true));
+        w.limit = 2.5;
+        v.push(("GIL starvation behind a thread not in the report", w));
+        let mut victim = row(11, "ingest", &[(State::GilWait, 9 * S), (State::Running, S)]);
+        victim.gil_by_holder.insert(0, 9 * S);
+        v.push(("GIL wait, holder unknown", window(vec![victim])));
+        let rows: Vec<ThreadRow> =
+            (1..=2).map(|i| row(i, &format!("w{i}"), &[(State::Running, 3 * S), (State::Throttled, 2 * S)])).collect();
+        let mut w = window(rows);
+        w.window_ns = 5 * S;
+        w.cgroup = Some(cgroup(Some(0.2)));
+        w.throttling = Some(Throttling { stretches: 40, concentration: Some(0.97), signature: true, period_s: 0.1 });
+        w.age = Some(age(0.5, 4.0, true));
+        v.push(("CPU quota throttling with the period signature and age", w));
+        let mut w = window(vec![row(1, "w1", &[(State::Running, 10 * S)])]);
+        w.cgroup = Some(cgroup(None));
+        w.throttling = Some(Throttling { stretches: 2, concentration: None, signature: false, period_s: 0.1 });
+        v.push(("CPU quota throttling, no quota now, no signature", w));
+        let mut w = window(vec![row(1, "worker", &[(State::IoWait, 9 * S), (State::Running, S)])]);
+        w.age = Some(age(1.0, 9.0, true));
+        v.push(("age rising while the CPU is idle", w));
+        let mut worker = row(1, "worker", &[(State::FutexWait, 6 * S), (State::Running, S), (State::Sleep, 3 * S)]);
+        worker.age = Some(age(1.0, 9.0, true).summary);
+        v.push(("age rising (a thread's) while the CPU is idle, no process age", window(vec![worker])));
+        let mut rows: Vec<ThreadRow> = (1..=6).map(|i| futex_row(i, &format!("w{i}"), 0xabc, if i == 6 { 1 } else { i + 1 })).collect();
+        rows[5].futex[0].waker = 99;
+        rows.push(futex_row(7, "t7", 0xdef, 0));
+        rows.push(futex_row(8, "t8", 0xdef, 0));
+        rows.push(futex_row(9, "t9", 0xdef, 98));
+        rows.extend((10..=12).map(|i| futex_row(i, &format!("t{i}"), 0x123, 0)));
+        let mut w = window(rows);
+        w.window_ns = 4 * S;
+        v.push(("lock convoys: named wakers, an unknown one, timeouts", w));
+        let mut a = row(11, "ingest", &[(State::GilWait, 6 * S), (State::Running, 4 * S)]);
+        a.gil_by_holder.insert(12, 5 * S);
+        a.gil_by_holder.insert(0, S);
+        let mut b = row(13, "reader", &[(State::GilWait, 3 * S), (State::Running, 7 * S)]);
+        b.gil_by_holder.insert(77, 3 * S);
+        v.push(("GIL wait behind a named and an unknown holder", window(vec![a, b, row(12, "processor", &[(State::Running, 10 * S)])])));
+        let mut a = row(21, "spin-a", &[(State::Running, 5 * S), (State::Runqueue, 5 * S)]);
+        a.runqueue_by.insert(Preemptor::Thread(22), 4 * S);
+        a.runqueue_by.insert(Preemptor::Idle, S);
+        let mut b = row(22, "spin-b", &[(State::Running, 6 * S), (State::Runqueue, 4 * S)]);
+        b.runqueue_by.insert(Preemptor::Process { pid: 99, comm: "hog".into() }, 3 * S);
+        b.runqueue_by.insert(Preemptor::Thread(21), S);
+        let mut c = row(23, "spin-c", &[(State::Running, 7 * S), (State::Runqueue, 3 * S)]);
+        c.runqueue_by.insert(Preemptor::Idle, 3 * S);
+        let mut d = row(24, "spin-d", &[(State::Running, 7 * S), (State::Runqueue, 3 * S)]);
+        d.runqueue_by.insert(Preemptor::Thread(88), 3 * S);
+        let e = row(25, "spin-e", &[(State::Running, 7 * S), (State::Runqueue, 3 * S)]);
+        v.push(("run-queue saturation behind a thread, a process, idle, an unknown thread, nothing", window(vec![a, b, c, d, e])));
+        v.push(("CPU quota per thread", window(vec![row(1, "w", &[(State::Running, 5 * S), (State::Throttled, 5 * S)])])));
+        let mut a = row(31, "waiter", &[(State::FutexWait, 9 * S), (State::Running, S)]);
+        a.futex.push(FutexWait { addr: 0x10, waker: 33, ns: 8 * S });
+        a.futex.push(FutexWait { addr: 0x10, waker: 0, ns: S });
+        let mut b = row(32, "poller", &[(State::FutexWait, 6 * S), (State::Sleep, 4 * S)]);
+        b.futex.push(FutexWait { addr: 0x20, waker: 0, ns: 6 * S });
+        let mut c = row(34, "other", &[(State::FutexWait, 6 * S), (State::Sleep, 4 * S)]);
+        c.futex.push(FutexWait { addr: 0x30, waker: 99, ns: 6 * S });
+        let d = row(35, "quiet", &[(State::FutexWait, 6 * S), (State::Sleep, 4 * S)]);
+        let e = row(36, "reader", &[(State::IoWait, 6 * S), (State::Sleep, 4 * S)]);
+        let holder = row(33, "holder", &[(State::Sleep, 10 * S)]);
+        v.push(("blocked on futexes (named waker, timeout, unknown waker, none) and I/O", window(vec![a, b, c, d, e, holder])));
+        // ranking: starvation, throttling, convoy, then the per-thread lines in TID order
+        let mut rows = starving();
+        rows.extend((1..=3).map(|i| {
+            let mut r = futex_row(i, &format!("w{i}"), 0xabc, if i == 3 { 1 } else { i + 1 });
+            r.times.0[State::Throttled.index()] = S;
+            r
+        }));
+        let mut w = window(rows);
+        w.window_ns = 5 * S;
+        w.cgroup = Some(cgroup(Some(3.0)));
+        w.age = Some(age(0.1, 6.2, true));
+        v.push(("ranking: starvation, throttling, convoy, then per thread", w));
+        // ranking: the age finding comes before a convoy found earlier
+        let mut rows: Vec<ThreadRow> = (1..=3).map(|i| futex_row(i, &format!("w{i}"), 0xabc, if i == 3 { 1 } else { i + 1 })).collect();
+        rows.push(row(4, "worker", &[(State::IoWait, 4 * S)]));
+        let mut w = window(rows);
+        w.window_ns = 4 * S;
+        w.age = Some(age(1.0, 9.0, true));
+        v.push(("ranking: age rising while idle before a convoy", w));
+        // a run-queue finding explains rising age: no idle-CPU finding
+        let mut w = window(vec![row(1, "spin", &[(State::Running, 2 * S), (State::Runqueue, 3 * S), (State::IoWait, 5 * S)])]);
+        w.age = Some(age(1.0, 9.0, true));
+        v.push(("run queue explains rising age", w));
+        // rising age with the CPU busy: no idle-CPU finding; today this says "healthy: age flat"
+        // (a fault of the rules, pinned as it is: the refactoring that pins it changes no behaviour)
+        let mut w = window(vec![row(1, "busy", &[(State::Running, 10 * S)])]);
+        w.limit = 1.0;
+        w.age = Some(age(1.0, 9.0, true));
+        v.push(("rising age, busy CPU", w));
+        v
+    }
+
+    /// Each scenario's verdict as today's code words it (before findings became typed values).
+    const PINNED: &[(&str, &[&str])] = &[
+        (
+            "healthy, no age source",
+            &[
+                "healthy: no age source; no thread waited for a CPU, quota or the GIL for 20% or more of its time in 10.0 s",
+            ],
+        ),
+        (
+            "healthy, flat age, a thread blocked on I/O",
+            &[
+                "healthy: age flat at 0.01 s (max 0.01 s); no thread waited for a CPU, quota or the GIL for 20% or more of its time in 10.0 s",
+                "thread ingest (1) spent 9.0 s of 10.0 s blocked on I/O (90%): idle or contended",
+            ],
+        ),
+        (
+            "GIL starvation behind a named holder",
+            &[
+                "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12); message age grew 6.1 s (to 6.2 s); CPU 1.1 of 4 cores: this is waiting, not working. Move processor to its own process",
+                "GIL wait: thread ingest (11) spent 9.4 s of 10.0 s waiting for the Python GIL (94%), 99% of it behind processor (12), wait ratio 0.94: it had work and could not do it",
+            ],
+        ),
+        (
+            "GIL starvation behind a thread not in the report",
+            &[
+                "GIL starvation: thread ingest (11) lost 9.0 s of 10.0 s waiting for the GIL; message age grew 2.5 s (to 3.5 s); CPU 0.1 of 2.50 cores: this is waiting, not working. Move the GIL-heavy work to its own process",
+                "GIL wait: thread ingest (11) spent 9.0 s of 10.0 s waiting for the Python GIL (90%), 100% of it behind a thread (77), wait ratio 0.90: it had work and could not do it",
+            ],
+        ),
+        (
+            "GIL wait, holder unknown",
+            &[
+                "GIL wait: thread ingest (11) spent 9.0 s of 10.0 s waiting for the Python GIL (90%), wait ratio 0.90: it had work and could not do it",
+            ],
+        ),
+        (
+            "CPU quota throttling with the period signature and age",
+            &[
+                "CPU quota throttling: the cgroup /svc (quota 0.20 cores) was throttled in 40 periods, 2.00 s; its threads lost 4.00 s runnable but throttled; 40 throttled stretches ended on the 100 ms CFS period boundary: waits cluster at multiples of the period; message age grew 3.5 s (to 4.0 s): raise the quota or lower the parallelism",
+                "CPU quota: thread w1 (1) spent 2.0 s of 5.0 s throttled by its cgroup's CPU quota (40%), wait ratio 0.40: it had work and could not do it",
+                "CPU quota: thread w2 (2) spent 2.0 s of 5.0 s throttled by its cgroup's CPU quota (40%), wait ratio 0.40: it had work and could not do it",
+            ],
+        ),
+        (
+            "CPU quota throttling, no quota now, no signature",
+            &[
+                "CPU quota throttling: the cgroup /svc (no quota now) was throttled in 40 periods, 2.00 s; its threads lost 0.00 s runnable but throttled: raise the quota or lower the parallelism",
+            ],
+        ),
+        (
+            "age rising while the CPU is idle",
+            &[
+                "age rising while the CPU is idle: message age grew 8.0 s (to 9.0 s) in 10.0 s; CPU 0.1 of 4 cores: the work is waiting for something other than the CPU; the longest wait: thread worker (1), 9.0 s blocked on I/O",
+                "thread worker (1) spent 9.0 s of 10.0 s blocked on I/O (90%): idle or contended",
+            ],
+        ),
+        (
+            "age rising (a thread's) while the CPU is idle, no process age",
+            &[
+                "age rising while the CPU is idle:  in 10.0 s; CPU 0.1 of 4 cores: the work is waiting for something other than the CPU; the longest wait: thread worker (1), 6.0 s blocked on a lock or condition (futex)",
+                "thread worker (1) spent 6.0 s of 10.0 s blocked on a lock or condition (futex) (60%): idle or contended",
+            ],
+        ),
+        (
+            "lock convoys: named wakers, an unknown one, timeouts",
+            &[
+                "lock convoy on futex 0xabc: 6 threads waited 18.0 s in total in 4.0 s, woken by w2 (2), w3 (3), w4 (4), w5 (5): they take turns on one lock",
+                "lock convoy on futex 0x123: 3 threads waited 9.0 s in total in 4.0 s, woken by timeouts: they take turns on one lock",
+                "lock convoy on futex 0xdef: 3 threads waited 9.0 s in total in 4.0 s, woken by thread 98: they take turns on one lock",
+                "thread w1 (1) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w2 (2) 100% of the time: idle or contended",
+                "thread w2 (2) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w3 (3) 100% of the time: idle or contended",
+                "thread w3 (3) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w4 (4) 100% of the time: idle or contended",
+                "thread w4 (4) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w5 (5) 100% of the time: idle or contended",
+                "thread w5 (5) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w6 (6) 100% of the time: idle or contended",
+                "thread w6 (6) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by thread 99 100% of the time: idle or contended",
+                "thread t7 (7) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
+                "thread t8 (8) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
+                "thread t9 (9) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by thread 98 100% of the time: idle or contended",
+                "thread t10 (10) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
+                "thread t11 (11) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
+                "thread t12 (12) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
+            ],
+        ),
+        (
+            "GIL wait behind a named and an unknown holder",
+            &[
+                "GIL wait: thread ingest (11) spent 6.0 s of 10.0 s waiting for the Python GIL (60%), 83% of it behind processor (12), wait ratio 0.60: it had work and could not do it",
+                "GIL wait: thread reader (13) spent 3.0 s of 10.0 s waiting for the Python GIL (30%), 100% of it behind a thread (77), wait ratio 0.30: it had work and could not do it",
+            ],
+        ),
+        (
+            "run-queue saturation behind a thread, a process, idle, an unknown thread, nothing",
+            &[
+                "run-queue saturation: thread spin-a (21) spent 5.0 s of 10.0 s waiting for a CPU (run queue) (50%), mostly behind spin-b (22) (80%), wait ratio 0.50: it had work and could not do it",
+                "run-queue saturation: thread spin-b (22) spent 4.0 s of 10.0 s waiting for a CPU (run queue) (40%), mostly behind pid 99 (hog) (75%), wait ratio 0.40: it had work and could not do it",
+                "run-queue saturation: thread spin-c (23) spent 3.0 s of 10.0 s waiting for a CPU (run queue) (30%), mostly behind idle (100%), wait ratio 0.30: it had work and could not do it",
+                "run-queue saturation: thread spin-d (24) spent 3.0 s of 10.0 s waiting for a CPU (run queue) (30%), mostly behind a thread (88) (100%), wait ratio 0.30: it had work and could not do it",
+                "run-queue saturation: thread spin-e (25) spent 3.0 s of 10.0 s waiting for a CPU (run queue) (30%), wait ratio 0.30: it had work and could not do it",
+            ],
+        ),
+        (
+            "CPU quota per thread",
+            &[
+                "CPU quota: thread w (1) spent 5.0 s of 10.0 s throttled by its cgroup's CPU quota (50%), wait ratio 0.50: it had work and could not do it",
+            ],
+        ),
+        (
+            "blocked on futexes (named waker, timeout, unknown waker, none) and I/O",
+            &[
+                "healthy: no age source; no thread waited for a CPU, quota or the GIL for 20% or more of its time in 10.0 s",
+                "thread waiter (31) spent 9.0 s of 10.0 s blocked on a lock or condition (futex) (90%), woken by holder (33) 89% of the time: idle or contended",
+                "thread poller (32) spent 6.0 s of 10.0 s blocked on a lock or condition (futex) (60%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
+                "thread other (34) spent 6.0 s of 10.0 s blocked on a lock or condition (futex) (60%), woken by thread 99 100% of the time: idle or contended",
+                "thread quiet (35) spent 6.0 s of 10.0 s blocked on a lock or condition (futex) (60%): idle or contended",
+                "thread reader (36) spent 6.0 s of 10.0 s blocked on I/O (60%): idle or contended",
+            ],
+        ),
+        (
+            "ranking: starvation, throttling, convoy, then per thread",
+            &[
+                "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12); message age grew 6.1 s (to 6.2 s); CPU 2.7 of 3 cores: this is waiting, not working. Move processor to its own process",
+                "CPU quota throttling: the cgroup /svc (quota 3.00 cores) was throttled in 40 periods, 2.00 s; its threads lost 3.00 s runnable but throttled; message age grew 6.1 s (to 6.2 s): raise the quota or lower the parallelism",
+                "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 5.0 s, woken by w1 (1), w2 (2), w3 (3): they take turns on one lock",
+                "CPU quota: thread w1 (1) spent 1.0 s of 5.0 s throttled by its cgroup's CPU quota (20%), wait ratio 0.50: it had work and could not do it",
+                "CPU quota: thread w2 (2) spent 1.0 s of 5.0 s throttled by its cgroup's CPU quota (20%), wait ratio 0.50: it had work and could not do it",
+                "CPU quota: thread w3 (3) spent 1.0 s of 5.0 s throttled by its cgroup's CPU quota (20%), wait ratio 0.50: it had work and could not do it",
+                "GIL wait: thread ingest (11) spent 9.4 s of 10.0 s waiting for the Python GIL (94%), 99% of it behind processor (12), wait ratio 0.94: it had work and could not do it",
+            ],
+        ),
+        (
+            "ranking: age rising while idle before a convoy",
+            &[
+                "age rising while the CPU is idle: message age grew 8.0 s (to 9.0 s) in 4.0 s; CPU 0.8 of 4 cores: the work is waiting for something other than the CPU; the longest wait: thread worker (4), 4.0 s blocked on I/O",
+                "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 4.0 s, woken by w1 (1), w2 (2), w3 (3): they take turns on one lock",
+                "thread w1 (1) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w2 (2) 100% of the time: idle or contended",
+                "thread w2 (2) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w3 (3) 100% of the time: idle or contended",
+                "thread w3 (3) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by w1 (1) 100% of the time: idle or contended",
+                "thread worker (4) spent 4.0 s of 4.0 s blocked on I/O (100%): idle or contended",
+            ],
+        ),
+        (
+            "run queue explains rising age",
+            &[
+                "run-queue saturation: thread spin (1) spent 3.0 s of 10.0 s waiting for a CPU (run queue) (30%), wait ratio 0.60: it had work and could not do it",
+            ],
+        ),
+        (
+            "rising age, busy CPU",
+            &[
+                "healthy: age flat at 9.00 s (max 9.00 s); no thread waited for a CPU, quota or the GIL for 20% or more of its time in 10.0 s",
+            ],
+        ),
+    ];
+
+    #[test]
+    fn the_text_of_every_kind_of_finding_is_pinned() {
+        let scenarios = scenarios();
+        assert_eq!(scenarios.len(), PINNED.len());
+        for ((name, w), (pinned_name, pinned)) in scenarios.into_iter().zip(PINNED) {
+            assert_eq!(name, *pinned_name);
+            assert_eq!(verdict_of(w), *pinned, "{name}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod typed {
+    //! The rules give typed findings: each kind with its evidence, and their ranking.
+    use super::*;
+    use crate::model::blame::FutexWait;
+    use crate::report::fixtures::{age, cgroup, row, starving, S};
+    use crate::report::Throttling;
+
+    fn named(tid: u32, name: &str) -> ThreadRef {
+        ThreadRef { tid, name: Some(name.into()) }
+    }
+
+    fn time(tid: u32, name: &str, state: State, ns: u64, total_ns: u64) -> ThreadTime {
+        ThreadTime { thread: named(tid, name), state, ns, total_ns }
+    }
+
+    fn thread(tid: u32, name: &str, share: f64) -> Option<Behind> {
+        Some(Behind { culprit: Culprit::Thread(named(tid, name)), share })
+    }
+
+    /// The findings of `rows` over a window, with an age going `(from, to, rising)`.
+    fn findings_of(rows: Vec<ThreadRow>, window_ns: u64, limit: f64, ages: Option<(f64, f64, bool)>) -> Vec<Finding> {
+        let mut r = ProcessReport::new(1, "svc".into(), None, window_ns, None, rows);
+        r.cpu_limit_cores = limit;
+        findings(&r.with_age(ages.map(|(from, to, rising)| age(from, to, rising))))
+    }
+
+    /// `f` is `kind`, explains `explains_ns` and reads `text`.
+    fn check(f: &Finding, kind: Kind, explains_ns: u64, text: &str) {
+        assert_eq!(*f, Finding { kind, explains_ns });
+        assert_eq!(f.to_string(), text);
+    }
+
+    /// The JSON `kind` of each finding, in order.
+    fn kinds(f: &[Finding]) -> Vec<String> {
+        f.iter().map(|f| serde_json::to_value(f).unwrap()["kind"].as_str().unwrap().to_string()).collect()
+    }
+
+    #[test]
+    fn healthy() {
+        let f = findings_of(vec![row(1, "main", &[(State::Sleep, 10 * S)])], 10 * S, 4.0, Some((1.0, 1.0, false)));
+        let age = Some(AgeFacts { growth_s: 0.0, last_s: 1.0, max_s: 1.0 });
+        assert_eq!(f.len(), 1);
+        let healthy = Kind::Healthy { age, window_ns: 10 * S, waiting_share: WAITING_SHARE };
+        check(
+            &f[0],
+            healthy,
+            0,
+            "healthy: age flat at 1.00 s (max 1.00 s); no thread waited for a CPU, quota or the GIL for 20% or more of its time in 10.0 s",
+        );
+    }
+
+    #[test]
+    fn gil_starvation_behind_a_holder() {
+        let f = findings_of(starving(), 10 * S, 4.0, Some((1.0, 3.0, true)));
+        let victim = time(11, "ingest", State::GilWait, 9_400_000_000, 10 * S);
+        let starvation = Kind::GilStarvation {
+            victim: victim.clone(),
+            holder: thread(12, "processor", 9.3 / 9.4),
+            age: Some(AgeFacts { growth_s: 2.0, last_s: 3.0, max_s: 3.0 }),
+            cpu: CpuUse { used_cores: 10.5 / 10.0, limit_cores: 4.0 },
+        };
+        check(&f[0], starvation, 9_400_000_000, "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12); message age grew 2.0 s (to 3.0 s); CPU 1.1 of 4 cores: this is waiting, not working. Move processor to its own process");
+        // the victim's own line follows, with the same holder
+        let gil_wait = Kind::GilWait { victim, wait_ratio: 0.94, holder: thread(12, "processor", 9.3 / 9.4) };
+        assert_eq!(f[1], Finding { kind: gil_wait, explains_ns: 9_400_000_000 });
+        assert_eq!(f.len(), 2);
+    }
+
+    #[test]
+    fn gil_wait_behind_a_thread_outside_the_report() {
+        let mut victim = row(11, "ingest", &[(State::GilWait, 3 * S), (State::Running, 7 * S)]);
+        victim.gil_by_holder.insert(77, 3 * S);
+        let f = findings_of(vec![victim], 10 * S, 4.0, None);
+        let holder = Some(Behind { culprit: Culprit::Thread(ThreadRef { tid: 77, name: None }), share: 1.0 });
+        let kind = Kind::GilWait { victim: time(11, "ingest", State::GilWait, 3 * S, 10 * S), wait_ratio: 0.3, holder };
+        assert_eq!(f, [Finding { kind, explains_ns: 3 * S }]);
+        assert!(f[0].to_string().contains(", 100% of it behind a thread (77), wait ratio 0.30"), "{}", f[0]);
+    }
+
+    #[test]
+    fn run_queue_saturation_behind_a_preemptor() {
+        let mut a = row(21, "spin-a", &[(State::Running, 5 * S), (State::Runqueue, 5 * S)]);
+        a.runqueue_by.insert(Preemptor::Process { pid: 99, comm: "hog".into() }, 4 * S);
+        a.runqueue_by.insert(Preemptor::Idle, S);
+        let mut c = row(23, "spin-c", &[(State::Running, 7 * S), (State::Runqueue, 3 * S)]);
+        c.runqueue_by.insert(Preemptor::Idle, 3 * S);
+        let f = findings_of(vec![a, c], 10 * S, 4.0, None);
+        let hog = Some(Behind { culprit: Culprit::Process { pid: 99, comm: "hog".into() }, share: 0.8 });
+        let a = Kind::RunQueueSaturation { victim: time(21, "spin-a", State::Runqueue, 5 * S, 10 * S), wait_ratio: 0.5, preemptor: hog };
+        let idle = Some(Behind { culprit: Culprit::Idle, share: 1.0 });
+        let c = Kind::RunQueueSaturation { victim: time(23, "spin-c", State::Runqueue, 3 * S, 10 * S), wait_ratio: 0.3, preemptor: idle };
+        assert_eq!(f, [Finding { kind: a, explains_ns: 5 * S }, Finding { kind: c, explains_ns: 3 * S }]);
+        assert!(f[0].to_string().contains("(50%), mostly behind pid 99 (hog) (80%), wait ratio 0.50"), "{}", f[0]);
+        assert!(f[1].to_string().contains("mostly behind idle (100%)"), "{}", f[1]);
+    }
+
+    #[test]
+    fn cpu_quota_of_a_thread() {
+        let f = findings_of(vec![row(1, "w", &[(State::Running, 5 * S), (State::Throttled, 5 * S)])], 10 * S, 4.0, None);
+        let kind = Kind::CpuQuota { victim: time(1, "w", State::Throttled, 5 * S, 10 * S), wait_ratio: 0.5 };
+        assert_eq!(f.len(), 1);
+        check(&f[0], kind, 5 * S, "CPU quota: thread w (1) spent 5.0 s of 10.0 s throttled by its cgroup's CPU quota (50%), wait ratio 0.50: it had work and could not do it");
+    }
+
+    #[test]
+    fn blocked_on_a_futex_woken_by_a_thread_or_a_timeout_and_on_io() {
+        let mut a = row(31, "waiter", &[(State::FutexWait, 9 * S), (State::Running, S)]);
+        a.futex.push(FutexWait { addr: 0x10, waker: 33, ns: 8 * S });
+        a.futex.push(FutexWait { addr: 0x10, waker: 0, ns: S });
+        let mut b = row(32, "poller", &[(State::FutexWait, 6 * S), (State::Sleep, 4 * S)]);
+        b.futex.push(FutexWait { addr: 0x20, waker: 0, ns: 6 * S });
+        let c = row(36, "reader", &[(State::IoWait, 6 * S), (State::Sleep, 4 * S)]);
+        let f = findings_of(vec![a, b, c, row(33, "holder", &[(State::Sleep, 10 * S)])], 10 * S, 4.0, None);
+        assert_eq!(kinds(&f), ["healthy", "blocked", "blocked", "blocked"]);
+        let waiter = Kind::Blocked { victim: time(31, "waiter", State::FutexWait, 9 * S, 10 * S), waker: thread(33, "holder", 8.0 / 9.0) };
+        let timeout = Some(Behind { culprit: Culprit::Timeout, share: 1.0 });
+        let poller = Kind::Blocked { victim: time(32, "poller", State::FutexWait, 6 * S, 10 * S), waker: timeout };
+        let reader = Kind::Blocked { victim: time(36, "reader", State::IoWait, 6 * S, 10 * S), waker: None };
+        assert_eq!(f[1..], [Finding::from(waiter), Finding::from(poller), Finding::from(reader)]);
+        assert_eq!(f[1].explains_ns, 9 * S);
+        assert!(f[1].to_string().ends_with("(90%), woken by holder (33) 89% of the time: idle or contended"), "{}", f[1]);
+        assert!(f[2].to_string().ends_with("(60%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended"), "{}", f[2]);
+        assert!(f[3].to_string().ends_with("blocked on I/O (60%): idle or contended"), "{}", f[3]);
+    }
+
+    #[test]
+    fn lock_convoy() {
+        let rows: Vec<ThreadRow> = (1..=3)
+            .map(|i| {
+                let mut r = row(i, &format!("w{i}"), &[(State::FutexWait, 3 * S), (State::Running, S)]);
+                r.futex.push(FutexWait { addr: 0xabc, waker: if i == 3 { 99 } else { i + 1 }, ns: 3 * S });
+                r
+            })
+            .collect();
+        let f = findings_of(rows, 4 * S, 4.0, None);
+        assert_eq!(kinds(&f), ["lock_convoy", "blocked", "blocked", "blocked"]);
+        let wakers = vec![named(2, "w2"), named(3, "w3"), ThreadRef { tid: 99, name: None }];
+        let convoy = Kind::LockConvoy { futex: 0xabc, waiters: vec![1, 2, 3], wait_ns: 9 * S, window_ns: 4 * S, wakers };
+        check(&f[0], convoy, 9 * S, "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 4.0 s, woken by w2 (2), w3 (3), thread 99: they take turns on one lock");
+    }
+
+    #[test]
+    fn cpu_quota_throttling() {
+        let rows: Vec<ThreadRow> =
+            (1..=2).map(|i| row(i, &format!("w{i}"), &[(State::Running, 3 * S), (State::Throttled, 2 * S)])).collect();
+        let mut r = ProcessReport::new(1, "svc".into(), None, 5 * S, None, rows);
+        r.cpu_limit_cores = 4.0;
+        let cg = cgroup(Some(0.5));
+        let th = Throttling { stretches: 40, concentration: Some(0.97), signature: true, period_s: 0.1 };
+        let f = findings(&r.with_cgroup(Some(cg), Some(th)));
+        assert_eq!(kinds(&f), ["cpu_quota_throttling", "cpu_quota", "cpu_quota"]);
+        let throttling = Kind::CpuQuotaThrottling {
+            cgroup: "/svc".into(),
+            quota_cores: Some(0.5),
+            nr_throttled: 40,
+            cgroup_throttled_s: 2.0,
+            throttled_ns: 4 * S,
+            period_signature: Some(PeriodSignature { stretches: 40, period_s: 0.1 }),
+            age: None,
+        };
+        check(&f[0], throttling, 4 * S, "CPU quota throttling: the cgroup /svc (quota 0.50 cores) was throttled in 40 periods, 2.00 s; its threads lost 4.00 s runnable but throttled; 40 throttled stretches ended on the 100 ms CFS period boundary: waits cluster at multiples of the period: raise the quota or lower the parallelism");
+    }
+
+    #[test]
+    fn age_rising_while_the_cpu_is_idle() {
+        let rows = vec![row(1, "worker", &[(State::IoWait, 9 * S), (State::Running, S)])];
+        let f = findings_of(rows, 10 * S, 4.0, Some((1.0, 9.0, true)));
+        assert_eq!(kinds(&f), ["age_rising_cpu_idle", "blocked"]);
+        let kind = Kind::AgeRisingCpuIdle {
+            age: Some(AgeFacts { growth_s: 8.0, last_s: 9.0, max_s: 9.0 }),
+            window_ns: 10 * S,
+            cpu: CpuUse { used_cores: 0.1, limit_cores: 4.0 },
+            longest_wait: Some(time(1, "worker", State::IoWait, 9 * S, 10 * S)),
+        };
+        assert_eq!(f[0], Finding { kind, explains_ns: 9 * S });
+    }
+
+    #[test]
+    fn ranking_puts_the_binding_limit_first() {
+        // found in the order starvation, throttling, convoy, per-thread lines
+        let mut rows = starving();
+        rows.extend((1..=3).map(|i| {
+            let mut r = row(i, &format!("w{i}"), &[(State::FutexWait, 3 * S), (State::Running, S), (State::Throttled, S)]);
+            r.futex.push(FutexWait { addr: 0xabc, waker: if i == 3 { 1 } else { i + 1 }, ns: 3 * S });
+            r
+        }));
+        let mut r = ProcessReport::new(1, "svc".into(), None, 5 * S, None, rows);
+        r.cpu_limit_cores = 4.0;
+        let cg = cgroup(Some(3.0));
+        let f = findings(&r.with_cgroup(Some(cg), None).with_age(Some(age(0.1, 6.2, true))));
+        assert_eq!(kinds(&f), ["gil_starvation", "cpu_quota_throttling", "lock_convoy", "cpu_quota", "cpu_quota", "cpu_quota", "gil_wait"]);
+        // the per-thread lines keep the TID order
+        let tids: Vec<u32> = f[3..]
+            .iter()
+            .map(|f| match &f.kind {
+                Kind::CpuQuota { victim, .. } | Kind::GilWait { victim, .. } => victim.thread.tid,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(tids, [1, 2, 3, 11]);
+        // the idle-CPU finding, found last, comes before a convoy
+        let mut rows: Vec<ThreadRow> = (1..=3)
+            .map(|i| {
+                let mut r = row(i, &format!("w{i}"), &[(State::FutexWait, 3 * S), (State::Running, S)]);
+                r.futex.push(FutexWait { addr: 0xabc, waker: if i == 3 { 1 } else { i + 1 }, ns: 3 * S });
+                r
+            })
+            .collect();
+        rows.push(row(4, "worker", &[(State::IoWait, 4 * S)]));
+        let f = findings_of(rows, 4 * S, 4.0, Some((1.0, 9.0, true)));
+        assert_eq!(kinds(&f), ["age_rising_cpu_idle", "lock_convoy", "blocked", "blocked", "blocked", "blocked"]);
+        // "healthy" leads the blocked threads it comes with
+        let f = findings_of(vec![row(1, "reader", &[(State::IoWait, 9 * S), (State::Running, S)])], 10 * S, 4.0, None);
+        assert_eq!(kinds(&f), ["healthy", "blocked"]);
+    }
+
+    #[test]
+    fn a_run_queue_finding_explains_rising_age() {
+        let rows = vec![row(1, "spin", &[(State::Running, 2 * S), (State::Runqueue, 3 * S), (State::IoWait, 5 * S)])];
+        let f = findings_of(rows, 10 * S, 4.0, Some((1.0, 9.0, true)));
+        assert_eq!(kinds(&f), ["run_queue_saturation"]);
     }
 }

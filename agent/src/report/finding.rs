@@ -1,0 +1,495 @@
+//! A verdict finding as a typed value: the kind of problem with the evidence it
+//! quotes, and the wall time it explains. `verdict.rs` decides the findings once
+//! per report; they are put in words only here, at the edge (`Display`: the text
+//! report's verdict and the JSON `verdict` strings), and serialised as they are
+//! for the JSON `findings` (docs/architecture.md).
+use std::fmt;
+
+use serde::Serialize;
+
+use super::json::{hex, ratio, rounded, seconds, state_name};
+use crate::model::blame::Preemptor;
+use crate::model::partition::secs;
+use crate::model::state::State;
+
+/// One finding: what it found, and how much of the window's wall time that accounts for.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Finding {
+    #[serde(flatten)]
+    pub kind: Kind,
+    /// the wall time the finding accounts for (`Kind::explains_ns`)
+    #[serde(rename = "explains_s", serialize_with = "seconds")]
+    pub explains_ns: u64,
+}
+
+impl From<Kind> for Finding {
+    fn from(kind: Kind) -> Self {
+        Finding { explains_ns: kind.explains_ns(), kind }
+    }
+}
+
+/// The kinds of findings, each with the evidence its line quotes. The JSON `kind` is
+/// the variant's name in snake case; the line starts with the kind in words.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Kind {
+    /// "healthy:": no thread waited `waiting_share` of its time, and the age (if any) is flat
+    Healthy {
+        age: Option<AgeFacts>,
+        #[serde(rename = "window_s", serialize_with = "seconds")]
+        window_ns: u64,
+        /// the waiting share below which a thread is not reported (`verdict::WAITING_SHARE`)
+        waiting_share: f64,
+    },
+    /// "GIL starvation:": age rising while a thread spent most of its time waiting for the GIL
+    GilStarvation {
+        #[serde(flatten)]
+        victim: ThreadTime,
+        holder: Option<Behind>,
+        age: Option<AgeFacts>,
+        cpu: CpuUse,
+    },
+    /// "CPU quota throttling:": the process' cgroup was throttled in the window
+    CpuQuotaThrottling {
+        cgroup: String,
+        /// the quota now, in cores; null: none
+        quota_cores: Option<f64>,
+        /// periods throttled and seconds, from the cgroup's cpu.stat
+        nr_throttled: u64,
+        #[serde(serialize_with = "rounded")]
+        cgroup_throttled_s: f64,
+        /// the process' threads' time runnable but throttled
+        #[serde(rename = "throttled_s", serialize_with = "seconds")]
+        throttled_ns: u64,
+        /// the throttled stretches end on the CFS period boundary; null: they do not
+        period_signature: Option<PeriodSignature>,
+        age: Option<AgeFacts>,
+    },
+    /// "age rising while the CPU is idle:": and no starvation, throttling or run-queue finding explains it
+    AgeRisingCpuIdle {
+        age: Option<AgeFacts>,
+        #[serde(rename = "window_s", serialize_with = "seconds")]
+        window_ns: u64,
+        cpu: CpuUse,
+        /// the longest GIL, futex, I/O or other wait of a thread
+        longest_wait: Option<ThreadTime>,
+    },
+    /// "lock convoy on futex 0x…:": many threads took turns on one futex word
+    LockConvoy {
+        #[serde(serialize_with = "hex")]
+        futex: u64,
+        waiters: Vec<u32>,
+        /// the waiters' wait on it, summed
+        #[serde(rename = "wait_s", serialize_with = "seconds")]
+        wait_ns: u64,
+        #[serde(rename = "window_s", serialize_with = "seconds")]
+        window_ns: u64,
+        wakers: Vec<ThreadRef>,
+    },
+    /// "GIL wait:": a thread waited for the GIL a large share of its time
+    GilWait {
+        #[serde(flatten)]
+        victim: ThreadTime,
+        #[serde(serialize_with = "ratio")]
+        wait_ratio: f64,
+        holder: Option<Behind>,
+    },
+    /// "run-queue saturation:": a thread waited for a CPU a large share of its time
+    RunQueueSaturation {
+        #[serde(flatten)]
+        victim: ThreadTime,
+        #[serde(serialize_with = "ratio")]
+        wait_ratio: f64,
+        preemptor: Option<Behind>,
+    },
+    /// "CPU quota:": a thread was throttled a large share of its time
+    CpuQuota {
+        #[serde(flatten)]
+        victim: ThreadTime,
+        #[serde(serialize_with = "ratio")]
+        wait_ratio: f64,
+    },
+    /// "thread … blocked on …": most of a thread's time blocked on a futex or I/O (idle or contended)
+    Blocked {
+        #[serde(flatten)]
+        victim: ThreadTime,
+        waker: Option<Behind>,
+    },
+}
+
+/// A thread a finding names: its TID, and its name when it is one of the report's threads.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ThreadRef {
+    pub tid: u32,
+    pub name: Option<String>,
+}
+
+/// What had what a thread waited for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Culprit {
+    /// a thread of the process: the GIL's holder, the preemptor, the futex's waker
+    Thread(ThreadRef),
+    /// another process had the CPU
+    Process { pid: u32, comm: String },
+    /// the CPU was idle (the run-queue wait was the wakeup itself)
+    Idle,
+    /// nothing woke the futex wait: it ended by a timeout or a signal
+    Timeout,
+}
+
+/// The culprit of most of a wait, and its share of the wait.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Behind {
+    #[serde(flatten)]
+    pub culprit: Culprit,
+    #[serde(serialize_with = "ratio")]
+    pub share: f64,
+}
+
+/// A thread's time in one state, of its time in the window.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ThreadTime {
+    pub thread: ThreadRef,
+    #[serde(serialize_with = "state_name")]
+    pub state: State,
+    #[serde(rename = "wait_s", serialize_with = "seconds")]
+    pub ns: u64,
+    #[serde(rename = "total_s", serialize_with = "seconds")]
+    pub total_ns: u64,
+}
+
+/// The application's age over the window.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AgeFacts {
+    #[serde(serialize_with = "rounded")]
+    pub growth_s: f64,
+    #[serde(serialize_with = "rounded")]
+    pub last_s: f64,
+    #[serde(serialize_with = "rounded")]
+    pub max_s: f64,
+}
+
+/// Cores the process used on average, of the cores it may use.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct CpuUse {
+    #[serde(serialize_with = "rounded")]
+    pub used_cores: f64,
+    pub limit_cores: f64,
+}
+
+/// Throttled stretches that end on the CFS period's beat.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PeriodSignature {
+    pub stretches: usize,
+    pub period_s: f64,
+}
+
+impl Kind {
+    /// The wall time the finding accounts for: the victim's wait, the threads' throttled
+    /// time, the convoy's summed wait, the longest wait an idle-CPU finding points at;
+    /// nothing for "healthy".
+    pub fn explains_ns(&self) -> u64 {
+        match self {
+            Kind::Healthy { .. } => 0,
+            Kind::GilStarvation { victim, .. }
+            | Kind::GilWait { victim, .. }
+            | Kind::RunQueueSaturation { victim, .. }
+            | Kind::CpuQuota { victim, .. }
+            | Kind::Blocked { victim, .. } => victim.ns,
+            Kind::CpuQuotaThrottling { throttled_ns, .. } => *throttled_ns,
+            Kind::AgeRisingCpuIdle { longest_wait, .. } => longest_wait.as_ref().map_or(0, |w| w.ns),
+            Kind::LockConvoy { wait_ns, .. } => *wait_ns,
+        }
+    }
+
+    /// Where the kind stands in the verdict: the process-wide headlines first (the binding
+    /// limit leads), then the per-thread lines. "healthy" only ever comes with blocked threads.
+    pub fn precedence(&self) -> u8 {
+        match self {
+            Kind::Healthy { .. } => 0,
+            Kind::GilStarvation { .. } => 1,
+            Kind::CpuQuotaThrottling { .. } => 2,
+            Kind::AgeRisingCpuIdle { .. } => 3,
+            Kind::LockConvoy { .. } => 4,
+            Kind::GilWait { .. } | Kind::RunQueueSaturation { .. } | Kind::CpuQuota { .. } | Kind::Blocked { .. } => 5,
+        }
+    }
+}
+
+/// The state as the verdict says it.
+fn what(state: State) -> &'static str {
+    match state {
+        State::Runqueue => "waiting for a CPU (run queue)",
+        State::Throttled => "throttled by its cgroup's CPU quota",
+        State::GilWait => "waiting for the Python GIL",
+        State::FutexWait => "blocked on a lock or condition (futex)",
+        State::IoWait => "blocked on I/O",
+        State::Sleep => "asleep",
+        State::Other => "blocked (other)",
+        State::Running => "running",
+    }
+}
+
+impl ThreadRef {
+    /// "processor (12)", or `unknown` for a thread outside the report.
+    fn or(&self, unknown: impl FnOnce(u32) -> String) -> String {
+        match &self.name {
+            Some(name) => format!("{name} ({})", self.tid),
+            None => unknown(self.tid),
+        }
+    }
+
+    /// "processor (12)", or "a thread (12)".
+    fn or_a_thread(&self) -> String {
+        self.or(|tid| format!("a thread ({tid})"))
+    }
+
+    /// "processor (12)", or "thread 12".
+    fn or_thread_tid(&self) -> String {
+        self.or(|tid| format!("thread {tid}"))
+    }
+}
+
+impl Culprit {
+    /// The culprit in a table cell: "processor", "12" (a thread outside the report),
+    /// "pid 42 (nginx)", "idle", "timeout".
+    pub fn short(&self) -> String {
+        match self {
+            Culprit::Thread(t) => t.name.clone().unwrap_or_else(|| t.tid.to_string()),
+            Culprit::Process { pid, comm } => Preemptor::Process { pid: *pid, comm: comm.clone() }.key(),
+            Culprit::Idle => Preemptor::Idle.key(),
+            Culprit::Timeout => "timeout".into(),
+        }
+    }
+
+    /// The culprit in a verdict line: a thread by name and TID, else as in a table cell.
+    fn long(&self) -> String {
+        match self {
+            Culprit::Thread(t) => t.or_a_thread(),
+            other => other.short(),
+        }
+    }
+}
+
+impl ThreadTime {
+    fn share(&self) -> f64 {
+        self.ns as f64 / self.total_ns as f64
+    }
+
+    /// "ingest (11) spent 9.0 s of 10.0 s waiting for the Python GIL (90%)"
+    fn spent(&self) -> String {
+        format!(
+            "{} spent {:.1} s of {:.1} s {} ({:.0}%)",
+            self.thread.or_a_thread(),
+            secs(self.ns),
+            secs(self.total_ns),
+            what(self.state),
+            100.0 * self.share()
+        )
+    }
+}
+
+/// "; message age grew 6.1 s (to 6.2 s)", or nothing without an age.
+fn growth(age: &Option<AgeFacts>) -> String {
+    match age {
+        Some(a) => format!("; message age grew {:.1} s (to {:.1} s)", a.growth_s, a.last_s),
+        None => String::new(),
+    }
+}
+
+impl fmt::Display for CpuUse {
+    /// "CPU 1.1 of 4 cores", "CPU 0.1 of 2.50 cores"
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let c = self.limit_cores;
+        if (c - c.round()).abs() < 1e-9 {
+            write!(f, "CPU {:.1} of {c:.0} cores", self.used_cores)
+        } else {
+            write!(f, "CPU {:.1} of {c:.2} cores", self.used_cores)
+        }
+    }
+}
+
+/// The line of a waiting thread: "{kind}: thread … ({share}%){behind}, wait ratio …".
+fn waiting(f: &mut fmt::Formatter, kind: &str, victim: &ThreadTime, behind: &str, wait_ratio: f64) -> fmt::Result {
+    write!(f, "{kind}: thread {}{behind}, wait ratio {wait_ratio:.2}: it had work and could not do it", victim.spent())
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.kind.fmt(f)
+    }
+}
+
+impl fmt::Display for Kind {
+    /// The finding in plain words, as the verdict prints it.
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Kind::Healthy { age, window_ns, waiting_share } => {
+                let age = match age {
+                    Some(a) => format!("age flat at {:.2} s (max {:.2} s)", a.last_s, a.max_s),
+                    None => "no age source".to_string(),
+                };
+                write!(
+                    f,
+                    "healthy: {age}; no thread waited for a CPU, quota or the GIL for {:.0}% or more of its time in {:.1} s",
+                    100.0 * waiting_share,
+                    secs(*window_ns)
+                )
+            }
+            Kind::GilStarvation { victim, holder, age, cpu } => {
+                let holder = holder.as_ref().and_then(|h| match &h.culprit {
+                    Culprit::Thread(ThreadRef { tid, name: Some(name) }) => Some((name, tid)),
+                    _ => None,
+                });
+                let behind = holder.map(|(name, tid)| format!(" held by {name} ({tid})")).unwrap_or_default();
+                let fix = holder.map_or_else(
+                    || " Move the GIL-heavy work to its own process".into(),
+                    |(name, _)| format!(" Move {name} to its own process"),
+                );
+                write!(
+                    f,
+                    "GIL starvation: thread {} lost {:.1} s of {:.1} s waiting for the GIL{behind}{}; {cpu}: this is waiting, not working.{fix}",
+                    victim.thread.or_a_thread(),
+                    secs(victim.ns),
+                    secs(victim.total_ns),
+                    growth(age),
+                )
+            }
+            Kind::CpuQuotaThrottling { cgroup, quota_cores, nr_throttled, cgroup_throttled_s, throttled_ns, period_signature, age } => {
+                let quota = match quota_cores {
+                    Some(q) => format!("quota {q:.2} cores"),
+                    None => "no quota now".to_string(),
+                };
+                write!(
+                    f,
+                    "CPU quota throttling: the cgroup {cgroup} ({quota}) was throttled in {nr_throttled} periods, {cgroup_throttled_s:.2} s; its threads lost {:.2} s runnable but throttled",
+                    secs(*throttled_ns)
+                )?;
+                if let Some(p) = period_signature {
+                    write!(
+                        f,
+                        "; {} throttled stretches ended on the {:.0} ms CFS period boundary: waits cluster at multiples of the period",
+                        p.stretches,
+                        p.period_s * 1e3
+                    )?;
+                }
+                write!(f, "{}: raise the quota or lower the parallelism", growth(age))
+            }
+            Kind::AgeRisingCpuIdle { age, window_ns, cpu, longest_wait } => {
+                let hint = longest_wait
+                    .as_ref()
+                    .map(|w| format!("; the longest wait: thread {}, {:.1} s {}", w.thread.or_a_thread(), secs(w.ns), what(w.state)))
+                    .unwrap_or_default();
+                write!(
+                    f,
+                    "age rising while the CPU is idle: {} in {:.1} s; {cpu}: the work is waiting for something other than the CPU{hint}",
+                    growth(age).trim_start_matches("; "),
+                    secs(*window_ns),
+                )
+            }
+            Kind::LockConvoy { futex, waiters, wait_ns, window_ns, wakers } => {
+                let wakers: Vec<String> = wakers.iter().take(4).map(ThreadRef::or_thread_tid).collect();
+                write!(
+                    f,
+                    "lock convoy on futex {futex:#x}: {} threads waited {:.1} s in total in {:.1} s, woken by {}: they take turns on one lock",
+                    waiters.len(),
+                    secs(*wait_ns),
+                    secs(*window_ns),
+                    if wakers.is_empty() { "timeouts".to_string() } else { wakers.join(", ") }
+                )
+            }
+            Kind::GilWait { victim, wait_ratio, holder } => {
+                let behind = holder.as_ref().map(|h| format!(", {:.0}% of it behind {}", 100.0 * h.share, h.culprit.long()));
+                waiting(f, "GIL wait", victim, &behind.unwrap_or_default(), *wait_ratio)
+            }
+            Kind::RunQueueSaturation { victim, wait_ratio, preemptor } => {
+                let behind = preemptor.as_ref().map(|p| format!(", mostly behind {} ({:.0}%)", p.culprit.long(), 100.0 * p.share));
+                waiting(f, "run-queue saturation", victim, &behind.unwrap_or_default(), *wait_ratio)
+            }
+            Kind::CpuQuota { victim, wait_ratio } => waiting(f, "CPU quota", victim, "", *wait_ratio),
+            Kind::Blocked { victim, waker } => {
+                let woken = match waker {
+                    Some(Behind { culprit: Culprit::Thread(t), share }) => {
+                        format!(", woken by {} {:.0}% of the time", t.or_thread_tid(), 100.0 * share)
+                    }
+                    Some(Behind { share, .. }) => format!(", {:.0}% of it ended by a timeout or signal, not a wake-up", 100.0 * share),
+                    None => String::new(),
+                };
+                write!(f, "thread {}{woken}: idle or contended", victim.spent())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn thread(tid: u32, name: Option<&str>) -> ThreadRef {
+        ThreadRef { tid, name: name.map(Into::into) }
+    }
+
+    #[test]
+    fn a_finding_serialises_as_its_kind_its_evidence_and_the_time_it_explains() {
+        let victim =
+            ThreadTime { thread: thread(31, Some("waiter")), state: State::FutexWait, ns: 9_000_000_000, total_ns: 10_000_000_000 };
+        let f = Finding::from(Kind::Blocked { victim, waker: Some(Behind { culprit: Culprit::Timeout, share: 2.0 / 3.0 }) });
+        assert_eq!(
+            serde_json::to_value(&f).unwrap(),
+            json!({"kind": "blocked", "thread": {"tid": 31, "name": "waiter"}, "state": "futex_wait", "wait_s": 9.0, "total_s": 10.0,
+                   "waker": {"type": "timeout", "share": 0.6667}, "explains_s": 9.0})
+        );
+        assert_eq!(f.to_string(), "thread waiter (31) spent 9.0 s of 10.0 s blocked on a lock or condition (futex) (90%), 67% of it ended by a timeout or signal, not a wake-up: idle or contended");
+    }
+
+    #[test]
+    fn culprits_serialise_with_their_type() {
+        let behind = |culprit| serde_json::to_value(Behind { culprit, share: 0.5 }).unwrap();
+        assert_eq!(behind(Culprit::Thread(thread(12, None))), json!({"type": "thread", "tid": 12, "name": null, "share": 0.5}));
+        assert_eq!(
+            behind(Culprit::Process { pid: 9, comm: "hog".into() }),
+            json!({"type": "process", "pid": 9, "comm": "hog", "share": 0.5})
+        );
+        assert_eq!(behind(Culprit::Idle), json!({"type": "idle", "share": 0.5}));
+        assert_eq!(behind(Culprit::Timeout), json!({"type": "timeout", "share": 0.5}));
+    }
+
+    #[test]
+    fn culprits_in_words() {
+        assert_eq!(Culprit::Thread(thread(12, Some("processor"))).short(), "processor");
+        assert_eq!(Culprit::Thread(thread(12, None)).short(), "12");
+        assert_eq!(Culprit::Thread(thread(12, None)).long(), "a thread (12)");
+        assert_eq!(Culprit::Process { pid: 9, comm: "hog".into() }.long(), "pid 9 (hog)");
+        assert_eq!(Culprit::Idle.long(), "idle");
+        assert_eq!(Culprit::Timeout.short(), "timeout");
+        assert_eq!(thread(12, None).or_thread_tid(), "thread 12");
+    }
+
+    #[test]
+    fn states_are_named_as_in_the_time_model() {
+        for state in State::ALL {
+            let t = ThreadTime { thread: thread(1, None), state, ns: 0, total_ns: 1 };
+            assert_eq!(serde_json::to_value(t).unwrap()["state"], state.name());
+        }
+    }
+
+    #[test]
+    fn cpu_use_prints_whole_cores_without_decimals() {
+        assert_eq!(CpuUse { used_cores: 1.04, limit_cores: 4.0 }.to_string(), "CPU 1.0 of 4 cores");
+        assert_eq!(CpuUse { used_cores: 0.05, limit_cores: 2.5 }.to_string(), "CPU 0.1 of 2.50 cores");
+    }
+
+    #[test]
+    fn the_starvation_line_names_no_holder_outside_the_report() {
+        let victim = ThreadTime { thread: thread(11, Some("ingest")), state: State::GilWait, ns: 9_000_000_000, total_ns: 10_000_000_000 };
+        let holder = Some(Behind { culprit: Culprit::Thread(thread(77, None)), share: 1.0 });
+        let kind = Kind::GilStarvation { victim, holder, age: None, cpu: CpuUse { used_cores: 0.1, limit_cores: 2.0 } };
+        assert_eq!(kind.explains_ns(), 9_000_000_000);
+        assert_eq!(
+            kind.to_string(),
+            "GIL starvation: thread ingest (11) lost 9.0 s of 10.0 s waiting for the GIL; CPU 0.1 of 2 cores: this is waiting, not working. Move the GIL-heavy work to its own process"
+        );
+    }
+}

@@ -1,0 +1,88 @@
+//! Hand-built windows for the report's unit tests.
+use super::{AgeReport, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling};
+use crate::model::age::AgeSummary;
+use crate::model::blame::{FutexWait, Preemptor};
+use crate::model::partition::Times;
+use crate::model::state::State;
+
+pub const S: u64 = 1_000_000_000;
+
+/// The verdict of a report, as the text report and the JSON `verdict` print it.
+pub fn lines(r: &ProcessReport) -> Vec<String> {
+    super::verdict::findings(r).iter().map(ToString::to_string).collect()
+}
+
+/// A thread of `name` with these nanoseconds per state, present all its window.
+pub fn row(tid: u32, name: &str, pairs: &[(State, u64)]) -> ThreadRow {
+    let mut t = Times::default();
+    for (s, ns) in pairs {
+        t.0[s.index()] = *ns;
+    }
+    ThreadRow { tid, name: name.into(), comm: name.into(), times: t, existed_ns: t.total(), ..Default::default() }
+}
+
+/// An endpoint age that went from `first` to `last` seconds.
+pub fn age(first: f64, last: f64, rising: bool) -> AgeReport {
+    let summary = AgeSummary {
+        samples: 10,
+        first_s: first,
+        last_s: last,
+        max_s: last.max(first),
+        mean_s: (first + last) / 2.0,
+        growth_s: last - first,
+        slope: (last - first) / 10.0,
+        rising,
+    };
+    AgeReport { source: "endpoint", summary, p50_s: None, p99_s: None, skipped_lines: None, failed_polls: None }
+}
+
+/// The cgroup /svc, throttled in 40 of 45 periods for 2 s.
+pub fn cgroup(quota_cores: Option<f64>) -> CgroupReport {
+    CgroupReport { path: "/svc".into(), quota_cores, period_s: Some(0.1), throttled_s: 2.0, nr_throttled: 40, nr_periods: 45 }
+}
+
+/// ingest waits for the GIL 94% of its time, 99% of that behind processor.
+pub fn starving() -> Vec<ThreadRow> {
+    let mut victim = row(11, "ingest", &[(State::GilWait, 9_400_000_000), (State::Running, 600_000_000)]);
+    victim.gil_by_holder.insert(12, 9_300_000_000);
+    victim.gil_by_holder.insert(0, 100_000_000);
+    vec![victim, row(12, "processor", &[(State::Running, 9_900_000_000), (State::GilWait, 100_000_000)])]
+}
+
+/// A Python process with every block of the report filled: GIL starvation behind a
+/// holder that is throttled, a futex waiter, a precise GIL probe, an age source.
+pub fn full_report() -> ProcessReport {
+    let mut ingest = row(11, "ingest", &[(State::GilWait, 9_400_000_000), (State::Running, 400_000_000), (State::Runqueue, 200_000_000)]);
+    ingest.gil_by_holder.insert(12, 9_300_000_000);
+    ingest.gil_by_holder.insert(0, 100_000_000);
+    ingest.runqueue_by.insert(Preemptor::Thread(12), 150_000_000);
+    ingest.runqueue_by.insert(Preemptor::Process { pid: 99, comm: "hog".into() }, 50_000_000);
+    ingest.age =
+        Some(AgeSummary { samples: 3, first_s: 0.1, last_s: 6.2, max_s: 6.2, mean_s: 3.1, growth_s: 6.1, slope: 0.61, rising: true });
+    let mut processor =
+        row(12, "processor", &[(State::Running, 9_000_000_000), (State::Throttled, 500_000_000), (State::Sleep, 500_000_000)]);
+    let mut hold = crate::model::hist::HoldHist { count: 4, sum_ns: 80_000_000, ..Default::default() };
+    hold.buckets[25] = 3;
+    hold.buckets[27] = 1;
+    processor.gil_hold = Some(hold);
+    let mut waiter = row(13, "waiter", &[(State::FutexWait, 6 * S), (State::IoWait, 2 * S), (State::Other, S), (State::Running, S)]);
+    waiter.futex.push(FutexWait { addr: 0x7f00_0010, waker: 12, ns: 5 * S });
+    waiter.futex.push(FutexWait { addr: 0x7f00_0010, waker: 0, ns: S });
+    waiter.exited = true;
+    let python = PythonInfo {
+        version: "3.11.7".into(),
+        gil: "enabled",
+        gil_probe: "uprobe",
+        free_threaded: false,
+        binary: "/usr/lib/libpython3.11.so.1.0".into(),
+        symbols: true,
+    };
+    let rows = [waiter, processor, ingest].map(|t| ThreadRow { comm: "python3.11".into(), ..t });
+    let mut r = ProcessReport::new(1234, "python3.11".into(), Some(python), 10 * S, None, rows.to_vec());
+    r.cpu_limit_cores = 4.0;
+    let cgroup = CgroupReport { throttled_s: 0.5, nr_throttled: 7, nr_periods: 100, ..cgroup(Some(2.5)) };
+    let throttling = Throttling { stretches: 7, concentration: Some(0.9), signature: true, period_s: 0.1 };
+    let summary = AgeSummary { samples: 10, first_s: 0.1, last_s: 6.2, max_s: 6.2, mean_s: 3.15, growth_s: 6.1, slope: 0.61, rising: true };
+    let age = AgeReport { source: "endpoint", summary, p50_s: Some(3.0), p99_s: Some(6.0), skipped_lines: Some(0), failed_polls: Some(1) };
+    r.with_cgroup(Some(cgroup), Some(throttling)).with_age(Some(age))
+}
