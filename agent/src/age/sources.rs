@@ -9,8 +9,7 @@ use anyhow::Result;
 use super::scrape::{self, AgeScraper, Reason};
 use super::socket::AgeSocket;
 use crate::cli::AgeArgs;
-use crate::model::age::{summarize, AgeSample, AgeSummary};
-use crate::report::AgeReport;
+use crate::model::age::{summarize, AgeReport, AgeSample, AgeSummary};
 
 /// Samples kept per series (an hour at one a second).
 const KEEP: usize = 3600;

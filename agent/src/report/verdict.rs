@@ -276,8 +276,9 @@ fn throttling(report: &ProcessReport) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::age::AgeReport;
     use crate::model::partition::Times;
-    use crate::report::{AgeReport, CgroupReport, Throttling};
+    use crate::report::{CgroupReport, Throttling};
 
     fn row(tid: u32, name: &str, pairs: &[(State, u64)]) -> ThreadRow {
         let mut t = Times::default();
