@@ -467,6 +467,27 @@ def test_a_client_in_a_nested_pid_namespace_is_translated(tmp_path):
     assert "not taken" not in cp.stderr, cp.stderr
 
 
+def test_a_sender_the_agent_cannot_see_is_counted_as_without_credentials(tmp_path):
+    """The agent in a PID namespace of its own (as in a pod) and a sender outside it (here, the
+    host): the kernel names no sender to the agent (PID 0), so nothing it sends is taken."""
+    sock, port = tmp_path / "age.sock", free_port()
+    cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM", str(WAITMETER), "run", "--all",
+           "--listen", f"127.0.0.1:{port}", "--age-socket", str(sock)]
+    url = f"http://127.0.0.1:{port}/metrics"
+    with Guard(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)) as unshare:
+        wait_http(url, timeout=30)
+        (agent,) = map(int, Path(f"/proc/{unshare.pid}/task/{unshare.pid}/children").read_text().split())
+        with sender(sock) as w:
+            assert command(w, f"claim {w.pid} {w.pid} 5 3.5") == ["sent", "5"]
+            text = until(url, lambda t: rejected(t)["no_credentials"] >= 5)[-1]
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{agent}").exists() and time.monotonic() < deadline:  # it stops on the SIGTERM unshare passed on
+        time.sleep(0.1)
+    assert not Path(f"/proc/{agent}").exists()
+    assert rejected(text) == {**dict.fromkeys(REASONS, 0), "no_credentials": 5}, rejected(text)
+    assert "waitmeter_app_age_seconds{" not in text
+
+
 def test_the_socket_is_not_world_writable_and_mode_and_group_open_it_deliberately(workload_bin):
     """0660 root:root by default: a process of another user cannot send. --age-socket-mode and
     --age-socket-group (a name or a gid) let the members of a group in, and only them."""
