@@ -1,15 +1,23 @@
 """The age join and the verdict engine on real workloads (issue: age join):
 the application's own Prometheus endpoint (prometheus_client), and
-waitmeter_client over the agent's Unix socket."""
+waitmeter_client over the agent's Unix socket, which takes a record only from
+the process it speaks of (issue 12: the age socket trusts anyone)."""
+import contextlib
+import grp
 import itertools
 import json
 import os
+import select
 import shutil
 import socket
+import stat
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -304,3 +312,217 @@ def test_a_trickling_endpoint_is_cut_off_at_the_deadline_and_polls_go_on(workloa
     assert set(reasons) == {f'{{reason="{r}"}}' for r in
                             ["connect", "timeout", "http_status", "too_large", "encoding", "bad_response", "metric_missing", "bad_line"]}
     assert metric_values(text, "waitmeter_age_source_errors_total")['{source="endpoint"}'] == reasons['{reason="timeout"}']
+
+
+# --- the socket's trust model (issue 12: the age socket trusts anyone) ---
+
+SENDER = ROOT / "tests" / "workloads" / "age_sender.py"
+REASONS = ["malformed", "no_credentials", "wrong_pid", "unknown_thread", "sender_exited", "state_full"]
+
+
+def sender(sock, *args, prefix=(), python=sys.executable):
+    """tests/workloads/age_sender.py sending to `sock`, started with `prefix` (unshare ...)."""
+    cmd = [*prefix, python, SENDER, *args]
+    return Workload(*cmd, stdin=subprocess.PIPE, env={"PYTHONPATH": str(CLIENT), "WAITMETER_SOCKET": str(sock)})
+
+
+def command(w, line, timeout=120):
+    """One command to an age_sender; its answer, split."""
+    w.proc.stdin.write(line + "\n")
+    w.proc.stdin.flush()
+    ready, _, _ = select.select([w.proc.stdout], [], [], timeout)
+    assert ready, f"age_sender did not answer {line!r} within {timeout} s"
+    return w.proc.stdout.readline().split()
+
+
+@contextlib.contextmanager
+def age_agent(sock, pids, *extra, log=None):
+    """`waitmeter run` for `pids` with its age socket at `sock`; yields the /metrics URL once it answers."""
+    port = free_port()
+    cmd = [str(WAITMETER), "run", "--listen", f"127.0.0.1:{port}", "--age-socket", str(sock), *map(str, extra)]
+    for pid in pids:
+        cmd += ["--pid", str(pid)]
+    with open(log or os.devnull, "w") as err:  # a file, not a pipe nobody reads
+        agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    with Guard(agent):
+        url = f"http://127.0.0.1:{port}/metrics"
+        wait_http(url, timeout=30)
+        yield url
+        assert agent.poll() is None, f"the agent exited {agent.returncode}"
+
+
+def rejected(text):
+    """waitmeter_age_client_rejected_total by reason."""
+    return {k[len('{reason="'):-len('"}')]: v for k, v in metric_values(text, "waitmeter_age_client_rejected_total").items()}
+
+
+def ages_of(text, pid):
+    """The values of waitmeter_app_age_seconds series of process `pid`, one per thread kept."""
+    return [float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(f'waitmeter_app_age_seconds{{pid="{pid}"')]
+
+
+def until(url, done, timeout=60.0):
+    """Scrape `url` until `done(text)`; every text scraped on the way."""
+    texts, deadline = [], time.monotonic() + timeout
+    while True:
+        texts.append(wait_http(url))
+        if done(texts[-1]) or time.monotonic() > deadline:
+            return texts
+        time.sleep(0.2)
+
+
+def test_a_record_claiming_another_process_is_rejected_and_counted(tmp_path):
+    sock = tmp_path / "age.sock"
+    with sender(sock, "--client", "1.5") as genuine, sender(sock) as forger, \
+            age_agent(sock, [genuine.pid, forger.pid], log=tmp_path / "agent.log") as url:
+        # the control: the real client's age, under its own process
+        texts = until(url, lambda t: ages_of(t, genuine.pid) == [1.5])
+        assert ages_of(texts[-1], genuine.pid) == [1.5], texts[-1]
+        # the genuine client's PID and thread; then its thread under the forger's own PID
+        assert command(forger, f"claim {genuine.pid} {genuine.tids['client']} 100 999") == ["sent", "100"]
+        assert command(forger, f"claim {forger.pid} {genuine.tids['client']} 50 999") == ["sent", "50"]
+        texts += until(url, lambda t: rejected(t).get("wrong_pid") == 100 and rejected(t).get("unknown_thread") == 50)
+        for _ in range(5):  # and a while after
+            texts.append(wait_http(url))
+            time.sleep(0.3)
+    counts = rejected(texts[-1])
+    assert counts == {"malformed": 0, "no_credentials": 0, "wrong_pid": 100, "unknown_thread": 50, "sender_exited": 0,
+                      "state_full": 0}, counts
+    assert metric_values(texts[-1], "waitmeter_age_source_errors_total")['{source="client"}'] == 0
+    # the forged age never appeared, under either process; the genuine one stayed
+    assert all(999.0 not in ages_of(t, pid) for t in texts for pid in (genuine.pid, forger.pid))
+    assert ages_of(texts[-1], genuine.pid) == [1.5] and ages_of(texts[-1], forger.pid) == []
+    log = (tmp_path / "agent.log").read_text()
+    assert "wrong_pid: it claims a process other than its sender" in log, log
+
+
+def nspid(pid, tid):
+    """The kernel's numbering of a task, from the agent's PID namespace down to its own."""
+    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    return [int(x) for x in next(l for l in status.splitlines() if l.startswith("NSpid:")).split()[1:]]
+
+
+def test_a_client_in_a_nested_pid_namespace_is_translated(tmp_path):
+    """The client sends the PID and TID of its own namespace: the agent files its age under
+    the process and thread as the agent's namespace numbers them."""
+    sock = tmp_path / "age.sock"
+    unshare = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+    with sender(sock, "--client", "2.5", prefix=unshare) as w:
+        (host_pid,) = map(int, Path(f"/proc/{w.pid}/task/{w.pid}/children").read_text().split())
+        # the kernel's word: which host task is the client thread
+        (host_tid,) = [int(t) for t in os.listdir(f"/proc/{host_pid}/task") if nspid(host_pid, t)[-1] == w.tids["client"]]
+        assert nspid(host_pid, host_pid) == [host_pid, w.tids["main"]] and w.tids["main"] == 1, "not a namespace of its own"
+        assert host_tid != w.tids["client"]
+        report, cp = attach(host_pid, 2.0, "--age-socket", sock)
+    assert report["pid"] == host_pid and report["age"]["source"] == "client", report["age"]
+    threads = by_tid(report)
+    age = threads[host_tid]["age"]
+    assert age["samples"] >= 5 and age["last_s"] == 2.5 and age["max_s"] == 2.5, age
+    assert [tid for tid, t in threads.items() if "age" in t] == [host_tid]
+    assert "not taken" not in cp.stderr, cp.stderr
+
+
+def test_a_sender_the_agent_cannot_see_is_counted_as_without_credentials(tmp_path):
+    """The agent in a PID namespace of its own (as in a pod) and a sender outside it (here, the
+    host): the kernel names no sender to the agent (PID 0), so nothing it sends is taken."""
+    sock, port = tmp_path / "age.sock", free_port()
+    cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM", str(WAITMETER), "run", "--all",
+           "--listen", f"127.0.0.1:{port}", "--age-socket", str(sock)]
+    url = f"http://127.0.0.1:{port}/metrics"
+    with Guard(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)) as unshare:
+        wait_http(url, timeout=30)
+        (agent,) = map(int, Path(f"/proc/{unshare.pid}/task/{unshare.pid}/children").read_text().split())
+        with sender(sock) as w:
+            assert command(w, f"claim {w.pid} {w.pid} 5 3.5") == ["sent", "5"]
+            text = until(url, lambda t: rejected(t)["no_credentials"] >= 5)[-1]
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{agent}").exists() and time.monotonic() < deadline:  # it stops on the SIGTERM unshare passed on
+        time.sleep(0.1)
+    assert not Path(f"/proc/{agent}").exists()
+    assert rejected(text) == {**dict.fromkeys(REASONS, 0), "no_credentials": 5}, rejected(text)
+    assert "waitmeter_app_age_seconds{" not in text
+
+
+def test_the_socket_is_not_world_writable_and_mode_and_group_open_it_deliberately(workload_bin):
+    """0660 root:root by default: a process of another user cannot send. --age-socket-mode and
+    --age-socket-group (a name or a gid) let the members of a group in, and only them."""
+    (group, gid) = next((g.gr_name, g.gr_gid) for g in grp.getgrall() if g.gr_gid not in (0, 65534))
+    # a directory another user may enter (pytest's tmp_path is root's only)
+    d = Path(tempfile.mkdtemp(prefix="wm-age-"))
+    d.chmod(0o755)
+    sock = d / "age.sock"
+
+    def send(*groups):
+        """What a process of uid 65534 (in `groups`) gets from sending one datagram: sent or the errno."""
+        code = ("import errno, os, socket\ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                "try:\n    s.sendto(b'x', os.environ['WAITMETER_SOCKET']); print('sent')\n"
+                "except OSError as e:\n    print(errno.errorcode[e.errno])")
+        who = ["setpriv", "--reuid=65534", "--regid=65534", f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"]
+        cp = subprocess.run([*who, "/usr/bin/python3", "-c", code], capture_output=True, text=True, timeout=30,
+                            env={**os.environ, "WAITMETER_SOCKET": str(sock)})
+        assert cp.returncode == 0, cp.stderr
+        return cp.stdout.strip()
+
+    try:
+        with Workload(workload_bin, "--sleep", 1) as w:
+            with age_agent(sock, [w.pid]):
+                st = os.stat(sock)
+                assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660 and (st.st_uid, st.st_gid) == (0, 0), oct(st.st_mode)
+                assert send() == "EACCES" and send(gid) == "EACCES"
+            assert not sock.exists()
+            with age_agent(sock, [w.pid], "--age-socket-mode", "0620", "--age-socket-group", group):
+                st = os.stat(sock)
+                assert stat.S_IMODE(st.st_mode) == 0o620 and st.st_gid == gid, (oct(st.st_mode), st.st_gid)
+                assert send(gid) == "sent" and send() == "EACCES"
+            with age_agent(sock, [w.pid], "--age-socket-group", str(gid)):
+                assert os.stat(sock).st_gid == gid and stat.S_IMODE(os.stat(sock).st_mode) == 0o660
+                assert send(gid) == "sent" and send() == "EACCES"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--age-socket-mode", "0999"], "bad --age-socket-mode 0999: not an octal mode"),
+    (["--age-socket-mode", "4660"], "bad --age-socket-mode 4660: setuid"),
+    (["--age-socket-group", "no-such-group-wm"], "bad --age-socket-group no-such-group-wm: no such group in /etc/group: give its numeric gid"),
+])
+def test_a_bad_socket_mode_or_group_is_one_line_and_exit_2(tmp_path, args, words):
+    sock = tmp_path / "age.sock"
+    cp = subprocess.run([str(WAITMETER), "run", "--pid", "1", "--age-socket", str(sock), *args], capture_output=True, text=True, timeout=30)
+    lines = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(lines) == 1 and lines[0].startswith("waitmeter: "), cp.stderr
+    assert words in lines[0], lines[0]
+    if "mode" in args[0]:
+        assert "0660" in lines[0], lines[0]
+    assert not sock.exists()
+
+
+def test_a_flood_cannot_grow_the_state_past_its_bound(tmp_path):
+    """Records for every thread of a 100-thread process with --age-max-threads 64 (the default,
+    4096, takes minutes to fill through the socket's 10-datagram queue at the agent's 4 reads
+    a second), then for thread IDs the process does not have: the state holds 64 threads, the
+    rest is counted; threads that exit leave the gauge at once and make room for new ones."""
+    sock = tmp_path / "age.sock"
+    with sender(sock) as w:
+        assert command(w, "threads 99") == ["threads", "99"]
+        with age_agent(sock, [w.pid], "--age-max-threads", 64) as url:
+            assert command(w, "real 0.5") == ["sent", "100"]
+            text = until(url, lambda t: len(ages_of(t, w.pid)) + rejected(t)["state_full"] >= 100)[-1]
+            assert len(ages_of(text, w.pid)) == 64 and rejected(text)["state_full"] == 36, rejected(text)
+            # thread IDs it does not have: each counted, none kept
+            assert command(w, "fake 300 7") == ["sent", "300"]
+            text = until(url, lambda t: rejected(t)["unknown_thread"] >= 300)[-1]
+            assert len(ages_of(text, w.pid)) == 64 and 7.0 not in ages_of(text, w.pid)
+            # every waiting thread exits: only the main thread is left
+            assert command(w, "stop 99") == ["stopped", "99"]
+            text = until(url, lambda t: len(ages_of(t, w.pid)) <= 1)[-1]
+            assert len(ages_of(text, w.pid)) <= 1, ages_of(text, w.pid)
+            # 99 new threads: the exited ones made room for 63 of them (64 with the main thread)
+            assert command(w, "threads 99") == ["threads", "99"]
+            assert command(w, "real 0.25") == ["sent", "100"]
+            text = until(url, lambda t: rejected(t)["state_full"] >= 72 and len(ages_of(t, w.pid)) >= 64)[-1]
+            kept = ages_of(text, w.pid)
+            assert len(kept) == 64 and set(kept) == {0.25}, kept
+    counts = rejected(text)
+    assert counts == {"malformed": 0, "no_credentials": 0, "wrong_pid": 0, "unknown_thread": 300, "sender_exited": 0,
+                      "state_full": 72}, counts

@@ -442,6 +442,30 @@ def test_sidecar_shares_the_age_socket_directory():
     assert c["fix-gateway"]["securityContext"]["runAsUser"] == 10001
 
 
+def test_sidecar_age_socket_mode_and_group_let_a_non_root_application_send():
+    """The application of sidecar-values.yaml runs as uid 10001: the socket (0660) gets group
+    10001, which the pod gives every container (supplementalGroups); the application container
+    stays as written."""
+    objs = render("sidecar-values.yaml")
+    args = agent(objs)["args"]
+    assert args[-3:] == ["--age-socket=/run/waitmeter/age.sock", "--age-socket-mode=0660", "--age-socket-group=10001"], args
+    pod = workload(objs)["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"supplementalGroups": [10001]}
+    assert containers(objs)["fix-gateway"]["securityContext"] == values_of("sidecar-values.yaml")["sidecar"]["deployment"]["app"]["securityContext"]
+    # another mode (quoted, as a string); root's group given explicitly
+    objs = render("sidecar-values.yaml", sets=("age.socket.mode=0620", "age.socket.group=0"))
+    assert agent(objs)["args"][-2:] == ["--age-socket-mode=0620", "--age-socket-group=0"]
+    assert workload(objs)["spec"]["template"]["spec"]["securityContext"] == {"supplementalGroups": [0]}
+    # no group: the agent's, and the pod's security context is left alone
+    objs = render("sidecar-values.yaml", sets=("age.socket.group=null",))
+    assert agent(objs)["args"][-2:] == ["--age-socket=/run/waitmeter/age.sock", "--age-socket-mode=0660"]
+    assert "securityContext" not in workload(objs)["spec"]["template"]["spec"]
+    # without the socket, neither
+    objs = render("sidecar-values.yaml", sets=("age.socket.enabled=false",))
+    assert not [a for a in agent(objs)["args"] if a.startswith("--age-")]
+    assert "securityContext" not in workload(objs)["spec"]["template"]["spec"]
+
+
 def test_sidecar_without_the_socket_mounts_nothing():
     objs = render("sidecar-values.yaml", sets=("age.socket.enabled=false",))
     c = containers(objs)
@@ -652,7 +676,7 @@ def test_image_digest_takes_precedence_over_the_tag(scenario):
 
 def test_sidecar_command_line_listens_for_the_age():
     c = agent(render("sidecar-values.yaml"))
-    assert c["args"] == DEFAULT_ARGS + ["--age-socket=/run/waitmeter/age.sock"]
+    assert c["args"] == DEFAULT_ARGS + ["--age-socket=/run/waitmeter/age.sock", "--age-socket-mode=0660", "--age-socket-group=10001"]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -828,8 +852,11 @@ def test_the_agent_answers_the_probes_with_the_rendered_command_line(scenario, t
                 assert fetch(port, "/healthz", tls=old)[0] != 200, "TLS 1.2 served with minVersion TLS13"
         if client_ca:
             assert fetch(port, "/healthz", tls=run.kubelet)[0] != 200, "a client without a certificate was served"
-        if "--age-socket" in {a.split("=", 1)[0] for a in run.args}:
-            assert (tmp_path / "age.sock").exists()
+        flags = dict(a.split("=", 1) for a in run.args if a.startswith("--age-socket"))
+        if "--age-socket" in flags:
+            st = os.stat(tmp_path / "age.sock")
+            assert oct(st.st_mode & 0o777) == oct(int(flags["--age-socket-mode"], 8)), oct(st.st_mode)
+            assert st.st_gid == int(flags.get("--age-socket-group", 0)), st.st_gid
 
 
 @pytest.mark.needs_root
@@ -1065,6 +1092,12 @@ def test_dashboards_config_map_for_the_grafana_sidecar():
     (["image.pullPolicy=Sometimes"], "pullPolicy"),
     (["image.digest=0.1.0"], "digest"),
     (["image.digest=sha256:abc"], "digest"),
+    (["age.socket.mode=999"], "mode"),
+    (["age.socket.mode=4660"], "mode"),
+    (["age.socket.mode=rw-rw----"], "mode"),
+    # the agent's image has no /etc/group: a gid
+    (["age.socket.group=wheel"], "group"),
+    (["age.socket.group=-1"], "group"),
     # the agent refuses --age-url with --all (it joins one --pid): not a chart value
     (["age.url=http://127.0.0.1:8000/metrics"], "url"),
     (["serviceMonitor.interval=often"], "interval"),
@@ -1202,7 +1235,7 @@ def test_named_templates_add_the_sidecar_to_your_own_chart(tmp_path):
     assert list(c) == ["myapp", "waitmeter"]
     sc = c["waitmeter"]["securityContext"]
     assert set(sc["capabilities"]["add"]) == AGENT_CAPS and sc["capabilities"]["drop"] == ["ALL"]
-    assert c["waitmeter"]["args"] == DEFAULT_ARGS + ["--age-socket=/run/waitmeter/age.sock"]
+    assert c["waitmeter"]["args"] == DEFAULT_ARGS + ["--age-socket=/run/waitmeter/age.sock", "--age-socket-mode=0660"]
     assert c["myapp"]["env"] == [{"name": "WAITMETER_SOCKET", "value": "/run/waitmeter/age.sock"}]
     assert mounts(c["myapp"]) == mounts(c["waitmeter"]) == {"/run/waitmeter": {"name": "waitmeter-run", "mountPath": "/run/waitmeter"}}
     assert list(volumes(objs)) == ["waitmeter-run"]

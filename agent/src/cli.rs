@@ -1,8 +1,12 @@
 //! Command-line interface. Only parsing lives here; `cmd/` does the work.
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+use crate::age::socket::{SocketConfig, DEFAULT_MODE};
+use crate::age::sources::DEFAULT_MAX_CLIENT_THREADS;
+use crate::age::{AgeConfig, EndpointConfig};
 use crate::export::http::DEFAULT_LISTEN;
 use crate::probes::sched::{DEFAULT_MAX_PROCS, DEFAULT_MAX_THREADS};
 
@@ -48,6 +52,7 @@ Examples:
   sudo waitmeter run --pid 1234 --pid 5678 --listen 0.0.0.0:9747
   sudo waitmeter run --all          # a pod sidecar with shareProcessNamespace: true
   sudo waitmeter run --all --age-socket /run/waitmeter/age.sock   # per-thread age from waitmeter_client
+  sudo waitmeter run --all --age-socket /run/waitmeter/age.sock --age-socket-group app   # group app may send too
   sudo waitmeter run --all --listen 0.0.0.0:9747 --web.config.file /etc/waitmeter/web.yml   # TLS, basic auth
 
 Metrics: docs/metrics.md. Scrape http(s)://ADDR:PORT/metrics; GET /healthz answers 200 while the
@@ -108,9 +113,88 @@ pub struct AgeArgs {
     /// Give up a poll of --age-url not answered in full within SECS (connect, request, whole response; at most 60)
     #[arg(long, value_name = "SECS", default_value = "10", requires = "age_url", value_parser = age_timeout)]
     pub age_timeout: f64,
-    /// Receive waitmeter_client samples on this Unix socket (per-thread age)
+    /// Receive waitmeter_client samples on this Unix socket (per-thread age); a sample is taken
+    /// only from the process it speaks of (the kernel tells the sender's PID)
     #[arg(long, value_name = "PATH")]
     pub age_socket: Option<PathBuf>,
+    /// Permissions of the --age-socket file in octal: who may send (default 0660: the agent's
+    /// user and the socket's group; 0666: every local user)
+    #[arg(long, value_name = "OCTAL", requires = "age_socket")]
+    pub age_socket_mode: Option<String>,
+    /// Group of the --age-socket file (a name from /etc/group or a gid), e.g. the group of an
+    /// application that runs as another user
+    #[arg(long, value_name = "GROUP", requires = "age_socket")]
+    pub age_socket_group: Option<String>,
+    /// Most threads whose --age-socket samples are kept at once; records of more are counted as
+    /// dropped (waitmeter_age_client_rejected_total{reason="state_full"})
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CLIENT_THREADS as u32, requires = "age_socket",
+          value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub age_max_threads: u32,
+}
+
+impl AgeArgs {
+    /// The age sources' settings. A bad mode or group is the user's to fix:
+    /// one line and exit code 2.
+    pub fn config(&self) -> anyhow::Result<AgeConfig> {
+        let endpoint = match (&self.age_url, &self.age_metric) {
+            (Some(url), Some(metric)) => Some(EndpointConfig {
+                url: url.clone(),
+                metric: metric.clone(),
+                labels: self.age_labels.clone().unwrap_or_default(),
+                interval: Duration::from_secs_f64(self.age_interval),
+                timeout: Duration::from_secs_f64(self.age_timeout),
+            }),
+            _ => None,
+        };
+        let socket = match &self.age_socket {
+            Some(path) => {
+                let mode = match &self.age_socket_mode {
+                    Some(m) => parse_mode(m).map_err(|e| {
+                        crate::usage!("bad --age-socket-mode {m}: {e}, e.g. 0660 (the agent's user and the socket's group may send) or 0666 (every local user)")
+                    })?,
+                    None => DEFAULT_MODE,
+                };
+                let group = match &self.age_socket_group {
+                    Some(g) => {
+                        let etc_group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+                        Some(parse_group(g, &etc_group).map_err(|e| crate::usage!("bad --age-socket-group {g}: {e}"))?)
+                    }
+                    None => None,
+                };
+                Some(SocketConfig { path: path.clone(), mode, group, max_threads: self.age_max_threads as usize })
+            }
+            None => None,
+        };
+        Ok(AgeConfig { endpoint, socket })
+    }
+}
+
+/// A socket file's permission bits in octal: 3 or 4 digits (`660`, `0660`,
+/// `0o660`); no setuid, setgid or sticky bit, which mean nothing on a socket.
+pub fn parse_mode(s: &str) -> Result<u32, String> {
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    if !(3..=4).contains(&digits.len()) || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return Err("not an octal mode: give 3 or 4 octal digits".to_string());
+    }
+    match u32::from_str_radix(digits, 8) {
+        Ok(m) if m <= 0o777 => Ok(m),
+        _ => Err("setuid, setgid and sticky bits mean nothing on a socket: give the permission bits only".to_string()),
+    }
+}
+
+/// A group given by gid, or by name as `/etc/group` (its text, `etc_group`) has it.
+pub fn parse_group(s: &str, etc_group: &str) -> Result<u32, String> {
+    if let Ok(gid) = s.parse::<u32>() {
+        // (gid_t)-1 means "leave the group" to chown
+        return if gid == u32::MAX { Err("not a gid".to_string()) } else { Ok(gid) };
+    }
+    etc_group
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split(':');
+            (f.next()? == s).then(|| f.nth(1)?.parse().ok())?
+        })
+        .ok_or_else(|| "no such group in /etc/group: give its numeric gid".to_string())
 }
 
 /// At least 0.1 s: every poll makes the application render its metrics.
@@ -268,6 +352,48 @@ mod tests {
         assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--age-interval", "2"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "run", "--pid", "1", "--age-timeout", "2"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "run", "--pid", "1"]).is_ok());
+    }
+
+    #[test]
+    fn age_socket_mode_and_group() {
+        assert_eq!(parse_mode("0660"), Ok(0o660));
+        assert_eq!(parse_mode("660"), Ok(0o660));
+        assert_eq!(parse_mode("0o666"), Ok(0o666));
+        assert_eq!(parse_mode("0600"), Ok(0o600));
+        for bad in ["", "66", "0x660", "999", "0860", "06600", "-660", " 0660", "rw-rw----"] {
+            assert!(parse_mode(bad).unwrap_err().contains("octal"), "{bad}");
+        }
+        assert!(parse_mode("4660").unwrap_err().contains("setuid"));
+        let etc_group = "root:x:0:\nwheel:x:10:alice,bob\n# comment\nbroken\napp:x:10001:\nnogid:x::\n";
+        assert_eq!(parse_group("app", etc_group), Ok(10001));
+        assert_eq!(parse_group("wheel", etc_group), Ok(10));
+        assert_eq!(parse_group("10001", etc_group), Ok(10001));
+        assert_eq!(parse_group("4242", ""), Ok(4242));
+        assert!(parse_group("nosuch", etc_group).unwrap_err().contains("numeric gid"));
+        assert!(parse_group("nogid", etc_group).is_err());
+        assert!(parse_group("4294967295", etc_group).is_err());
+        // the CLI: defaults, and only with --age-socket
+        let age = |extra: &[&str]| {
+            let mut a = vec!["waitmeter", "run", "--pid", "1"];
+            a.extend_from_slice(extra);
+            Cli::try_parse_from(a).map(|c| match c.cmd {
+                Cmd::Run(r) => r.age.config(),
+                _ => unreachable!(),
+            })
+        };
+        let socket = |extra: &[&str]| age(extra).unwrap().unwrap().socket.unwrap();
+        assert_eq!(socket(&["--age-socket", "/s"]), SocketConfig { path: "/s".into(), mode: 0o660, group: None, max_threads: 4096 });
+        assert_eq!(socket(&["--age-socket", "/s", "--age-max-threads", "64"]).max_threads, 64);
+        assert!(age(&["--age-socket", "/s", "--age-max-threads", "0"]).is_err());
+        assert!(age(&["--age-max-threads", "64"]).is_err());
+        assert_eq!(socket(&["--age-socket", "/s", "--age-socket-mode", "0666", "--age-socket-group", "0"]).group, Some(0));
+        assert_eq!(socket(&["--age-socket", "/s", "--age-socket-mode", "0666"]).mode, 0o666);
+        assert!(age(&["--age-socket-mode", "0666"]).is_err());
+        assert!(age(&["--age-socket-group", "0"]).is_err());
+        let e = age(&["--age-socket", "/s", "--age-socket-mode", "777x"]).unwrap().unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().starts_with("bad --age-socket-mode 777x: not an octal mode"), "{e}");
+        assert_eq!(age(&[]).unwrap().unwrap(), AgeConfig::default());
     }
 
     #[test]

@@ -166,6 +166,10 @@ mod tests {
         assert_eq!(parse_nspid("Name:\tx\nNSpid:\t4242\t7\nNSsid: 1\n"), Some(vec![4242, 7]));
         assert_eq!(parse_nspid("NSpid:\t12\n"), Some(vec![12]));
         assert_eq!(parse_nspid("Name: x\n"), None);
+        // a thread two namespaces below the reader's (a container in a pod): the client's own TID is last
+        let nested = "Name:\tingest\nTgid:\t4242\nNgid:\t0\nPid:\t4250\nPPid:\t4100\nNStgid:\t4242\t17\t1\nNSpid:\t4250\t23\t9\nNSpgid:\t4242\t17\t1\n";
+        assert_eq!(parse_nspid(nested).as_deref().and_then(|v| v.last()), Some(&9));
+        assert_eq!(parse_nspid("NSpid:\t12\tx\n"), None);
     }
 
     #[test]

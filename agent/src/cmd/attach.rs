@@ -17,6 +17,7 @@ use crate::usage;
 
 pub fn attach(args: &AttachArgs) -> Result<()> {
     install_stop_handler();
+    let age = args.age.config()?;
     let mut session = Session::start(&session_options(&args.probe, false))?;
     session.attach(args.pid)?;
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
@@ -42,7 +43,7 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
     let mut drawn_lines = 0usize;
     let mut exited_at: Option<u64> = None;
     let mut next_tick = t0 + tick_ns;
-    let mut ages = AgeSources::new(&args.age)?;
+    let mut ages = AgeSources::new(&age)?;
     let plain_lines = args.output == Output::Text && !live_view;
     let mut end;
     loop {

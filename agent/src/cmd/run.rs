@@ -22,12 +22,13 @@ const DISCOVER_EVERY_NS: u64 = 1_000_000_000;
 
 pub fn run(args: &RunArgs) -> Result<()> {
     install_stop_handler();
-    if args.age.age_url.is_some() && (args.all || args.pid.len() != 1) {
+    let age = args.age.config()?;
+    if age.endpoint.is_some() && (args.all || args.pid.len() != 1) {
         return Err(crate::usage!(
             "--age-url joins the age of one process with its threads: give exactly one --pid (or use --age-socket, which is per thread)"
         ));
     }
-    let mut ages = AgeSources::new(&args.age)?;
+    let mut ages = AgeSources::new(&age)?;
     let web = match &args.web_config_file {
         Some(path) => Some(
             Web::load(path).map_err(|e| crate::usage!("{e:#}: fix the file (format: docs/deployment.md, \"Securing the endpoint\")"))?,

@@ -162,6 +162,14 @@ pub const AGE_SOURCE_ERRORS: Metric = Metric {
     help: "Failed polls of the --age-url endpoint (source=\"endpoint\") and malformed datagrams on the --age-socket (source=\"client\").",
 };
 
+pub const AGE_CLIENT_REJECTED: Metric = Metric {
+    base: "waitmeter_age_client_rejected",
+    kind: Kind::Counter,
+    unit: None,
+    labels: &["reason"],
+    help: "Datagrams on the --age-socket that were not taken, by reason. A record is taken only from the process it speaks of, as the kernel names the sender (docs/age.md): malformed (not a waitmeter_client record; also counted in waitmeter_age_source_errors_total{source=\"client\"}), no_credentials (the sender is not visible in the agent's PID namespace), wrong_pid (the record claims a process other than its sender), unknown_thread (its thread is not a thread of the sender), sender_exited (the sender had exited when the agent read the record), state_full (a thread more than the --age-max-threads, default 4096, whose ages the agent keeps). Every reason is exported from the start, at 0.",
+};
+
 pub const HTTP_REQUESTS: Metric = Metric {
     base: "waitmeter_http_requests",
     kind: Kind::Counter,
@@ -235,6 +243,7 @@ pub const ALL: &[&Metric] = &[
     &THREAD_WAIT_RATIO,
     &AGE_SCRAPE_ERRORS,
     &AGE_SOURCE_ERRORS,
+    &AGE_CLIENT_REJECTED,
     &HTTP_REQUESTS,
     &HTTP_CONNECTIONS_DROPPED,
     &WATCHED_PROCESSES,

@@ -61,6 +61,7 @@ pub struct Exposition {
     pub app_age: Vec<(Labels, f64)>,
     pub age_scrape_errors: Vec<(Labels, f64)>,
     pub age_errors: Vec<(Labels, f64)>,
+    pub age_client_rejected: Vec<(Labels, f64)>,
     pub watched_processes: i64,
     pub watched_threads: i64,
     pub lost: Vec<(Labels, f64)>,
@@ -140,6 +141,7 @@ impl Collector for Exposition {
         counters(&mut enc, &catalogue::AGE_SCRAPE_ERRORS, &self.age_scrape_errors)?;
         gauges(&mut enc, &catalogue::THREAD_WAIT_RATIO, &self.wait_ratio)?;
         counters(&mut enc, &catalogue::AGE_SOURCE_ERRORS, &self.age_errors)?;
+        counters(&mut enc, &catalogue::AGE_CLIENT_REJECTED, &self.age_client_rejected)?;
         counters(&mut enc, &catalogue::HTTP_REQUESTS, &self.http_requests)?;
         counters(&mut enc, &catalogue::HTTP_CONNECTIONS_DROPPED, &self.http_dropped)?;
         for (m, v) in [(&catalogue::WATCHED_PROCESSES, self.watched_processes), (&catalogue::WATCHED_THREADS, self.watched_threads)] {

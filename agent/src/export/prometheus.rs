@@ -58,7 +58,7 @@ pub struct AgeExport {
     pub process: Option<(u32, f64)>,
     /// (pid, tid, latest age) from waitmeter_client
     pub threads: Vec<(u32, u32, f64)>,
-    /// endpoint poll errors (by reason), malformed client datagrams
+    /// endpoint poll errors (by reason), client records not taken (by reason)
     pub errors: Option<crate::age::sources::AgeErrors>,
 }
 
@@ -365,8 +365,11 @@ impl Exporter {
             ],
             None => vec![],
         };
-        let age_scrape_errors =
-            ages.errors.iter().flat_map(|e| &e.scrape).map(|(r, n)| (vec![("reason".to_string(), r.to_string())], *n as f64)).collect();
+        let by_reason = |counts: &[(&'static str, u64)]| -> Vec<(Labels, f64)> {
+            counts.iter().map(|(r, n)| (vec![("reason".to_string(), r.to_string())], *n as f64)).collect()
+        };
+        let age_scrape_errors = ages.errors.as_ref().map_or(vec![], |e| by_reason(&e.scrape));
+        let age_client_rejected = ages.errors.as_ref().map_or(vec![], |e| by_reason(&e.rejected));
         let mut thread_seconds = vec![];
         for (k, t) in &series {
             let Some(p) = by_id.get(&k.target) else { continue };
@@ -414,6 +417,7 @@ impl Exporter {
             app_age,
             age_scrape_errors,
             age_errors,
+            age_client_rejected,
             watched_processes: procs.iter().filter(|p| p.alive).count() as i64,
             watched_threads: live_threads as i64,
             lost,
@@ -609,8 +613,12 @@ mod tests {
 
     #[test]
     fn age_errors_by_source_and_by_reason() {
-        let errors =
-            crate::age::sources::AgeErrors { endpoint: 3, client: 1, scrape: vec![("connect", 0), ("timeout", 3), ("bad_line", 7)] };
+        let errors = crate::age::sources::AgeErrors {
+            endpoint: 3,
+            client: 1,
+            scrape: vec![("connect", 0), ("timeout", 3), ("bad_line", 7)],
+            rejected: vec![("malformed", 1), ("wrong_pid", 4)],
+        };
         let ages = AgeExport { process: Some((10, 2.5)), threads: vec![], errors: Some(errors) };
         let text = Exporter::new(20, false).render(&[], &[], &ages, &Snapshot::default(), &AgentStatus::default());
         for line in [
@@ -619,6 +627,8 @@ mod tests {
             "waitmeter_age_scrape_errors_total{reason=\"bad_line\"} 7.0",
             "waitmeter_age_source_errors_total{source=\"endpoint\"} 3.0",
             "waitmeter_age_source_errors_total{source=\"client\"} 1.0",
+            "waitmeter_age_client_rejected_total{reason=\"malformed\"} 1.0",
+            "waitmeter_age_client_rejected_total{reason=\"wrong_pid\"} 4.0",
             "waitmeter_app_age_seconds{pid=\"10\"} 2.5",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
@@ -626,5 +636,6 @@ mod tests {
         // no age source: no age series
         let text = Exporter::new(20, false).render(&[], &[], &AgeExport::default(), &Snapshot::default(), &AgentStatus::default());
         assert!(!text.contains("waitmeter_age_scrape_errors_total{"), "{text}");
+        assert!(!text.contains("waitmeter_age_client_rejected_total{"), "{text}");
     }
 }

@@ -22,6 +22,20 @@ pub struct AgeSummary {
     pub rising: bool,
 }
 
+/// The application's age over the window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgeReport {
+    /// "endpoint" (its Prometheus metric) or "client" (waitmeter_client samples)
+    pub source: &'static str,
+    pub summary: AgeSummary,
+    /// from a histogram's bucket deltas over the window
+    pub p50_s: Option<f64>,
+    pub p99_s: Option<f64>,
+    /// endpoint: malformed lines skipped, and failed polls, since the start
+    pub skipped_lines: Option<u64>,
+    pub failed_polls: Option<u64>,
+}
+
 /// Age is "rising" when it grew by at least this much over the window...
 pub const RISING_MIN_GROWTH_S: f64 = 0.5;
 /// ... at a least-squares rate of at least this many seconds per second.

@@ -9,7 +9,7 @@ pub mod verdict;
 
 use std::collections::BTreeMap;
 
-use crate::model::age::AgeSummary;
+use crate::model::age::{AgeReport, AgeSummary};
 use crate::model::blame::{self, FutexWait, Preemptor, TopFutex};
 use crate::model::partition::{ThreadSample, Times};
 use crate::model::state::State;
@@ -80,20 +80,6 @@ impl ThreadRow {
         let by = self.futex_by_waker();
         top(by.iter().map(|(t, ns)| (*t, *ns)), by.values().copied())
     }
-}
-
-/// The application's age over the window.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AgeReport {
-    /// "endpoint" (its Prometheus metric) or "client" (waitmeter_client samples)
-    pub source: &'static str,
-    pub summary: AgeSummary,
-    /// from a histogram's bucket deltas over the window
-    pub p50_s: Option<f64>,
-    pub p99_s: Option<f64>,
-    /// endpoint: malformed lines skipped, and failed polls, since the start
-    pub skipped_lines: Option<u64>,
-    pub failed_polls: Option<u64>,
 }
 
 /// The cgroup of the process over the window.

@@ -129,7 +129,7 @@ Refuse combinations that would deploy something that cannot work.
 {{- define "waitmeter.validate" -}}
 {{- $v := .Values }}
 {{- if and (eq $v.mode "daemonset") $v.age.socket.enabled }}
-{{- fail "age.socket needs the application's PID namespace (waitmeter_client sends the PIDs it sees): use mode=sidecar" }}
+{{- fail "age.socket is a socket on an emptyDir of the application's pod, shared with the agent: use mode=sidecar" }}
 {{- end }}
 {{- if eq $v.mode "sidecar" }}
 {{- if and $v.sidecar.deployment.enabled (not $v.sidecar.deployment.app.image) }}
@@ -268,8 +268,14 @@ The agent's command line.
 {{- if $a.btf }}
 - --btf={{ $a.btf }}
 {{- end }}
-{{- if .Values.age.socket.enabled }}
+{{- with .Values.age.socket }}
+{{- if .enabled }}
 - --age-socket=/run/waitmeter/age.sock
+- --age-socket-mode={{ .mode }}
+{{- if not (kindIs "invalid" .group) }}
+- --age-socket-group={{ int64 .group }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if include "waitmeter.web.enabled" . }}
 - --web.config.file={{ include "waitmeter.web.configFile" . }}
