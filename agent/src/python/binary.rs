@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -99,8 +99,16 @@ static CACHE: LazyLock<Mutex<HashMap<Key, Option<Arc<Binary>>>>> = LazyLock::new
 /// tells the minor version). From the cache when the same file was read
 /// before. `Ok(None)`: not a CPython runtime (or not ELF at all).
 pub fn inspect(path: &Path, name: &str) -> Result<Option<Arc<Binary>>> {
-    let file = File::open(path).with_context(|| format!("failed to open {}", path.display()))?;
+    // non-blocking: a target can put a FIFO where its libpython was mapped; open must not wait on it
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .with_context(|| format!("failed to open {}", path.display()))?;
     let meta = file.metadata().with_context(|| format!("failed to stat {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
     let minor = minor_from_name(name).map(|m| m.0);
     let key = (meta.dev(), meta.ino(), meta.size(), meta.mtime(), meta.mtime_nsec(), minor);
     if let Some(hit) = CACHE.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
@@ -224,6 +232,20 @@ mod tests {
                 assert!(found.py_version.is_some(), "{found:?}");
             }
         }
+    }
+
+    /// A FIFO where a library was: refused at once, not waited on.
+    #[test]
+    fn a_fifo_is_not_opened_for_reading() {
+        let dir = std::env::temp_dir().join(format!("waitmeter-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("libpython3.12.so.1.0");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = inspect(&fifo, "/usr/lib/libpython3.12.so.1.0").unwrap_err();
+        assert!(format!("{err:#}").contains("not a regular file"), "{err:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn read_bytes_of(data: &[u8], path: &Path) -> Binary {

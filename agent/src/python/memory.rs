@@ -17,21 +17,15 @@ pub trait Memory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<()>;
 
     fn read_u8(&self, addr: u64) -> Result<u8> {
-        let mut b = [0u8; 1];
-        self.read(addr, &mut b)?;
-        Ok(b[0])
+        array(self, addr).map(u8::from_le_bytes)
     }
 
     fn read_u32(&self, addr: u64) -> Result<u32> {
-        let mut b = [0u8; 4];
-        self.read(addr, &mut b)?;
-        Ok(u32::from_le_bytes(b))
+        array(self, addr).map(u32::from_le_bytes)
     }
 
     fn read_u64(&self, addr: u64) -> Result<u64> {
-        let mut b = [0u8; 8];
-        self.read(addr, &mut b)?;
-        Ok(u64::from_le_bytes(b))
+        array(self, addr).map(u64::from_le_bytes)
     }
 
     /// A pointer (x86-64: 8 bytes, little-endian).
@@ -49,6 +43,12 @@ pub trait Memory {
         self.read(addr, &mut buf)?;
         Ok(buf)
     }
+}
+
+fn array<const N: usize>(m: &(impl Memory + ?Sized), addr: u64) -> Result<[u8; N]> {
+    let mut b = [0u8; N];
+    m.read(addr, &mut b)?;
+    Ok(b)
 }
 
 /// `base + off` for an address read from the target: an error on overflow.

@@ -352,27 +352,27 @@ mod tests {
             entries.push((negative, objs[0]));
             entries.push((im.int(0x7f3a_1b5f_f6c0), objs[1]));
             let active = im.dict(&entries, true);
-            // point threading._active at the hostile dict
-            let modules = im.mem.read_ptr(im.mem.read_ptr(runtime + o.interp_head).unwrap() + o.interp_modules).unwrap();
-            let threading = lookup_in(&im.mem, &o, modules, "threading");
-            let mdict = im.mem.read_ptr(threading + MD_DICT).unwrap();
-            let slot = slot_of(&im.mem, &o, mdict, "_active");
-            im.write_u64(slot, active);
+            set_active(&mut im, runtime, active);
             assert_eq!(names(&im), expected(&[(0, "MainThread"), (0x7f3a_1b5f_f6c0, "ingest")]), "3.{minor}");
         }
     }
 
-    fn lookup_in(m: &dyn Memory, o: &Objects, dict: u64, name: &str) -> u64 {
-        let r = Reader { m, o };
-        r.lookup(r.dict_items(dict).unwrap(), name).unwrap()
+    /// `sys.modules` of an image.
+    fn modules_of(im: &fixtures::Image, runtime: u64) -> u64 {
+        im.mem.read_ptr(im.mem.read_ptr(runtime + im.o.interp_head).unwrap() + im.o.interp_modules).unwrap()
     }
 
-    /// The address of the value slot of `name` in a combined str-keyed dict.
-    fn slot_of(m: &dyn Memory, o: &Objects, dict: u64, name: &str) -> u64 {
-        let keys = m.read_ptr(dict + MA_KEYS).unwrap();
-        let (first, stride, key_at) = if o.keys_v311 { (keys + 40, 16, 0) } else { (keys + 48, 24, 8) };
+    /// Point `threading._active` of an image at another dict.
+    fn set_active(im: &mut fixtures::Image, runtime: u64, active: u64) {
+        let (m, o) = (&im.mem, &im.o);
         let r = Reader { m, o };
-        (0..).map(|i| first + i * stride + key_at).find(|k| r.str(m.read_ptr(*k).unwrap()).is_ok_and(|s| s == name)).unwrap() + 8
+        let threading = r.lookup(r.dict_items(modules_of(im, runtime)).unwrap(), "threading").unwrap();
+        let mdict = m.read_ptr(threading + MD_DICT).unwrap();
+        // the value slot of "_active" in that combined, str-keyed dict
+        let keys = m.read_ptr(mdict + MA_KEYS).unwrap();
+        let (first, stride) = if o.keys_v311 { (keys + 40, 16) } else { (keys + 56, 24) };
+        let key = (0..).map(|i| first + i * stride).find(|k| r.str(m.read_ptr(*k).unwrap()).is_ok_and(|s| s == "_active")).unwrap();
+        im.write_u64(key + 8, active);
     }
 
     /// Sizes and counts read from the target are bounded before use.
@@ -380,8 +380,7 @@ mod tests {
     fn huge_dicts_are_errors() {
         let o = objects(12);
         let (mut im, runtime, _) = threading_image(o, THREADS);
-        let interp = im.mem.read_ptr(runtime + o.interp_head).unwrap();
-        let modules = im.mem.read_ptr(interp + o.interp_modules).unwrap();
+        let modules = modules_of(&im, runtime);
         let keys = im.mem.read_ptr(modules + MA_KEYS).unwrap();
         let good = im.mem.read_bytes(keys, 32, 32).unwrap();
         im.write_u64(keys + 24, 1 << 40); // dk_nentries
@@ -397,8 +396,7 @@ mod tests {
         // 3.8's keys format: a dk_size that would push the entries past 2^64
         let o = objects(10);
         let (mut im, runtime, _) = threading_image(o, THREADS);
-        let modules = im.mem.read_ptr(im.mem.read_ptr(runtime + o.interp_head).unwrap() + o.interp_modules).unwrap();
-        let keys = im.mem.read_ptr(modules + MA_KEYS).unwrap();
+        let keys = im.mem.read_ptr(modules_of(&im, runtime) + MA_KEYS).unwrap();
         im.write_u64(keys + 8, u64::MAX / 2);
         assert!(read_thread_names(&im.mem, runtime, &o).is_err());
     }
@@ -428,10 +426,7 @@ mod tests {
         im.write_u64(objs[0] - 24, values - 1);
         let ident = im.int(42);
         let active = im.dict(&vec![(ident, objs[0]); n], true);
-        let modules = im.mem.read_ptr(im.mem.read_ptr(runtime + o.interp_head).unwrap() + o.interp_modules).unwrap();
-        let threading = lookup_in(&im.mem, &o, modules, "threading");
-        let slot = slot_of(&im.mem, &o, im.mem.read_ptr(threading + MD_DICT).unwrap(), "_active");
-        im.write_u64(slot, active);
+        set_active(&mut im, runtime, active);
         let counted = Counting(&im.mem, Cell::new(0));
         assert!(read_thread_names(&counted, runtime, &o).unwrap().is_empty());
         assert!(counted.1.get() <= MAX_READS, "{}", counted.1.get());
