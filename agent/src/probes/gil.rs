@@ -115,7 +115,6 @@ impl GilProbe {
     }
 
     /// The host TIDs with a hold histogram.
-    #[cfg(test)]
     pub fn tids(&self) -> Vec<u32> {
         self.skel.maps.holds.keys().filter_map(|k| Some(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?))).collect()
     }

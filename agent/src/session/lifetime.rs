@@ -28,8 +28,6 @@ pub(super) struct Lifetime {
     orphans: HashSet<Incarnation>,
     orphan_holds: HashSet<u32>,
     next_ns: u64,
-    /// entries forgotten by this collector (not by an exit record)
-    pub(super) collected: u64,
 }
 
 impl Session {
@@ -40,9 +38,13 @@ impl Session {
             return;
         }
         self.probe.forget_blame(|w| gone.contains(&w));
-        let tids: Vec<u32> = gone.iter().map(|w| w.0).collect();
+        self.forget_holds(&gone.iter().map(|w| w.0).collect::<Vec<u32>>());
+    }
+
+    /// Forget the GIL hold histograms of these threads, in every precise GIL probe.
+    fn forget_holds(&self, host_tids: &[u32]) {
         for g in self.gil_probes.values() {
-            g.forget(&tids);
+            g.forget(host_tids);
         }
     }
 
@@ -78,9 +80,7 @@ impl Session {
             collected += self.probe.forget_blame(|w| dead.contains(&w)) as u64;
         }
         if !dead_holds.is_empty() {
-            for g in self.gil_probes.values() {
-                g.forget(&dead_holds);
-            }
+            self.forget_holds(&dead_holds);
             collected += dead_holds.len() as u64;
         }
         // pthread_t -> TID of exited threads: kept while a GIL blame record still names it
@@ -92,6 +92,5 @@ impl Session {
         if collected > 0 {
             log::debug!("forgot {collected} map entries of threads gone without an exit record");
         }
-        self.lifetime.collected += collected;
     }
 }

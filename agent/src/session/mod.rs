@@ -127,7 +127,7 @@ impl Session {
     /// Entries of the kernel maps that grow with threads: (probe, map, entries).
     pub fn map_entries(&self) -> Vec<(&'static str, &'static str, usize)> {
         let mut out: Vec<_> = self.probe.occupancy().into_iter().map(|(m, n)| ("sched", m, n)).collect();
-        out.push(("gil", "holds", self.gil_probes.values().map(|g| g.holds().len()).sum()));
+        out.push(("gil", "holds", self.gil_probes.values().map(|g| g.tids().len()).sum()));
         out
     }
 
