@@ -12,6 +12,7 @@ mod procfs;
 mod python;
 mod report;
 mod session;
+mod shrink;
 
 use clap::Parser;
 

@@ -5,7 +5,8 @@
 // and exit. Every BURST_EVERY-th wave has BURST threads that all exit at once
 // behind a barrier (more final records at once than the agent's exit ring
 // buffer holds: some are lost, and their entries must still be cleaned).
-// Prints "tid steady-<i> <tid>" and "ready", starts the waves on "go" (stdin),
+// Workers are named "worker"; the main and steady threads keep the
+// program's name. Prints "tid steady-<i> <tid>" and "ready", starts the waves on "go" (stdin),
 // prints "waves <n> threads <n>" and "done" at the end, then stays until killed.
 //
 //   churn SECS WAVE BURST BURST_EVERY
@@ -60,6 +61,7 @@ static void *worker(void *arg)
 {
 	int burst = arg != NULL;
 
+	pthread_setname_np(pthread_self(), "worker");
 	for (int i = 0; i < 3; i++) {
 		pthread_mutex_lock(&lock);
 		spin_us(100);

@@ -110,8 +110,10 @@ impl FutexWords {
         let oldest = now.saturating_sub(super::prometheus::WINDOW_SPAN_NS);
         self.last_wait.retain(|_, w| {
             w.retain(|_, at| *at > oldest);
+            crate::shrink::shrink(w);
             !w.is_empty()
         });
+        crate::shrink::shrink(&mut self.last_wait);
     }
 
     /// Entries held (for tests of boundedness).

@@ -275,6 +275,8 @@ impl Exporter {
             }
         }
         self.tid_labels_by_target.retain(|k, _| named.contains(k));
+        crate::shrink::shrink(&mut self.thread_labels);
+        crate::shrink::shrink(&mut self.tid_labels_by_target);
     }
 
     /// Entries of the exporter's maps (for tests and the churn benchmark).

@@ -2,6 +2,11 @@
 //! Pure aggregation over the probe's blame records.
 use std::collections::BTreeMap;
 
+/// The waker (or the preempting thread and process) standing for the
+/// counterparts of one waiter beyond the number kept by name: threads and
+/// processes that made it wait and have since exited or gone quiet.
+pub const GONE: u32 = u32::MAX;
+
 /// A closed futex wait of a thread: on which word, ended by whom.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FutexWait {

@@ -70,6 +70,14 @@ pub type FutexRecord = (Incarnation, u32, u64, u64);
 pub type PreemptRecord = (Incarnation, u32, u32, String, u64);
 /// A GIL wait charged to the holder: (waiter, holder id, ns).
 pub type GilRecord = (Incarnation, u64, u64);
+/// The keys of blame entries to move out of the kernel (`take_blame`):
+/// (waiter, holder), (waiter, waker, word), (waiter, by host TID, by host TGID).
+#[derive(Default)]
+pub struct BlamePick {
+    pub gil: std::collections::HashSet<(Incarnation, u64)>,
+    pub futex: std::collections::HashSet<(Incarnation, u32, u64)>,
+    pub preempt: std::collections::HashSet<(Incarnation, u32, u32)>,
+}
 /// A throttled stretch: (host TID, host TGID, start, end).
 pub type ThrottleRecord = (u32, u32, u64, u64);
 
@@ -292,16 +300,41 @@ impl SchedProbe {
     pub fn preempt_blame(&self) -> Vec<PreemptRecord> {
         entries::<wm_preempt_key, wm_preempt>(&self.skel.maps.preempt_blame)
             .into_iter()
-            .map(|(k, v)| {
-                let comm: Vec<u8> = v.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
-                ((k.tid, k.gen), k.by_tid, k.by_tgid, String::from_utf8_lossy(&comm).to_string(), v.ns)
-            })
+            .map(|(k, v)| ((k.tid, k.gen), k.by_tid, k.by_tgid, comm_of(&v), v.ns))
             .collect()
     }
 
     /// Throttled stretches that ended since the last call (drained with the exits).
     pub fn drain_throttles(&mut self) -> Vec<ThrottleRecord> {
         self.throttles.borrow_mut().drain(..).map(|t| (t.tid, t.tgid, t.start, t.end)).collect()
+    }
+
+    /// Move the blame entries whose keys `pick` chooses out of the kernel
+    /// maps: each is looked up and deleted in one step, so a wait charged to
+    /// it meanwhile is in the value returned, or in a new entry.
+    pub fn take_blame(&self, pick: &BlamePick) -> (Vec<GilRecord>, Vec<FutexRecord>, Vec<PreemptRecord>) {
+        fn take<K: Copy, V: Copy, R>(map: &libbpf_rs::MapMut, pick: impl Fn(K) -> bool, rec: impl Fn(K, V) -> R) -> Vec<R> {
+            let keys: Vec<Vec<u8>> = map.keys().filter(|k| from_bytes::<K>(k).is_some_and(&pick)).collect();
+            keys.iter().filter_map(|k| Some(rec(from_bytes::<K>(k)?, from_bytes::<V>(&map.lookup_and_delete(k).ok()??)?))).collect()
+        }
+        let m = &self.skel.maps;
+        (
+            take::<wm_blame_key, u64, _>(
+                &m.gil_blame,
+                |k| pick.gil.contains(&((k.tid, k.gen), k.holder)),
+                |k, ns| ((k.tid, k.gen), k.holder, ns),
+            ),
+            take::<wm_futex_key, u64, _>(
+                &m.futex_blame,
+                |k| pick.futex.contains(&((k.tid, k.gen), k.waker, k.addr)),
+                |k, ns| ((k.tid, k.gen), k.waker, k.addr, ns),
+            ),
+            take::<wm_preempt_key, wm_preempt, _>(
+                &m.preempt_blame,
+                |k| pick.preempt.contains(&((k.tid, k.gen), k.by_tid, k.by_tgid)),
+                |k, v| ((k.tid, k.gen), k.by_tid, k.by_tgid, comm_of(&v), v.ns),
+            ),
+        )
     }
 
     /// Drop the blame entries of the thread incarnations `gone` says are gone
@@ -443,6 +476,12 @@ fn collect_into<T: Copy + 'static>(
 }
 
 /// Every (key, value) of a hash map of ABI structs.
+/// The preemptor's process name of a run-queue entry.
+fn comm_of(v: &wm_preempt) -> String {
+    let comm: Vec<u8> = v.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    String::from_utf8_lossy(&comm).to_string()
+}
+
 fn entries<K: Copy, V: Copy>(map: &libbpf_rs::MapMut) -> Vec<(K, V)> {
     map.keys()
         .filter_map(|k| {

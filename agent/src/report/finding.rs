@@ -235,6 +235,7 @@ impl ThreadRef {
     /// "processor (12)", or `unknown` for a thread outside the report.
     fn or(&self, unknown: impl FnOnce(u32) -> String) -> String {
         match &self.name {
+            Some(name) if self.tid == crate::model::blame::GONE => name.clone(),
             Some(name) => format!("{name} ({})", self.tid),
             None => unknown(self.tid),
         }

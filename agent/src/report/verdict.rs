@@ -23,8 +23,11 @@ pub const GIL_STARVATION_SHARE: f64 = 0.5;
 /// "The CPU is idle": the process used less than this share of the CPUs it may use.
 pub const IDLE_CPU_SHARE: f64 = 0.5;
 
-/// Thread `tid`, named when it is one of `rows`.
+/// Thread `tid`, named when it is one of `rows` (or it stands for many exited ones).
 fn thread_ref(tid: u32, rows: &[ThreadRow]) -> ThreadRef {
+    if tid == crate::model::blame::GONE {
+        return ThreadRef { tid, name: Some("exited threads".to_string()) };
+    }
     ThreadRef { tid, name: rows.iter().find(|x| x.tid == tid).map(|x| x.name.clone()) }
 }
 
@@ -196,6 +199,13 @@ mod tests {
             f[0]
         );
         assert!(f[0].contains("wait ratio 0.50"));
+    }
+
+    #[test]
+    fn wakers_beyond_the_kept_ones_read_as_exited_threads() {
+        let r = thread_ref(crate::model::blame::GONE, &[]);
+        assert_eq!(r.name.as_deref(), Some("exited threads"));
+        assert_eq!(Culprit::Thread(r).short(), "exited threads");
     }
 
     #[test]

@@ -38,6 +38,7 @@ impl Session {
             return;
         }
         self.probe.forget_blame(|w| gone.contains(&w));
+        self.settle.forget(|w| gone.contains(w));
         self.forget_holds(&gone.iter().map(|w| w.0).collect::<Vec<u32>>());
     }
 
@@ -57,6 +58,7 @@ impl Session {
             return;
         }
         self.lifetime.next_ns = now + GC_EVERY_NS;
+        self.settle.pass(&self.probe, &blame.kernel, seen);
         let lt = &mut self.lifetime;
         // entries of threads that are gone from /proc
         let vanished = std::mem::take(&mut lt.vanished);
@@ -67,8 +69,15 @@ impl Session {
         }
         // blame of incarnations without an entry
         let lt = &mut self.lifetime;
-        let orphans: HashSet<Incarnation> =
-            blame.gil.keys().chain(blame.futex.keys()).chain(blame.preempt.keys()).filter(|w| !seen.contains(w)).copied().collect();
+        let orphans: HashSet<Incarnation> = blame
+            .gil
+            .keys()
+            .chain(blame.futex.keys())
+            .chain(blame.preempt.keys())
+            .chain(self.settle.waiters())
+            .filter(|w| !seen.contains(w))
+            .copied()
+            .collect();
         let dead: HashSet<Incarnation> = orphans.intersection(&lt.orphans).copied().collect();
         lt.orphans = orphans;
         let live_tids: HashSet<u32> = seen.iter().map(|w| w.0).collect();
@@ -78,6 +87,7 @@ impl Session {
         let mut collected = ghosts.len() as u64;
         if !dead.is_empty() {
             collected += self.probe.forget_blame(|w| dead.contains(&w)) as u64;
+            self.settle.forget(|w| dead.contains(w));
         }
         if !dead_holds.is_empty() {
             self.forget_holds(&dead_holds);
@@ -88,9 +98,24 @@ impl Session {
         for t in self.targets.values_mut() {
             let alive: HashSet<u32> = live.get(&t.id).into_iter().flatten().map(|s| s.tid).collect();
             t.fsbase_tids.retain(|fsbase, tid| alive.contains(tid) || holders.contains(fsbase));
+            crate::shrink::shrink(&mut t.fsbase_tids);
         }
         if collected > 0 {
             log::debug!("forgot {collected} map entries of threads gone without an exit record");
         }
+        let (settled, merged_ns) = self.settle.entries();
+        log::debug!("{settled} blame entries settled in user space ({merged_ns} ns of them merged into the exited/other counterpart)");
+        release_freed_memory();
+    }
+}
+
+/// Give the heap memory freed by forgetting back to the system, so the
+/// agent's RSS follows what it holds instead of staying at its peak after a
+/// burst of threads (glibc keeps freed memory in its arenas otherwise).
+fn release_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! `target.rs` adds, discovers and reaps the watched processes; `sample.rs`
 //! reads the probe's maps into per-thread samples; `resolve.rs` turns the
-//! holder, waker and preemptor ids of those maps into TIDs.
+//! holder, waker and preemptor ids of those maps into TIDs; `lifetime.rs`
+//! forgets what belongs to threads that are gone, and `settle.rs` moves the
+//! blame that stopped growing out of the kernel.
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
@@ -20,6 +22,7 @@ use crate::usage;
 mod lifetime;
 mod resolve;
 mod sample;
+mod settle;
 mod target;
 
 pub use target::Target;
@@ -57,6 +60,8 @@ pub struct Session {
     gil_probes: std::collections::HashMap<u64, GilProbe>,
     /// cleaning the maps by thread lifetime
     lifetime: lifetime::Lifetime,
+    /// blame entries that stopped growing, moved out of the kernel
+    settle: settle::Settle,
 }
 
 impl Session {
@@ -83,6 +88,7 @@ impl Session {
             max_threads: opts.max_threads,
             gil_probes: Default::default(),
             lifetime: Default::default(),
+            settle: Default::default(),
         })
     }
 

@@ -3,9 +3,10 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::resolve::HolderResolver;
+use super::settle::Kernel;
 use super::{Session, Target};
 use crate::clock::monotonic_ns;
-use crate::model::blame::{FutexWait, Preemptor};
+use crate::model::blame::{FutexWait, Preemptor, GONE};
 use crate::model::hist::HoldHist;
 use crate::model::labels::sanitize;
 use crate::model::partition::ThreadSample;
@@ -67,17 +68,22 @@ impl Session {
     }
 
     /// Every blame record and GIL hold histogram, by waiter, read once.
+    /// The kernel's entries and those moved out of it (`settle.rs`).
     fn blame(&self) -> Blame {
-        let mut b = Blame::default();
-        for (who, holder, ns) in self.probe.gil_blame() {
-            b.gil.entry(who).or_default().push((holder, ns));
+        let mut b = Blame {
+            kernel: Kernel { gil: self.probe.gil_blame(), futex: self.probe.futex_blame(), preempt: self.probe.preempt_blame() },
+            ..Default::default()
+        };
+        for (who, holder, ns) in &b.kernel.gil {
+            b.gil.entry(*who).or_default().push((*holder, *ns));
         }
-        for r in self.probe.futex_blame() {
-            b.futex.entry(r.0).or_default().push(r);
+        for r in &b.kernel.futex {
+            b.futex.entry(r.0).or_default().push(*r);
         }
-        for r in self.probe.preempt_blame() {
-            b.preempt.entry(r.0).or_default().push(r);
+        for r in &b.kernel.preempt {
+            b.preempt.entry(r.0).or_default().push(r.clone());
         }
+        self.settle.add_to(&mut b);
         b.holds = self.gil_probes.values().flat_map(|g| g.holds()).collect();
         b
     }
@@ -96,6 +102,8 @@ impl Session {
             for (_, by_tid, by_tgid, comm, ns) in recs {
                 let who = if *by_tid == 0 {
                     Preemptor::Idle
+                } else if *by_tid == GONE {
+                    Preemptor::Process { pid: 0, comm: "other".into() }
                 } else if *by_tgid == t.host_pid {
                     Preemptor::Thread(r.ns_tid(self, *by_tid))
                 } else {
@@ -191,6 +199,9 @@ impl Session {
 /// The blame records and GIL holds of one sample, by waiter.
 #[derive(Default)]
 pub(super) struct Blame {
+    /// the kernel's entries as read
+    pub(super) kernel: Kernel,
+    /// by waiter: the kernel's entries and the settled ones
     /// GIL waits: [(holder id, ns)]
     pub(super) gil: HashMap<Incarnation, Vec<(u64, u64)>>,
     pub(super) futex: HashMap<Incarnation, Vec<FutexRecord>>,

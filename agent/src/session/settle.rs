@@ -1,0 +1,192 @@
+//! Blame that stopped growing, moved out of the kernel.
+//!
+//! A waiter's blame entries grow with its counterparts: a thread that joins
+//! workers gets a futex entry per worker that woke it, a thread one run-queue
+//! entry per process that ever had its CPU, a GIL waiter one per holder. The
+//! kernel maps would hold them as long as the waiter lives. So at every pass of
+//! the collector, the entries of live waiters whose value did not change since
+//! the previous pass (their counterpart exited, or stopped making this thread
+//! wait) are moved out (looked up and deleted in one step) and added back to
+//! every sample of their waiter: the maps hold what is active, the numbers stay
+//! cumulative. An entry that becomes active again is created anew by the
+//! kernel and adds to the settled one.
+//!
+//! Per waiter, at most `KEEP` counterparts of each kind keep their identity;
+//! the wait behind the others is merged into one counterpart, [`GONE`] (the
+//! GIL's "unknown holder" for GIL waits): still counted, no longer named.
+use std::collections::{HashMap, HashSet};
+
+use super::sample::Blame;
+use crate::model::blame::GONE;
+use crate::probes::sched::{BlamePick, FutexRecord, GilRecord, Incarnation, PreemptRecord, SchedProbe};
+
+/// Counterparts of each kind kept by name per waiter.
+const KEEP: usize = 64;
+
+#[derive(Default)]
+pub(super) struct Settle {
+    /// the previous pass's kernel entries: key -> value
+    prev_gil: HashMap<(Incarnation, u64), u64>,
+    prev_futex: HashMap<(Incarnation, u32, u64), u64>,
+    prev_preempt: HashMap<(Incarnation, u32, u32), u64>,
+    /// waiter -> what was moved out of the kernel for it
+    settled: HashMap<Incarnation, Settled>,
+    /// wait merged into GONE because a waiter had KEEP counterparts already (ns)
+    merged_ns: u64,
+}
+
+/// Settled wait of one waiter, keyed like the kernel's entries.
+#[derive(Default)]
+struct Settled {
+    /// holder id -> ns
+    gil: HashMap<u64, u64>,
+    /// (waker host TID, word) -> ns
+    futex: HashMap<(u32, u64), u64>,
+    /// (by host TID, by host TGID) -> (comm, ns)
+    preempt: HashMap<(u32, u32), (String, u64)>,
+}
+
+/// Add `ns` under `key`, or under `overflow` when `map` already has KEEP keys.
+fn add<K: Eq + std::hash::Hash, V>(
+    map: &mut HashMap<K, V>,
+    key: K,
+    overflow: K,
+    merged: &mut u64,
+    ns: u64,
+    add: impl Fn(&mut V, u64),
+    new: impl Fn() -> V,
+) {
+    let key = if map.len() >= KEEP && !map.contains_key(&key) {
+        *merged += ns;
+        overflow
+    } else {
+        key
+    };
+    add(map.entry(key).or_insert_with(new), ns);
+}
+
+impl Settle {
+    /// Move the entries of live waiters (`live`) that did not change since the
+    /// previous pass out of the kernel; `kernel` is what this sample read.
+    pub(super) fn pass(&mut self, probe: &SchedProbe, kernel: &Kernel, live: &HashSet<Incarnation>) {
+        let mut pick = BlamePick::default();
+        let gil: HashMap<_, _> = kernel.gil.iter().map(|(w, h, ns)| ((*w, *h), *ns)).collect();
+        let futex: HashMap<_, _> = kernel.futex.iter().map(|(w, by, addr, ns)| ((*w, *by, *addr), *ns)).collect();
+        let preempt: HashMap<_, _> = kernel.preempt.iter().map(|(w, by, tgid, _, ns)| ((*w, *by, *tgid), *ns)).collect();
+        pick.gil = quiet(&gil, &self.prev_gil, live, |k| k.0);
+        pick.futex = quiet(&futex, &self.prev_futex, live, |k| k.0);
+        pick.preempt = quiet(&preempt, &self.prev_preempt, live, |k| k.0);
+        let (g, f, p) = if pick.gil.is_empty() && pick.futex.is_empty() && pick.preempt.is_empty() {
+            Default::default()
+        } else {
+            probe.take_blame(&pick)
+        };
+        self.prev_gil = gil.into_iter().filter(|(k, _)| !pick.gil.contains(k)).collect();
+        self.prev_futex = futex.into_iter().filter(|(k, _)| !pick.futex.contains(k)).collect();
+        self.prev_preempt = preempt.into_iter().filter(|(k, _)| !pick.preempt.contains(k)).collect();
+        self.fold(g, f, p);
+    }
+
+    fn fold(&mut self, gil: Vec<GilRecord>, futex: Vec<FutexRecord>, preempt: Vec<PreemptRecord>) {
+        let m = &mut self.merged_ns;
+        for (w, holder, ns) in gil {
+            add(&mut self.settled.entry(w).or_default().gil, holder, 0, m, ns, |v, ns| *v += ns, || 0);
+        }
+        for (w, waker, addr, ns) in futex {
+            add(&mut self.settled.entry(w).or_default().futex, (waker, addr), (GONE, 0), m, ns, |v, ns| *v += ns, || 0);
+        }
+        for (w, by, tgid, comm, ns) in preempt {
+            let s = self.settled.entry(w).or_default();
+            let name = if s.preempt.len() >= KEEP && !s.preempt.contains_key(&(by, tgid)) { "other".to_string() } else { comm };
+            add(&mut s.preempt, (by, tgid), (GONE, GONE), m, ns, |v, ns| v.1 += ns, || (name.clone(), 0));
+        }
+    }
+
+    /// Add the settled entries to a sample's blame records.
+    pub(super) fn add_to(&self, b: &mut Blame) {
+        for (w, s) in &self.settled {
+            b.gil.entry(*w).or_default().extend(s.gil.iter().map(|(h, ns)| (*h, *ns)));
+            if !s.futex.is_empty() {
+                b.futex.entry(*w).or_default().extend(s.futex.iter().map(|((by, addr), ns)| (*w, *by, *addr, *ns)));
+            }
+            if !s.preempt.is_empty() {
+                b.preempt
+                    .entry(*w)
+                    .or_default()
+                    .extend(s.preempt.iter().map(|((by, tgid), (comm, ns))| (*w, *by, *tgid, comm.clone(), *ns)));
+            }
+        }
+    }
+
+    /// Forget the settled entries of waiters that are gone.
+    pub(super) fn forget(&mut self, gone: impl Fn(&Incarnation) -> bool) {
+        self.settled.retain(|w, _| !gone(w));
+    }
+
+    /// Waiters with settled entries.
+    pub(super) fn waiters(&self) -> impl Iterator<Item = &Incarnation> {
+        self.settled.keys()
+    }
+
+    /// Settled entries, and the wait merged into GONE for lack of room.
+    pub(super) fn entries(&self) -> (usize, u64) {
+        (self.settled.values().map(|s| s.gil.len() + s.futex.len() + s.preempt.len()).sum(), self.merged_ns)
+    }
+}
+
+/// The keys of live waiters whose value is the same as at the previous pass.
+fn quiet<K: Copy + Eq + std::hash::Hash>(
+    now: &HashMap<K, u64>,
+    prev: &HashMap<K, u64>,
+    live: &HashSet<Incarnation>,
+    waiter: impl Fn(&K) -> Incarnation,
+) -> HashSet<K> {
+    now.iter().filter(|(k, ns)| prev.get(k) == Some(ns) && live.contains(&waiter(k))).map(|(k, _)| *k).collect()
+}
+
+/// The blame entries as the kernel holds them, read once per sample.
+#[derive(Default)]
+pub(super) struct Kernel {
+    pub(super) gil: Vec<GilRecord>,
+    pub(super) futex: Vec<FutexRecord>,
+    pub(super) preempt: Vec<PreemptRecord>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counterparts_beyond_the_bound_are_merged_and_still_counted() {
+        let mut s = Settle::default();
+        let w = (7, 1);
+        let futex: Vec<FutexRecord> = (0..KEEP as u32 + 10).map(|i| (w, 1000 + i, 0x1000 + i as u64 * 8, 5)).collect();
+        let preempt: Vec<PreemptRecord> = (0..KEEP as u32 + 3).map(|i| (w, 5000 + i, 5000 + i, format!("p{i}"), 2)).collect();
+        let gil: Vec<GilRecord> = (0..KEEP as u64 + 1).map(|h| (w, 0x7f00 + h, 3)).collect();
+        s.fold(gil, futex, preempt);
+        // a counterpart already kept keeps adding to its own entry
+        s.fold(vec![(w, 0x7f00, 3)], vec![(w, 1000, 0x1000, 5)], vec![]);
+        let mut b = Blame::default();
+        s.add_to(&mut b);
+        let f = &b.futex[&w];
+        assert_eq!(f.len(), KEEP + 1);
+        assert_eq!(f.iter().map(|r| r.3).sum::<u64>(), 5 * (KEEP as u64 + 11));
+        assert_eq!(f.iter().find(|r| r.1 == GONE).map(|r| (r.2, r.3)), Some((0, 50)));
+        assert_eq!(f.iter().find(|r| r.1 == 1000).map(|r| r.3), Some(10));
+        let p = &b.preempt[&w];
+        assert_eq!(p.iter().find(|r| r.1 == GONE).map(|r| (r.2, r.3.clone(), r.4)), Some((GONE, "other".to_string(), 6)));
+        assert_eq!(b.gil[&w].iter().find(|r| r.0 == 0).map(|r| r.1), Some(3));
+        assert_eq!(b.gil[&w].iter().map(|r| r.1).sum::<u64>(), 3 * (KEEP as u64 + 2));
+        assert_eq!(s.entries(), (KEEP + 1 + KEEP + 1 + KEEP + 1, 50 + 6 + 3));
+        s.forget(|x| *x == w);
+        assert_eq!(s.entries().0, 0);
+    }
+
+    #[test]
+    fn only_unchanged_entries_of_live_waiters_are_quiet() {
+        let live = HashSet::from([(1, 1)]);
+        let prev = HashMap::from([(((1, 1), 5u64), 10u64), (((1, 1), 6), 10), (((2, 1), 5), 10)]);
+        let now = HashMap::from([(((1, 1), 5u64), 10u64), (((1, 1), 6), 11), (((2, 1), 5), 10), (((1, 1), 7), 1)]);
+        assert_eq!(quiet(&now, &prev, &live, |k| k.0), HashSet::from([((1, 1), 5)]));
+    }
+}
