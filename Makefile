@@ -26,6 +26,9 @@ apt = @missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/nul
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# interpreters the machine's pyenv does not have (tests/pythons/build.sh)
+PYTHONS := $(CURDIR)/.pythons
+
 # cargo-fuzz for the fuzz targets in agent/fuzz (built from crates.io, once)
 CARGO_FUZZ := $(TOOLS)/cargo-fuzz
 CARGO_FUZZ_VERSION := 0.13.2
@@ -43,12 +46,18 @@ setup-build:
 # Everything make test needs: the build, the test venv, helm, cargo-fuzz.
 setup: setup-build
 	$(call apt,$(TEST_PKGS))
-	@$(MAKE) --no-print-directory $(VENV)/.ok $(HELM) $(CARGO_FUZZ)
+	@$(MAKE) --no-print-directory $(VENV)/.ok $(HELM) $(CARGO_FUZZ) $(PYTHONS)/.ok
 	@echo "setup: ok"
 
 $(VENV)/.ok: tests/requirements.txt
 	python3 -m venv $(VENV)
 	$(PYTHON) -m pip install -q -r tests/requirements.txt
+	touch $@
+
+# CPython 3.14, 3.15, 3.14t and a stripped 3.14 for the GIL tests, built from
+# the upstream tarballs in Debian's archive pool (about 12 minutes, once)
+$(PYTHONS)/.ok: tests/pythons/build.sh
+	bash tests/pythons/build.sh $(PYTHONS)
 	touch $@
 
 $(HELM):

@@ -47,33 +47,47 @@ def stripped_env(minor):
     return py, {"LD_LIBRARY_PATH": str(out)}
 
 
+def built_python(name):
+    """An interpreter `make setup` builds (tests/pythons/build.sh): python3.14,
+    python3.15, python3.14t, python3.14-stripped."""
+    py = ROOT / ".pythons" / "bin" / f"python{name}"
+    return str(py) if py.exists() else None
+
+
 TARGETS = [(f"pyenv-3.{m}", lambda m=m: (pyenv_python(m), None)) for m in range(8, 14)] + [
     ("debian-3.11", lambda: ("/usr/bin/python3.11" if os.path.exists("/usr/bin/python3.11") else None, None)),
     ("stripped-3.11", lambda: stripped_env(11)),
     ("stripped-3.12", lambda: stripped_env(12)),
+    # read from the interpreters' own debug offsets
+    ("3.14", lambda: (built_python("3.14"), None)),
+    ("3.15", lambda: (built_python("3.15"), None)),
+    ("3.14t-gil", lambda: (built_python("3.14t"), {"PYTHON_GIL": "1"})),
+    ("stripped-3.14", lambda: (built_python("3.14-stripped"), None)),
 ]
 
 
 @pytest.fixture(params=[t[1] for t in TARGETS], ids=[t[0] for t in TARGETS])
 def interpreter(request):
+    """(python, environment, its libpython is stripped)"""
     py, env = request.param()
     if not py:
-        pytest.fail(f"interpreter for {request.node.callspec.id} not installed here")
-    return py, env
+        pytest.fail(f"interpreter for {request.node.callspec.id} not installed here (make setup builds 3.14, 3.15 and 3.14t)")
+    return py, env, request.node.callspec.id.startswith("stripped-")
 
 
 def test_ingest_starves_behind_processor(interpreter):
-    py, env = interpreter
+    py, env, stripped = interpreter
     with Workload(py, STARVE, "same", env=env) as w:
         report, _ = attach(w.pid, 2.0)
     p = report["python"]
     assert p is not None and p["gil"] == "enabled" and p["gil_probe"] == "futex", p
-    if env:
+    if stripped:
         assert p["symbols"] is False and "stripped" in p["binary"], p
     threads = by_tid(report)
     ingest, processor = threads[w.tids["ingest"]], threads[w.tids["processor"]]
     assert ingest["name"] == "ingest" and processor["name"] == "processor"
-    assert threads[w.tids["MainThread"]]["name"] == "MainThread"
+    if not p["free_threaded"]:  # names are read on default builds; 3.14+ also names OS threads
+        assert threads[w.tids["MainThread"]]["name"] == "MainThread"
     assert share(ingest, "gil_wait") >= 0.70, ingest
     blamed = ingest["gil_wait_by_holder"].get(str(w.tids["processor"]), 0.0)
     assert blamed >= 0.90 * ingest["seconds"]["gil_wait"], ingest
@@ -84,7 +98,7 @@ def test_ingest_starves_behind_processor(interpreter):
 
 
 def test_processor_in_its_own_process_frees_ingest(interpreter):
-    py, env = interpreter
+    py, env, _ = interpreter
     with Workload(py, STARVE, "separate", env=env) as w:
         report, _ = attach(w.pid, 2.0)
     assert report["python"]["gil"] == "enabled"
@@ -107,14 +121,17 @@ def build_holdgil(py):
 
 def run_known_holds(minor, *agent_args):
     """The accuracy workload under `waitmeter run`: returns (pid, seconds the
-    holder really held the GIL, the exposition after the holds)."""
-    py = pyenv_python(minor)
+    holder really held the GIL, the exposition after the holds). `minor`: a
+    pyenv 3.minor, or the name of a built interpreter ("3.14t")."""
+    py, env = (pyenv_python(minor), None) if isinstance(minor, int) else (built_python(minor), None)
+    if minor == "3.14t":
+        env = {"PYTHON_GIL": "1"}
     if not py:
-        pytest.fail(f"pyenv 3.{minor} not installed here")
+        pytest.fail(f"Python {minor} not installed here (make setup builds 3.14, 3.15 and 3.14t)")
     build = build_holdgil(py)
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
-    with Workload(py, ACCURACY, build, 50, 20, stdin=subprocess.PIPE) as w:
+    with Workload(py, ACCURACY, build, 50, 20, stdin=subprocess.PIPE, env=env) as w:
         agent = subprocess.Popen([str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}", *agent_args],
                                  stderr=subprocess.DEVNULL)
         with Guard(agent):
@@ -127,7 +144,7 @@ def run_known_holds(minor, *agent_args):
             return w.pid, int(line[1]) / 1e9, wait_http(url)
 
 
-@pytest.mark.parametrize("minor", [8, 11, 12, 13])
+@pytest.mark.parametrize("minor", [8, 11, 12, 13, "3.14", "3.15", "3.14t"])
 def test_gil_wait_matches_known_holds(minor):
     """A C extension holds the GIL for exactly 50 ms, 20 times; the waiter's
     measured GIL wait, blamed on the holder, equals the total held (5%)."""
@@ -135,6 +152,7 @@ def test_gil_wait_matches_known_holds(minor):
     m = re.search(rf'waitmeter_gil_wait_seconds_total{{pid="{pid}",thread="waiter",holder="holder"}} (\S+)', text)
     assert m, text
     measured = float(m.group(1))
+    print(f"3.{minor}" if isinstance(minor, int) else minor, f"GIL wait blamed on the holder {measured:.4f} s, held {held_s:.4f} s")
     assert abs(measured - held_s) <= 0.05 * held_s, (measured, held_s)
 
 
@@ -169,3 +187,18 @@ def test_uprobe_mode_on_a_stripped_build_falls_back_to_futex():
     ingest = by_tid(report)[w.tids["ingest"]]
     assert share(ingest, "gil_wait") >= 0.70  # waits are measured all the same
     assert "gil_hold" not in ingest
+
+
+def test_free_threaded_without_the_gil_invents_no_gil_numbers():
+    """3.14t as it runs by default (no PYTHON_GIL): `gil: disabled`, and the
+    ingest thread's waits are not called GIL waits."""
+    py = built_python("3.14t")
+    if not py:
+        pytest.fail("Python 3.14t not installed here (make setup builds it)")
+    with Workload(py, STARVE, "same") as w:
+        report, _ = attach(w.pid, 2.0)
+    p = report["python"]
+    assert p["free_threaded"] is True and p["gil"] == "disabled", p
+    for t in report["threads"]:
+        assert t["seconds"]["gil_wait"] == 0.0 and not t["gil_wait_by_holder"], t
+    assert not any(v.startswith("GIL") or ("GIL" in v and "behind" in v) for v in report["verdict"]), report["verdict"]

@@ -25,6 +25,15 @@ pub fn pyenv_python(minor: u32) -> Option<PathBuf> {
     found.pop().map(|(_, p)| p)
 }
 
+/// CPython 3.`minor`: pyenv's build, else the one `make setup` builds in
+/// `.pythons/` (3.14, 3.15).
+pub fn python(minor: u32) -> Option<PathBuf> {
+    pyenv_python(minor).or_else(|| {
+        let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../.pythons/bin/python3.{minor}"));
+        built.exists().then_some(built)
+    })
+}
+
 /// A recorded image in a file: `wmimage1`, `_PyRuntime`'s address, then
 /// regions of (address, length: u64 LE, bytes).
 pub fn save_image(path: &std::path::Path, runtime: u64, mem: &Recorded) -> std::io::Result<()> {

@@ -1,7 +1,11 @@
 //! CPython internals per version, as data: where the GIL is, its fields, and
 //! how a thread state names its OS thread. The only place in waitmeter that
 //! knows CPython versions. Values measured on x86-64 glibc builds (see
-//! docs/python-support.md and ../shared/reference/cpython-gil.md).
+//! docs/python-support.md and ../shared/reference/cpython-gil.md). 3.13
+//! and later describe themselves (`debug_offsets`): only what their table
+//! does not give is here.
+
+use super::debug_offsets::DebugOffsets;
 
 /// Where the GIL struct (`struct _gil_runtime_state`) lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,30 +135,51 @@ pub const LAYOUTS: &[Layout] = &[
         HolderId::NativeThreadId { offset: 0x90 },
         objects(12),
     ),
-    default_build(
-        13,
-        GilLocation::PerInterpreter { head: 0x278, next: 0x1c60, gil_ptr: 0x10 },
-        HolderId::NativeThreadId { offset: 0xa0 },
-        objects(13),
-    ),
-    // 3.13t (--disable-gil): `enabled` first, every other field 8 bytes later
-    Layout {
-        minor: 13,
-        free_threaded: true,
-        gil: GilLocation::PerInterpreter { head: 0x278, next: 0x1c60, gil_ptr: 0x10 },
-        enabled: Some(0),
-        last_holder: 16,
-        locked: 24,
-        cond: 40,
-        mutex: 88,
-        holder_id: HolderId::NativeThreadId { offset: 0xa0 },
-        objects: None,
-    },
 ];
 
-/// The layout of CPython 3.`minor` (free-threaded or not); `None`: unsupported.
-pub fn layout(minor: u32, free_threaded: bool) -> Option<&'static Layout> {
-    LAYOUTS.iter().find(|l| l.minor == minor && l.free_threaded == free_threaded)
+/// The layout of CPython 3.`minor` (3.8–3.12, measured by hand); `None`:
+/// a version without a table (3.13 and later read `_Py_DebugOffsets`).
+pub fn layout(minor: u32, free_threaded: bool) -> Option<Layout> {
+    LAYOUTS.iter().find(|l| l.minor == minor && l.free_threaded == free_threaded).copied()
+}
+
+/// The layout of a 3.13+ interpreter from its own debug offsets: where its
+/// GILs are, how a thread state names its thread, and what object layout
+/// thread names need. The GIL struct's fields that the table does not give
+/// (`cond`, `mutex`) are placed relative to `locked`, whose place `parse`
+/// checked (16 bytes in on a default build, 24 on a free-threaded one, whose
+/// first field is `int enabled`).
+pub fn from_debug_offsets(o: &DebugOffsets) -> Layout {
+    let shift = if o.free_threaded { 8 } else { 0 };
+    Layout {
+        minor: o.minor(),
+        free_threaded: o.free_threaded,
+        gil: GilLocation::PerInterpreter { head: o.interpreters_head, next: o.interp_next, gil_ptr: o.interp_ceval_gil },
+        enabled: o.free_threaded.then_some(0),
+        last_holder: 8 + shift,
+        locked: 16 + shift,
+        cond: 32 + shift,
+        mutex: 80 + shift,
+        holder_id: HolderId::NativeThreadId { offset: o.tstate_native_thread_id },
+        // names are read on default builds of the versions whose object layout is measured
+        objects: debug_objects(o.minor()).filter(|_| !o.free_threaded).map(|x| Objects {
+            interp_head: o.interpreters_head,
+            interp_modules: o.interp_modules,
+            ..x
+        }),
+    }
+}
+
+/// Object layouts of 3.13+ beyond what the debug offsets give (measured with
+/// tests/helpers/measure_cpython.py); `None`: thread names are not read.
+pub fn debug_objects(minor: u32) -> Option<Objects> {
+    match minor {
+        // 3.14: the same dicts, inline values and heap types as 3.13 (measured on 3.14.7)
+        13 | 14 => Some(objects(13)),
+        // 3.15: `ht_cached_keys` 8 bytes later (measured on 3.15.0rc2)
+        15 => Some(Objects { ht_cached_keys: 888, ..objects(13) }),
+        _ => None,
+    }
 }
 
 impl Layout {
@@ -176,22 +201,17 @@ impl Layout {
     }
 }
 
-/// The 3.13+ `_Py_DebugOffsets` at the start of `_PyRuntime`.
-pub const DEBUG_OFFSETS_COOKIE: &[u8; 8] = b"xdebugpy";
-pub const DEBUG_OFFSETS_FREE_THREADED: u64 = 16;
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_supported_version_has_one_layout() {
-        for minor in 8..=13 {
+        for minor in 8..=12 {
             assert!(layout(minor, false).is_some(), "3.{minor}");
         }
-        assert!(layout(13, true).is_some());
         assert!(layout(7, false).is_none());
-        assert!(layout(14, false).is_none());
+        assert!(layout(13, false).is_none()); // read from the interpreter
         assert!(layout(12, true).is_none());
     }
 
@@ -200,11 +220,28 @@ mod tests {
         // measured with bpftrace on sys_enter_futex (reference cpython-gil.md §2):
         // waiters sleep on gil+72/76, the mutex is gil+80; 3.13t adds 8
         assert_eq!(layout(11, false).unwrap().futex_words(0x1000), [0x1000 + 72, 0x1000 + 76, 0x1000 + 80]);
-        assert_eq!(layout(13, true).unwrap().futex_words(0x1000), [0x1000 + 80, 0x1000 + 84, 0x1000 + 88]);
+        assert_eq!(recorded("3.14.7t").futex_words(0x1000), [0x1000 + 80, 0x1000 + 84, 0x1000 + 88]);
+        assert_eq!(recorded("3.14.7").futex_words(0x1000), [0x1000 + 72, 0x1000 + 76, 0x1000 + 80]);
         for l in LAYOUTS {
             assert_eq!(l.checked_futex_words(0x1000), Some(l.futex_words(0x1000)));
             assert_eq!(l.checked_futex_words(u64::MAX - 64), None);
         }
+    }
+
+    fn recorded(name: &str) -> Layout {
+        let path = format!("{}/src/python/testdata/debug_offsets/{name}.bin", env!("CARGO_MANIFEST_DIR"));
+        from_debug_offsets(&DebugOffsets::parse(&std::fs::read(path).unwrap()).unwrap())
+    }
+
+    #[test]
+    fn the_313_table_read_from_the_interpreter_is_the_one_measured_by_hand() {
+        let l = recorded("3.13.0");
+        assert_eq!(l.gil, GilLocation::PerInterpreter { head: 0x278, next: 0x1c60, gil_ptr: 0x10 });
+        assert_eq!(l.holder_id, HolderId::NativeThreadId { offset: 0xa0 });
+        assert_eq!(l.objects, Some(objects(13)));
+        assert_eq!((l.last_holder, l.locked, l.cond, l.mutex, l.enabled), (8, 16, 32, 80, None));
+        let t = recorded("3.14.7t");
+        assert_eq!((t.last_holder, t.locked, t.cond, t.mutex, t.enabled, t.objects), (16, 24, 40, 88, Some(0), None));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! in `layout`; nothing outside this module matches on versions.
 pub use waitmeter_formats::elf;
 pub mod binary;
+pub mod debug_offsets;
 #[cfg(test)]
 pub mod fixtures;
 pub mod layout;
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use binary::Binary;
+use debug_offsets::DebugOffsets;
 use layout::{GilLocation, HolderId, Layout};
 use memory::{at, Memory, Process};
 
@@ -60,8 +62,10 @@ pub struct Python {
     pub binary: PathBuf,
     /// that file has a `.symtab` (local symbols such as `take_gil`)
     pub symtab: bool,
-    /// the layout of this version; `None`: a version waitmeter does not know
-    pub layout: Option<&'static Layout>,
+    /// the layout of this interpreter; `None`: a version waitmeter does not
+    /// know, or debug offsets it could not trust (`layout_error` says why)
+    pub layout: Option<Layout>,
+    pub layout_error: Option<String>,
     /// runtime address of `_PyRuntime`
     pub runtime: u64,
     /// GIL structs (one per interpreter with its own GIL); empty if unknown
@@ -203,13 +207,22 @@ fn describe(mem: &dyn Memory, path: &str, bin: &Binary, bias: u64, runtime: u64)
             (minor, bin.version_string.clone().unwrap_or_else(|| format!("3.{minor}")))
         }
     };
-    // 3.13+: _Py_DebugOffsets at the start of _PyRuntime says free-threaded or not
+    // 3.13+: _Py_DebugOffsets at the start of _PyRuntime describes the interpreter
     let mut free_threaded = from_name.is_some_and(|f| f.1);
-    if minor >= 13 && mem.read_bytes(runtime, 8, 8).is_ok_and(|c| c == layout::DEBUG_OFFSETS_COOKIE) {
-        free_threaded = at(runtime, layout::DEBUG_OFFSETS_FREE_THREADED).and_then(|a| mem.read_u64(a)).unwrap_or(0) != 0;
-    }
-    let layout = layout::layout(minor, free_threaded);
-    let gils = match layout {
+    let (layout, layout_error) = if minor >= 13 {
+        let len = debug_offsets::READ_LEN as u64;
+        match mem.read_bytes(runtime, len, len).and_then(|b| DebugOffsets::parse(&b)) {
+            Ok(o) if o.minor() == minor => {
+                free_threaded = o.free_threaded;
+                (Some(layout::from_debug_offsets(&o)), None)
+            }
+            Ok(o) => (None, Some(format!("its debug offsets say 3.{}, its Py_Version 3.{minor}", o.minor()))),
+            Err(e) => (None, Some(format!("{e:#}"))),
+        }
+    } else {
+        (layout::layout(minor, free_threaded), None)
+    };
+    let gils = match &layout {
         Some(l) => gil_addresses(mem, runtime, l).unwrap_or_default(),
         None => vec![],
     };
@@ -224,6 +237,7 @@ fn describe(mem: &dyn Memory, path: &str, bin: &Binary, bias: u64, runtime: u64)
         binary: PathBuf::from(path),
         symtab: bin.symtab,
         layout,
+        layout_error,
         runtime,
         gils,
         gil_enabled,
@@ -308,17 +322,23 @@ mod tests {
     #[test]
     fn gil_state_words() {
         let mut p = Python {
-            version: "3.13.5".into(),
+            version: "3.14.7".into(),
             free_threaded: true,
-            binary: "libpython3.13t.so".into(),
+            binary: "libpython3.14t.so".into(),
             symtab: false,
-            layout: layout::layout(13, true),
+            layout: Some(layout::from_debug_offsets(
+                &DebugOffsets::parse(
+                    &std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/src/python/testdata/debug_offsets/3.14.7t.bin")).unwrap(),
+                )
+                .unwrap(),
+            )),
+            layout_error: None,
             runtime: 0,
             gils: vec![0x1000],
             gil_enabled: false,
             gil_functions: vec![],
         };
-        // 3.13t as it runs by default: the GIL struct exists, `enabled` is 0
+        // 3.14t as it runs by default: the GIL struct exists, `enabled` is 0
         assert_eq!(p.gil_state(), "disabled");
         p.gil_enabled = true; // PYTHON_GIL=1
         assert_eq!(p.gil_state(), "enabled");

@@ -261,8 +261,20 @@ mod tests {
         (u64::MAX, "three digits"),
     ];
 
+    /// Versions whose thread names are read, from their real interpreters.
+    const MINORS: std::ops::RangeInclusive<u32> = 8..=15;
+
+    /// 3.8–3.12 from the table; 3.13+ from the debug offsets recorded from the interpreter.
     fn objects(minor: u32) -> Objects {
-        crate::python::layout::layout(minor, false).and_then(|l| l.objects).unwrap()
+        let recorded = match minor {
+            13 => "3.13.0",
+            14 => "3.14.7",
+            15 => "3.15.0rc2",
+            _ => return crate::python::layout::layout(minor, false).and_then(|l| l.objects).unwrap(),
+        };
+        let path = format!("{}/src/python/testdata/debug_offsets/{recorded}.bin", env!("CARGO_MANIFEST_DIR"));
+        let o = crate::python::debug_offsets::DebugOffsets::parse(&std::fs::read(path).unwrap()).unwrap();
+        crate::python::layout::from_debug_offsets(&o).objects.unwrap()
     }
 
     fn expected(threads: &[(u64, &str)]) -> HashMap<u64, String> {
@@ -273,7 +285,7 @@ mod tests {
     /// sys.modules -> threading -> _active -> Thread -> _name.
     #[test]
     fn names_from_hand_built_images_of_every_version() {
-        for o in LAYOUTS.iter().filter_map(|l| l.objects) {
+        for o in LAYOUTS.iter().filter_map(|l| l.objects).chain((13..=15).filter_map(crate::python::layout::debug_objects)) {
             let (im, runtime, _) = threading_image(o, THREADS);
             assert_eq!(read_thread_names(&im.mem, runtime, &o).unwrap(), expected(THREADS), "{o:?}");
         }
@@ -440,13 +452,13 @@ mod tests {
         v
     }
 
-    /// Images recorded from the pyenv interpreters running
+    /// Images recorded from the interpreters (pyenv's, and 3.14 and 3.15 built by `make setup`) running
     /// `fixtures::NAMED_THREADS` (committed in `testdata/`; rewritten by
     /// `WAITMETER_RECORD_FIXTURES=1 cargo test names_recorded_from_real_interpreters`).
     #[test]
     fn names_from_images_recorded_from_real_interpreters() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/python/testdata");
-        for minor in 8..=13 {
+        for minor in MINORS {
             let data = std::fs::read(dir.join(format!("threads-3.{minor}.img"))).unwrap();
             let (runtime, image) = fixtures::load_image(&data);
             assert_eq!(sorted(&read_thread_names(&image, runtime, &objects(minor)).unwrap()), NAMED, "3.{minor}");
@@ -463,9 +475,9 @@ mod tests {
             return;
         }
         let mut ran = 0;
-        for minor in 8..=13 {
-            let Some(py) = fixtures::pyenv_python(minor) else {
-                eprintln!("skipping 3.{minor}: no pyenv build here");
+        for minor in MINORS {
+            let Some(py) = fixtures::python(minor) else {
+                eprintln!("skipping 3.{minor}: no pyenv or .pythons build here");
                 continue;
             };
             let child = fixtures::spawn_ready(py.to_str().unwrap(), &["-c", fixtures::NAMED_THREADS], &[]).unwrap();

@@ -98,7 +98,16 @@ impl Session {
         };
         let Some(p) = &py else { return (None, vec![]) };
         let Some(l) = p.layout else {
-            log::warn!("process {pid} runs Python {}, which waitmeter does not know (3.8–3.13): GIL waits count as futex_wait", p.version);
+            match &p.layout_error {
+                Some(why) => log::warn!(
+                    "process {pid} runs Python {} whose layout cannot be trusted ({why}): measuring it without GIL states (GIL waits count as futex_wait)",
+                    p.version
+                ),
+                None => log::warn!(
+                    "process {pid} runs Python {}, which waitmeter does not know (it knows 3.8 and later): GIL waits count as futex_wait",
+                    p.version
+                ),
+            }
             return (py, vec![]);
         };
         let off_holder_id = match l.holder_id {

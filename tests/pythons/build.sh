@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The CPython interpreters the tests need beyond the machine's pyenv builds
+# (3.8–3.13): 3.14, 3.15 and the free-threaded 3.14t, built from the upstream
+# tarballs Debian keeps in its archive pool (python.org and GitHub are not
+# reachable here; Debian's source index points at newer files the mirror no
+# longer serves, so the tarballs are fetched from the pool by name and pinned
+# by sha256). Plus a copy of 3.14 whose libpython is stripped of every symbol
+# table but .dynsym, as distributions ship it.
+#
+#   tests/pythons/build.sh DEST     (make setup runs it with DEST=.pythons)
+#
+# Gives DEST/bin/python3.14, python3.15, python3.14t (symlinks to the
+# interpreters) and python3.14-stripped (a script that execs the interpreter:
+# the process is that interpreter). Idempotent: an interpreter already built is kept. A plain
+# build (shared libpython, no PGO/LTO) takes 3.5–4.5 min each on 2 cores.
+set -euo pipefail
+
+dest=$(realpath -m "${1:?usage: build.sh DEST}")
+pool=http://deb.debian.org/debian/pool/main/p
+# name  tarball  sha256  configure flags
+builds=(
+  "3.14  python3.14/python3.14_3.14.7.orig.tar.xz        3b48dac8fb59f62eaa67ac83c1eb12bda1b7a08406dd286e252c11a66be27f81  "
+  "3.15  python3.15/python3.15_3.15.0~rc2.orig.tar.xz    8d93af5eaaaea5adfd41bd786a7ba3f03f2ad1ab57c6a65e0b963deab91d5ad7  "
+  "3.14t python3.14/python3.14_3.14.7.orig.tar.xz        3b48dac8fb59f62eaa67ac83c1eb12bda1b7a08406dd286e252c11a66be27f81  --disable-gil"
+)
+# build dependencies beyond what the agent's build installs (Debian bookworm
+# has no libmpdec-dev: CPython's bundled mpdecimal is used)
+pkgs="libssl-dev libffi-dev libbz2-dev liblzma-dev libsqlite3-dev libreadline-dev libncurses-dev uuid-dev zlib1g-dev libzstd-dev libgdbm-dev libgdbm-compat-dev"
+
+missing=$(for p in $pkgs; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || echo "$p"; done)
+if [ -n "$missing" ]; then
+  echo "pythons: installing" $missing
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+fi
+
+mkdir -p "$dest/src" "$dest/bin"
+for b in "${builds[@]}"; do
+  read -r name tarball sum flags <<<"$b"
+  prefix="$dest/$name"
+  if [ -f "$prefix/.ok" ] && [ -x "$prefix/bin/python$name" ]; then
+    ln -sfn "$prefix/bin/python${name}" "$dest/bin/python$name"
+    continue
+  fi
+  file="$dest/src/$(basename "$tarball")"
+  if ! echo "$sum  $file" | sha256sum -c --status 2>/dev/null; then
+    echo "pythons: downloading $(basename "$tarball")"
+    curl -fsS --retry 3 -o "$file.part" "$pool/$tarball"
+    echo "$sum  $file.part" | sha256sum -c --status || { echo "pythons: $(basename "$tarball"): sha256 mismatch: the archive changed; check it and update the pin in $0" >&2; exit 1; }
+    mv "$file.part" "$file"
+  fi
+  work="$dest/src/build-$name"
+  rm -rf "$work" && mkdir -p "$work"
+  tar -xJf "$file" -C "$work" --strip-components=1
+  echo "pythons: building CPython $name (a few minutes)"
+  (
+    cd "$work"
+    ./configure -q --prefix="$prefix" --enable-shared --without-ensurepip --disable-test-modules \
+      $flags LDFLAGS="-Wl,-rpath,$prefix/lib" >/dev/null
+    make -s -j"$(nproc)" >/dev/null 2>build.log || { tail -30 build.log; exit 1; }
+    make -s install >/dev/null 2>>build.log || { tail -30 build.log; exit 1; }
+  )
+  rm -rf "$work"
+  # free-threaded builds install python3.14t; default ones python3.14
+  [ -x "$prefix/bin/python$name" ] || { echo "pythons: $prefix/bin/python$name missing after the build" >&2; exit 1; }
+  touch "$prefix/.ok"
+  ln -sfn "$prefix/bin/python$name" "$dest/bin/python$name"
+done
+
+# 3.14 with a stripped libpython: the same build, symbol tables removed; a
+# wrapper points the loader at it (LD_LIBRARY_PATH goes before the RUNPATH)
+# and execs the interpreter
+stripped="$dest/3.14-stripped"
+if [ ! -f "$stripped/.ok" ]; then
+  rm -rf "$stripped"
+  cp -a "$dest/3.14" "$stripped"
+  rm -f "$stripped/.ok"
+  strip --strip-all "$stripped"/lib/libpython3.14.so.1.0
+  if readelf -S "$stripped"/lib/libpython3.14.so.1.0 | grep -q '\.symtab'; then
+    echo "pythons: strip left a .symtab in the stripped libpython" >&2
+    exit 1
+  fi
+  touch "$stripped/.ok"
+fi
+rm -f "$dest/bin/python3.14-stripped"
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/bin/python3.14 "$@"\n' "$stripped" "$stripped" >"$dest/bin/python3.14-stripped"
+chmod +x "$dest/bin/python3.14-stripped"
+
+for p in python3.14 python3.15 python3.14t python3.14-stripped; do
+  "$dest/bin/$p" -c 'import sys, sysconfig; print("pythons:", sys.argv[1], sys.version.split()[0], "free-threaded" if sysconfig.get_config_var("Py_GIL_DISABLED") else "default")' "$p"
+done
