@@ -6,7 +6,8 @@
 //! changes nothing here.
 //!
 //! The table is a flat run of u64 after the 8-byte cookie; which field is
-//! where depends on the minor version and is data below (`FIELDS`), from
+//! where depends on the minor version and is data below (`FIELDS`, with the
+//! version that added each), from
 //! `Include/internal/pycore_debug_offsets.h` (3.14+) and `pycore_runtime.h`
 //! (3.13). What is read comes from the target's memory: every value is
 //! checked for plausibility (sizes, offsets within them, the GIL fields where
@@ -16,122 +17,51 @@ use anyhow::{bail, ensure, Context, Result};
 /// The cookie (`_Py_Debug_Cookie`).
 pub const COOKIE: &[u8; 8] = b"xdebugpy";
 
-/// The fields of one version's table, in order (`section.field`; the cookie
-/// is not listed: field i is at 8 + 8 i).
-struct Fields {
-    minor: u32,
-    names: &'static [&'static str],
-}
-
-const RUNTIME: [&str; 3] = ["runtime_state.size", "runtime_state.finalizing", "runtime_state.interpreters_head"];
-
-/// 3.13: `pycore_runtime.h`.
-const FIELDS_313: &[&str] = &[
-    "version",
-    "free_threaded",
-    RUNTIME[0],
-    RUNTIME[1],
-    RUNTIME[2],
-    "interpreter_state.size",
-    "interpreter_state.id",
-    "interpreter_state.next",
-    "interpreter_state.threads_head",
-    "interpreter_state.gc",
-    "interpreter_state.imports_modules",
-    "interpreter_state.sysdict",
-    "interpreter_state.builtins",
-    "interpreter_state.ceval_gil",
-    "interpreter_state.gil_runtime_state",
-    "interpreter_state.gil_runtime_state_enabled",
-    "interpreter_state.gil_runtime_state_locked",
-    "interpreter_state.gil_runtime_state_holder",
-    "thread_state.size",
-    "thread_state.prev",
-    "thread_state.next",
-    "thread_state.interp",
-    "thread_state.current_frame",
-    "thread_state.thread_id",
-    "thread_state.native_thread_id",
-    "thread_state.datastack_chunk",
-    "thread_state.status",
+/// The fields of the table up to those waitmeter reads, in order, each with
+/// the minor version that added it: a version's table is the fields added up
+/// to it (each release so far only inserted fields). The cookie is not listed:
+/// field i of a version's table is at 8 + 8 i.
+const FIELDS: &[(&str, u32)] = &[
+    ("version", 13),
+    ("free_threaded", 13),
+    ("runtime_state.size", 13),
+    ("runtime_state.finalizing", 13),
+    ("runtime_state.interpreters_head", 13),
+    ("interpreter_state.size", 13),
+    ("interpreter_state.id", 13),
+    ("interpreter_state.next", 13),
+    ("interpreter_state.threads_head", 13),
+    ("interpreter_state.threads_main", 14),
+    ("interpreter_state.gc", 13),
+    ("interpreter_state.imports_modules", 13),
+    ("interpreter_state.sysdict", 13),
+    ("interpreter_state.builtins", 13),
+    ("interpreter_state.ceval_gil", 13),
+    ("interpreter_state.gil_runtime_state", 13),
+    ("interpreter_state.gil_runtime_state_enabled", 13),
+    ("interpreter_state.gil_runtime_state_locked", 13),
+    ("interpreter_state.gil_runtime_state_holder", 13),
+    ("interpreter_state.code_object_generation", 14),
+    ("interpreter_state.tlbc_generation", 14),
+    ("thread_state.size", 13),
+    ("thread_state.prev", 13),
+    ("thread_state.next", 13),
+    ("thread_state.interp", 13),
+    ("thread_state.current_frame", 13),
+    ("thread_state.base_frame", 15),
+    ("thread_state.last_profiled_frame", 15),
+    ("thread_state.last_profiled_frame_seq", 15),
+    ("thread_state.thread_id", 13),
+    ("thread_state.native_thread_id", 13),
+    ("thread_state.datastack_chunk", 13),
+    ("thread_state.status", 13),
+    ("thread_state.holds_gil", 15),
+    ("thread_state.gil_requested", 15),
 ];
 
-/// 3.14: `threads_main`, and two generation counters after the GIL fields.
-const FIELDS_314: &[&str] = &[
-    "version",
-    "free_threaded",
-    RUNTIME[0],
-    RUNTIME[1],
-    RUNTIME[2],
-    "interpreter_state.size",
-    "interpreter_state.id",
-    "interpreter_state.next",
-    "interpreter_state.threads_head",
-    "interpreter_state.threads_main",
-    "interpreter_state.gc",
-    "interpreter_state.imports_modules",
-    "interpreter_state.sysdict",
-    "interpreter_state.builtins",
-    "interpreter_state.ceval_gil",
-    "interpreter_state.gil_runtime_state",
-    "interpreter_state.gil_runtime_state_enabled",
-    "interpreter_state.gil_runtime_state_locked",
-    "interpreter_state.gil_runtime_state_holder",
-    "interpreter_state.code_object_generation",
-    "interpreter_state.tlbc_generation",
-    "thread_state.size",
-    "thread_state.prev",
-    "thread_state.next",
-    "thread_state.interp",
-    "thread_state.current_frame",
-    "thread_state.thread_id",
-    "thread_state.native_thread_id",
-    "thread_state.datastack_chunk",
-    "thread_state.status",
-];
-
-/// 3.15: frames for profilers, and the per-thread GIL flags (`holds_gil`,
-/// `gil_requested`) in the thread state.
-const FIELDS_315: &[&str] = &[
-    "version",
-    "free_threaded",
-    RUNTIME[0],
-    RUNTIME[1],
-    RUNTIME[2],
-    "interpreter_state.size",
-    "interpreter_state.id",
-    "interpreter_state.next",
-    "interpreter_state.threads_head",
-    "interpreter_state.threads_main",
-    "interpreter_state.gc",
-    "interpreter_state.imports_modules",
-    "interpreter_state.sysdict",
-    "interpreter_state.builtins",
-    "interpreter_state.ceval_gil",
-    "interpreter_state.gil_runtime_state",
-    "interpreter_state.gil_runtime_state_enabled",
-    "interpreter_state.gil_runtime_state_locked",
-    "interpreter_state.gil_runtime_state_holder",
-    "interpreter_state.code_object_generation",
-    "interpreter_state.tlbc_generation",
-    "thread_state.size",
-    "thread_state.prev",
-    "thread_state.next",
-    "thread_state.interp",
-    "thread_state.current_frame",
-    "thread_state.base_frame",
-    "thread_state.last_profiled_frame",
-    "thread_state.last_profiled_frame_seq",
-    "thread_state.thread_id",
-    "thread_state.native_thread_id",
-    "thread_state.datastack_chunk",
-    "thread_state.status",
-    "thread_state.holds_gil",
-    "thread_state.gil_requested",
-];
-
-const FIELDS: &[Fields] =
-    &[Fields { minor: 13, names: FIELDS_313 }, Fields { minor: 14, names: FIELDS_314 }, Fields { minor: 15, names: FIELDS_315 }];
+/// The oldest and newest minor versions whose tables are known.
+const OLDEST: u32 = 13;
+const NEWEST: u32 = 15;
 
 /// Bytes to read at `_PyRuntime` for every table known.
 pub const READ_LEN: usize = 8 + 8 * 40;
@@ -175,20 +105,19 @@ impl DebugOffsets {
         let version = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
         let (major, minor) = (version >> 24, (version >> 16) & 0xff);
         ensure!(major == 3 && version >> 32 == 0, "_Py_DebugOffsets: version {version:#x} is not CPython 3");
-        let fields = FIELDS
-            .iter()
-            .rev()
-            .find(|f| f.minor <= minor as u32)
-            .with_context(|| format!("_Py_DebugOffsets: CPython 3.{minor} has no debug offsets (3.13 and later have)"))?;
+        ensure!(minor as u32 >= OLDEST, "_Py_DebugOffsets: CPython 3.{minor} has no debug offsets (3.13 and later have)");
+        // a newer minor is read as the newest known, and kept only if every check holds
+        let table = (minor as u32).min(NEWEST);
+        let names: Vec<&str> = FIELDS.iter().filter(|f| f.1 <= table).map(|f| f.0).collect();
         let get = |name: &str| -> Result<u64> {
-            let i = fields.names.iter().position(|n| *n == name).with_context(|| format!("{name}: not in the 3.{} table", fields.minor))?;
+            let i = names.iter().position(|n| *n == name).with_context(|| format!("{name}: not in the 3.{table} table"))?;
             let at = 8 + 8 * i;
             let b = bytes
                 .get(at..at + 8)
                 .with_context(|| format!("_Py_DebugOffsets: truncated: {} bytes read, {name} is at {at}", bytes.len()))?;
             Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
         };
-        let opt = |name: &str| if fields.names.contains(&name) { get(name).map(Some) } else { Ok(None) };
+        let opt = |name: &str| if names.contains(&name) { get(name).map(Some) } else { Ok(None) };
         let free_threaded = match get("free_threaded")? {
             0 => false,
             1 => true,
@@ -197,7 +126,7 @@ impl DebugOffsets {
         let o = DebugOffsets {
             version: version as u32,
             free_threaded,
-            interpreters_head: get(RUNTIME[2])?,
+            interpreters_head: get("runtime_state.interpreters_head")?,
             interp_next: get("interpreter_state.next")?,
             interp_threads_head: get("interpreter_state.threads_head")?,
             interp_modules: get("interpreter_state.imports_modules")?,
@@ -211,7 +140,7 @@ impl DebugOffsets {
             tstate_holds_gil: opt("thread_state.holds_gil")?,
             tstate_gil_requested: opt("thread_state.gil_requested")?,
         };
-        o.check(get(RUNTIME[0])?, get("interpreter_state.size")?, get("thread_state.size")?)?;
+        o.check(get("runtime_state.size")?, get("interpreter_state.size")?, get("thread_state.size")?)?;
         Ok(o)
     }
 
