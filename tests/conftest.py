@@ -129,6 +129,7 @@ class Workload:
             self.close()
             raise
         self.tids = {}
+        self.lines = lines  # everything it printed up to "ready"
         for line in lines:
             if line.startswith("tid "):
                 _, role, tid = line.split()

@@ -202,3 +202,40 @@ def test_free_threaded_without_the_gil_invents_no_gil_numbers():
     for t in report["threads"]:
         assert t["seconds"]["gil_wait"] == 0.0 and not t["gil_wait_by_holder"], t
     assert not any(v.startswith("GIL") or ("GIL" in v and "behind" in v) for v in report["verdict"]), report["verdict"]
+
+
+@pytest.mark.parametrize("mode", ["same", "separate"])
+def test_315_futex_method_agrees_with_gil_requested(mode):
+    """3.15 sets PyThreadState.gil_requested while a thread waits in take_gil.
+    Sampled from outside (/proc/PID/mem, about 1,700 reads over the window),
+    the share of samples with it set is the ingest thread's GIL wait share;
+    the futex method must agree within 10 points, starved (same process) or
+    not (the processor in its own process)."""
+    py = built_python("3.15")
+    if not py:
+        pytest.fail("Python 3.15 not installed here (make setup builds it)")
+    with Workload(py, STARVE, mode) as w:
+        line = next(l for l in w.lines if l.startswith("tstate ingest "))
+        tstate, offset = int(line.split()[2]), int(line.split()[3])
+        samples = []
+
+        def sample():
+            fd = os.open(f"/proc/{w.pid}/mem", os.O_RDONLY)
+            try:
+                end = time.monotonic() + 1.9
+                while time.monotonic() < end:
+                    samples.append(int.from_bytes(os.pread(fd, 4, tstate + offset), "little") != 0)
+                    time.sleep(0.001)
+            finally:
+                os.close(fd)
+
+        import threading
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        report, _ = attach(w.pid, 2.0)
+        sampler.join()
+    requested = sum(samples) / len(samples)
+    measured = share(by_tid(report)[w.tids["ingest"]], "gil_wait")
+    print(f"3.15 {mode}: ingest gil_requested set in {requested:.1%} of {len(samples)} samples; futex method: gil_wait {measured:.1%}")
+    assert len(samples) >= 500
+    assert abs(requested - measured) <= 0.10, (requested, measured)

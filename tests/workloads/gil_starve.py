@@ -61,8 +61,26 @@ def processor_thread():
     process_forever()
 
 
+def thread_state_line(name):
+    """3.15+: "tstate <name> <PyThreadState address> <offset of gil_requested>",
+    for tests that sample the interpreter's own flag from outside. The offset
+    is the interpreter's: `_Py_DebugOffsets.thread_state.gil_requested`, the
+    35th u64 after the cookie at the start of _PyRuntime in 3.15
+    (Include/internal/pycore_debug_offsets.h)."""
+    if sys.version_info < (3, 15):
+        return
+    import ctypes
+    get = ctypes.pythonapi.PyThreadState_Get
+    get.restype = ctypes.c_void_p
+    runtime = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
+    assert ctypes.string_at(runtime, 8) == b"xdebugpy"
+    gil_requested = ctypes.c_uint64.from_address(runtime + 8 + 8 * 34).value
+    print("tstate", name, get(), gil_requested, flush=True)
+
+
 def ingest(listener, started, observe):
     print("tid ingest", threading.get_native_id(), flush=True)
+    thread_state_line("ingest")
     started.set()
     conn, _ = listener.accept()
     store = os.open(os.devnull, os.O_WRONLY)
