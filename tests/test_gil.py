@@ -18,6 +18,7 @@ pytestmark = pytest.mark.needs_root
 STARVE = ROOT / "tests" / "workloads" / "gil_starve.py"
 ACCURACY = ROOT / "tests" / "workloads" / "gil_accuracy.py"
 HOLDGIL = ROOT / "tests" / "workloads" / "holdgil.c"
+SUBINTERP = ROOT / "tests" / "workloads" / "subinterp.py"
 
 
 def pyenv_root():
@@ -239,3 +240,22 @@ def test_315_futex_method_agrees_with_gil_requested(mode):
     print(f"3.15 {mode}: ingest gil_requested set in {requested:.1%} of {len(samples)} samples; futex method: gil_wait {measured:.1%}")
     assert len(samples) >= 500
     assert abs(requested - measured) <= 0.10, (requested, measured)
+
+
+@pytest.mark.parametrize("name", ["3.14", "3.15"])
+def test_a_subinterpreter_with_its_own_gil(name):
+    """A subinterpreter with its own GIL (concurrent.interpreters): its waiter
+    starves behind its hog, blamed on the hog; the main interpreter's ticker,
+    doing the same as the waiter but under the other GIL, does not wait."""
+    py = built_python(name)
+    if not py:
+        pytest.fail(f"Python {name} not installed here (make setup builds it)")
+    with Workload(py, SUBINTERP) as w:
+        report, _ = attach(w.pid, 2.0)
+    threads = by_tid(report)
+    waiter, ticker = threads[w.tids["sub-waiter"]], threads[w.tids["main-ticker"]]
+    print(f"{name}: sub-waiter gil_wait {share(waiter, 'gil_wait'):.1%}, blamed {waiter['gil_wait_by_holder']}; "
+          f"main-ticker gil_wait {share(ticker, 'gil_wait'):.1%}")
+    assert share(waiter, "gil_wait") >= 0.70, waiter
+    assert waiter["gil_wait_by_holder"].get(str(w.tids["sub-hog"]), 0.0) >= 0.90 * waiter["seconds"]["gil_wait"], waiter
+    assert share(ticker, "gil_wait") < 0.05, ticker
