@@ -49,8 +49,8 @@ def stripped_env(minor):
 
 
 def built_python(name):
-    """An interpreter `make setup` builds (tests/pythons/build.sh): python3.14,
-    python3.15, python3.14t, python3.14-stripped."""
+    """An interpreter `make setup` provides (tests/pythons/build.sh): python3.14,
+    python3.15, python3.14t, python3.14-stripped, python3.14-debian, python3.15-debian."""
     py = ROOT / ".pythons" / "bin" / f"python{name}"
     return str(py) if py.exists() else None
 
@@ -64,6 +64,9 @@ TARGETS = [(f"pyenv-3.{m}", lambda m=m: (pyenv_python(m), None)) for m in range(
     ("3.15", lambda: (built_python("3.15"), None)),
     ("3.14t-gil", lambda: (built_python("3.14t"), {"PYTHON_GIL": "1"})),
     ("stripped-3.14", lambda: (built_python("3.14-stripped"), None)),
+    # Debian sid's own builds (static, stripped, PGO+LTO, glibc 2.41+), in a chroot
+    ("debian-sid-3.14", lambda: (built_python("3.14-debian"), None)),
+    ("debian-sid-3.15", lambda: (built_python("3.15-debian"), None)),
 ]
 
 

@@ -10,8 +10,9 @@
 #   tests/pythons/build.sh DEST     (make setup runs it with DEST=.pythons)
 #
 # Gives DEST/bin/python3.14, python3.15, python3.14t (symlinks to the
-# interpreters) and python3.14-stripped (a script that execs the interpreter:
-# the process is that interpreter). Idempotent: an interpreter already built is kept. A plain
+# interpreters), python3.14-stripped, and python3.14-debian, python3.15-debian
+# (Debian sid's own builds in a chroot): scripts that exec the interpreter, so
+# the process is that interpreter. Idempotent: an interpreter already built is kept. A plain
 # build (shared libpython, no PGO/LTO) takes 3.5–4.5 min each on 2 cores.
 set -euo pipefail
 
@@ -85,6 +86,33 @@ rm -f "$dest/bin/python3.14-stripped"
 printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/bin/python3.14 "$@"\n' "$stripped" "$stripped" >"$dest/bin/python3.14-stripped"
 chmod +x "$dest/bin/python3.14-stripped"
 
-for p in python3.14 python3.15 python3.14t python3.14-stripped; do
+# Debian's own final builds (static, stripped but for .dynsym, PGO+LTO, non-PIE,
+# glibc 2.41+ so they run only in their own root): a minimal sid chroot (about
+# a minute, ~300 MB). Its versions follow sid. A wrapper per interpreter copies
+# a script argument that is a file of the host into the chroot and execs the
+# interpreter there (the process is that interpreter).
+sid="$dest/sid"
+if [ ! -f "$sid/.ok" ]; then
+  command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+  echo "pythons: a Debian sid chroot with its python3.14 and python3.15 (debootstrap)"
+  rm -rf "$sid"
+  debootstrap --variant=minbase --include=python3.14,python3.15 sid "$sid" http://deb.debian.org/debian >"$dest/src/debootstrap.log" 2>&1 \
+    || { tail -20 "$dest/src/debootstrap.log"; exit 1; }
+  touch "$sid/.ok"
+fi
+for v in 3.14 3.15; do
+  {
+    echo '#!/bin/bash'
+    echo 'args=()'
+    echo 'for a in "$@"; do'
+    echo "  if [[ -f \$a ]]; then mkdir -p '$sid/tmp/waitmeter-tests'; cp \"\$a\" '$sid/tmp/waitmeter-tests/'; a=/tmp/waitmeter-tests/\${a##*/}; fi"
+    echo '  args+=("$a")'
+    echo 'done'
+    echo "exec chroot '$sid' /usr/bin/python$v \"\${args[@]}\""
+  } >"$dest/bin/python$v-debian"
+  chmod +x "$dest/bin/python$v-debian"
+done
+
+for p in python3.14 python3.15 python3.14t python3.14-stripped python3.14-debian python3.15-debian; do
   "$dest/bin/$p" -c 'import sys, sysconfig; print("pythons:", sys.argv[1], sys.version.split()[0], "free-threaded" if sysconfig.get_config_var("Py_GIL_DISABLED") else "default")' "$p"
 done

@@ -76,8 +76,14 @@ pub struct Layout {
     pub objects: Option<Objects>,
 }
 
-/// glibc (2.25+) `pthread_cond_t.__g_signals[2]`: the futex words condvar waiters sleep on.
-pub const GLIBC_COND_SIGNALS: [u64; 2] = [40, 44];
+/// The futex words condvar waiters sleep on, `pthread_cond_t.__g_signals[2]`:
+/// at 40 and 44 in glibc 2.25–2.40, at 32 and 36 since glibc 2.41 dropped
+/// `__g_refs` (measured: Debian sid's 3.14.10 on glibc 2.43 waits on
+/// gil+68). All four are registered, whatever the target's glibc: in either
+/// layout nothing else sleeps on the other pair while the interpreter runs
+/// (2.25–2.40 keep `__g1_orig_size` and `__wrefs` there, the latter waited on
+/// only by `pthread_cond_destroy`; 2.41+ leave them unused).
+pub const GLIBC_COND_SIGNALS: [u64; 4] = [32, 36, 40, 44];
 /// `pthread_mutex_t.__lock`: the futex word of a contended mutex.
 pub const GLIBC_MUTEX_LOCK: u64 = 0;
 
@@ -186,17 +192,21 @@ impl Layout {
     /// The futex words a thread waiting for this GIL sleeps on: the condition
     /// variable's two signal words and the GIL mutex. `gil` comes from
     /// `gil_addresses`, which keeps only GILs where `checked_futex_words` is `Some`.
-    pub fn futex_words(&self, gil: u64) -> [u64; 3] {
+    pub fn futex_words(&self, gil: u64) -> [u64; 5] {
         let c = gil + self.cond;
-        [c + GLIBC_COND_SIGNALS[0], c + GLIBC_COND_SIGNALS[1], gil + self.mutex + GLIBC_MUTEX_LOCK]
+        let s = GLIBC_COND_SIGNALS;
+        [c + s[0], c + s[1], c + s[2], c + s[3], gil + self.mutex + GLIBC_MUTEX_LOCK]
     }
 
     /// The futex words, or `None` when a GIL address read from the target is
     /// so high that they would wrap (each word is 4 bytes).
-    pub fn checked_futex_words(&self, gil: u64) -> Option<[u64; 3]> {
+    pub fn checked_futex_words(&self, gil: u64) -> Option<[u64; 5]> {
         let c = gil.checked_add(self.cond)?;
-        let words =
-            [c.checked_add(GLIBC_COND_SIGNALS[0])?, c.checked_add(GLIBC_COND_SIGNALS[1])?, gil.checked_add(self.mutex + GLIBC_MUTEX_LOCK)?];
+        let mut words = [0u64; 5];
+        for (w, s) in words.iter_mut().zip(GLIBC_COND_SIGNALS) {
+            *w = c.checked_add(s)?;
+        }
+        words[4] = gil.checked_add(self.mutex + GLIBC_MUTEX_LOCK)?;
         words.iter().all(|w| w.checked_add(4).is_some()).then_some(words)
     }
 }
@@ -218,10 +228,12 @@ mod tests {
     #[test]
     fn futex_words_match_the_measured_ones() {
         // measured with bpftrace on sys_enter_futex (reference cpython-gil.md §2):
-        // waiters sleep on gil+72/76, the mutex is gil+80; 3.13t adds 8
-        assert_eq!(layout(11, false).unwrap().futex_words(0x1000), [0x1000 + 72, 0x1000 + 76, 0x1000 + 80]);
-        assert_eq!(recorded("3.14.7t").futex_words(0x1000), [0x1000 + 80, 0x1000 + 84, 0x1000 + 88]);
-        assert_eq!(recorded("3.14.7").futex_words(0x1000), [0x1000 + 72, 0x1000 + 76, 0x1000 + 80]);
+        // waiters sleep on gil+72/76 (glibc 2.36), gil+64/68 with glibc 2.41+
+        // (Debian sid, 2.43: gil+68); the mutex is gil+80; free-threaded builds add 8
+        let b = 0x1000;
+        assert_eq!(layout(11, false).unwrap().futex_words(b), [b + 64, b + 68, b + 72, b + 76, b + 80]);
+        assert_eq!(recorded("3.14.7t").futex_words(b), [b + 72, b + 76, b + 80, b + 84, b + 88]);
+        assert_eq!(recorded("3.14.7").futex_words(b), [b + 64, b + 68, b + 72, b + 76, b + 80]);
         for l in LAYOUTS {
             assert_eq!(l.checked_futex_words(0x1000), Some(l.futex_words(0x1000)));
             assert_eq!(l.checked_futex_words(u64::MAX - 64), None);

@@ -92,6 +92,7 @@ impl Python {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
     pub start: u64,
+    pub end: u64,
     pub offset: u64,
     pub path: String,
 }
@@ -106,8 +107,9 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
             let _dev = f.next()?;
             let _inode = f.next()?;
             let path = f.collect::<Vec<_>>().join(" ");
-            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
-            path.starts_with('/').then_some(Mapping { start, offset, path })
+            let (start, end) = range.split_once('-')?;
+            let (start, end) = (u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?);
+            path.starts_with('/').then_some(Mapping { start, end, offset, path })
         })
         .collect()
 }
@@ -169,14 +171,27 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
             candidates.push(m.path.clone());
         }
     }
-    if let Some(e) = exe {
-        let e = e.trim_end_matches(" (deleted)").to_string();
-        if !candidates.contains(&e) {
-            candidates.push(e);
+    let exe = exe.map(|e| e.trim_end_matches(" (deleted)").to_string());
+    if let Some(e) = &exe {
+        if !candidates.contains(e) {
+            candidates.push(e.clone());
         }
     }
     for path in candidates {
+        // the file as the target names it, through its root (containers); else the
+        // kernel's own handle on it: a process in a chroot names files by paths of the
+        // host's root (/proc/PID/exe, or the mapping's /proc/PID/map_files entry)
+        let handle = match maps.iter().find(|m| m.path == path) {
+            Some(m) if exe.as_ref() != Some(&path) => format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end),
+            _ => format!("/proc/{pid}/exe"),
+        };
         let bin = match binary::inspect(&target_path(pid, &path), &path) {
+            Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound) => {
+                binary::inspect(Path::new(&handle), &path)
+            }
+            other => other,
+        };
+        let bin = match bin {
             Ok(Some(bin)) => bin,
             Ok(None) => continue,
             Err(e) => {
@@ -287,7 +302,10 @@ mod tests {
                     7f0000003000-7f0000004000 r--p 00000000 08:01 9 /tmp/a b.so\n";
         let m = parse_maps(maps);
         assert_eq!(m.len(), 3);
-        assert_eq!(m[1], Mapping { start: 0x7f0000001000, offset: 0x1000, path: "/usr/lib/libpython3.11.so.1.0".into() });
+        assert_eq!(
+            m[1],
+            Mapping { start: 0x7f0000001000, end: 0x7f0000002000, offset: 0x1000, path: "/usr/lib/libpython3.11.so.1.0".into() }
+        );
         assert_eq!(m[2].path, "/tmp/a b.so");
     }
 
