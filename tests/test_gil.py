@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -233,7 +234,6 @@ def test_315_futex_method_agrees_with_gil_requested(mode):
             finally:
                 os.close(fd)
 
-        import threading
         sampler = threading.Thread(target=sample)
         sampler.start()
         report, _ = attach(w.pid, 2.0)

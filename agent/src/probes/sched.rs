@@ -475,13 +475,13 @@ fn collect_into<T: Copy + 'static>(
     Ok(queue)
 }
 
-/// Every (key, value) of a hash map of ABI structs.
 /// The preemptor's process name of a run-queue entry.
 fn comm_of(v: &wm_preempt) -> String {
     let comm: Vec<u8> = v.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
     String::from_utf8_lossy(&comm).to_string()
 }
 
+/// Every (key, value) of a hash map of ABI structs.
 fn entries<K: Copy, V: Copy>(map: &libbpf_rs::MapMut) -> Vec<(K, V)> {
     map.keys()
         .filter_map(|k| {

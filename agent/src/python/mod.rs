@@ -181,12 +181,12 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
         // the file as the target names it, through its root (containers); else the
         // kernel's own handle on it: a process in a chroot names files by paths of the
         // host's root (/proc/PID/exe, or the mapping's /proc/PID/map_files entry)
-        let handle = match maps.iter().find(|m| m.path == path) {
-            Some(m) if exe.as_ref() != Some(&path) => format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end),
-            _ => format!("/proc/{pid}/exe"),
-        };
         let bin = match binary::inspect(&target_path(pid, &path), &path) {
             Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound) => {
+                let handle = match maps.iter().find(|m| m.path == path) {
+                    Some(m) if exe.as_ref() != Some(&path) => format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end),
+                    _ => format!("/proc/{pid}/exe"),
+                };
                 binary::inspect(Path::new(&handle), &path)
             }
             other => other,

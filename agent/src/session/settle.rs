@@ -46,7 +46,8 @@ struct Settled {
     preempt: HashMap<(u32, u32), (String, u64)>,
 }
 
-/// Add `ns` under `key`, or under `overflow` when `map` already has KEEP keys.
+/// Add `ns` under `key`, or under `overflow` when `map` already has KEEP
+/// keys; `new(merged)` makes the value of a key not there yet.
 fn add<K: Eq + std::hash::Hash, V>(
     map: &mut HashMap<K, V>,
     key: K,
@@ -54,15 +55,13 @@ fn add<K: Eq + std::hash::Hash, V>(
     merged: &mut u64,
     ns: u64,
     add: impl Fn(&mut V, u64),
-    new: impl Fn() -> V,
+    new: impl FnOnce(bool) -> V,
 ) {
-    let key = if map.len() >= KEEP && !map.contains_key(&key) {
+    let over = map.len() >= KEEP && !map.contains_key(&key);
+    if over {
         *merged += ns;
-        overflow
-    } else {
-        key
-    };
-    add(map.entry(key).or_insert_with(new), ns);
+    }
+    add(map.entry(if over { overflow } else { key }).or_insert_with(|| new(over)), ns);
 }
 
 impl Settle {
@@ -90,15 +89,14 @@ impl Settle {
     fn fold(&mut self, gil: Vec<GilRecord>, futex: Vec<FutexRecord>, preempt: Vec<PreemptRecord>) {
         let m = &mut self.merged_ns;
         for (w, holder, ns) in gil {
-            add(&mut self.settled.entry(w).or_default().gil, holder, 0, m, ns, |v, ns| *v += ns, || 0);
+            add(&mut self.settled.entry(w).or_default().gil, holder, 0, m, ns, |v, ns| *v += ns, |_| 0);
         }
         for (w, waker, addr, ns) in futex {
-            add(&mut self.settled.entry(w).or_default().futex, (waker, addr), (GONE, 0), m, ns, |v, ns| *v += ns, || 0);
+            add(&mut self.settled.entry(w).or_default().futex, (waker, addr), (GONE, 0), m, ns, |v, ns| *v += ns, |_| 0);
         }
         for (w, by, tgid, comm, ns) in preempt {
-            let s = self.settled.entry(w).or_default();
-            let name = if s.preempt.len() >= KEEP && !s.preempt.contains_key(&(by, tgid)) { "other".to_string() } else { comm };
-            add(&mut s.preempt, (by, tgid), (GONE, GONE), m, ns, |v, ns| v.1 += ns, || (name.clone(), 0));
+            let name = |merged: bool| (if merged { "other".to_string() } else { comm }, 0);
+            add(&mut self.settled.entry(w).or_default().preempt, (by, tgid), (GONE, GONE), m, ns, |v, ns| v.1 += ns, name);
         }
     }
 
