@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 /// Probe families; each has `bpf/<stem>.bpf.c`, `bpf/<stem>.h` and `src/probes/<stem>.rs`.
-const PROBES: &[&str] = &["sched", "gil"];
+const PROBES: &[&str] = &["sched", "gil", "pypark"];
 
 fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("..");

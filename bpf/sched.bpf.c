@@ -22,6 +22,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "sched.h"
+#include "pypark.h"
 #include "core_fixes.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -51,6 +52,7 @@ struct wm_preempt_key _wm_preempt_key = {};
 struct wm_preempt _wm_preempt = {};
 struct wm_throttle _wm_throttle = {};
 enum wm_state _wm_state = WM_STATE_RUNNING;
+enum wm_futex_kind _wm_futex_kind = WM_FUTEX_WORD;
 enum wm_stat _wm_stat = WM_STAT_THREAD_MAP_FULL;
 enum wm_limits _wm_limits = WM_MAX_SYSCALLS;
 
@@ -90,6 +92,18 @@ struct {
 	__type(key, struct wm_gil_key);
 	__type(value, struct wm_gil);
 } gil_words SEC(".maps");
+
+/*
+ * host TID -> the address a thread parked on in CPython's parking lot (3.13+),
+ * while it sleeps on its wait entry's semaphore. Written by bpf/pypark.bpf.c,
+ * which shares this map; read here at switch-out.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WM_DEFAULT_MAX_PARKED);
+	__type(key, __u32);
+	__type(value, __u64);
+} parked SEC(".maps");
 
 /* (waiter, holder) -> ns of GIL wait; closed intervals only */
 struct {
@@ -182,6 +196,7 @@ struct wm_enter {
 	__s32 syscall;
 	__u64 gil_holder;
 	__u64 futex_addr;
+	__u32 futex_kind;
 };
 
 /* The interval a transition closed, and what it is charged to. */
@@ -193,6 +208,7 @@ struct wm_closed {
 	__u64 since;      /* when that state was entered */
 	__u64 gil_holder;
 	__u64 futex_addr;
+	__u32 futex_kind;
 };
 
 #define WM_ENTER_SAME WM_NR_STATES
@@ -228,6 +244,7 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	c->since = t->d.since;
 	c->gil_holder = t->d.gil_holder;
 	c->futex_addr = t->d.futex_addr;
+	c->futex_kind = t->d.futex_kind;
 	if (now > t->d.since) {
 		if (from < WM_NR_STATES)
 			t->d.ns[from & (WM_NR_STATES - 1)] += now - t->d.since;
@@ -238,6 +255,7 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	t->d.syscall = e->syscall;
 	t->d.gil_holder = e->gil_holder;
 	t->d.futex_addr = e->futex_addr;
+	t->d.futex_kind = e->futex_kind;
 	t->d.waker = 0;
 	if (switched_out)
 		t->d.nr_switches++;
@@ -315,7 +333,9 @@ static __always_inline void charge(const struct wm_closed *c, __u32 tid, __u32 t
 
 		add_ns(&gil_blame, &key, delta, WM_STAT_BLAME_MAP_FULL);
 	} else if (c->state == WM_STATE_FUTEX_WAIT && c->futex_addr) {
-		struct wm_futex_key key = { .tid = tid, .waker = c->waker, .addr = c->futex_addr, .gen = c->gen };
+		struct wm_futex_key key = {
+			.tid = tid, .waker = c->waker, .addr = c->futex_addr, .gen = c->gen, .kind = c->futex_kind,
+		};
 
 		add_ns(&futex_blame, &key, delta, WM_STAT_FUTEX_MAP_FULL);
 	} else if (c->state == WM_STATE_THROTTLED && to != WM_STATE_THROTTLED) {
@@ -367,6 +387,7 @@ new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_ente
 	fresh.d.syscall = e->syscall;
 	fresh.d.gil_holder = e->gil_holder;
 	fresh.d.futex_addr = e->futex_addr;
+	fresh.d.futex_kind = e->futex_kind;
 	if (cfg.translate_pids) {
 		fresh.d.ns_tid = ns_nr(BPF_CORE_READ(task, thread_pid));
 		fresh.d.ns_tgid = ns_nr(BPF_CORE_READ(task, group_leader, thread_pid));
@@ -426,6 +447,15 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 		if (gil) {
 			e.to = WM_STATE_GIL_WAIT;
 			e.gil_holder = gil_holder(gil);
+		} else {
+			/* parked in CPython's parking lot: the semaphore it sleeps on
+			 * is its own; what it waits for is the address it parked on */
+			__u64 *on = bpf_map_lookup_elem(&parked, &tid);
+
+			if (on && *on) {
+				e.futex_addr = *on;
+				e.futex_kind = WM_FUTEX_PARKED;
+			}
 		}
 	}
 	if (e.to != WM_STATE_FUTEX_WAIT && e.to != WM_STATE_GIL_WAIT)
@@ -590,6 +620,8 @@ static __always_inline int on_exit(struct task_struct *p)
 		count_loss(WM_STAT_EXIT_RINGBUF_FULL);
 	}
 	bpf_map_delete_elem(&threads, &tid);
+	/* a thread that exits parked never returns from the wait */
+	bpf_map_delete_elem(&parked, &tid);
 	return 0;
 }
 

@@ -72,7 +72,9 @@ struct wm_thread_data {
 	__u32 waker;      /* in futex_wait: host TID of the thread whose FUTEX_WAKE woke it; 0 none yet / timeout */
 	__u64 nr_switches; /* times it left the CPU */
 	__u64 gil_holder;  /* in gil_wait: who held the GIL at switch-out (as the process' thread states name it), 0 unknown */
-	__u64 futex_addr;  /* in futex_wait or gil_wait: the futex word */
+	__u64 futex_addr;  /* in futex_wait or gil_wait: the futex word (parked: the address parked on) */
+	__u32 futex_kind;  /* in futex_wait: enum wm_futex_kind */
+	__u32 _pad2;
 };
 
 /* Per watched thread, keyed by host TID in the `threads` map. Every write of
@@ -120,13 +122,21 @@ struct wm_gil {
 	__u32 _pad;
 };
 
+/* What the address of a futex wait names. */
+enum wm_futex_kind {
+	WM_FUTEX_WORD = 0,   /* the futex word itself */
+	/* CPython 3.13+ parking lot: the address the thread parked on (a PyMutex,
+	 * a threading.Lock, an event), not the semaphore it sleeps on (bpf/pypark.bpf.c) */
+	WM_FUTEX_PARKED = 1,
+};
+
 /* Futex wait of a thread charged to its waker and address: `futex_blame`, value ns. */
 struct wm_futex_key {
 	__u32 tid;        /* waiter, host TID */
 	__u32 waker;      /* host TID; 0 = not woken by a futex wake (timeout, signal) */
-	__u64 addr;       /* the futex word */
+	__u64 addr;       /* the futex word, or what `kind` says */
 	__u32 gen;        /* the waiter's incarnation: (u32)start */
-	__u32 _pad;
+	__u32 kind;       /* enum wm_futex_kind */
 };
 
 /* Run-queue wait of a thread charged to the task that ran on its CPU before it. */

@@ -28,6 +28,7 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
         version: p.version.clone(),
         gil: p.gil_state(),
         gil_probe: session.gil_probe_name(&target),
+        lock_probe: if session.parks_attached(&target) { "uprobe" } else { "none" },
         free_threaded: p.free_threaded,
         binary: p.binary.display().to_string(),
         symbols: p.symtab,

@@ -77,7 +77,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     })
                     .collect();
                 let mut lost = session.probe().lost();
-                lost.push(("gil", "holds_map_full", session.gil_holds_lost()));
+                lost.extend(session.python_lost());
                 let status = AgentStatus {
                     attached: attached.clone(),
                     expected: SCHED_HOOKS.to_vec(),

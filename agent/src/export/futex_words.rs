@@ -155,7 +155,7 @@ impl FutexWords {
                 Some(at) => {
                     // its wait before admission stays in "other"
                     *seconds.entry((*target, "other".to_string())).or_default() += at;
-                    (format!("{addr:#x}"), *ns)
+                    (format!("{:#x}", crate::model::blame::address(*addr)), *ns)
                 }
                 None => ("other".to_string(), *ns),
             };

@@ -7,9 +7,28 @@ use std::collections::BTreeMap;
 /// processes that made it wait and have since exited or gone quiet.
 pub const GONE: u32 = u32::MAX;
 
+/// Bit 63 of a futex wait's `addr`: the address is not the futex word but
+/// what a CPython 3.13+ thread parked on in the interpreter's parking lot (a
+/// `PyMutex`: a free-threaded build's per-object lock, a `threading.Lock`;
+/// an event, a once-flag), noted by the pypark probe. The thread slept on a
+/// semaphore of its own; the address names what it waited for. User-space
+/// addresses never have the bit, so it cannot collide with a futex word.
+pub const PARKED: u64 = 1 << 63;
+
+/// The address of a futex wait's `addr`, without the `PARKED` bit.
+pub fn address(addr: u64) -> u64 {
+    addr & !PARKED
+}
+
+/// Whether a futex wait's `addr` is a CPython parking-lot address.
+pub fn is_parked(addr: u64) -> bool {
+    addr & PARKED != 0
+}
+
 /// A closed futex wait of a thread: on which word, ended by whom.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FutexWait {
+    /// the futex word, or with `PARKED` set what the thread parked on
     pub addr: u64,
     /// TID (agent namespace) of the thread whose FUTEX_WAKE ended the wait; 0 = none (timeout, signal)
     pub waker: u32,
@@ -104,6 +123,17 @@ mod tests {
         assert_eq!(top[0], TopFutex { addr: 0x10, wait_ns: 21, waiters: vec![1, 2], wakers: vec![1, 2, 3] });
         assert_eq!(top[1].wakers, Vec::<u32>::new()); // timeouts name no waker
         assert_eq!(top_futexes(&[(1, &a)], 1).len(), 1);
+    }
+
+    /// A parked wait on an address is apart from a futex wait on the same
+    /// number, and renders as the plain address.
+    #[test]
+    fn parked_addresses_are_their_own_words() {
+        let a = [FutexWait { addr: 0x10 | PARKED, waker: 2, ns: 5 }, FutexWait { addr: 0x10, waker: 2, ns: 7 }];
+        let top = top_futexes(&[(1, &a)], 5);
+        assert_eq!(top.iter().map(|f| (address(f.addr), is_parked(f.addr))).collect::<Vec<_>>(), [(0x10, false), (0x10, true)]);
+        // x86-64 user space ends below 2^47
+        assert!(!is_parked(0x7fff_ffff_f000));
     }
 
     #[test]

@@ -2,13 +2,14 @@
 //! `docs/probes/gil.md`): uprobes on CPython's take_gil/drop_gil clones of one
 //! process, for GIL hold times per thread.
 use std::collections::HashMap;
-use std::mem::{size_of, MaybeUninit};
+use std::mem::size_of;
 use std::path::Path;
-use std::ptr::NonNull;
 
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+use libbpf_rs::{Link, MapCore, MapFlags};
+
+use super::Storage;
 
 use crate::model::hist::{HoldHist, BUCKETS};
 use crate::python::GilFunction;
@@ -21,45 +22,6 @@ use skel::types::{wm_gil_hold, wm_gil_limits, wm_gil_stat};
 use skel::{GilSkel, GilSkelBuilder};
 
 const _: () = assert!(BUCKETS == wm_gil_limits::WM_GIL_HOLD_BUCKETS.0 as usize);
-
-/// The memory the skeleton keeps its BPF object in, owned by one probe:
-/// allocated at attach, freed after the skeleton that borrows it (targets come
-/// and go under `run --all`; one leaked allocation per attach would add up).
-/// A raw pointer, not a `Box`: moving a `Box` asserts it is unaliased, and
-/// the skeleton holds a reference into it.
-struct Storage(NonNull<MaybeUninit<OpenObject>>);
-
-// SAFETY: an owned heap allocation holding an `OpenObject`/`Object`, which
-// libbpf-rs declares `Send` and `Sync`; it is only reached through the
-// skeleton, whose own `Send`/`Sync` the generated code declares.
-unsafe impl Send for Storage {}
-unsafe impl Sync for Storage {}
-
-impl Storage {
-    fn new() -> Storage {
-        Storage(NonNull::from(Box::leak(Box::new(MaybeUninit::uninit()))))
-    }
-
-    /// The storage, for the skeleton to borrow.
-    ///
-    /// # Safety
-    /// Whatever holds the returned reference must be dropped before `self`.
-    unsafe fn lend(&mut self) -> &'static mut MaybeUninit<OpenObject> {
-        // SAFETY: valid from `new` until `drop`; the caller lends it once and
-        // drops the borrower first.
-        unsafe { self.0.as_mut() }
-    }
-}
-
-impl Drop for Storage {
-    fn drop(&mut self) {
-        // SAFETY: allocated by `Box` in `new`, freed once here; the skeleton
-        // that borrowed it (and dropped the object in it) is gone: `attach`
-        // drops its open skeleton before the storage on every error path
-        // (declared later, dropped earlier), and `GilProbe` declares `_storage` last.
-        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
-    }
-}
 
 /// Fields drop in order: links, then the skeleton (which destroys the BPF
 /// object), then the storage the skeleton borrowed.
@@ -131,15 +93,7 @@ impl GilProbe {
 
     /// Holds that could not be recorded (map full).
     pub fn lost(&self) -> u64 {
-        let key = wm_gil_stat::WM_GIL_STAT_HOLDS_MAP_FULL.0;
-        self.skel
-            .maps
-            .gil_stats
-            .lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)
-            .ok()
-            .flatten()
-            .map(|v| v.iter().filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?))).sum())
-            .unwrap_or(0)
+        super::percpu_sum(&self.skel.maps.gil_stats, wm_gil_stat::WM_GIL_STAT_HOLDS_MAP_FULL.0)
     }
 }
 

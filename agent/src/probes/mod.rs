@@ -2,14 +2,67 @@
 //! Each probe family has `bpf/<stem>.bpf.c`, `bpf/<stem>.h`, `<stem>.rs` here
 //! and `docs/probes/<stem>.md`.
 pub mod gil;
+pub mod pypark;
 pub mod sched;
 
+use std::mem::MaybeUninit;
 use std::path::Path;
+use std::ptr::NonNull;
+
+use libbpf_rs::OpenObject;
 
 use anyhow::Result;
 
 use crate::procfs;
 use crate::usage;
+
+/// The memory the skeleton keeps its BPF object in, owned by one probe:
+/// allocated at attach, freed after the skeleton that borrows it (targets come
+/// and go under `run --all`; one leaked allocation per attach would add up).
+/// A raw pointer, not a `Box`: moving a `Box` asserts it is unaliased, and
+/// the skeleton holds a reference into it.
+pub(crate) struct Storage(NonNull<MaybeUninit<OpenObject>>);
+
+// SAFETY: an owned heap allocation holding an `OpenObject`/`Object`, which
+// libbpf-rs declares `Send` and `Sync`; it is only reached through the
+// skeleton, whose own `Send`/`Sync` the generated code declares.
+unsafe impl Send for Storage {}
+unsafe impl Sync for Storage {}
+
+impl Storage {
+    pub(crate) fn new() -> Storage {
+        Storage(NonNull::from(Box::leak(Box::new(MaybeUninit::uninit()))))
+    }
+
+    /// The storage, for the skeleton to borrow.
+    ///
+    /// # Safety
+    /// Whatever holds the returned reference must be dropped before `self`.
+    pub(crate) unsafe fn lend(&mut self) -> &'static mut MaybeUninit<OpenObject> {
+        // SAFETY: valid from `new` until `drop`; the caller lends it once and
+        // drops the borrower first.
+        unsafe { self.0.as_mut() }
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `Box` in `new`, freed once here; the skeleton
+        // that borrowed it (and dropped the object in it) is gone: `attach`
+        // drops its open skeleton before the storage on every error path
+        // (declared later, dropped earlier), and the probes declare `_storage` last.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
+/// The sum over CPUs of the u64 at `key` of a per-CPU array (0 if unreadable).
+pub(crate) fn percpu_sum(map: &impl libbpf_rs::MapCore, key: u32) -> u64 {
+    map.lookup_percpu(&key.to_ne_bytes(), libbpf_rs::MapFlags::ANY)
+        .ok()
+        .flatten()
+        .map(|v| v.iter().filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?))).sum())
+        .unwrap_or(0)
+}
 
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;

@@ -23,8 +23,8 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
 }
 use skel::types::{
-    wm_blame_key, wm_exit, wm_futex_key, wm_gil, wm_gil_key, wm_limits, wm_preempt, wm_preempt_key, wm_stat, wm_state, wm_task_ids,
-    wm_thread, wm_thread_data, wm_throttle,
+    wm_blame_key, wm_exit, wm_futex_key, wm_futex_kind, wm_gil, wm_gil_key, wm_limits, wm_preempt, wm_preempt_key, wm_stat, wm_state,
+    wm_task_ids, wm_thread, wm_thread_data, wm_throttle,
 };
 use skel::{SchedSkel, SchedSkelBuilder};
 
@@ -64,7 +64,8 @@ pub fn incarnation(host_tid: u32, start_ns: u64) -> Incarnation {
     (host_tid, start_ns as u32)
 }
 
-/// A futex wait charged to its waker: (waiter, waker host TID or 0, address, ns).
+/// A futex wait charged to its waker: (waiter, waker host TID or 0, address
+/// (with `model::blame::PARKED` if parked on), ns).
 pub type FutexRecord = (Incarnation, u32, u64, u64);
 /// A run-queue wait charged to what had the CPU: (waiter, by host TID, by host TGID, comm, ns).
 pub type PreemptRecord = (Incarnation, u32, u32, String, u64);
@@ -139,6 +140,16 @@ fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
     (b.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
 }
 
+/// A futex blame key's address as the model has it: a parking-lot address
+/// carries `model::blame::PARKED`.
+fn word(k: &wm_futex_key) -> u64 {
+    if k.kind == wm_futex_kind::WM_FUTEX_PARKED.0 {
+        k.addr | crate::model::blame::PARKED
+    } else {
+        k.addr
+    }
+}
+
 fn open_and_load(opts: &SchedOptions) -> Result<SchedSkel<'static>> {
     // The skeleton borrows its object storage for as long as it lives: the
     // whole run of the agent. One allocation per load attempt.
@@ -156,6 +167,7 @@ fn open_and_load(opts: &SchedOptions) -> Result<SchedSkel<'static>> {
         rodata.cfg.follow_forks = opts.follow_forks as u8;
     }
     open.maps.threads.set_max_entries(opts.max_threads)?;
+    open.maps.parked.set_max_entries(opts.max_threads)?;
     open.maps.watched.set_max_entries(opts.max_procs)?;
     open.load().map_err(anyhow::Error::from)
 }
@@ -181,6 +193,12 @@ impl SchedProbe {
         let ringbuf = rb.build().context("failed to set up the exit ring buffer")?;
         let bits = map_bits(&skel.maps.watched_bits)?;
         Ok(SchedProbe { ringbuf, exits, throttles, links, skel, bits, seed_lost: Default::default() })
+    }
+
+    /// The `parked` map (host TID -> address parked on), which the pypark
+    /// probe's uprobes write and this probe reads.
+    pub fn parked_map(&self) -> &libbpf_rs::MapMut<'static> {
+        &self.skel.maps.parked
     }
 
     /// Attached hooks (tracepoint names).
@@ -293,7 +311,10 @@ impl SchedProbe {
 
     /// Closed futex waits so far.
     pub fn futex_blame(&self) -> Vec<FutexRecord> {
-        entries::<wm_futex_key, u64>(&self.skel.maps.futex_blame).into_iter().map(|(k, ns)| ((k.tid, k.gen), k.waker, k.addr, ns)).collect()
+        entries::<wm_futex_key, u64>(&self.skel.maps.futex_blame)
+            .into_iter()
+            .map(|(k, ns)| ((k.tid, k.gen), k.waker, word(&k), ns))
+            .collect()
     }
 
     /// Closed run-queue waits so far, charged to what had the CPU.
@@ -326,8 +347,8 @@ impl SchedProbe {
             ),
             take::<wm_futex_key, u64, _>(
                 &m.futex_blame,
-                |k| pick.futex.contains(&((k.tid, k.gen), k.waker, k.addr)),
-                |k, ns| ((k.tid, k.gen), k.waker, k.addr, ns),
+                |k| pick.futex.contains(&((k.tid, k.gen), k.waker, word(&k))),
+                |k, ns| ((k.tid, k.gen), k.waker, word(&k), ns),
             ),
             take::<wm_preempt_key, wm_preempt, _>(
                 &m.preempt_blame,

@@ -29,6 +29,8 @@ use super::{find_version_string, is_gil_function, minor_from_name, GilFunction};
 const MAX_RODATA: u64 = 16 << 20;
 /// Everything read of one file.
 const MAX_FILE_READ: u64 = 64 << 20;
+/// The function a CPython 3.13+ thread sleeps in when it parks (see bpf/pypark.bpf.c).
+pub const PARK: &str = "_PySemaphore_Wait";
 /// Files remembered; the cache starts over when full.
 const MAX_CACHED: usize = 4096;
 
@@ -87,6 +89,8 @@ pub struct Binary {
     pub symtab: bool,
     /// take_gil/drop_gil and clones, from .symtab (empty when stripped)
     pub gil_functions: Vec<GilFunction>,
+    /// file offset of `_PySemaphore_Wait` (3.13+, exported), for the pypark probe
+    pub park: Option<u64>,
 }
 
 /// A file's identity (device, inode, size, mtime s, ns) and the minor version its name says.
@@ -160,7 +164,10 @@ pub fn read<S: elf::Source + ?Sized>(src: &S, name: &str) -> Result<Option<Binar
             Some(GilFunction { take: is_gil_function(&sym.name)?, file_offset, name: sym.name })
         })
         .collect();
+    // PyAPI_FUNC: exported by every build, stripped or static ones too
+    let park = elf.dynamic_symbol(PARK).and_then(|sym| elf.sections.iter().find_map(|s| s.file_offset(sym.value)));
     Ok(Some(Binary {
+        park,
         exec: elf.kind == elf::ET_EXEC,
         load_base: elf.load_base,
         runtime,

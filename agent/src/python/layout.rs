@@ -130,6 +130,19 @@ const fn objects(minor: u32) -> Objects {
     }
 }
 
+/// A parked thread's wait entry (`struct wait_entry` of Python/parking_lot.c,
+/// 3.13–3.15: `park_arg`, `addr`, the `_PySemaphore` — a glibc `sem_t`, 32
+/// bytes — then the list `node`), as offsets from the semaphore, which is
+/// what `_PySemaphore_Wait` is given (bpf/pypark.bpf.c). A build whose entry
+/// differs fails the probe's check of the node's links: its waits stay plain
+/// futex waits, never charged to a wrong address.
+pub struct ParkEntry {
+    pub addr: i32,
+    pub node: i32,
+}
+
+pub const PARK_ENTRY: ParkEntry = ParkEntry { addr: -8, node: 32 };
+
 pub const LAYOUTS: &[Layout] = &[
     default_build(8, GilLocation::Runtime { offset: 0x480 }, HolderId::PthreadT { offset: 0xb0 }, objects(8)),
     default_build(9, GilLocation::Runtime { offset: 0x160 }, HolderId::PthreadT { offset: 0xb0 }, objects(9)),

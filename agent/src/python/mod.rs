@@ -74,6 +74,10 @@ pub struct Python {
     pub gil_enabled: bool,
     /// take_gil/drop_gil and clones, from .symtab (empty when stripped)
     pub gil_functions: Vec<GilFunction>,
+    /// file offset of `_PySemaphore_Wait` in `binary` (3.13+), where threads park
+    pub park: Option<u64>,
+    /// the path the agent opened `binary` by (through /proc/PID/...), for uprobes
+    pub opened: PathBuf,
 }
 
 impl Python {
@@ -181,13 +185,15 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
         // the file as the target names it, through its root (containers); else the
         // kernel's own handle on it: a process in a chroot names files by paths of the
         // host's root (/proc/PID/exe, or the mapping's /proc/PID/map_files entry)
-        let bin = match binary::inspect(&target_path(pid, &path), &path) {
+        let mut opened = target_path(pid, &path);
+        let bin = match binary::inspect(&opened, &path) {
             Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound) => {
-                let handle = match maps.iter().find(|m| m.path == path) {
+                opened = match maps.iter().find(|m| m.path == path) {
                     Some(m) if exe.as_ref() != Some(&path) => format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end),
                     _ => format!("/proc/{pid}/exe"),
-                };
-                binary::inspect(Path::new(&handle), &path)
+                }
+                .into();
+                binary::inspect(&opened, &path)
             }
             other => other,
         };
@@ -203,7 +209,9 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
         // modular on purpose: a library linked above the address it was loaded at has a "negative" bias
         let bias = if bin.exec { 0 } else { start.wrapping_sub(bin.load_base) };
         let runtime = bias.wrapping_add(bin.runtime);
-        return Ok(Some(describe(&Process::new(pid), &path, &bin, bias, runtime)?));
+        let mut py = describe(&Process::new(pid), &path, &bin, bias, runtime)?;
+        py.opened = opened;
+        return Ok(Some(py));
     }
     Ok(None)
 }
@@ -248,6 +256,8 @@ fn describe(mem: &dyn Memory, path: &str, bin: &Binary, bias: u64, runtime: u64)
     Ok(Python {
         version,
         gil_functions: bin.gil_functions.clone(),
+        park: bin.park,
+        opened: PathBuf::from(path),
         free_threaded,
         binary: PathBuf::from(path),
         symtab: bin.symtab,
@@ -355,6 +365,8 @@ mod tests {
             gils: vec![0x1000],
             gil_enabled: false,
             gil_functions: vec![],
+            park: None,
+            opened: "/proc/1/root/libpython3.14t.so".into(),
         };
         // 3.14t as it runs by default: the GIL struct exists, `enabled` is 0
         assert_eq!(p.gil_state(), "disabled");

@@ -8,7 +8,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::json::{hex, ratio, rounded, seconds, state_name};
-use crate::model::blame::Preemptor;
+use crate::model::blame::{self, Preemptor};
 use crate::model::partition::secs;
 use crate::model::state::State;
 
@@ -391,9 +391,11 @@ impl fmt::Display for Kind {
             }
             Kind::LockConvoy { futex, waiters, wait_ns, window_ns, wakers } => {
                 let wakers: Vec<String> = wakers.iter().take(4).map(ThreadRef::or_thread_tid).collect();
+                let word = if blame::is_parked(*futex) { "CPython lock" } else { "futex" };
                 write!(
                     f,
-                    "lock convoy on futex {futex:#x}: {} threads waited {:.1} s in total in {:.1} s, woken by {}: they take turns on one lock",
+                    "lock convoy on {word} {:#x}: {} threads waited {:.1} s in total in {:.1} s, woken by {}: they take turns on one lock",
+                    blame::address(*futex),
                     waiters.len(),
                     secs(*wait_ns),
                     secs(*window_ns),

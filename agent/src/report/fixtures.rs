@@ -73,6 +73,7 @@ pub fn full_report() -> ProcessReport {
         version: "3.11.7".into(),
         gil: "enabled",
         gil_probe: "uprobe",
+        lock_probe: "none",
         free_threaded: false,
         binary: "/usr/lib/libpython3.11.so.1.0".into(),
         symbols: true,

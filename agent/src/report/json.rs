@@ -7,6 +7,7 @@ use serde::{Serialize, Serializer};
 
 use super::finding::Finding;
 use super::{verdict, ProcessReport, PythonInfo, ThreadRow};
+use crate::model::blame;
 use crate::model::partition::{secs, Times};
 use crate::model::state::State;
 
@@ -95,8 +96,10 @@ fn age(source: Option<&'static str>, a: &crate::model::age::AgeSummary, p50: Opt
 
 #[derive(Serialize, Debug)]
 pub struct JsonFutex {
-    /// the futex word's address in the process, hex
+    /// the futex word's address in the process, hex; of a `parked` wait, the address parked on
     pub addr: String,
+    /// "futex": a futex word; "parked": what CPython 3.13+ threads parked on (a PyMutex, threading.Lock, event)
+    pub kind: &'static str,
     pub wait_s: f64,
     pub waiters: Vec<u32>,
     pub wakers: Vec<u32>,
@@ -163,9 +166,9 @@ fn round4(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
 }
 
-/// A futex word's address: "0x7f0000001000".
+/// A futex word's address: "0x7f0000001000" (a parked one's without its tag).
 fn hex_addr(addr: u64) -> String {
-    format!("{addr:#x}")
+    format!("{:#x}", blame::address(addr))
 }
 
 // serde `serialize_with` helpers for the typed findings: their numbers as the rest of the object has them
@@ -253,6 +256,7 @@ pub fn report(r: &ProcessReport) -> JsonReport {
             .iter()
             .map(|f| JsonFutex {
                 addr: hex_addr(f.addr),
+                kind: if blame::is_parked(f.addr) { "parked" } else { "futex" },
                 wait_s: round6(secs(f.wait_ns)),
                 waiters: f.waiters.clone(),
                 wakers: f.wakers.clone(),

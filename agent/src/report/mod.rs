@@ -132,6 +132,9 @@ pub struct PythonInfo {
     /// futex: GIL waits recognised by futex word at switch-out; uprobe: also
     /// hold times from take_gil/drop_gil uprobes; none: not measured
     pub gil_probe: &'static str,
+    /// uprobe: waits in CPython's parking lot (3.13+: PyMutex, threading.Lock,
+    /// events) are charged to the address parked on; none: to the futex word
+    pub lock_probe: &'static str,
     pub free_threaded: bool,
     /// the file holding _PyRuntime, as the target names it
     pub binary: String,

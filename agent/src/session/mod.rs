@@ -14,6 +14,7 @@ use crate::clock::monotonic_ns;
 use crate::model::labels::sanitize;
 use crate::model::partition::ThreadSample;
 use crate::probes::gil::GilProbe;
+use crate::probes::pypark::Parks;
 use crate::probes::sched::{SchedOptions, SchedProbe};
 use crate::probes::{self};
 use crate::procfs;
@@ -58,6 +59,8 @@ pub struct Session {
     max_threads: u32,
     /// precise GIL probes, by target id
     gil_probes: std::collections::HashMap<u64, GilProbe>,
+    /// what Python 3.13+ threads park on
+    parks: Parks,
     /// cleaning the maps by thread lifetime
     lifetime: lifetime::Lifetime,
     /// blame entries that stopped growing, moved out of the kernel
@@ -87,6 +90,7 @@ impl Session {
             gil_uprobes: opts.gil_uprobes,
             max_threads: opts.max_threads,
             gil_probes: Default::default(),
+            parks: Default::default(),
             lifetime: Default::default(),
             settle: Default::default(),
         })
@@ -137,9 +141,15 @@ impl Session {
         out
     }
 
-    /// Holds the precise GIL probes could not record.
-    pub fn gil_holds_lost(&self) -> u64 {
-        self.gil_probes.values().map(|g| g.lost()).sum()
+    /// Events lost by the Python probes: (probe, reason, count).
+    pub fn python_lost(&self) -> [(&'static str, &'static str, u64); 2] {
+        [("gil", "holds_map_full", self.gil_probes.values().map(|g| g.lost()).sum()), ("pypark", "parked_map_full", self.parks.lost())]
+    }
+
+    /// Whether the waits of a target's threads in CPython's parking lot are
+    /// charged to the address they parked on.
+    pub fn parks_attached(&self, t: &Target) -> bool {
+        self.parks.attached(t.id)
     }
 
     /// Exited threads first (so none is missed between the two), then live ones.

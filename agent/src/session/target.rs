@@ -1,7 +1,6 @@
 //! The watched processes: attaching, discovering (`run --all`), reaping,
 //! finding the Python in them, and seeding their threads' first states.
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use anyhow::Result;
 
@@ -148,14 +147,20 @@ impl Session {
                     p.binary.display()
                 );
             } else {
-                let path = PathBuf::from(format!("/proc/{pid}/root{}", p.binary.display()));
-                match GilProbe::attach(pid, &path, &p.gil_functions, self.max_threads) {
+                match GilProbe::attach(pid, &p.opened, &p.gil_functions, self.max_threads) {
                     Ok(g) => {
                         log::info!("process {pid}: {} GIL uprobes attached", g.attached());
                         self.gil_probes.insert(id, g);
                     }
                     Err(e) => log::warn!("process {pid}: {e:#}; using the futex method"),
                 }
+            }
+        }
+        if let Some((p, offset)) = py.as_ref().and_then(|p| Some((p, p.park?))) {
+            // a failure costs only the lock addresses: waits stay plain futex waits
+            match self.parks.attach(&self.probe, id, pid, &p.opened, offset) {
+                Ok(()) => log::debug!("process {pid}: parking-lot uprobes attached"),
+                Err(e) => log::warn!("process {pid}: {e:#}; its lock waits are charged to futex words, not to the locks"),
             }
         }
         self.targets.insert(
@@ -212,6 +217,7 @@ impl Session {
             if !alive {
                 t.exited_ns = Some(now);
                 self.gil_probes.remove(&t.id);
+                self.parks.detach(t.id);
                 self.probe.unwatch(t.host_pid);
                 self.probe.remove_gils(t.host_pid);
                 gone.push(t.clone());
