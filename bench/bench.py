@@ -59,6 +59,7 @@ def tools_for(kind, names):
         "none": lambda: h.NoTool(),
         "waitmeter": lambda: h.Waitmeter("waitmeter"),
         "waitmeter-uprobe": lambda: h.Waitmeter("waitmeter-uprobe", "--gil-probe", "uprobe"),
+        "waitmeter-nolock": lambda: h.Waitmeter("waitmeter-nolock", "--lock-probe", "none"),
         "py-spy": lambda: h.PySpy("py-spy"),
         "py-spy-nonblocking": lambda: h.PySpy("py-spy-nonblocking", nonblocking=True),
         "bpftrace-gil": lambda: h.Bpftrace("bpftrace-gil", h.bpftrace_gil_script),
@@ -71,6 +72,7 @@ TOOL_NOTES = {
     "none": "no tool (baseline)",
     "waitmeter": "waitmeter run, default (futex GIL method), scraped every 2 s",
     "waitmeter-uprobe": "waitmeter run --gil-probe uprobe (take_gil/drop_gil uprobes)",
+    "waitmeter-nolock": "waitmeter run --lock-probe none (no parking-lot uprobes on 3.13+)",
     "py-spy": "py-spy record --rate 100 (blocking: pauses the target per sample)",
     "py-spy-nonblocking": "py-spy record --rate 100 --nonblocking",
     "bpftrace-gil": "bpftrace: uprobe+uretprobe on take_gil, time per thread",
@@ -417,7 +419,7 @@ def first_answer(runs, out):
 
 GROUPS = {
     "gil": ["gil-3.11", "gil-3.12"],
-    "pingpong": ["pingpong", "pingpong-unpinned"],
+    "pingpong": ["pingpong", "pingpong-unpinned", "pingpong-3.14"],
     "storms": ["ctxswitch", "futex-uncontended", "futex-contended", "churn"],
     "agent": ["sched-10k"],
     "accuracy": ["accuracy-gil", "accuracy-partition", "accuracy-throttle"],
@@ -454,6 +456,14 @@ def overhead_scenarios(args):
             "pingpong-unpinned", "GIL ping-pong, 60k round trips, Python 3.12, unpinned (cross-CPU hand-offs: noisy)",
             python_workload(py, "pingpong.py", 60000), tools_for("py", pp_tools),
             [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], R or (2 if quick else 3), timeout=120)
+    py = h.ROOT / ".pythons" / "bin" / "python3.14"
+    if py.exists():
+        # every Queue.get sleeps on a threading.Lock, a PyMutex since 3.14: two parks per round trip
+        sc["pingpong-3.14"] = Overhead(
+            "pingpong-3.14", "ping-pong, 60k round trips through queue.Queue, Python 3.14 (every wait parks: the pypark uprobes' worst case), pinned to CPU 1",
+            python_workload(str(py), "pingpong.py", 60000, "--cpu", 1), tools_for("py", ["none", "waitmeter", "waitmeter-nolock"]),
+            [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], R or (3 if quick else 5), timeout=120,
+            stats_tools=("waitmeter", "waitmeter-nolock"))
     c_tools = ["none", "waitmeter", "bpftrace-sched"]
     rr = R or (3 if quick else 5)
     sc["ctxswitch"] = Overhead("ctxswitch", "context-switch storm: 200k pipe round trips between two threads pinned to CPU 1",

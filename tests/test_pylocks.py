@@ -89,6 +89,9 @@ def test_free_threaded_object_lock_waits_are_charged_to_the_object_and_its_holde
     assert report["python"]["gil"] == "disabled", report["python"]
     check_lock_wait(report, w, "appender-0", "sorter", truth)
     assert all(t["seconds"]["gil_wait"] == 0.0 for t in report["threads"])
+    # the appender's finding names the lock, an address inside the list
+    blocked = [f for f in report["findings"] if f["kind"] == "blocked" and f["thread"]["tid"] == w.tids["appender-0"]]
+    assert len(blocked) == 1 and int(blocked[0]["lock"], 16) in contended(w), (blocked, contended(w))
 
 
 def test_free_threaded_object_lock_convoy_names_the_object():
@@ -130,3 +133,15 @@ def test_threading_lock_control_with_a_lock_of_its_own():
         t = by_tid(report)[w.tids["waiter"]]
     assert truth < 0.05 and share(t, "futex_wait") < 0.05, (truth, t["seconds"])
     assert not parked_on(report, contended(w)), report["top_futexes"]
+
+
+def test_lock_probe_none_leaves_waits_on_futex_words():
+    """--lock-probe none: no uprobe, the same wait charged to the waiter's own
+    semaphore (a futex word, not inside the Lock)."""
+    with Workload(interpreter("3.14"), PYLOCK, "lock") as w:
+        report, _ = attach(w.pid, 2.0, "--lock-probe", "none")
+        where = contended(w)
+    assert report["python"]["lock_probe"] == "none", report["python"]
+    assert not [f for f in report["top_futexes"] if f["kind"] == "parked"], report["top_futexes"]
+    assert share(by_tid(report)[w.tids["waiter"]], "futex_wait") >= 0.7
+    assert not any(int(f["addr"], 16) in where for f in report["top_futexes"]), (report["top_futexes"], where)

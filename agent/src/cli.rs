@@ -72,6 +72,15 @@ pub enum GilProbe {
     Uprobe,
 }
 
+/// How lock waits of CPython 3.13+ are attributed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LockProbe {
+    /// uprobes on _PySemaphore_Wait: a wait in the parking lot is charged to the lock parked on (~2 µs per sleep)
+    Uprobe,
+    /// no uprobe: such waits are charged to the sleeping thread's own semaphore
+    None,
+}
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
     Text,
@@ -93,6 +102,9 @@ pub struct ProbeArgs {
     /// GIL measurement for Python targets: futex (default, cheapest) or uprobe (adds hold times)
     #[arg(long, value_enum, default_value_t = GilProbe::Futex)]
     pub gil_probe: GilProbe,
+    /// Lock waits of Python 3.13+ (PyMutex, threading.Lock): uprobe (default) charges them to the lock, none to futex words
+    #[arg(long, value_enum, default_value_t = LockProbe::Uprobe)]
+    pub lock_probe: LockProbe,
 }
 
 /// Where the application's end-to-end age comes from (docs/age.md).

@@ -34,6 +34,7 @@ pub fn session_options(p: &ProbeArgs, follow_forks: bool) -> SessionOptions {
         max_procs: p.max_processes,
         follow_forks,
         gil_uprobes: p.gil_probe == crate::cli::GilProbe::Uprobe,
+        lock_uprobes: p.lock_probe == crate::cli::LockProbe::Uprobe,
     }
 }
 

@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::json::{hex, ratio, rounded, seconds, state_name};
+use super::json::{hex, hex_some, ratio, rounded, seconds, state_name};
 use crate::model::blame::{self, Preemptor};
 use crate::model::partition::secs;
 use crate::model::state::State;
@@ -114,6 +114,9 @@ pub enum Kind {
         #[serde(flatten)]
         victim: ThreadTime,
         waker: Option<Behind>,
+        /// the CPython lock (parking-lot address) most of a futex wait was on
+        #[serde(skip_serializing_if = "Option::is_none", serialize_with = "hex_some")]
+        lock: Option<u64>,
     },
 }
 
@@ -411,7 +414,8 @@ impl fmt::Display for Kind {
                 waiting(f, "run-queue saturation", victim, &behind.unwrap_or_default(), *wait_ratio)
             }
             Kind::CpuQuota { victim, wait_ratio } => waiting(f, "CPU quota", victim, "", *wait_ratio),
-            Kind::Blocked { victim, waker } => {
+            Kind::Blocked { victim, waker, lock } => {
+                let on = lock.map(|a| format!(", on CPython lock {:#x}", blame::address(a))).unwrap_or_default();
                 let woken = match waker {
                     Some(Behind { culprit: Culprit::Thread(t), share }) => {
                         format!(", woken by {} {:.0}% of the time", t.or_thread_tid(), 100.0 * share)
@@ -419,7 +423,7 @@ impl fmt::Display for Kind {
                     Some(Behind { share, .. }) => format!(", {:.0}% of it ended by a timeout or signal, not a wake-up", 100.0 * share),
                     None => String::new(),
                 };
-                write!(f, "thread {}{woken}: idle or contended", victim.spent())
+                write!(f, "thread {}{on}{woken}: idle or contended", victim.spent())
             }
         }
     }
@@ -438,7 +442,7 @@ mod tests {
     fn a_finding_serialises_as_its_kind_its_evidence_and_the_time_it_explains() {
         let victim =
             ThreadTime { thread: thread(31, Some("waiter")), state: State::FutexWait, ns: 9_000_000_000, total_ns: 10_000_000_000 };
-        let f = Finding::from(Kind::Blocked { victim, waker: Some(Behind { culprit: Culprit::Timeout, share: 2.0 / 3.0 }) });
+        let f = Finding::from(Kind::Blocked { victim, waker: Some(Behind { culprit: Culprit::Timeout, share: 2.0 / 3.0 }), lock: None });
         assert_eq!(
             serde_json::to_value(&f).unwrap(),
             json!({"kind": "blocked", "thread": {"tid": 31, "name": "waiter"}, "state": "futex_wait", "wait_s": 9.0, "total_s": 10.0,

@@ -195,6 +195,14 @@ pub(super) fn hex<S: Serializer>(addr: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&hex_addr(*addr))
 }
 
+/// an address that is there (with `skip_serializing_if = "Option::is_none"`)
+pub(super) fn hex_some<S: Serializer>(addr: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match addr {
+        Some(a) => hex(a, s),
+        None => s.serialize_none(),
+    }
+}
+
 pub fn thread(row: &ThreadRow) -> JsonThread {
     JsonThread {
         tid: row.tid,

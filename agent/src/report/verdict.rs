@@ -3,7 +3,7 @@
 //! (The joined-age verdict engine builds on these.)
 use super::finding::{AgeFacts, Behind, CpuUse, Culprit, Finding, Kind, PeriodSignature, ThreadRef, ThreadTime};
 use super::{ProcessReport, ThreadRow};
-use crate::model::blame::{Preemptor, CONVOY_SHARE, CONVOY_WAITERS};
+use crate::model::blame::{self, Preemptor, CONVOY_SHARE, CONVOY_WAITERS};
 use crate::model::state::State;
 
 /// A thread is reported when this share of its time was involuntary waiting.
@@ -138,10 +138,21 @@ fn thread_finding(r: &ThreadRow, rows: &[ThreadRow], window_ns: u64) -> Option<K
             });
         }
     }
-    [State::FutexWait, State::IoWait]
-        .into_iter()
-        .find(|s| share_of(r, *s) >= BLOCKED_SHARE)
-        .map(|s| Kind::Blocked { victim: time_in(r, s), waker: if s == State::FutexWait { waker(r, rows) } else { None } })
+    [State::FutexWait, State::IoWait].into_iter().find(|s| share_of(r, *s) >= BLOCKED_SHARE).map(|s| match s {
+        State::FutexWait => Kind::Blocked { victim: time_in(r, s), waker: waker(r, rows), lock: parked_lock(r) },
+        _ => Kind::Blocked { victim: time_in(r, s), waker: None, lock: None },
+    })
+}
+
+/// The CPython lock (parking-lot address) that has at least half of a
+/// thread's futex wait, if one has.
+fn parked_lock(r: &ThreadRow) -> Option<u64> {
+    let mut on: std::collections::BTreeMap<u64, u64> = Default::default();
+    for w in r.futex.iter().filter(|w| blame::is_parked(w.addr)) {
+        *on.entry(w.addr).or_default() += w.ns;
+    }
+    let (addr, ns) = on.into_iter().max_by_key(|(a, ns)| (*ns, std::cmp::Reverse(*a)))?;
+    (2 * ns >= r.times.get(State::FutexWait)).then_some(addr)
 }
 
 /// Many threads queueing on one futex word.
@@ -329,7 +340,7 @@ mod tests {
 mod pins {
     //! Today's verdict text, pinned line by line for every kind of finding.
     use super::*;
-    use crate::model::blame::FutexWait;
+    use crate::model::blame::{FutexWait, PARKED};
     use crate::report::fixtures::{age, cgroup, lines, row, starving, S};
     use crate::report::{AgeReport, CgroupReport, Throttling};
 
@@ -438,6 +449,11 @@ mod pins {
         let e = row(36, "reader", &[(State::IoWait, 6 * S), (State::Sleep, 4 * S)]);
         let holder = row(33, "holder", &[(State::Sleep, 10 * S)]);
         v.push(("blocked on futexes (named waker, timeout, unknown waker, none) and I/O", window(vec![a, b, c, d, e, holder])));
+        let rows: Vec<ThreadRow> =
+            (1..=3).map(|i| futex_row(i, &format!("a{i}"), 0x7f00_004a | PARKED, if i == 3 { 1 } else { i + 1 })).collect();
+        let mut w = window(rows);
+        w.window_ns = 4 * S;
+        v.push(("a convoy on a CPython lock (parking lot)", w));
         // ranking: starvation, throttling, convoy, then the per-thread lines in TID order
         let mut rows = starving();
         rows.extend((1..=3).map(|i| {
@@ -585,6 +601,15 @@ mod pins {
                 "thread other (34) spent 6.0 s of 10.0 s blocked on a lock or condition (futex) (60%), woken by thread 99 100% of the time: idle or contended",
                 "thread quiet (35) spent 6.0 s of 10.0 s blocked on a lock or condition (futex) (60%): idle or contended",
                 "thread reader (36) spent 6.0 s of 10.0 s blocked on I/O (60%): idle or contended",
+            ],
+        ),
+        (
+            "a convoy on a CPython lock (parking lot)",
+            &[
+                "lock convoy on CPython lock 0x7f00004a: 3 threads waited 9.0 s in total in 4.0 s, woken by a1 (1), a2 (2), a3 (3): they take turns on one lock",
+                "thread a1 (1) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), on CPython lock 0x7f00004a, woken by a2 (2) 100% of the time: idle or contended",
+                "thread a2 (2) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), on CPython lock 0x7f00004a, woken by a3 (3) 100% of the time: idle or contended",
+                "thread a3 (3) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), on CPython lock 0x7f00004a, woken by a1 (1) 100% of the time: idle or contended",
             ],
         ),
         (
@@ -750,10 +775,14 @@ mod typed {
         let c = row(36, "reader", &[(State::IoWait, 6 * S), (State::Sleep, 4 * S)]);
         let f = findings_of(vec![a, b, c, row(33, "holder", &[(State::Sleep, 10 * S)])], 10 * S, 4.0, None);
         assert_eq!(kinds(&f), ["healthy", "blocked", "blocked", "blocked"]);
-        let waiter = Kind::Blocked { victim: time(31, "waiter", State::FutexWait, 9 * S, 10 * S), waker: thread(33, "holder", 8.0 / 9.0) };
+        let waiter = Kind::Blocked {
+            victim: time(31, "waiter", State::FutexWait, 9 * S, 10 * S),
+            waker: thread(33, "holder", 8.0 / 9.0),
+            lock: None,
+        };
         let timeout = Some(Behind { culprit: Culprit::Timeout, share: 1.0 });
-        let poller = Kind::Blocked { victim: time(32, "poller", State::FutexWait, 6 * S, 10 * S), waker: timeout };
-        let reader = Kind::Blocked { victim: time(36, "reader", State::IoWait, 6 * S, 10 * S), waker: None };
+        let poller = Kind::Blocked { victim: time(32, "poller", State::FutexWait, 6 * S, 10 * S), waker: timeout, lock: None };
+        let reader = Kind::Blocked { victim: time(36, "reader", State::IoWait, 6 * S, 10 * S), waker: None, lock: None };
         assert_eq!(f[1..], [Finding::from(waiter), Finding::from(poller), Finding::from(reader)]);
         assert_eq!(f[1].explains_ns, 9 * S);
         assert!(f[1].to_string().ends_with("(90%), woken by holder (33) 89% of the time: idle or contended"), "{}", f[1]);

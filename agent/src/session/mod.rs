@@ -36,6 +36,8 @@ pub struct SessionOptions {
     pub follow_forks: bool,
     /// attach the precise GIL probe (uprobes) to Python targets with symbols
     pub gil_uprobes: bool,
+    /// attach the parking-lot probe to Python 3.13+ targets
+    pub lock_uprobes: bool,
 }
 
 /// Threads sampled at one moment, grouped by process.
@@ -56,6 +58,7 @@ pub struct Session {
     targets: BTreeMap<u64, Target>,
     next_id: u64,
     gil_uprobes: bool,
+    lock_uprobes: bool,
     max_threads: u32,
     /// precise GIL probes, by target id
     gil_probes: std::collections::HashMap<u64, GilProbe>,
@@ -88,6 +91,7 @@ impl Session {
             targets: BTreeMap::new(),
             next_id: 1,
             gil_uprobes: opts.gil_uprobes,
+            lock_uprobes: opts.lock_uprobes,
             max_threads: opts.max_threads,
             gil_probes: Default::default(),
             parks: Default::default(),

@@ -156,7 +156,7 @@ impl Session {
                 }
             }
         }
-        if let Some((p, offset)) = py.as_ref().and_then(|p| Some((p, p.park?))) {
+        if let Some((p, offset)) = py.as_ref().filter(|_| self.lock_uprobes).and_then(|p| Some((p, p.park?))) {
             // a failure costs only the lock addresses: waits stay plain futex waits
             match self.parks.attach(&self.probe, id, pid, &p.opened, offset) {
                 Ok(()) => log::debug!("process {pid}: parking-lot uprobes attached"),
