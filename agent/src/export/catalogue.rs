@@ -79,7 +79,7 @@ pub const FUTEX_WORD_WAIT_SECONDS: Metric = Metric {
     kind: Kind::Counter,
     unit: Some("seconds"),
     labels: &["pid", "futex"],
-    help: "Time threads of a process spent blocked on one futex word (a lock, condition or semaphore; not the GIL), by its address (futex=\"0x7f...\"). Its rate is the average number of threads blocked on the word. A word gets its own label once it has 10 ms of wait, at most 10 words per process; the rest are summed as futex=\"other\".",
+    help: "Time threads of a process spent blocked on one futex word (a lock, condition or semaphore; not the GIL), by its address (futex=\"0x7f...\"; for a lock of CPython 3.13+, the lock's address rather than the waiter's own semaphore). Its rate is the average number of threads blocked on the word. A word gets its own label once it has 10 ms of wait, at most 10 words per process; the rest are summed as futex=\"other\".",
 };
 
 pub const FUTEX_WORD_WAITERS: Metric = Metric {
