@@ -2,6 +2,7 @@
 pyenv 3.8-3.13, Debian's stripped LTO /usr/bin/python3.11, and copies of the
 3.11 and 3.12 libpython stripped with `strip --strip-all`."""
 import glob
+import json
 import os
 import re
 import shutil
@@ -207,6 +208,32 @@ def test_free_threaded_without_the_gil_invents_no_gil_numbers():
     for t in report["threads"]:
         assert t["seconds"]["gil_wait"] == 0.0 and not t["gil_wait_by_holder"], t
     assert not any(v.startswith("GIL") or ("GIL" in v and "behind" in v) for v in report["verdict"]), report["verdict"]
+
+
+def test_free_threaded_gil_switched_on_at_run_time_is_reported():
+    """3.14t enables its GIL when a module that does not declare
+    Py_mod_gil is imported (holdgil.c does not): a window that saw it happen
+    ends with `gil: enabled`; one before it says `disabled`."""
+    py = built_python("3.14t")
+    if not py:
+        pytest.fail("Python 3.14t not installed here (make setup builds it)")
+    build = build_holdgil(py)
+    script = ("import sys, time, warnings\nwarnings.simplefilter('ignore')\nsys.path.insert(0, sys.argv[1])\n"
+              "print('ready', flush=True)\nsys.stdin.readline()\nimport holdgil\n"
+              "print('enabled' if sys._is_gil_enabled() else 'still off', flush=True)\ntime.sleep(60)\n")
+    with Workload(py, "-c", script, build, stdin=subprocess.PIPE) as w:
+        before, _ = attach(w.pid, 1.0)
+        agent = subprocess.Popen([str(WAITMETER), "attach", "--pid", str(w.pid), "--duration", "3", "--output", "json"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with Guard(agent):
+            time.sleep(1.0)
+            w.proc.stdin.write("go\n")
+            w.proc.stdin.flush()
+            assert w.readline(10, "the import") == "enabled"
+            out, err = agent.communicate(timeout=30)
+    assert before["python"]["gil"] == "disabled", before["python"]
+    after = json.loads(out)
+    assert after["python"]["gil"] == "enabled", (after["python"], err)
 
 
 @pytest.mark.parametrize("mode", ["same", "separate"])

@@ -12,7 +12,7 @@ use crate::clock::monotonic_ns;
 use crate::model::partition::{secs, window, ThreadSample};
 use crate::model::throttle::{self, Stretch};
 use crate::report::{json, text, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling};
-use crate::session::Session;
+use crate::session::{Session, Target};
 use crate::usage;
 
 pub fn attach(args: &AttachArgs) -> Result<()> {
@@ -24,15 +24,7 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
     let t0 = target.attached_ns;
     // one line when measuring starts (scripts can wait for it)
     crate::say!("waitmeter: watching PID {} ({}) for {} s", target.pid, target.comm, args.duration);
-    let python = target.python.as_ref().map(|p| PythonInfo {
-        version: p.version.clone(),
-        gil: p.gil_state(),
-        gil_probe: session.gil_probe_name(&target),
-        lock_probe: if session.parks_attached(&target) { "uprobe" } else { "none" },
-        free_threaded: p.free_threaded,
-        binary: p.binary.display().to_string(),
-        symbols: p.symtab,
-    });
+    let python = python_info(&session, &target);
     let window_ns = (args.duration * 1e9) as u64;
     let tick_ns = (args.interval * 1e9) as u64;
     let live_view = args.output == Output::Text && std::io::stdout().is_terminal();
@@ -116,6 +108,8 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
         .map(|s| ThreadRow { age: ages.thread(target.pid, s.tid, t0), ..ThreadRow::from_sample(s, s.times, s.existed_ns()) })
         .collect();
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
+    // as of the end: a free-threaded build's GIL can be switched on meanwhile
+    let python = python_info(&session, &target);
     let report =
         ProcessReport::new(target.pid, target.comm.clone(), python, end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows);
     let report = match &target.cgroup {
@@ -159,4 +153,17 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The JSON `python` block of a target, as of now.
+fn python_info(session: &Session, target: &Target) -> Option<PythonInfo> {
+    target.python.as_ref().map(|p| PythonInfo {
+        version: p.version.clone(),
+        gil: p.gil_state(),
+        gil_probe: session.gil_probe_name(target),
+        lock_probe: if session.parks_attached(target) { "uprobe" } else { "none" },
+        free_threaded: p.free_threaded,
+        binary: p.binary.display().to_string(),
+        symbols: p.symtab,
+    })
 }

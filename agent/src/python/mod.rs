@@ -249,10 +249,7 @@ fn describe(mem: &dyn Memory, path: &str, bin: &Binary, bias: u64, runtime: u64)
         Some(l) => gil_addresses(mem, runtime, l).unwrap_or_default(),
         None => vec![],
     };
-    let gil_enabled = match layout.and_then(|l| l.enabled) {
-        Some(off) => gils.iter().any(|g| at(*g, off).and_then(|a| mem.read_u32(a)).is_ok_and(|e| e != 0)),
-        None => layout.is_some(),
-    };
+    let gil_enabled = gil_enabled(mem, layout.as_ref(), &gils);
     Ok(Python {
         version,
         gil_functions: bin.gil_functions.clone(),
@@ -267,6 +264,16 @@ fn describe(mem: &dyn Memory, path: &str, bin: &Binary, bias: u64, runtime: u64)
         gils,
         gil_enabled,
     })
+}
+
+/// Whether the GIL is in use: always on a default build; on a free-threaded
+/// one, when `_gil.enabled` of any GIL is set (`PYTHON_GIL=1` at start-up, or
+/// an extension that needs it at run time: re-read every window).
+pub fn gil_enabled(mem: &dyn Memory, layout: Option<&Layout>, gils: &[u64]) -> bool {
+    match layout.and_then(|l| l.enabled) {
+        Some(off) => gils.iter().any(|g| at(*g, off).and_then(|a| mem.read_u32(a)).is_ok_and(|e| e != 0)),
+        None => layout.is_some(),
+    }
 }
 
 /// The GIL structs of the process: the global one, or one per interpreter.

@@ -114,6 +114,19 @@ impl Session {
         }
     }
 
+    /// Re-read whether free-threaded targets run with the GIL: an extension
+    /// that needs it switches it on at run time.
+    fn refresh_gil_enabled(&mut self) {
+        for t in self.targets.values_mut().filter(|t| t.exited_ns.is_none()) {
+            let Some(p) = t.python.as_mut().filter(|p| p.layout.is_some_and(|l| l.enabled.is_some())) else { continue };
+            let now = python::gil_enabled(&python::memory::Process::new(t.pid), p.layout.as_ref(), &p.gils);
+            if now != p.gil_enabled {
+                log::info!("process {}: the GIL is now {}", t.pid, if now { "enabled" } else { "disabled" });
+                p.gil_enabled = now;
+            }
+        }
+    }
+
     /// Re-read the Python thread names of targets whose names are older than
     /// a second (threads come and go, and are renamed).
     fn refresh_names(&mut self) {
@@ -153,6 +166,7 @@ impl Session {
     /// its GIL wait per holder.
     pub fn live(&mut self) -> BTreeMap<u64, Vec<ThreadSample>> {
         self.refresh_names();
+        self.refresh_gil_enabled();
         let mut out: BTreeMap<u64, Vec<ThreadSample>> = BTreeMap::new();
         let watched: std::collections::HashSet<u32> = self.probe.watched().into_iter().collect();
         let blame = self.blame();
