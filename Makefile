@@ -84,7 +84,7 @@ lint: setup-build
 integration: setup build
 	$(PYTHON) -m pytest -rs tests/
 
-# Bounded fuzzing of the parsers of hostile input (ELF, exposition, HTTP heads): FUZZ_SECONDS each.
+# Bounded fuzzing of the parsers of hostile input (ELF, exposition, HTTP heads, debug offsets): FUZZ_SECONDS each.
 fuzz: setup
 	bash agent/fuzz/run.sh $(FUZZ_SECONDS)
 

@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(elf exposition http_head)
+[ ${#targets[@]} -gt 0 ] || targets=(elf exposition http_head debug_offsets)
 export PATH="$PWD/../../.tools/bin:$HOME/.cargo/bin:$PATH"
 command -v cargo-fuzz >/dev/null || { echo "fuzz: cargo-fuzz is missing: run make setup"; exit 1; }
 # cargo fuzz needs nightly for its -Z flags: rustup's nightly when there is one, else the stable
@@ -32,6 +32,8 @@ for t in "${targets[@]}"; do
         seeds+=("$scratch/elf-seeds")
         echo "fuzz: elf seeds: $(ls "$scratch/elf-seeds" | wc -l) real interpreter files"
     fi
+    # the debug-offset tables recorded from real interpreters
+    [ "$t" = debug_offsets ] && seeds+=("../formats/testdata/debug_offsets")
     mkdir -p "$scratch/$t"
     echo "fuzz: $t for ${secs} s"
     # -max_len: the real interpreters are up to ~30 MB; libFuzzer mutates within it

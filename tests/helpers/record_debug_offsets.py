@@ -1,5 +1,5 @@
 """Record the start of `_PyRuntime` (its `_Py_DebugOffsets`) of the running
-interpreter, for the unit tests of agent/src/python/debug_offsets.rs.
+interpreter, for the unit tests of agent/formats/src/debug_offsets.rs.
 
     python3.X tests/helpers/record_debug_offsets.py OUT.bin
 """

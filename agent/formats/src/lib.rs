@@ -1,12 +1,14 @@
 //! Parsers of input waitmeter does not control, kept apart from the agent so
 //! that they can be fuzzed on their own (`agent/fuzz/`): the ELF files of the
-//! processes it attaches to (it runs as root), the Prometheus expositions of
+//! processes it attaches to (it runs as root), the `_Py_DebugOffsets` table it
+//! reads from their memory, the Prometheus expositions of
 //! the applications whose age it reads, and the HTTP request heads its
 //! endpoint receives. Every read is bounds-checked, every offset sum checked;
 //! bad input is an error value, never a panic, and nothing here allocates
 //! more than a small multiple of its input.
 #![forbid(unsafe_code)]
 
+pub mod debug_offsets;
 pub mod elf;
 pub mod exposition;
 pub mod http;

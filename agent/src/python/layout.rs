@@ -254,7 +254,7 @@ mod tests {
     }
 
     fn recorded(name: &str) -> Layout {
-        let path = format!("{}/src/python/testdata/debug_offsets/{name}.bin", env!("CARGO_MANIFEST_DIR"));
+        let path = format!("{}/formats/testdata/debug_offsets/{name}.bin", env!("CARGO_MANIFEST_DIR"));
         from_debug_offsets(&DebugOffsets::parse(&std::fs::read(path).unwrap()).unwrap())
     }
 

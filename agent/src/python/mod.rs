@@ -3,7 +3,7 @@
 //! in `layout`; nothing outside this module matches on versions.
 pub use waitmeter_formats::elf;
 pub mod binary;
-pub mod debug_offsets;
+pub use waitmeter_formats::debug_offsets;
 #[cfg(test)]
 pub mod fixtures;
 pub mod layout;
@@ -363,7 +363,7 @@ mod tests {
             symtab: false,
             layout: Some(layout::from_debug_offsets(
                 &DebugOffsets::parse(
-                    &std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/src/python/testdata/debug_offsets/3.14.7t.bin")).unwrap(),
+                    &std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/formats/testdata/debug_offsets/3.14.7t.bin")).unwrap(),
                 )
                 .unwrap(),
             )),

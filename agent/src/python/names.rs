@@ -272,7 +272,7 @@ mod tests {
             15 => "3.15.0rc2",
             _ => return crate::python::layout::layout(minor, false).and_then(|l| l.objects).unwrap(),
         };
-        let path = format!("{}/src/python/testdata/debug_offsets/{recorded}.bin", env!("CARGO_MANIFEST_DIR"));
+        let path = format!("{}/formats/testdata/debug_offsets/{recorded}.bin", env!("CARGO_MANIFEST_DIR"));
         let o = crate::python::debug_offsets::DebugOffsets::parse(&std::fs::read(path).unwrap()).unwrap();
         crate::python::layout::from_debug_offsets(&o).objects.unwrap()
     }

@@ -197,7 +197,7 @@ mod tests {
 
     /// The first READ_LEN bytes of `_PyRuntime`, recorded from a running interpreter.
     fn recorded(name: &str) -> Vec<u8> {
-        let path = format!("{}/src/python/testdata/debug_offsets/{name}.bin", env!("CARGO_MANIFEST_DIR"));
+        let path = format!("{}/testdata/debug_offsets/{name}.bin", env!("CARGO_MANIFEST_DIR"));
         std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
