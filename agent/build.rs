@@ -41,5 +41,6 @@ fn main() {
         println!("cargo:rerun-if-changed={}", bpf.join("vmlinux").join(arch).join("vmlinux.h").display());
     }
     println!("cargo:rerun-if-changed={}", bpf.join("core_fixes.bpf.h").display());
+    println!("cargo:rerun-if-changed={}", bpf.join("parked.bpf.h").display());
     println!("cargo:rerun-if-env-changed=WAITMETER_CLANG");
 }

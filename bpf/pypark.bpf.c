@@ -32,12 +32,7 @@ const volatile struct wm_park_config cfg = {};
 enum wm_park_stat _wm_park_stat = WM_PARK_STAT_MAP_FULL;
 
 /* host TID -> the address it parks on: the sched probe's map, shared */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, WM_DEFAULT_MAX_PARKED);
-	__type(key, __u32);
-	__type(value, __u64);
-} parked SEC(".maps");
+#include "parked.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -22,7 +22,6 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "sched.h"
-#include "pypark.h"
 #include "core_fixes.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -93,17 +92,8 @@ struct {
 	__type(value, struct wm_gil);
 } gil_words SEC(".maps");
 
-/*
- * host TID -> the address a thread parked on in CPython's parking lot (3.13+),
- * while it sleeps on its wait entry's semaphore. Written by bpf/pypark.bpf.c,
- * which shares this map; read here at switch-out.
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, WM_DEFAULT_MAX_PARKED);
-	__type(key, __u32);
-	__type(value, __u64);
-} parked SEC(".maps");
+/* host TID -> the address a thread parked on (CPython 3.13+), written by pypark.bpf.c */
+#include "parked.bpf.h"
 
 /* (waiter, holder) -> ns of GIL wait; closed intervals only */
 struct {
