@@ -1,5 +1,6 @@
 """A real Prometheus scrapes `waitmeter run` on loopback (issue: foundation, test 8)."""
 import json
+import statistics
 import subprocess
 import time
 import urllib.parse
@@ -20,6 +21,20 @@ def query(base, promql):
         body = json.load(r)
     assert body["status"] == "success", body
     return {tuple(sorted(s["metric"].items())): float(s["value"][1]) for s in body["data"]["result"]}
+
+
+def query_median(base, promql, seconds=4):
+    """The median, per series, of `promql` evaluated once a second over the
+    last `seconds` + 1 s: one scrape that came late (its value older than its
+    timestamp) skews only the windows it ends or starts, not the median."""
+    end = time.time()
+    url = f"{base}/api/v1/query_range?" + urllib.parse.urlencode(
+        {"query": promql, "start": end - seconds, "end": end, "step": 1})
+    with urllib.request.urlopen(url, timeout=5) as r:
+        body = json.load(r)
+    assert body["status"] == "success", body
+    return {tuple(sorted(s["metric"].items())): statistics.median(float(v[1]) for v in s["values"])
+            for s in body["data"]["result"]}
 
 
 @pytest.fixture
@@ -66,15 +81,18 @@ def test_real_prometheus_sees_half_runqueue_for_pinned_pair(pinned_pair_agent, t
         total = f'sum by (thread) (rate({sel}[5s]))'
         # rate() over a series younger than its range extrapolates: wait until
         # every series has samples spanning more than the range
+        # (the medians below look 4 s further back)
         deadline = time.monotonic() + 60
         while True:
-            counts = query(base, f"min(count_over_time({sel}[8s]))")
-            if (counts and min(counts.values()) >= 8) or time.monotonic() > deadline:
+            counts = query(base, f"min(count_over_time({sel}[12s]))")
+            if (counts and min(counts.values()) >= 12) or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        rates = query(base, rq)
-        sums = query(base, total)
+        rates = query_median(base, rq)
+        sums = query_median(base, total)
         up = query(base, 'up{job="waitmeter"}')
+        slowest = query(base, 'max_over_time(scrape_duration_seconds{job="waitmeter"}[20s])')
+    print(f"rates {rates}, sums {sums}, slowest scrape {slowest}")
     assert list(up.values()) == [1.0]
     assert len(rates) == 2, rates
     for labels, v in rates.items():
