@@ -63,10 +63,10 @@ impl Parks {
     /// Attach to process `pid` (agent namespace): `_PySemaphore_Wait` at
     /// `file_offset` in `binary` (a path the agent can open, through /proc).
     pub fn attach(&mut self, sched: &SchedProbe, target: u64, pid: u32, binary: &Path, file_offset: u64) -> Result<()> {
-        if self.loaded.is_none() {
-            self.loaded = Some(Loaded::load(sched)?);
-        }
-        let Some(l) = &self.loaded else { unreachable!("loaded above") };
+        let l = match &mut self.loaded {
+            Some(l) => l,
+            None => self.loaded.insert(Loaded::load(sched)?),
+        };
         let at = |prog: &libbpf_rs::ProgramMut, ret: bool| {
             prog.attach_uprobe(ret, pid as i32, binary, file_offset as usize)
                 .with_context(|| format!("failed to attach a uprobe to {} in {}", crate::python::binary::PARK, binary.display()))

@@ -209,14 +209,12 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
         // modular on purpose: a library linked above the address it was loaded at has a "negative" bias
         let bias = if bin.exec { 0 } else { start.wrapping_sub(bin.load_base) };
         let runtime = bias.wrapping_add(bin.runtime);
-        let mut py = describe(&Process::new(pid), &path, &bin, bias, runtime)?;
-        py.opened = opened;
-        return Ok(Some(py));
+        return Ok(Some(describe(&Process::new(pid), &path, opened, &bin, bias, runtime)?));
     }
     Ok(None)
 }
 
-fn describe(mem: &dyn Memory, path: &str, bin: &Binary, bias: u64, runtime: u64) -> Result<Python> {
+fn describe(mem: &dyn Memory, path: &str, opened: PathBuf, bin: &Binary, bias: u64, runtime: u64) -> Result<Python> {
     let from_name = minor_from_name(path);
     // 3.11+ export Py_Version = PY_VERSION_HEX
     let hex = bin.py_version.and_then(|v| mem.read_u32(bias.wrapping_add(v)).ok());
@@ -254,7 +252,7 @@ fn describe(mem: &dyn Memory, path: &str, bin: &Binary, bias: u64, runtime: u64)
         version,
         gil_functions: bin.gil_functions.clone(),
         park: bin.park,
-        opened: PathBuf::from(path),
+        opened,
         free_threaded,
         binary: PathBuf::from(path),
         symtab: bin.symtab,
