@@ -50,6 +50,13 @@ struct wm_futex_key _wm_futex_key = {};
 struct wm_preempt_key _wm_preempt_key = {};
 struct wm_preempt _wm_preempt = {};
 struct wm_throttle _wm_throttle = {};
+struct wm_wait_stack_key _wm_wait_stack_key = {};
+struct wm_py_stack _wm_py_stack = {};
+struct wm_py_walk _wm_py_walk = {};
+enum wm_role _wm_role = WM_ROLE_VICTIM;
+enum wm_stack_stat _wm_stack_stat = WM_STACK_STAT_NATIVE_FAILED;
+enum wm_stack_limits _wm_stack_limits = WM_PY_MAX_FRAMES;
+enum wm_stacks_mode _wm_stacks_mode = WM_STACKS_NATIVE;
 enum wm_state _wm_state = WM_STATE_RUNNING;
 enum wm_futex_kind _wm_futex_kind = WM_FUTEX_WORD;
 enum wm_stat _wm_stat = WM_STAT_THREAD_MAP_FULL;
@@ -94,6 +101,9 @@ struct {
 
 /* host TID -> the address a thread parked on (CPython 3.13+), written by pypark.bpf.c */
 #include "parked.bpf.h"
+
+/* wait stacks: their maps, taking them, charging waits to them */
+#include "stacks.bpf.h"
 
 /* (waiter, holder) -> ns of GIL wait; closed intervals only */
 struct {
@@ -187,6 +197,10 @@ struct wm_enter {
 	__u64 gil_holder;
 	__u64 futex_addr;
 	__u32 futex_kind;
+	bool new_stack;   /* `stack` is the thread's own, taken now */
+	bool new_blamed;  /* `blamed` is the GIL holder's, taken now */
+	struct wm_stack_ref stack;
+	struct wm_stack_ref blamed;
 };
 
 /* The interval a transition closed, and what it is charged to. */
@@ -199,6 +213,10 @@ struct wm_closed {
 	__u64 gil_holder;
 	__u64 futex_addr;
 	__u32 futex_kind;
+	__u32 blamed_role;
+	__u64 blamed_of;
+	struct wm_stack_ref stack;  /* the thread's own stack through that state */
+	struct wm_stack_ref blamed; /* the stack of `blamed_of` */
 };
 
 #define WM_ENTER_SAME WM_NR_STATES
@@ -235,6 +253,10 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	c->gil_holder = t->d.gil_holder;
 	c->futex_addr = t->d.futex_addr;
 	c->futex_kind = t->d.futex_kind;
+	c->stack = t->d.stack;
+	c->blamed = t->d.blamed;
+	c->blamed_of = t->d.blamed_of;
+	c->blamed_role = t->d.blamed_role;
 	if (now > t->d.since) {
 		if (from < WM_NR_STATES)
 			t->d.ns[from & (WM_NR_STATES - 1)] += now - t->d.since;
@@ -247,6 +269,16 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	t->d.futex_addr = e->futex_addr;
 	t->d.futex_kind = e->futex_kind;
 	t->d.waker = 0;
+	if (e->new_stack) {
+		t->d.stack = e->stack;
+		t->d.stack_at = now;
+	}
+	if (e->new_blamed) {
+		t->d.blamed = e->blamed;
+		t->d.blamed_of = e->gil_holder;
+		t->d.blamed_role = WM_ROLE_HOLDER;
+		t->d.blamed_at = now;
+	}
 	if (switched_out)
 		t->d.nr_switches++;
 	if (out)
@@ -260,7 +292,7 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
  * address space (it is `current`), `locked` and `last_holder`, then the
  * holder thread state's OS thread id. 0 when free or unreadable.
  */
-static __always_inline __u64 gil_holder(const struct wm_gil *g)
+static __always_inline __u64 gil_holder(const struct wm_gil *g, __u64 *holder_tstate)
 {
 	int locked = 0;
 	__u64 tstate = 0, id = 0;
@@ -271,6 +303,7 @@ static __always_inline __u64 gil_holder(const struct wm_gil *g)
 		return 0;
 	if (bpf_probe_read_user(&id, sizeof(id), (void *)(tstate + g->off_holder_id)))
 		return 0;
+	*holder_tstate = tstate;
 	return id;
 }
 
@@ -318,6 +351,21 @@ static __always_inline void charge(const struct wm_closed *c, __u32 tid, __u32 t
 {
 	__u64 delta = now > c->since ? now - c->since : 0;
 
+	if (c->state != WM_STATE_RUNNING && c->state != WM_STATE_RUNQUEUE) {
+		__u64 blamed = 0;
+		__u32 role = WM_ROLE_VICTIM;
+
+		if (c->state == WM_STATE_GIL_WAIT) {
+			blamed = c->gil_holder;
+			role = WM_ROLE_HOLDER;
+		} else if (c->state == WM_STATE_FUTEX_WAIT) {
+			blamed = c->waker;
+			role = WM_ROLE_WAKER;
+		}
+		charge_stacks(tid, c->gen, c->state, blamed, &c->stack, role,
+			      blamed && c->blamed_of == blamed && c->blamed_role == role ? &c->blamed : NULL, delta);
+	}
+
 	if (c->state == WM_STATE_GIL_WAIT) {
 		struct wm_blame_key key = { .tid = tid, .gen = c->gen, .holder = c->gil_holder };
 
@@ -334,7 +382,8 @@ static __always_inline void charge(const struct wm_closed *c, __u32 tid, __u32 t
 }
 
 /* Charge a run-queue wait that ends now to the task that had the CPU. */
-static __always_inline void charge_runqueue(const struct wm_closed *c, __u32 tid, struct task_struct *prev, __u64 now)
+static __always_inline void charge_runqueue(const struct wm_closed *c, __u32 tid, struct task_struct *prev,
+					    const struct wm_stack_ref *by_stack, __u64 now)
 {
 	/* a thread of another process is charged as its process (one entry per
 	 * process, not per thread: the key space follows the node's process churn,
@@ -343,6 +392,9 @@ static __always_inline void charge_runqueue(const struct wm_closed *c, __u32 tid
 	struct wm_preempt_key key = { .tid = tid, .by_tid = by, .by_tgid = prev->tgid, .gen = c->gen };
 	__u64 delta = now > c->since ? now - c->since : 0;
 	struct wm_preempt *v = bpf_map_lookup_elem(&preempt_blame, &key);
+
+	charge_stacks(tid, c->gen, c->state, prev->tgid == c->tgid ? by : 0, &c->stack, WM_ROLE_PREEMPTOR,
+		      prev->tgid == c->tgid ? by_stack : NULL, delta);
 
 	if (!v) {
 		struct wm_preempt fresh = {};
@@ -378,6 +430,8 @@ new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_ente
 	fresh.d.gil_holder = e->gil_holder;
 	fresh.d.futex_addr = e->futex_addr;
 	fresh.d.futex_kind = e->futex_kind;
+	fresh.d.stack.native = -1;
+	fresh.d.blamed.native = -1;
 	if (cfg.translate_pids) {
 		fresh.d.ns_tid = ns_nr(BPF_CORE_READ(task, thread_pid));
 		fresh.d.ns_tgid = ns_nr(BPF_CORE_READ(task, group_leader, thread_pid));
@@ -417,7 +471,7 @@ static __always_inline __u32 blocked_state(__u32 task_state, __s32 *syscall, __u
 	return (task_state & WM_TASK_UNINTERRUPTIBLE) ? WM_STATE_IO_WAIT : WM_STATE_OTHER;
 }
 
-static __always_inline void switch_out(bool preempt, struct task_struct *prev, __u64 now)
+static __always_inline void switch_out(void *ctx, bool preempt, struct task_struct *prev, __u64 now, struct wm_stack_ref *own)
 {
 	__u32 tgid = prev->tgid;
 	__u32 tid = prev->pid;
@@ -425,6 +479,7 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 	struct wm_enter e = { .syscall = -1 };
 	struct wm_closed c;
 	struct wm_thread *t;
+	__u64 holder_tstate = 0;
 
 	if (preempt || task_state == WM_TASK_RUNNING)
 		e.to = task_throttled(prev) ? WM_STATE_THROTTLED : WM_STATE_RUNQUEUE;
@@ -436,7 +491,7 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 
 		if (gil) {
 			e.to = WM_STATE_GIL_WAIT;
-			e.gil_holder = gil_holder(gil);
+			e.gil_holder = gil_holder(gil, &holder_tstate);
 		} else {
 			/* parked in CPython's parking lot: the semaphore it sleeps on
 			 * is its own; what it waits for is the address it parked on */
@@ -456,11 +511,30 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 		new_thread(prev, tid, tgid, &e, now);
 		return;
 	}
+	if (cfg.stacks) {
+		/* racy reads of the thread's own fields: only this thread's
+		 * switch-out and wakeups write them, and a stale value only
+		 * takes or skips one stack */
+		if (now - t->d.stack_at >= cfg.stack_interval_ns) {
+			own_stacks(ctx, tgid, tid, &e.stack);
+			e.new_stack = true;
+			*own = e.stack;
+		} else {
+			*own = t->d.stack;
+		}
+		if ((cfg.stacks & WM_STACKS_PYTHON) && e.gil_holder && holder_tstate &&
+		    (t->d.blamed_of != e.gil_holder || t->d.blamed_role != WM_ROLE_HOLDER ||
+		     now - t->d.blamed_at >= cfg.stack_interval_ns)) {
+			e.blamed.native = -1;
+			e.blamed.py = wm_py_stack(tgid, holder_tstate);
+			e.new_blamed = true;
+		}
+	}
 	if (transition(t, &e, now, true, false, &c, NULL))
 		charge(&c, tid, e.to, now);
 }
 
-static __always_inline void switch_in(struct task_struct *next, struct task_struct *prev, __u64 now)
+static __always_inline void switch_in(struct task_struct *next, struct task_struct *prev, const struct wm_stack_ref *prev_stack, __u64 now)
 {
 	__u32 tgid = next->tgid;
 	__u32 tid = next->pid;
@@ -476,25 +550,27 @@ static __always_inline void switch_in(struct task_struct *next, struct task_stru
 	if (!transition(t, &e, now, false, false, &c, NULL))
 		return;
 	if (c.state == WM_STATE_RUNQUEUE)
-		charge_runqueue(&c, tid, prev, now);
+		charge_runqueue(&c, tid, prev, prev_stack, now);
 	else
 		charge(&c, tid, e.to, now);
 }
 
-static __always_inline int on_switch(bool preempt, struct task_struct *prev,
+static __always_inline int on_switch(void *ctx, bool preempt, struct task_struct *prev,
 				     struct task_struct *next)
 {
 	bool out = prev->pid && is_watched(prev->tgid);
 	bool in = next->pid && is_watched(next->tgid);
+	/* prev's stack as it left the CPU: the preemptor's, for next's run-queue wait */
+	struct wm_stack_ref prev_stack = { .native = -1 };
 	__u64 now;
 
 	if (!out && !in)
 		return 0;
 	now = bpf_ktime_get_ns();
 	if (out)
-		switch_out(preempt, prev, now);
+		switch_out(ctx, preempt, prev, now, &prev_stack);
 	if (in)
-		switch_in(next, prev, now);
+		switch_in(next, prev, &prev_stack, now);
 	return 0;
 }
 
@@ -505,12 +581,15 @@ static __always_inline int on_switch(bool preempt, struct task_struct *prev,
  * thread's clear_child_tid word, which pthread_join waits on); a wakeup from
  * a timer or a signal leaves 0 ("timeout").
  */
-static __always_inline int on_waking(struct task_struct *p)
+static __always_inline int on_waking(void *ctx, struct task_struct *p)
 {
+	struct wm_stack_ref stack = { .native = -1 };
+	bool new_stack = false;
 	struct task_struct *cur;
 	struct pt_regs *regs;
 	struct wm_thread *t;
 	__u32 tid, waker = 0;
+	__u64 now = 0;
 	long nr;
 
 	if (!is_watched(p->tgid))
@@ -529,9 +608,25 @@ static __always_inline int on_waking(struct task_struct *p)
 		waker = cur->pid;
 	if (!waker)
 		return 0;
+	/* the waker's stack as it wakes the thread (it is `current`), at most
+	 * once per interval per (thread, waker) */
+	if (cfg.stacks && t->d.state == WM_STATE_FUTEX_WAIT) {
+		now = bpf_ktime_get_ns();
+		if (t->d.blamed_of != waker || t->d.blamed_role != WM_ROLE_WAKER || now - t->d.blamed_at >= cfg.stack_interval_ns) {
+			own_stacks(ctx, cur->tgid, waker, &stack);
+			new_stack = true;
+		}
+	}
 	bpf_spin_lock(&t->lock);
-	if (t->d.state == WM_STATE_FUTEX_WAIT)
+	if (t->d.state == WM_STATE_FUTEX_WAIT) {
 		t->d.waker = waker;
+		if (new_stack) {
+			t->d.blamed = stack;
+			t->d.blamed_of = waker;
+			t->d.blamed_role = WM_ROLE_WAKER;
+			t->d.blamed_at = now;
+		}
+	}
 	bpf_spin_unlock(&t->lock);
 	return 0;
 }
@@ -625,7 +720,7 @@ static __always_inline int on_exit(struct task_struct *p)
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	return on_switch(preempt, prev, next);
+	return on_switch(ctx, preempt, prev, next);
 }
 
 SEC("tp_btf/sched_wakeup")
@@ -637,7 +732,7 @@ int BPF_PROG(sched_wakeup_btf, struct task_struct *p)
 SEC("tp_btf/sched_waking")
 int BPF_PROG(sched_waking_btf, struct task_struct *p)
 {
-	return on_waking(p);
+	return on_waking(ctx, p);
 }
 
 SEC("tp_btf/sched_wakeup_new")

@@ -9,6 +9,8 @@
 #ifndef WAITMETER_SCHED_H
 #define WAITMETER_SCHED_H
 
+#include "stacks.h"
+
 /* The time model of docs/architecture.md: every thread is in exactly one of
  * these states at any instant. The order is ABI: arrays are indexed by it. */
 enum wm_state {
@@ -74,7 +76,14 @@ struct wm_thread_data {
 	__u64 gil_holder;  /* in gil_wait: who held the GIL at switch-out (as the process' thread states name it), 0 unknown */
 	__u64 futex_addr;  /* in futex_wait or gil_wait: the futex word (parked: the address parked on) */
 	__u32 futex_kind;  /* in futex_wait: enum wm_futex_kind */
-	__u32 _pad2;
+	__u32 blamed_role; /* enum wm_role of `blamed` */
+	/* wait stacks (bpf/stacks.bpf.h): the thread's own stack as of its last
+	 * switch-out that took one, and the stack of who it waits behind */
+	struct wm_stack_ref stack;
+	__u64 stack_at;    /* when `stack` was taken */
+	struct wm_stack_ref blamed;
+	__u64 blamed_of;   /* whose stack `blamed` is: GIL holder id or waker host TID */
+	__u64 blamed_at;   /* when it was taken */
 };
 
 /* Per watched thread, keyed by host TID in the `threads` map. Every write of
@@ -167,13 +176,21 @@ struct wm_blame_key {
 	__u64 holder;     /* the holder's id as its thread state names it; 0 unknown */
 };
 
+/* Which stacks a wait is charged to (`stacks` of the configuration). */
+enum wm_stacks_mode {
+	WM_STACKS_NATIVE = 1, /* native user stacks (frame pointers) */
+	WM_STACKS_PYTHON = 2, /* Python frames of processes with a `py_walk` entry */
+};
+
 /* Read-only configuration, set by the agent before load. */
 struct wm_sched_config {
 	__u64 pidns_ino;     /* inode of the agent's PID namespace */
 	__u8 translate_pids; /* agent is not in the initial PID namespace */
 	__u8 follow_forks;   /* watch children of watched processes at fork */
-	__u8 _pad[6];
+	__u8 stacks;         /* enum wm_stacks_mode bits; 0: no wait stacks */
+	__u8 _pad[5];
 	__u8 syscall_state[WM_MAX_SYSCALLS]; /* enum wm_state of a thread blocked in syscall nr */
+	__u64 stack_interval_ns; /* a thread takes its own stack at most this often */
 };
 
 #endif /* WAITMETER_SCHED_H */

@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(elf exposition http_head debug_offsets)
+[ ${#targets[@]} -gt 0 ] || targets=(elf exposition http_head debug_offsets linetable)
 export PATH="$PWD/../../.tools/bin:$HOME/.cargo/bin:$PATH"
 command -v cargo-fuzz >/dev/null || { echo "fuzz: cargo-fuzz is missing: run make setup"; exit 1; }
 # cargo fuzz needs nightly for its -Z flags: rustup's nightly when there is one, else the stable
@@ -19,7 +19,8 @@ if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then tc=(+nightly); e
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 for t in "${targets[@]}"; do
-    seeds=("corpus/$t")
+    seeds=()
+    [ -d "corpus/$t" ] && seeds+=("corpus/$t")
     if [ "$t" = elf ]; then
         mkdir -p "$scratch/elf-seeds"
         # real interpreters: pyenv builds (executables and libpython), Debian's static stripped python3
@@ -34,6 +35,21 @@ for t in "${targets[@]}"; do
     fi
     # the debug-offset tables recorded from real interpreters
     [ "$t" = debug_offsets ] && seeds+=("../formats/testdata/debug_offsets")
+    # the line tables recorded from real interpreters, as the target reads its input:
+    # firstlineno and an instruction (4 bytes LE each), then the table
+    if [ "$t" = linetable ]; then
+        mkdir -p "$scratch/linetable-seeds"
+        python3 - "$scratch/linetable-seeds" ../formats/testdata/linetables/*.json <<'PY'
+import json, struct, sys
+for path in sys.argv[2:]:
+    doc = json.load(open(path))
+    for n, code in enumerate(doc["code"]):
+        last = code["pairs"][-1][0] if code["pairs"] else 0
+        seed = struct.pack("<iI", code["firstlineno"], last // 2) + bytes.fromhex(code["linetable"])
+        open("%s/%s-%d" % (sys.argv[1], doc["version"], n), "wb").write(seed)
+PY
+        seeds+=("$scratch/linetable-seeds")
+    fi
     mkdir -p "$scratch/$t"
     echo "fuzz: $t for ${secs} s"
     # -max_len: the real interpreters are up to ~30 MB; libFuzzer mutates within it

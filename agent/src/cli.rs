@@ -81,6 +81,19 @@ pub enum LockProbe {
     None,
 }
 
+/// Which stacks a wait is charged to (docs/probes/stacks.md).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Stacks {
+    /// native stacks (frame pointers) and Python frames
+    All,
+    /// Python frames only
+    Python,
+    /// native stacks only
+    Native,
+    /// no stacks: the cheapest
+    None,
+}
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
     Text,
@@ -105,6 +118,21 @@ pub struct ProbeArgs {
     /// Lock waits of Python 3.13+ (PyMutex, threading.Lock): uprobe (default) charges them to the lock, none to futex words
     #[arg(long, value_enum, default_value_t = LockProbe::Uprobe)]
     pub lock_probe: LockProbe,
+    /// Stacks of both sides of each wait: all (default), python, native or none
+    #[arg(long, value_enum, default_value_t = Stacks::All)]
+    pub stacks: Stacks,
+    /// A thread takes its own stack at most once per this many milliseconds (reused meanwhile)
+    #[arg(long, value_name = "MS", default_value_t = 2.0, value_parser = stack_interval)]
+    pub stack_interval: f64,
+}
+
+fn stack_interval(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of milliseconds"))?;
+    if (0.0..=10_000.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err("must be 0 to 10000 ms".into())
+    }
 }
 
 /// Where the application's end-to-end age comes from (docs/age.md).
@@ -252,6 +280,9 @@ pub struct AttachArgs {
     /// Refresh interval of the live table in seconds
     #[arg(long, value_name = "SECS", default_value = "1", value_parser = positive_seconds)]
     pub interval: f64,
+    /// Also write the wait profile of the window here (gzipped pprof: `go tool pprof FILE`)
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
     #[command(flatten)]
     pub probe: ProbeArgs,
     #[command(flatten)]

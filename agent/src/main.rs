@@ -13,6 +13,7 @@ mod python;
 mod report;
 mod session;
 mod shrink;
+mod stacks;
 
 use clap::Parser;
 

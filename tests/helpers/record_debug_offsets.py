@@ -6,7 +6,7 @@ interpreter, for the unit tests of agent/formats/src/debug_offsets.rs.
 import ctypes
 import sys
 
-READ_LEN = 8 + 8 * 40  # debug_offsets::READ_LEN
+READ_LEN = 8 + 8 * 93  # debug_offsets::READ_LEN (3.15: through unicode_object)
 
 runtime = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
 data = ctypes.string_at(runtime, READ_LEN)

@@ -369,6 +369,46 @@ impl<'s, S: Source + ?Sized> Elf<'s, S> {
         None
     }
 
+    /// Function symbols (STT_FUNC, defined, of non-zero size) of .symtab
+    /// and .dynsym, at most `max`, for naming addresses: (start, size, name).
+    pub fn functions(&self, max: usize) -> Vec<Symbol> {
+        let mut out = vec![];
+        let mut seen = std::collections::HashSet::new();
+        for tab in self.sections.iter().filter(|s| s.kind == SHT_SYMTAB || s.kind == SHT_DYNSYM) {
+            let Some(strtab) = self.sections.get(tab.link as usize) else { continue };
+            let Some(ent) = usize::try_from(if tab.entsize == 0 { SYM_SIZE as u64 } else { tab.entsize }).ok().filter(|e| *e >= SYM_SIZE)
+            else {
+                continue;
+            };
+            let (Ok(entries), Ok(strings)) = (self.section_data(tab, MAX_SYMBOL_TABLE), self.section_data(strtab, MAX_SYMBOL_TABLE)) else {
+                continue;
+            };
+            for i in 0..entries.len() / ent {
+                let f = |field| at(i, ent, field);
+                let read = || {
+                    Some((
+                        u32_at(&entries, f(0)?)?,
+                        *entries.get(f(4)?)?,
+                        u16_at(&entries, f(6)?)?,
+                        u64_at(&entries, f(8)?)?,
+                        u64_at(&entries, f(16)?)?,
+                    ))
+                };
+                let Some((name, info, shndx, value, size)) = read() else { break };
+                // STT_FUNC = 2, STT_GNU_IFUNC = 10
+                if shndx == SHN_UNDEF || name == 0 || size == 0 || !matches!(info & 0xf, 2 | 10) || !seen.insert(value) {
+                    continue;
+                }
+                let Some(n) = cstr(&strings, name as usize, MAX_NAME) else { continue };
+                out.push(Symbol { name: n.to_string(), value, size });
+                if out.len() >= max {
+                    return out;
+                }
+            }
+        }
+        out
+    }
+
     pub fn has_symtab(&self) -> bool {
         self.sections.iter().any(|s| s.kind == SHT_SYMTAB)
     }

@@ -1,14 +1,22 @@
 //! Parsers of input waitmeter does not control, kept apart from the agent so
 //! that they can be fuzzed on their own (`agent/fuzz/`): the ELF files of the
 //! processes it attaches to (it runs as root), the `_Py_DebugOffsets` table it
-//! reads from their memory, the Prometheus expositions of
+//! reads from their memory, the Python line tables it symbolises their stacks
+//! with (and the frame layouts it walks them by), the Prometheus expositions of
 //! the applications whose age it reads, and the HTTP request heads its
 //! endpoint receives. Every read is bounds-checked, every offset sum checked;
 //! bad input is an error value, never a panic, and nothing here allocates
 //! more than a small multiple of its input.
+//!
+//! The encoders of the profiles waitmeter sends (pprof, Pyroscope's push
+//! request) live here too: their input (function, file and thread names) is
+//! the target processes', and they bound what it can make them allocate.
 #![forbid(unsafe_code)]
 
 pub mod debug_offsets;
 pub mod elf;
 pub mod exposition;
 pub mod http;
+pub mod pprof;
+pub mod pyframe;
+pub mod pyroscope;

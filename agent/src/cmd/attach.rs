@@ -18,6 +18,19 @@ use crate::usage;
 pub fn attach(args: &AttachArgs) -> Result<()> {
     install_stop_handler();
     let age = args.age.config()?;
+    // fail before measuring, not after, when the profile cannot be written
+    let mut profile_file = match &args.profile {
+        Some(p) if args.probe.stacks == crate::cli::Stacks::None => {
+            return Err(usage!("--profile {} needs stacks: drop --stacks none", p.display()));
+        }
+        Some(p) => Some((
+            p,
+            std::fs::File::create(p)
+                .map_err(|e| usage!("cannot write the profile to {}: {e}: choose a writable path for --profile", p.display()))?,
+        )),
+        None => None,
+    };
+    let start_unix_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
     let mut session = Session::start(&session_options(&args.probe, false))?;
     session.attach(args.pid)?;
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
@@ -139,7 +152,16 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
         }
         None => report,
     };
-    let report = report.with_age(ages.process(target.pid, t0));
+    let report = report.with_age(ages.process(target.pid, t0)).with_stacks(session.wait_stacks(target.id));
+    if let (Some((path, file)), Some(stacks)) = (profile_file.as_mut(), report.stacks.as_ref()) {
+        let names: HashMap<u32, String> = report.threads.iter().map(|t| (t.tid, t.name.clone())).collect();
+        let (builder, dropped) = crate::export::profile::pprof(stacks, &names, start_unix_ns, end.saturating_sub(t0) as i64);
+        if dropped != Default::default() {
+            log::warn!("the profile is full: {dropped:?} left out");
+        }
+        use std::io::Write;
+        file.write_all(&builder.encode_gzip()).map_err(|e| anyhow::anyhow!("failed to write the profile to {}: {e}", path.display()))?;
+    }
     match args.output {
         Output::Json => emit(&format!("{}\n", json::render(&report))),
         Output::Text => emit(&text::report(&report, color)),

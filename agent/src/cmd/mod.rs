@@ -35,6 +35,11 @@ pub fn session_options(p: &ProbeArgs, follow_forks: bool) -> SessionOptions {
         follow_forks,
         gil_uprobes: p.gil_probe == crate::cli::GilProbe::Uprobe,
         lock_uprobes: p.lock_probe == crate::cli::LockProbe::Uprobe,
+        stacks: crate::stacks::Options {
+            native: matches!(p.stacks, crate::cli::Stacks::All | crate::cli::Stacks::Native),
+            python: matches!(p.stacks, crate::cli::Stacks::All | crate::cli::Stacks::Python),
+            interval_ns: (p.stack_interval * 1e6) as u64,
+        },
     }
 }
 

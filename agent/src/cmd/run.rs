@@ -78,6 +78,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     .collect();
                 let mut lost = session.probe().lost();
                 lost.extend(session.python_lost());
+                lost.extend(session.stacks_lost());
                 let status = AgentStatus {
                     attached: attached.clone(),
                     expected: SCHED_HOOKS.to_vec(),

@@ -4,5 +4,6 @@ pub mod catalogue;
 pub mod encode;
 pub mod futex_words;
 pub mod http;
+pub mod profile;
 pub mod prometheus;
 pub mod web;

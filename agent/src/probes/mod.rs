@@ -4,6 +4,7 @@
 pub mod gil;
 pub mod pypark;
 pub mod sched;
+pub mod stacks;
 
 use std::mem::MaybeUninit;
 use std::path::Path;

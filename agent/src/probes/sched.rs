@@ -18,7 +18,7 @@ use crate::model::partition::{ThreadSample, Times};
 use crate::model::state::{State, NR_STATES};
 use crate::model::syscalls;
 
-mod skel {
+pub(super) mod skel {
     #![allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
     include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
 }
@@ -91,6 +91,10 @@ pub struct SchedOptions {
     pub pidns_ino: u64,
     /// the agent runs in a PID namespace other than the initial one
     pub translate_pids: bool,
+    /// wait stacks to take (`wm_stacks_mode` bits; 0: none) and how often a
+    /// thread takes its own (bpf/stacks.bpf.h)
+    pub stacks: u8,
+    pub stack_interval_ns: u64,
 }
 
 /// Fields drop in order: the ring buffer and links before the object.
@@ -165,7 +169,10 @@ fn open_and_load(opts: &SchedOptions) -> Result<SchedSkel<'static>> {
         rodata.cfg.pidns_ino = opts.pidns_ino;
         rodata.cfg.translate_pids = opts.translate_pids as u8;
         rodata.cfg.follow_forks = opts.follow_forks as u8;
+        rodata.cfg.stacks = opts.stacks;
+        rodata.cfg.stack_interval_ns = opts.stack_interval_ns;
     }
+    open.maps.py_tstates.set_max_entries(opts.max_threads)?;
     open.maps.threads.set_max_entries(opts.max_threads)?;
     open.maps.parked.set_max_entries(opts.max_threads)?;
     open.maps.watched.set_max_entries(opts.max_procs)?;
@@ -199,6 +206,20 @@ impl SchedProbe {
     /// probe's uprobes write and this probe reads.
     pub fn parked_map(&self) -> &libbpf_rs::MapMut<'static> {
         &self.skel.maps.parked
+    }
+
+    /// The maps of the wait stacks (bpf/stacks.bpf.h), which live in this
+    /// probe's object: `probes::stacks` reads and configures them.
+    pub(crate) fn stack_maps(&self) -> super::stacks::Maps<'_> {
+        let m = &self.skel.maps;
+        super::stacks::Maps {
+            native: &m.native_stacks,
+            py: &m.py_stacks,
+            walk: &m.py_walk,
+            tstates: &m.py_tstates,
+            waits: &m.wait_stacks,
+            stats: &m.stack_stats,
+        }
     }
 
     /// Attached hooks (tracepoint names).
@@ -246,6 +267,8 @@ impl SchedProbe {
                 syscall: -1,
                 ns_tid,
                 ns_tgid,
+                stack: super::stacks::NO_STACK,
+                blamed: super::stacks::NO_STACK,
                 ..Default::default()
             },
             ..Default::default()
@@ -574,6 +597,8 @@ mod tests {
             follow_forks: false,
             pidns_ino,
             translate_pids: pidns_ino != crate::procfs::INIT_PIDNS_INO,
+            stacks: 0,
+            stack_interval_ns: 0,
         })
         .expect("load the sched probe");
         let me = std::process::id();

@@ -91,6 +91,8 @@ pub struct Binary {
     pub gil_functions: Vec<GilFunction>,
     /// file offset of `_PySemaphore_Wait` (3.13+, exported), for the pypark probe
     pub park: Option<u64>,
+    /// link-time address of `PyCode_Type` (every code object's type), when exported
+    pub code_type: Option<u64>,
 }
 
 /// A file's identity (device, inode, size, mtime s, ns) and the minor version its name says.
@@ -168,6 +170,7 @@ pub fn read<S: elf::Source + ?Sized>(src: &S, name: &str) -> Result<Option<Binar
     let park = elf.dynamic_symbol(PARK).and_then(|sym| elf.sections.iter().find_map(|s| s.file_offset(sym.value)));
     Ok(Some(Binary {
         park,
+        code_type: elf.dynamic_symbol(waitmeter_formats::pyframe::CODE_TYPE_SYMBOL).map(|s| s.value),
         exec: elf.kind == elf::ET_EXEC,
         load_base: elf.load_base,
         runtime,

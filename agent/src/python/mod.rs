@@ -78,6 +78,10 @@ pub struct Python {
     pub park: Option<u64>,
     /// the path the agent opened `binary` by (through /proc/PID/...), for uprobes
     pub opened: PathBuf,
+    /// how its frames and code objects are laid out (None: not known)
+    pub frames: Option<waitmeter_formats::pyframe::FrameLayout>,
+    /// runtime address of `PyCode_Type`
+    pub code_type: Option<u64>,
 }
 
 impl Python {
@@ -155,7 +159,7 @@ pub fn find_version_string(data: &[u8], minor: u32) -> Option<String> {
     None
 }
 
-fn target_path(pid: u32, path: &str) -> PathBuf {
+pub(crate) fn target_path(pid: u32, path: &str) -> PathBuf {
     // through the target's root: right inside containers too
     PathBuf::from(format!("/proc/{pid}/root{path}"))
 }
@@ -230,17 +234,20 @@ fn describe(mem: &dyn Memory, path: &str, opened: PathBuf, bin: &Binary, bias: u
     };
     // 3.13+: _Py_DebugOffsets at the start of _PyRuntime describes the interpreter
     let mut free_threaded = from_name.is_some_and(|f| f.1);
+    let mut frames = None;
     let (layout, layout_error) = if minor >= 13 {
         let len = debug_offsets::READ_LEN as u64;
         match mem.read_bytes(runtime, len, len).and_then(|b| DebugOffsets::parse(&b)) {
             Ok(o) if o.minor() == minor => {
                 free_threaded = o.free_threaded;
+                frames = Some(waitmeter_formats::pyframe::frame_layout_from(&o));
                 (Some(layout::from_debug_offsets(&o)), None)
             }
             Ok(o) => (None, Some(format!("its debug offsets say 3.{}, its Py_Version 3.{minor}", o.minor()))),
             Err(e) => (None, Some(format!("{e:#}"))),
         }
     } else {
+        frames = waitmeter_formats::pyframe::frame_layout(minor, free_threaded);
         (layout::layout(minor, free_threaded), None)
     };
     let gils = match &layout {
@@ -249,6 +256,8 @@ fn describe(mem: &dyn Memory, path: &str, opened: PathBuf, bin: &Binary, bias: u
     };
     let gil_enabled = gil_enabled(mem, layout.as_ref(), &gils);
     Ok(Python {
+        frames,
+        code_type: bin.code_type.map(|v| bias.wrapping_add(v)),
         version,
         gil_functions: bin.gil_functions.clone(),
         park: bin.park,
@@ -355,6 +364,8 @@ mod tests {
     #[test]
     fn gil_state_words() {
         let mut p = Python {
+            frames: None,
+            code_type: None,
             version: "3.14.7".into(),
             free_threaded: true,
             binary: "libpython3.14t.so".into(),

@@ -20,11 +20,14 @@ pub struct Finding {
     /// the wall time the finding accounts for (`Kind::explains_ns`)
     #[serde(rename = "explains_s", serialize_with = "seconds")]
     pub explains_ns: u64,
+    /// the code on both sides of the wait, when stacks were taken
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<super::code::Code>,
 }
 
 impl From<Kind> for Finding {
     fn from(kind: Kind) -> Self {
-        Finding { explains_ns: kind.explains_ns(), kind }
+        Finding { explains_ns: kind.explains_ns(), kind, code: None }
     }
 }
 
@@ -321,7 +324,11 @@ fn waiting(f: &mut fmt::Formatter, kind: &str, victim: &ThreadTime, behind: &str
 
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        self.kind.fmt(f)
+        let line = self.kind.to_string();
+        match &self.code {
+            Some(c) => write!(f, "{}. {c}", line.trim_end_matches('.')),
+            None => f.write_str(&line),
+        }
     }
 }
 

@@ -155,6 +155,46 @@ pub struct JsonReport {
     /// the process exited during the window
     pub exited: bool,
     pub exited_after_s: Option<f64>,
+    /// wait time by the code each side ran (`model::stacks::site_of`), most
+    /// first, at most WAIT_SITES entries; absent when stacks were not taken
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_sites: Option<Vec<JsonSite>>,
+}
+
+/// Entries of `wait_sites`.
+pub const WAIT_SITES: usize = 200;
+
+#[derive(Serialize, Debug)]
+pub struct JsonSite {
+    /// the thread that waited
+    pub tid: u32,
+    pub state: &'static str,
+    /// whose code `site` is: victim (the thread that waited), holder, waker, preemptor
+    pub role: &'static str,
+    /// who it waited behind (TID); null: unknown or nobody
+    pub blamed: Option<u32>,
+    pub site: String,
+    pub seconds: f64,
+}
+
+fn wait_sites(w: &crate::model::stacks::WaitStacks) -> Vec<JsonSite> {
+    let mut by: std::collections::HashMap<(u32, State, crate::model::stacks::Role, u32, String), u64> = Default::default();
+    for (k, ns) in &w.ns {
+        *by.entry((k.victim, k.state, k.role, k.blamed, crate::model::stacks::site_of(&k.stack))).or_default() += ns;
+    }
+    let mut v: Vec<_> = by.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v.into_iter()
+        .take(WAIT_SITES)
+        .map(|((tid, state, role, blamed, site), ns)| JsonSite {
+            tid,
+            state: state.name(),
+            role: role.label(),
+            blamed: (blamed != 0).then_some(blamed),
+            site,
+            seconds: round6(secs(ns)),
+        })
+        .collect()
 }
 
 fn round6(x: f64) -> f64 {
@@ -274,6 +314,7 @@ pub fn report(r: &ProcessReport) -> JsonReport {
         findings,
         exited: r.exited_after_ns.is_some(),
         exited_after_s: r.exited_after_ns.map(|n| round6(secs(n))),
+        wait_sites: r.stacks.as_ref().map(wait_sites),
     }
 }
 

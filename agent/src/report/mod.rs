@@ -1,5 +1,6 @@
 //! The attach report: per-thread partition of one process over the window,
 //! with a plain-words verdict; rendered as text (live and final) or JSON.
+pub mod code;
 pub mod finding;
 #[cfg(test)]
 mod fixtures;
@@ -158,6 +159,8 @@ pub struct ProcessReport {
     pub age: Option<AgeReport>,
     /// CPUs the process may use: its cgroup quota, else the machine's CPUs
     pub cpu_limit_cores: f64,
+    /// wait time by stack (None: stacks were not taken)
+    pub stacks: Option<crate::model::stacks::WaitStacks>,
 }
 
 impl ProcessReport {
@@ -186,6 +189,7 @@ impl ProcessReport {
             throttling: None,
             age: None,
             cpu_limit_cores: online_cpus(),
+            stacks: None,
         }
     }
 
@@ -196,6 +200,12 @@ impl ProcessReport {
         }
         self.cgroup = cgroup;
         self.throttling = throttling;
+        self
+    }
+
+    /// Add the wait stacks.
+    pub fn with_stacks(mut self, stacks: Option<crate::model::stacks::WaitStacks>) -> Self {
+        self.stacks = stacks;
         self
     }
 

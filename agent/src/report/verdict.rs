@@ -117,7 +117,15 @@ pub fn findings(report: &ProcessReport) -> Vec<Finding> {
     }
     // headlines first, then the per-thread lines (a stable sort keeps their order)
     out.sort_by_key(Kind::precedence);
-    out.into_iter().map(Finding::from).collect()
+    out.into_iter()
+        .map(|k| {
+            let mut f = Finding::from(k);
+            if let Some(s) = &report.stacks {
+                f.code = super::code::of(&f.kind, s);
+            }
+            f
+        })
+        .collect()
 }
 
 /// A thread that waited (involuntary waits first: those are what no work meter
@@ -689,7 +697,7 @@ mod typed {
 
     /// `f` is `kind`, explains `explains_ns` and reads `text`.
     fn check(f: &Finding, kind: Kind, explains_ns: u64, text: &str) {
-        assert_eq!(*f, Finding { kind, explains_ns });
+        assert_eq!(*f, Finding { kind, explains_ns, code: None });
         assert_eq!(f.to_string(), text);
     }
 
@@ -725,7 +733,7 @@ mod typed {
         check(&f[0], starvation, 9_400_000_000, "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12); message age grew 2.0 s (to 3.0 s); CPU 1.1 of 4 cores: this is waiting, not working. Move processor to its own process");
         // the victim's own line follows, with the same holder
         let gil_wait = Kind::GilWait { victim, wait_ratio: 0.94, holder: thread(12, "processor", 9.3 / 9.4) };
-        assert_eq!(f[1], Finding { kind: gil_wait, explains_ns: 9_400_000_000 });
+        assert_eq!(f[1], Finding { kind: gil_wait, explains_ns: 9_400_000_000, code: None });
         assert_eq!(f.len(), 2);
     }
 
@@ -736,7 +744,7 @@ mod typed {
         let f = findings_of(vec![victim], 10 * S, 4.0, None);
         let holder = Some(Behind { culprit: Culprit::Thread(ThreadRef { tid: 77, name: None }), share: 1.0 });
         let kind = Kind::GilWait { victim: time(11, "ingest", State::GilWait, 3 * S, 10 * S), wait_ratio: 0.3, holder };
-        assert_eq!(f, [Finding { kind, explains_ns: 3 * S }]);
+        assert_eq!(f, [Finding { kind, explains_ns: 3 * S, code: None }]);
         assert!(f[0].to_string().contains(", 100% of it behind a thread (77), wait ratio 0.30"), "{}", f[0]);
     }
 
@@ -752,7 +760,7 @@ mod typed {
         let a = Kind::RunQueueSaturation { victim: time(21, "spin-a", State::Runqueue, 5 * S, 10 * S), wait_ratio: 0.5, preemptor: hog };
         let idle = Some(Behind { culprit: Culprit::Idle, share: 1.0 });
         let c = Kind::RunQueueSaturation { victim: time(23, "spin-c", State::Runqueue, 3 * S, 10 * S), wait_ratio: 0.3, preemptor: idle };
-        assert_eq!(f, [Finding { kind: a, explains_ns: 5 * S }, Finding { kind: c, explains_ns: 3 * S }]);
+        assert_eq!(f, [Finding { kind: a, explains_ns: 5 * S, code: None }, Finding { kind: c, explains_ns: 3 * S, code: None }]);
         assert!(f[0].to_string().contains("(50%), mostly behind pid 99 (hog) (80%), wait ratio 0.50"), "{}", f[0]);
         assert!(f[1].to_string().contains("mostly behind idle (100%)"), "{}", f[1]);
     }
@@ -839,7 +847,7 @@ mod typed {
             cpu: CpuUse { used_cores: 0.1, limit_cores: 4.0 },
             longest_wait: Some(time(1, "worker", State::IoWait, 9 * S, 10 * S)),
         };
-        assert_eq!(f[0], Finding { kind, explains_ns: 9 * S });
+        assert_eq!(f[0], Finding { kind, explains_ns: 9 * S, code: None });
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod lifetime;
 mod resolve;
 mod sample;
 mod settle;
+mod stacks;
 mod target;
 
 pub use target::Target;
@@ -38,6 +39,8 @@ pub struct SessionOptions {
     pub gil_uprobes: bool,
     /// attach the parking-lot probe to Python 3.13+ targets
     pub lock_uprobes: bool,
+    /// wait stacks to take
+    pub stacks: crate::stacks::Options,
 }
 
 /// Threads sampled at one moment, grouped by process.
@@ -68,6 +71,8 @@ pub struct Session {
     lifetime: lifetime::Lifetime,
     /// blame entries that stopped growing, moved out of the kernel
     settle: settle::Settle,
+    /// wait stacks (None: off)
+    stacks: Option<stacks::StackState>,
 }
 
 impl Session {
@@ -82,6 +87,8 @@ impl Session {
             follow_forks: opts.follow_forks,
             pidns_ino,
             translate_pids: translate,
+            stacks: opts.stacks.mode(),
+            stack_interval_ns: opts.stacks.interval_ns,
         })?;
         Ok(Session {
             probe,
@@ -97,6 +104,7 @@ impl Session {
             parks: Default::default(),
             lifetime: Default::default(),
             settle: Default::default(),
+            stacks: opts.stacks.enabled().then(|| stacks::StackState::new(opts.stacks)),
         })
     }
 
@@ -160,6 +168,7 @@ impl Session {
     pub fn sample(&mut self) -> Snapshot {
         let exited = self.exits();
         let live = self.live();
+        self.collect_stacks(&live, &exited);
         Snapshot { at_ns: monotonic_ns(), live, exited }
     }
 }

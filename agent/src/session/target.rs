@@ -183,6 +183,7 @@ impl Session {
                 throttles: Default::default(),
             },
         );
+        self.stacks_added(id);
         Ok(())
     }
 
@@ -223,12 +224,18 @@ impl Session {
                 gone.push(t.clone());
             }
         }
+        for t in &gone {
+            self.stacks_removed(t);
+        }
         gone
     }
 
     /// Drop exited targets that exited before `before_ns`.
     pub fn forget_exited(&mut self, before_ns: u64) -> Vec<Target> {
         let old: Vec<u64> = self.targets.values().filter(|t| t.exited_ns.is_some_and(|e| e < before_ns)).map(|t| t.id).collect();
+        for id in &old {
+            self.stacks_forget(*id);
+        }
         old.iter().filter_map(|h| self.targets.remove(h)).collect()
     }
 }

@@ -1,0 +1,307 @@
+//! Wait stacks, named: the code on both sides of a wait (docs/probes/stacks.md).
+//! A stack is a list of frames, leaf first; a wait's time is charged to the
+//! stack of the thread that waited (role victim) and to the stack of who it
+//! waited behind (holder, waker, preemptor). Here: the frames, the bounded
+//! store of charged time, and the one-line "site" a verdict names.
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::state::State;
+
+/// What a frame is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Python,
+    Native,
+    /// an address or code object that could not be named
+    Unknown,
+}
+
+/// One frame. Python: qualified name, source file, line; native: symbol,
+/// the object file, no line.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    pub kind: Kind,
+    pub function: String,
+    pub file: String,
+    pub line: u32,
+}
+
+impl Frame {
+    pub fn python(function: String, file: String, line: u32) -> Frame {
+        Frame { kind: Kind::Python, function, file, line }
+    }
+
+    pub fn native(function: String, file: String) -> Frame {
+        Frame { kind: Kind::Native, function, file, line: 0 }
+    }
+
+    pub fn unknown(what: String) -> Frame {
+        Frame { kind: Kind::Unknown, function: what, file: String::new(), line: 0 }
+    }
+
+    /// Code of the standard library, an installed package or the runtime
+    /// (not the application's own).
+    pub fn is_library(&self) -> bool {
+        let f = &self.file;
+        match self.kind {
+            Kind::Python => {
+                f.contains("/lib/python3") && !f.contains("/site-packages/") && !f.contains("/dist-packages/")
+                    || f.contains("/site-packages/")
+                    || f.contains("/dist-packages/")
+                    || f.starts_with("<frozen")
+            }
+            Kind::Native => is_system_object(f),
+            Kind::Unknown => true,
+        }
+    }
+
+    /// The name a person knows a Python frame by: `json.dumps` for `dumps`
+    /// in .../lib/python3.X/json/__init__.py, `module.Class.method` for
+    /// library code, the bare qualified name for the application's own.
+    pub fn display_name(&self) -> String {
+        match (self.kind, module_of(&self.file)) {
+            (Kind::Python, Some(m)) if self.is_library() => format!("{m}.{}", self.function),
+            _ => self.function.clone(),
+        }
+    }
+
+    /// `name (file:line)` with the file's base name.
+    pub fn display_at(&self) -> String {
+        let base = self.file.rsplit('/').next().unwrap_or(&self.file);
+        match self.kind {
+            Kind::Python => format!("{} ({base}:{})", self.display_name(), self.line),
+            Kind::Native if !base.is_empty() => format!("{} ({base})", self.function),
+            _ => self.function.clone(),
+        }
+    }
+}
+
+/// Shared objects of the C library, the loader and the interpreter's own
+/// machinery, which are where every thread blocks and never the answer.
+fn is_system_object(path: &str) -> bool {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    ["libc.so", "libc-", "libpthread", "ld-linux", "libstdc++", "libgcc_s", "libm.so", "libpython", "[vdso]"]
+        .iter()
+        .any(|p| base.starts_with(p))
+        || base.starts_with("python3")
+}
+
+/// The module of a library file: `json` for .../lib/python3.12/json/__init__.py,
+/// `requests.sessions` for .../site-packages/requests/sessions.py.
+pub fn module_of(file: &str) -> Option<String> {
+    let rest = if let Some(i) = file.find("/site-packages/").or_else(|| file.find("/dist-packages/")) {
+        &file[i + "/site-packages/".len()..]
+    } else {
+        // past ".../lib/python3.X/"
+        let i = file.find("/lib/python3")?;
+        let after = &file[i + "/lib/".len()..];
+        &after[after.find('/')? + 1..]
+    };
+    let rest = rest.strip_suffix(".py")?;
+    let rest = rest.strip_suffix("/__init__").unwrap_or(rest);
+    (!rest.is_empty()).then(|| rest.replace('/', "."))
+}
+
+/// Longest function or file name kept (C++ and Rust symbols run long).
+pub const MAX_NAME: usize = 256;
+
+/// A printable, bounded name read from a target (its memory or its files).
+pub fn clean(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { '?' } else { c }).take(MAX_NAME).collect()
+}
+
+/// A stack, leaf first.
+pub type Stack = Arc<[Frame]>;
+
+/// Whose stack a wait is charged to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    /// the thread that waited, where it was stopped
+    Victim,
+    /// the GIL holder when the wait began
+    Holder,
+    /// the thread whose futex wake ended the wait
+    Waker,
+    /// the thread of the same process that had the CPU
+    Preemptor,
+}
+
+impl Role {
+    /// The `role` label of profiles.
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::Victim => "victim",
+            Role::Holder => "holder",
+            Role::Waker => "waker",
+            Role::Preemptor => "preemptor",
+        }
+    }
+}
+
+/// Time charged to one stack.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    /// the thread that waited (TID in the agent's namespace)
+    pub victim: u32,
+    /// who it waited behind (TID; 0 unknown, or none for sleeps and I/O)
+    pub blamed: u32,
+    pub state: State,
+    pub role: Role,
+    pub stack: Stack,
+}
+
+/// Distinct (victim, blamed, state, role, stack) entries kept per process.
+pub const MAX_ENTRIES: usize = 20_000;
+
+/// Wait time by stack, for one process.
+#[derive(Clone, Debug, Default)]
+pub struct WaitStacks {
+    pub ns: HashMap<Key, u64>,
+    /// time of entries beyond MAX_ENTRIES (counted, not kept)
+    pub dropped_ns: u64,
+}
+
+/// Where a thread was, in one line, and the share of the time it was there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Site {
+    pub text: String,
+    pub share: f64,
+    pub ns: u64,
+}
+
+impl WaitStacks {
+    pub fn add(&mut self, k: Key, ns: u64) {
+        if let Some(v) = self.ns.get_mut(&k) {
+            *v += ns;
+        } else if self.ns.len() < MAX_ENTRIES {
+            self.ns.insert(k, ns);
+        } else {
+            self.dropped_ns += ns;
+        }
+    }
+
+    /// The entries of one side of the waits of `victim` in `state` (behind
+    /// `blamed` when given).
+    pub fn select(&self, victim: u32, state: State, role: Role, blamed: Option<u32>) -> impl Iterator<Item = (&Key, u64)> {
+        self.ns
+            .iter()
+            .filter(move |(k, _)| k.victim == victim && k.state == state && k.role == role && blamed.is_none_or(|b| k.blamed == b))
+            .map(|(k, ns)| (k, *ns))
+    }
+
+    /// The site (`site_of`) with the most time among those entries, and its share.
+    pub fn top_site(&self, victim: u32, state: State, role: Role, blamed: Option<u32>) -> Option<Site> {
+        let sites = self.sites(victim, state, role, blamed);
+        let total: u64 = sites.iter().map(|s| s.1).sum();
+        let (text, ns) = sites.into_iter().next()?;
+        (total > 0).then(|| Site { text, share: ns as f64 / total as f64, ns })
+    }
+
+    /// Time by site, most first.
+    pub fn sites(&self, victim: u32, state: State, role: Role, blamed: Option<u32>) -> Vec<(String, u64)> {
+        let mut by: HashMap<String, u64> = HashMap::new();
+        for (k, ns) in self.select(victim, state, role, blamed) {
+            *by.entry(site_of(&k.stack)).or_default() += ns;
+        }
+        let mut v: Vec<(String, u64)> = by.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        v
+    }
+}
+
+/// A stack in one line, as a verdict names it: the application's innermost
+/// frame and the library call it was in (`json.dumps ← processor (svc.py:52)`),
+/// led by the native function when the thread was in a C function of an
+/// extension or program (`encoder_listencode_list in json.dumps ← ...`).
+pub fn site_of(stack: &[Frame]) -> String {
+    let py: Vec<&Frame> = stack.iter().filter(|f| f.kind == Kind::Python).collect();
+    let native_leaf = stack.iter().take_while(|f| f.kind != Kind::Python).find(|f| f.kind == Kind::Native && !f.is_library());
+    let py_part = match py.iter().position(|f| !f.is_library()) {
+        // the application's own frame, and the library function it called
+        Some(0) => Some(py[0].display_at()),
+        Some(i) => Some(format!("{} ← {}", py[i - 1].display_name(), py[i].display_at())),
+        None => py.first().map(|f| f.display_at()),
+    };
+    match (native_leaf, py_part) {
+        (Some(n), Some(p)) => format!("{} in {p}", n.function),
+        (None, Some(p)) => p,
+        (Some(n), None) => {
+            // a native stack: the innermost frame of the program, and its caller
+            let i = stack.iter().position(|f| std::ptr::eq(f, n)).unwrap_or(0);
+            match stack[i + 1..].iter().find(|f| f.kind == Kind::Native && !f.is_library()) {
+                Some(caller) => format!("{} ← {}", n.display_at(), caller.function),
+                None => n.display_at(),
+            }
+        }
+        (None, None) => stack.first().map(|f| f.display_at()).unwrap_or_else(|| "unknown".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn py(f: &str, file: &str, line: u32) -> Frame {
+        Frame::python(f.into(), file.into(), line)
+    }
+
+    #[test]
+    fn library_modules_are_named_as_imported() {
+        assert_eq!(module_of("/usr/lib/python3.12/json/__init__.py").as_deref(), Some("json"));
+        assert_eq!(module_of("/root/.pyenv/versions/3.11.9/lib/python3.11/json/encoder.py").as_deref(), Some("json.encoder"));
+        assert_eq!(module_of("/venv/lib/python3.11/site-packages/requests/sessions.py").as_deref(), Some("requests.sessions"));
+        assert_eq!(module_of("/srv/app/service.py"), None);
+    }
+
+    #[test]
+    fn a_site_is_the_library_call_the_application_was_in() {
+        let lib = "/usr/lib/python3.12/json/__init__.py";
+        let enc = "/usr/lib/python3.12/json/encoder.py";
+        let stack = vec![
+            py("JSONEncoder.iterencode", enc, 258),
+            py("JSONEncoder.encode", enc, 200),
+            py("dumps", lib, 231),
+            py("processor", "/srv/service.py", 52),
+            py("Thread.run", "/usr/lib/python3.12/threading.py", 1010),
+        ];
+        assert_eq!(site_of(&stack), "json.dumps ← processor (service.py:52)");
+        let own = vec![py("spin", "/srv/service.py", 40), py("processor", "/srv/service.py", 55)];
+        assert_eq!(site_of(&own), "spin (service.py:40)");
+        let mut with_c =
+            vec![Frame::native("encoder_listencode_list".into(), "/usr/lib/python3.12/lib-dynload/_json.cpython-312.so".into())];
+        with_c.extend(stack);
+        assert_eq!(site_of(&with_c), "encoder_listencode_list in json.dumps ← processor (service.py:52)");
+        let c = vec![
+            Frame::native("__lll_lock_wait".into(), "/usr/lib/x86_64-linux-gnu/libc.so.6".into()),
+            Frame::native("append_record".into(), "/srv/convoy".into()),
+            Frame::native("worker".into(), "/srv/convoy".into()),
+        ];
+        assert_eq!(site_of(&c), "append_record (convoy) ← worker");
+    }
+
+    #[test]
+    fn the_store_is_bounded_and_counts_what_it_drops() {
+        let mut w = WaitStacks::default();
+        let stack: Stack = vec![Frame::unknown("?".into())].into();
+        for i in 0..MAX_ENTRIES as u32 + 10 {
+            w.add(Key { victim: i, blamed: 0, state: State::Sleep, role: Role::Victim, stack: stack.clone() }, 5);
+        }
+        assert_eq!(w.ns.len(), MAX_ENTRIES);
+        assert_eq!(w.dropped_ns, 50);
+    }
+
+    #[test]
+    fn top_site_shares() {
+        let mut w = WaitStacks::default();
+        let a: Stack = vec![py("dumps", "/usr/lib/python3.12/json/__init__.py", 231), py("work", "/srv/s.py", 9)].into();
+        let b: Stack = vec![py("spin", "/srv/s.py", 20)].into();
+        let k = |s: &Stack| Key { victim: 1, blamed: 2, state: State::GilWait, role: Role::Holder, stack: s.clone() };
+        w.add(k(&a), 750);
+        w.add(k(&b), 250);
+        let top = w.top_site(1, State::GilWait, Role::Holder, Some(2)).unwrap();
+        assert_eq!(top.text, "json.dumps ← work (s.py:9)");
+        assert!((top.share - 0.75).abs() < 1e-9);
+        assert!(w.top_site(1, State::GilWait, Role::Holder, Some(3)).is_none());
+    }
+}

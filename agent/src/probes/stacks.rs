@@ -1,0 +1,211 @@
+//! The wait-stack maps (`bpf/stacks.bpf.h`, `bpf/stacks.h`,
+//! `docs/probes/stacks.md`). The code that takes the stacks runs inside the
+//! sched probe's programs, at the moments a wait begins and ends, so the maps
+//! live in the sched object; this module configures them (how to walk each
+//! process' Python frames, which thread state is whose) and moves what they
+//! hold out: waits charged to stacks, and the stacks themselves, raw
+//! (addresses and code objects), for `crate::stacks` to name.
+use std::collections::HashMap;
+use std::mem::size_of;
+
+use libbpf_rs::{MapCore, MapFlags, MapMut};
+
+use super::sched::skel::types::{
+    wm_py_stack, wm_py_walk, wm_role, wm_stack_limits, wm_stack_ref, wm_stack_stat, wm_stacks_mode, wm_wait_stack_key,
+};
+use crate::model::stacks::Role;
+use crate::model::state::State;
+
+/// A stack reference that names no stack.
+pub const NO_STACK: wm_stack_ref = wm_stack_ref { native: -1, _pad: 0, py: 0 };
+
+pub const MODE_NATIVE: u8 = wm_stacks_mode::WM_STACKS_NATIVE.0 as u8;
+pub const MODE_PYTHON: u8 = wm_stacks_mode::WM_STACKS_PYTHON.0 as u8;
+pub const PY_MAX_FRAMES: usize = wm_stack_limits::WM_PY_MAX_FRAMES.0 as usize;
+/// An offset the BPF walker does not use.
+pub const NO_OFFSET: u32 = wm_stack_limits::WM_NO_OFFSET.0;
+
+/// Why stack events were lost, as exported in the `reason` label.
+pub const LOSS_REASONS: [(u32, &str); 3] = [
+    (wm_stack_stat::WM_STACK_STAT_NATIVE_FAILED.0, "native_stack_failed"),
+    (wm_stack_stat::WM_STACK_STAT_PY_MAP_FULL.0, "py_stack_map_full"),
+    (wm_stack_stat::WM_STACK_STAT_WAIT_MAP_FULL.0, "wait_stack_map_full"),
+];
+
+/// The role of a `wait_stacks` key.
+fn role_from_abi(r: u8) -> Option<Role> {
+    Some(match u32::from(r) {
+        x if x == wm_role::WM_ROLE_VICTIM.0 => Role::Victim,
+        x if x == wm_role::WM_ROLE_HOLDER.0 => Role::Holder,
+        x if x == wm_role::WM_ROLE_WAKER.0 => Role::Waker,
+        x if x == wm_role::WM_ROLE_PREEMPTOR.0 => Role::Preemptor,
+        _ => return None,
+    })
+}
+
+/// How to walk a process' Python frames in BPF (`struct wm_py_walk`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Walk {
+    pub tstate_frame: u32,
+    pub cframe_current: u32,
+    pub previous: u32,
+    pub code: u32,
+    pub instr: u32,
+    pub owner: u32,
+    pub skip_owner_min: u32,
+    pub code_mask: u64,
+}
+
+/// A wait charged to a stack, as the kernel keyed it (host IDs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RawWait {
+    pub tid: u32,
+    pub gen: u32,
+    /// GIL holder id (as the thread state names it), or a host TID; 0 unknown
+    pub blamed: u64,
+    pub state: State,
+    pub role: Role,
+    pub native: Option<u32>,
+    pub py: Option<u64>,
+}
+
+/// A Python stack as read: (code object, raw instruction field), innermost first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RawPyStack {
+    pub frames: Vec<(u64, u64)>,
+    pub truncated: bool,
+}
+
+/// The maps, borrowed from the sched probe.
+pub struct Maps<'a> {
+    pub native: &'a MapMut<'static>,
+    pub py: &'a MapMut<'static>,
+    pub walk: &'a MapMut<'static>,
+    pub tstates: &'a MapMut<'static>,
+    pub waits: &'a MapMut<'static>,
+    pub stats: &'a MapMut<'static>,
+}
+
+fn bytes<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: plain-old-data ABI structs from the skeleton.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
+    // SAFETY: size checked; the ABI structs are valid for any bit pattern.
+    (b.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
+}
+
+impl Maps<'_> {
+    /// Walk the Python frames of process `host_tgid` this way.
+    pub fn set_walk(&self, host_tgid: u32, w: &Walk) -> anyhow::Result<()> {
+        let v = wm_py_walk {
+            tstate_frame: w.tstate_frame,
+            cframe_current: w.cframe_current,
+            previous: w.previous,
+            code: w.code,
+            instr: w.instr,
+            owner: w.owner,
+            skip_owner_min: w.skip_owner_min,
+            _pad: 0,
+            code_mask: w.code_mask,
+        };
+        self.walk.update(&host_tgid.to_ne_bytes(), bytes(&v), MapFlags::ANY)?;
+        Ok(())
+    }
+
+    /// Forget a process: its walk and the thread states of `host_tids`.
+    pub fn remove(&self, host_tgid: u32, host_tids: impl Iterator<Item = u32>) {
+        let _ = self.walk.delete(&host_tgid.to_ne_bytes());
+        for t in host_tids {
+            let _ = self.tstates.delete(&t.to_ne_bytes());
+        }
+    }
+
+    /// Make `now` (host TID -> PyThreadState) the thread states of a process
+    /// whose previous ones were `before`: new and moved entries are written,
+    /// those gone deleted.
+    pub fn set_tstates(&self, before: &HashMap<u32, u64>, now: &HashMap<u32, u64>) {
+        for (tid, ts) in now {
+            if before.get(tid) != Some(ts) {
+                if let Err(e) = self.tstates.update(&tid.to_ne_bytes(), &ts.to_ne_bytes(), MapFlags::ANY) {
+                    log::debug!("py_tstates: thread {tid}: {e}");
+                }
+            }
+        }
+        for tid in before.keys().filter(|t| !now.contains_key(t)) {
+            let _ = self.tstates.delete(&tid.to_ne_bytes());
+        }
+    }
+
+    /// Move every wait charged to stacks out of the kernel: each entry is
+    /// looked up and deleted in one step, so time added meanwhile is in the
+    /// value taken or in a new entry.
+    pub fn drain_waits(&self) -> Vec<(RawWait, u64)> {
+        let keys: Vec<Vec<u8>> = self.waits.keys().collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            let Some(key) = from_bytes::<wm_wait_stack_key>(&k) else { continue };
+            let Ok(Some(v)) = self.waits.lookup_and_delete(&k) else { continue };
+            let Some(ns) = from_bytes::<u64>(&v) else { continue };
+            let (Some(state), Some(role)) = (State::from_index(key.state as usize), role_from_abi(key.role)) else { continue };
+            out.push((
+                RawWait {
+                    tid: key.tid,
+                    gen: key.gen,
+                    blamed: key.blamed,
+                    state,
+                    role,
+                    native: u32::try_from(key.native).ok(),
+                    py: (key.py != 0).then_some(key.py),
+                },
+                ns,
+            ));
+        }
+        out
+    }
+
+    /// The return addresses of a native stack, leaf first.
+    pub fn native_stack(&self, id: u32) -> Option<Vec<u64>> {
+        let v = self.native.lookup(&id.to_ne_bytes(), MapFlags::ANY).ok()??;
+        let ips: Vec<u64> =
+            v.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).take_while(|ip| *ip != 0).collect();
+        (!ips.is_empty()).then_some(ips)
+    }
+
+    /// A Python stack as read by the probe.
+    pub fn py_stack(&self, key: u64) -> Option<RawPyStack> {
+        let v = self.py.lookup(&key.to_ne_bytes(), MapFlags::ANY).ok()??;
+        let s = from_bytes::<wm_py_stack>(&v)?;
+        let n = (s.depth as usize).min(PY_MAX_FRAMES);
+        Some(RawPyStack { frames: s.frames[..n].iter().map(|f| (f.code, f.instr)).collect(), truncated: s.truncated != 0 })
+    }
+
+    /// Empty the stack maps once user space has named more stacks than
+    /// three-quarters of their room since they were last emptied (every
+    /// stack of the waits drained so far is named; a wait still open whose
+    /// stack goes meanwhile is charged to an unknown stack). Returns which
+    /// were emptied: (native, python).
+    pub fn trim(&self, native_named: usize, py_named: usize) -> (bool, bool) {
+        let cap = |m: &MapMut| m.info().map(|i| i.info.max_entries as usize).unwrap_or(usize::MAX);
+        let empty = |m: &MapMut| {
+            for k in m.keys().collect::<Vec<_>>() {
+                let _ = m.delete(&k);
+            }
+        };
+        let native = native_named.saturating_mul(4) > cap(self.native).saturating_mul(3);
+        let py = py_named.saturating_mul(4) > cap(self.py).saturating_mul(3);
+        if native {
+            empty(self.native);
+        }
+        if py {
+            empty(self.py);
+        }
+        (native, py)
+    }
+
+    /// Stack events lost in the kernel so far: (reason, count summed over CPUs).
+    pub fn lost(&self) -> Vec<(&'static str, u64)> {
+        LOSS_REASONS.iter().map(|(idx, reason)| (*reason, super::percpu_sum(self.stats, *idx))).collect()
+    }
+}

@@ -1,0 +1,121 @@
+//! The code on both sides of a finding's wait, from the wait stacks: where the
+//! thread that waited was stopped, and what the thread it waited behind ran
+//! meanwhile (docs/probes/stacks.md, docs/verdicts.md).
+use std::fmt;
+
+use serde::Serialize;
+
+use super::finding::{Culprit, Kind, ThreadRef};
+use crate::model::stacks::{Role, Site, WaitStacks};
+use crate::model::state::State;
+
+/// One side: the site with the most of the wait, and its share of it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Side {
+    /// the thread whose code this is
+    pub thread: ThreadRef,
+    /// `json.dumps ← processor (service.py:52)`
+    pub site: String,
+    #[serde(serialize_with = "super::json::ratio")]
+    pub share: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Code {
+    /// the role of `culprit`: holder, waker, preemptor
+    pub role: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub culprit: Option<Side>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub victim: Option<Side>,
+}
+
+/// The code of a finding's two sides; None when the finding is not about
+/// one thread's wait or no stack of it was taken.
+pub fn of(kind: &Kind, stacks: &WaitStacks) -> Option<Code> {
+    let (victim, holder, state, role) = match kind {
+        Kind::GilStarvation { victim, holder, .. } | Kind::GilWait { victim, holder, .. } => {
+            (victim, holder.as_ref(), State::GilWait, Role::Holder)
+        }
+        Kind::RunQueueSaturation { victim, preemptor, .. } => (victim, preemptor.as_ref(), State::Runqueue, Role::Preemptor),
+        Kind::Blocked { victim, waker, .. } if victim.state == State::FutexWait => (victim, waker.as_ref(), State::FutexWait, Role::Waker),
+        Kind::Blocked { victim, .. } => (victim, None, victim.state, Role::Victim),
+        _ => return None,
+    };
+    let culprit = holder.and_then(|b| match &b.culprit {
+        Culprit::Thread(t) => Some(t.clone()),
+        _ => None,
+    });
+    let side = |thread: ThreadRef, s: Site| Side { thread, site: s.text, share: s.share };
+    let culprit_side = culprit.as_ref().filter(|_| role != Role::Victim).and_then(|t| {
+        let s = stacks.top_site(victim.thread.tid, state, role, Some(t.tid))?;
+        Some(side(t.clone(), s))
+    });
+    let victim_side = stacks.top_site(victim.thread.tid, state, Role::Victim, None).map(|s| side(victim.thread.clone(), s));
+    (culprit_side.is_some() || victim_side.is_some()).then(|| Code { role: role.label(), culprit: culprit_side, victim: victim_side })
+}
+
+impl fmt::Display for Code {
+    /// The sentence appended to the finding's line.
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let name = |t: &ThreadRef| match &t.name {
+            Some(n) => format!("{n} ({})", t.tid),
+            None => format!("thread {}", t.tid),
+        };
+        if let Some(c) = &self.culprit {
+            let verb = match self.role {
+                "holder" => "held the GIL in",
+                "waker" => "woke it from",
+                "preemptor" => "had the CPU in",
+                _ => "was in",
+            };
+            write!(f, "Code: {} {verb} `{}` {:.0}% of that time", name(&c.thread), c.site, 100.0 * c.share)?;
+        }
+        if let Some(v) = &self.victim {
+            let lead = if self.culprit.is_some() { ";" } else { "Code:" };
+            write!(f, "{lead} {} waited in `{}` ({:.0}%)", name(&v.thread), v.site, 100.0 * v.share)?;
+        }
+        write!(f, ".")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::finding::{Behind, CpuUse, ThreadTime};
+    use super::*;
+    use crate::model::stacks::{Frame, Key, Stack};
+
+    #[test]
+    fn a_gil_finding_names_the_holders_code_and_the_victims() {
+        let mut w = WaitStacks::default();
+        let py = |f: &str, file: &str, l| Frame::python(f.into(), file.into(), l);
+        let dumps: Stack = vec![py("dumps", "/usr/lib/python3.12/json/__init__.py", 231), py("processor", "/srv/service.py", 52)].into();
+        let spin: Stack = vec![py("spin", "/srv/service.py", 40)].into();
+        let recv: Stack = vec![py("recv_exact", "/srv/service.py", 70)].into();
+        let key = |role, stack: &Stack| Key { victim: 11, blamed: 12, state: State::GilWait, role, stack: stack.clone() };
+        w.add(key(Role::Holder, &dumps), 900);
+        w.add(key(Role::Holder, &spin), 100);
+        w.add(key(Role::Victim, &recv), 1000);
+        let kind = Kind::GilStarvation {
+            victim: ThreadTime {
+                thread: ThreadRef { tid: 11, name: Some("ingest".into()) },
+                state: State::GilWait,
+                ns: 1000,
+                total_ns: 1100,
+            },
+            holder: Some(Behind { culprit: Culprit::Thread(ThreadRef { tid: 12, name: Some("processor".into()) }), share: 1.0 }),
+            age: None,
+            cpu: CpuUse { used_cores: 1.0, limit_cores: 2.0 },
+        };
+        let code = of(&kind, &w).expect("code");
+        assert_eq!(
+            code.to_string(),
+            "Code: processor (12) held the GIL in `json.dumps ← processor (service.py:52)` 90% of that time; ingest (11) waited in `recv_exact (service.py:70)` (100%)."
+        );
+        assert_eq!(
+            serde_json::to_value(&code).unwrap()["culprit"],
+            serde_json::json!({"thread": {"tid": 12, "name": "processor"}, "site": "json.dumps ← processor (service.py:52)", "share": 0.9})
+        );
+        assert!(of(&kind, &WaitStacks::default()).is_none());
+    }
+}

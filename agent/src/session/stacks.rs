@@ -1,0 +1,170 @@
+//! The session's side of wait stacks: telling the probe how to walk each
+//! Python target's frames and which thread state is whose, and moving the
+//! waits charged to stacks out of the kernel into per-target stores, with
+//! their threads named as the rest of the report names them. The naming and
+//! the store are `crate::stacks`' and `model::stacks`'.
+use std::collections::{BTreeMap, HashMap};
+
+use super::resolve::HolderResolver;
+use super::{Session, Target};
+use crate::clock::monotonic_ns;
+use crate::model::partition::ThreadSample;
+use crate::model::stacks::{Key, WaitStacks};
+use crate::model::state::State;
+use crate::python::layout::GilLocation;
+use crate::stacks::{python, Namer, Options};
+
+/// How often the thread states of a Python target are re-read.
+const TSTATES_EVERY_NS: u64 = 1_000_000_000;
+
+/// Wait stacks of a session.
+pub(super) struct StackState {
+    pub(super) opts: Options,
+    namer: Namer,
+    /// target id -> wait time by stack
+    stores: HashMap<u64, WaitStacks>,
+    /// target id -> how to read its Python frames, its thread states as
+    /// last written (host TID -> PyThreadState), and when
+    py: HashMap<u64, (python::Target, HashMap<u32, u64>, u64)>,
+    /// wait time whose thread was no longer known when it was drained
+    pub(super) unattributed_ns: u64,
+}
+
+impl StackState {
+    pub(super) fn new(opts: Options) -> StackState {
+        StackState { opts, namer: Namer::default(), stores: HashMap::new(), py: HashMap::new(), unattributed_ns: 0 }
+    }
+}
+
+/// How the frames of a target's interpreter are read, when its version is known.
+fn py_target(t: &Target) -> Option<python::Target> {
+    let p = t.python.as_ref()?;
+    let l = p.layout?;
+    let layout = p.frames?;
+    let (interp_head, interp_next) = match l.gil {
+        GilLocation::PerInterpreter { head, next, .. } => (head, next),
+        // 3.8–3.11: `interpreters.head`; `next` is the first field of PyInterpreterState
+        GilLocation::Runtime { .. } => (l.objects?.interp_head, 0),
+    };
+    Some(python::Target { minor: l.minor, layout, code_type: p.code_type, interp_head: p.runtime.checked_add(interp_head)?, interp_next })
+}
+
+impl Session {
+    /// A new target: tell the probe how to walk its Python frames, and which
+    /// thread state is whose (now, not at the first sample: waits from the
+    /// start have Python frames).
+    pub(super) fn stacks_added(&mut self, id: u64) {
+        let Some(mut st) = self.stacks.take() else { return };
+        if let Some((t, pt)) = self.targets.get(&id).filter(|_| st.opts.python).and_then(|t| Some((t, py_target(t)?))) {
+            match self.probe.stack_maps().set_walk(t.host_pid, &pt.walk()) {
+                Ok(()) => {
+                    st.py.insert(id, (pt, HashMap::new(), 0));
+                    self.refresh_tstates(&mut st);
+                }
+                Err(e) => log::warn!("process {}: cannot read its Python stacks: {e:#}", t.pid),
+            }
+        }
+        self.stacks = Some(st);
+    }
+
+    /// A target that is gone.
+    pub(super) fn stacks_removed(&mut self, t: &Target) {
+        let Some(st) = self.stacks.as_mut() else { return };
+        if let Some((_, tstates, _)) = st.py.remove(&t.id) {
+            self.probe.stack_maps().remove(t.host_pid, tstates.into_keys());
+        }
+        st.namer.forget(t.pid);
+    }
+
+    /// Re-read which thread state is whose in Python targets (threads come and go).
+    fn refresh_tstates(&mut self, st: &mut StackState) {
+        let now = monotonic_ns();
+        let stale: Vec<u64> = st.py.iter().filter(|(_, v)| now.saturating_sub(v.2) >= TSTATES_EVERY_NS).map(|(id, _)| *id).collect();
+        if stale.is_empty() {
+            return;
+        }
+        let tasks = self.probe.task_ids().unwrap_or_default();
+        for id in stale {
+            let Some(t) = self.targets.get(&id).filter(|t| t.exited_ns.is_none()) else { continue };
+            let Some((pt, before, at)) = st.py.get_mut(&id) else { continue };
+            *at = now;
+            let mine: Vec<_> = tasks.iter().filter(|x| x.tgid == t.host_pid).collect();
+            // the id a thread state names its thread by -> host TID
+            let by_id: HashMap<u64, u32> = if pt.layout.tstate_native_thread_id.is_some() {
+                if t.same_pidns {
+                    mine.iter().map(|x| (x.ns_tid as u64, x.tid)).collect()
+                } else {
+                    mine.iter().filter_map(|x| Some((*crate::procfs::task_nspid(t.pid, x.ns_tid)?.last()? as u64, x.tid))).collect()
+                }
+            } else {
+                mine.iter().map(|x| (x.fsbase, x.tid)).collect()
+            };
+            match pt.thread_states(&crate::python::memory::Process::new(t.pid)) {
+                Ok(states) => {
+                    let now_states: HashMap<u32, u64> = states.into_iter().filter_map(|(ts, tid)| Some((*by_id.get(&tid)?, ts))).collect();
+                    self.probe.stack_maps().set_tstates(before, &now_states);
+                    *before = now_states;
+                }
+                Err(e) => log::debug!("process {}: cannot read its thread states: {e:#}", t.pid),
+            }
+        }
+    }
+
+    /// Move the waits charged to stacks out of the kernel into the targets'
+    /// stores, naming their stacks and threads. `live` and `exited` are this
+    /// sample's threads by target: the waits' threads are among them.
+    pub(super) fn collect_stacks(&mut self, live: &BTreeMap<u64, Vec<ThreadSample>>, exited: &BTreeMap<u64, Vec<ThreadSample>>) {
+        let Some(mut st) = self.stacks.take() else { return };
+        self.refresh_tstates(&mut st);
+        let maps = self.probe.stack_maps();
+        let drained = maps.drain_waits();
+        let whose: HashMap<(u32, u32), (u64, u32)> = live
+            .iter()
+            .chain(exited.iter())
+            .flat_map(|(id, v)| v.iter().map(move |s| ((s.host_tid, s.start_ns as u32), (*id, s.tid))))
+            .collect();
+        let mut resolver = HolderResolver::default();
+        let now = monotonic_ns();
+        for (w, ns) in drained {
+            let Some((id, victim)) = whose.get(&(w.tid, w.gen)).copied() else {
+                st.unattributed_ns += ns;
+                continue;
+            };
+            let Some(t) = self.targets.get(&id) else { continue };
+            // the stack's own process: the victim's, or the culprit's
+            let blamed = match (w.state, w.blamed) {
+                (_, 0) => 0,
+                (State::GilWait, h) => resolver.holder_tid(self, t, h),
+                (_, host) => resolver.ns_tid(self, host as u32),
+            };
+            let pt = st.py.get(&id).map(|v| &v.0);
+            let stack = st.namer.stack(&maps, t.pid, pt, w.native, w.py, now);
+            st.stores.entry(id).or_default().add(Key { victim, blamed, state: w.state, role: w.role, stack }, ns);
+        }
+        let (native_named, py_named) = st.namer.named();
+        let (n, p) = maps.trim(native_named, py_named);
+        st.namer.trimmed(n, p);
+        self.stacks = Some(st);
+    }
+
+    /// Drop the store of a target that is forgotten.
+    pub(super) fn stacks_forget(&mut self, id: u64) {
+        if let Some(st) = self.stacks.as_mut() {
+            st.stores.remove(&id);
+        }
+    }
+
+    /// The wait stacks of a target so far (None: stacks are off).
+    pub fn wait_stacks(&self, target_id: u64) -> Option<WaitStacks> {
+        let st = self.stacks.as_ref()?;
+        Some(st.stores.get(&target_id).cloned().unwrap_or_default())
+    }
+
+    /// Stack events lost in the kernel: (probe, reason, count).
+    pub fn stacks_lost(&self) -> Vec<(&'static str, &'static str, u64)> {
+        if self.stacks.is_none() {
+            return vec![];
+        }
+        self.probe.stack_maps().lost().into_iter().map(|(r, n)| ("stacks", r, n)).collect()
+    }
+}

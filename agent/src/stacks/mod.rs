@@ -1,0 +1,158 @@
+//! Wait stacks, named: the room that turns what the stack probe took (native
+//! return addresses, Python code objects with instruction offsets) into
+//! frames, and keeps the wait time charged to them per process
+//! (`model::stacks::WaitStacks`). The session hands it the drained waits with
+//! their threads resolved (session/stacks.rs); reports, the verdict and the
+//! profiles read the store. See docs/probes/stacks.md.
+pub mod native;
+pub mod python;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::model::stacks::{Frame, Kind, Stack};
+use crate::probes::stacks::{Maps, RawPyStack};
+
+/// What to take, and how often a thread takes its own stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    pub native: bool,
+    pub python: bool,
+    pub interval_ns: u64,
+}
+
+impl Options {
+    pub fn enabled(&self) -> bool {
+        self.native || self.python
+    }
+
+    /// The `wm_stacks_mode` bits of the sched probe's configuration.
+    pub fn mode(&self) -> u8 {
+        let mut m = 0;
+        if self.native {
+            m |= crate::probes::stacks::MODE_NATIVE;
+        }
+        if self.python {
+            m |= crate::probes::stacks::MODE_PYTHON;
+        }
+        m
+    }
+}
+
+/// A stack's two halves as named: native frames, Python frames.
+type Halves = (Option<Arc<[Frame]>>, Option<Arc<[Frame]>>);
+
+/// Named stacks, cached by what the kernel keys them by. Bounded: emptied
+/// with the kernel's maps (`trim`).
+#[derive(Default)]
+pub struct Namer {
+    pub native: native::Native,
+    pub python: python::Codes,
+    /// (pid, native stack id) -> frames
+    natives: HashMap<(u32, u32), Arc<[Frame]>>,
+    /// Python stack key -> frames (the key hashes the TGID in)
+    pys: HashMap<u64, Arc<[Frame]>>,
+    /// (native frames, Python frames) -> the stack, shared by every wait charged to it
+    stacks: HashMap<Halves, Stack>,
+}
+
+impl Namer {
+    /// The stack of one wait of process `pid`: its native frames up to the
+    /// interpreter, then its Python frames (or the whole native stack of a
+    /// process without Python).
+    pub fn stack(
+        &mut self,
+        maps: &Maps,
+        pid: u32,
+        py_target: Option<&python::Target>,
+        native: Option<u32>,
+        py: Option<u64>,
+        now: u64,
+    ) -> Stack {
+        let n = native.map(|id| {
+            if let Some(f) = self.natives.get(&(pid, id)) {
+                return f.clone();
+            }
+            let frames: Arc<[Frame]> = match maps.native_stack(id) {
+                Some(ips) => self.native.frames(pid, &ips, now).into(),
+                None => vec![Frame::unknown("[stack lost]".into())].into(),
+            };
+            self.natives.insert((pid, id), frames.clone());
+            frames
+        });
+        let p = py.map(|key| {
+            if let Some(f) = self.pys.get(&key) {
+                return f.clone();
+            }
+            let frames: Arc<[Frame]> = match (maps.py_stack(key), py_target) {
+                (Some(raw), Some(t)) => self.python.frames(pid, t, &raw).into(),
+                (Some(RawPyStack { frames, .. }), None) => frames.iter().map(|(c, _)| Frame::unknown(format!("[code {c:#x}]"))).collect(),
+                (None, _) => vec![Frame::unknown("[stack lost]".into())].into(),
+            };
+            self.pys.insert(key, frames.clone());
+            frames
+        });
+        self.stacks.entry((n.clone(), p.clone())).or_insert_with(|| compose(n.as_deref(), p.as_deref())).clone()
+    }
+
+    /// Stacks named since the kernel's maps were last emptied: (native, Python).
+    pub fn named(&self) -> (usize, usize) {
+        (self.natives.len(), self.pys.len())
+    }
+
+    /// The kernel emptied its maps (`Maps::trim`): ids will be reused.
+    pub fn trimmed(&mut self, native: bool, py: bool) {
+        if native {
+            self.natives.clear();
+        }
+        if py {
+            self.pys.clear();
+        }
+        if native || py {
+            self.stacks.clear();
+            self.python.clear();
+        }
+    }
+
+    /// Forget a process that exited.
+    pub fn forget(&mut self, pid: u32) {
+        self.native.forget(pid);
+        self.natives.retain(|(p, _), _| *p != pid);
+    }
+}
+
+/// Whether a native frame is the interpreter's own (where Python frames take over).
+fn in_interpreter(f: &Frame) -> bool {
+    let base = f.file.rsplit('/').next().unwrap_or("");
+    f.kind == Kind::Native && (base.starts_with("libpython3") || base.starts_with("python3"))
+}
+
+/// Native frames up to the interpreter, then the Python frames; a stack
+/// without Python frames is the whole native stack.
+pub fn compose(native: Option<&[Frame]>, py: Option<&[Frame]>) -> Stack {
+    match (native, py) {
+        (Some(n), Some(p)) => n.iter().take_while(|f| !in_interpreter(f)).chain(p.iter()).cloned().collect(),
+        (Some(n), None) => n.into(),
+        (None, Some(p)) => p.into(),
+        (None, None) => vec![Frame::unknown("[no stack]".into())].into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_frames_lead_up_to_the_interpreter_then_python() {
+        let n = [
+            Frame::native("encoder_listencode_list".into(), "/usr/lib/python3.12/lib-dynload/_json.so".into()),
+            Frame::native("_PyEval_EvalFrameDefault".into(), "/usr/lib/libpython3.12.so.1.0".into()),
+            Frame::native("[unknown] +0x10".into(), "/usr/lib/libpython3.12.so.1.0".into()),
+        ];
+        let p = [Frame::python("dumps".into(), "/usr/lib/python3.12/json/__init__.py".into(), 231)];
+        let s = compose(Some(&n), Some(&p));
+        assert_eq!(s.iter().map(|f| f.function.as_str()).collect::<Vec<_>>(), ["encoder_listencode_list", "dumps"]);
+        assert_eq!(compose(Some(&n), None).len(), 3);
+        assert_eq!(compose(None, None)[0].kind, Kind::Unknown);
+    }
+}

@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * stacks: taking the stacks of a wait's two sides, and charging the wait to
+ * them. Included by bpf/sched.bpf.c, which calls these at the moments that
+ * matter (ABI and the why: bpf/stacks.h, docs/probes/stacks.md):
+ *
+ *   switch-out of a watched thread   its own stack (native + Python): the
+ *                                    victim side of whatever wait follows;
+ *                                    entering a GIL wait also the holder's
+ *                                    Python stack, read through its thread state
+ *   futex wake of a watched thread   the waker's stack (it is `current`)
+ *   end of any wait                  wait_stacks[(victim, blamed, state, role, stack)] += ns
+ *
+ * Taking a stack costs a few microseconds, so each thread takes its own at
+ * most once per `cfg.stack_interval_ns` and reuses the last one meanwhile
+ * (a thread that blocks thousands of times a second blocks in few places).
+ * Off (`cfg.stacks` == 0), every call below is dead code the verifier drops.
+ */
+#ifndef WAITMETER_STACKS_BPF_H
+#define WAITMETER_STACKS_BPF_H
+
+#include "stacks.h"
+
+/* native user stacks (frame-pointer walk by the kernel), deduplicated */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, WM_DEFAULT_MAX_NATIVE_STACKS);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, WM_NATIVE_MAX_FRAMES * sizeof(__u64));
+} native_stacks SEC(".maps");
+
+/* Python stacks, keyed by a hash of (TGID, frames) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WM_DEFAULT_MAX_PY_STACKS);
+	__type(key, __u64);
+	__type(value, struct wm_py_stack);
+} py_stacks SEC(".maps");
+
+/* host TGID -> how to walk its Python frames (set by the agent) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WM_DEFAULT_MAX_PY_PROCS);
+	__type(key, __u32);
+	__type(value, struct wm_py_walk);
+} py_walk SEC(".maps");
+
+/* host TID -> its PyThreadState (set by the agent from the interpreter's thread list) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WM_DEFAULT_MAX_PY_THREADS);
+	__type(key, __u32);
+	__type(value, __u64);
+} py_tstates SEC(".maps");
+
+/* (victim, blamed, state, role, stack) -> ns of wait */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WM_DEFAULT_MAX_WAIT_STACKS);
+	__type(key, struct wm_wait_stack_key);
+	__type(value, __u64);
+} wait_stacks SEC(".maps");
+
+/* the Python stack being read (too big for the BPF stack) */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_py_stack);
+} py_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WM_STACK_NR_STATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} stack_stats SEC(".maps");
+
+static __always_inline void stack_loss(enum wm_stack_stat stat)
+{
+	__u32 key = stat;
+	__u64 *val = bpf_map_lookup_elem(&stack_stats, &key);
+
+	if (val)
+		*val += 1;
+}
+
+static __always_inline __u64 py_mix(__u64 h, __u64 v)
+{
+	h ^= v;
+	h *= 0x100000001b3ULL;
+	return h ^ (h >> 29);
+}
+
+/*
+ * The Python stack of the thread whose PyThreadState is `tstate`, in the
+ * address space of `current` (the same process): stored in `py_stacks`,
+ * returned as its key (0: none). Reads of another running thread's frames
+ * (the GIL holder's) may race with it; user space checks every code object
+ * it is given and marks what does not check out as unknown.
+ *
+ * A global function: the verifier checks it once, not at every call site.
+ * Shim frames (owner >= skip_owner_min) are kept with code 0, which user
+ * space drops: one path through the loop keeps the verifier's work small.
+ */
+__noinline __u64 wm_py_stack(__u32 tgid, __u64 tstate)
+{
+	struct wm_py_walk *w = bpf_map_lookup_elem(&py_walk, &tgid);
+	struct wm_py_stack *s;
+	__u64 frame = 0, h;
+	__u32 zero = 0, n = 0;
+	long err;
+
+	if (!w || !tstate)
+		return 0;
+	s = bpf_map_lookup_elem(&py_scratch, &zero);
+	if (!s)
+		return 0;
+	if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(tstate + w->tstate_frame)))
+		return 0;
+	if (w->cframe_current != WM_NO_OFFSET && frame &&
+	    bpf_probe_read_user(&frame, sizeof(frame), (void *)(frame + w->cframe_current)))
+		return 0;
+	h = 0xcbf29ce484222325ULL ^ tgid;
+	s->truncated = 0;
+	for (n = 0; n < WM_PY_MAX_FRAMES && frame; n++) {
+		__u64 code = 0, instr = 0, prev = 0;
+		__u8 owner = 0;
+
+		if (w->owner != WM_NO_OFFSET)
+			bpf_probe_read_user(&owner, 1, (void *)(frame + w->owner));
+		if (bpf_probe_read_user(&code, sizeof(code), (void *)(frame + w->code)) ||
+		    bpf_probe_read_user(&instr, sizeof(instr), (void *)(frame + w->instr)) ||
+		    bpf_probe_read_user(&prev, sizeof(prev), (void *)(frame + w->previous))) {
+			s->truncated = 1;
+			break;
+		}
+		if (owner >= w->skip_owner_min)
+			code = 0;
+		code &= w->code_mask;
+		s->frames[n].code = code;
+		s->frames[n].instr = instr;
+		h = py_mix(py_mix(h, code), instr);
+		frame = prev;
+	}
+	if (frame)
+		s->truncated = 1;
+	if (!n)
+		return 0;
+	s->depth = n;
+	h = py_mix(h, n) | 1;
+	err = bpf_map_update_elem(&py_stacks, &h, s, BPF_NOEXIST);
+	if (err && err != -17 /* EEXIST: seen before */) {
+		stack_loss(WM_STACK_STAT_PY_MAP_FULL);
+		return 0;
+	}
+	return h;
+}
+
+/* The stacks of `current` (thread `tid` of `tgid`): native and Python. */
+static __always_inline void own_stacks(void *ctx, __u32 tgid, __u32 tid, struct wm_stack_ref *out)
+{
+	__u64 *tstate;
+
+	out->native = -1;
+	out->py = 0;
+	if (cfg.stacks & WM_STACKS_NATIVE) {
+		long id = bpf_get_stackid(ctx, &native_stacks, BPF_F_USER_STACK);
+
+		if (id >= 0)
+			out->native = id;
+		else if (id != -14 /* EFAULT: no user stack (a kernel-only wait) */)
+			stack_loss(WM_STACK_STAT_NATIVE_FAILED);
+	}
+	if (cfg.stacks & WM_STACKS_PYTHON) {
+		tstate = bpf_map_lookup_elem(&py_tstates, &tid);
+		if (tstate)
+			out->py = wm_py_stack(tgid, *tstate);
+	}
+}
+
+static __always_inline bool has_stack(const struct wm_stack_ref *s)
+{
+	return s->native >= 0 || s->py;
+}
+
+static __always_inline void add_wait(struct wm_wait_stack_key *key, __u64 delta)
+{
+	__u64 *ns = bpf_map_lookup_elem(&wait_stacks, key);
+
+	if (ns) {
+		__sync_fetch_and_add(ns, delta);
+		return;
+	}
+	if (bpf_map_update_elem(&wait_stacks, key, &delta, BPF_NOEXIST)) {
+		ns = bpf_map_lookup_elem(&wait_stacks, key);
+		if (ns)
+			__sync_fetch_and_add(ns, delta);
+		else
+			stack_loss(WM_STACK_STAT_WAIT_MAP_FULL);
+	}
+}
+
+/*
+ * A wait of thread `tid` (incarnation `gen`) in `state` that lasted `delta`
+ * ns, behind `blamed`: charged to the victim's stack and, when there is one,
+ * to the blamed thread's (`role`).
+ */
+static __always_inline void charge_stacks(__u32 tid, __u32 gen, __u32 state, __u64 blamed, const struct wm_stack_ref *victim,
+					  __u32 role, const struct wm_stack_ref *culprit, __u64 delta)
+{
+	struct wm_wait_stack_key key = { .tid = tid, .gen = gen, .blamed = blamed, .state = state };
+
+	if (!cfg.stacks || !delta)
+		return;
+	if (has_stack(victim)) {
+		key.role = WM_ROLE_VICTIM;
+		key.native = victim->native;
+		key.py = victim->py;
+		add_wait(&key, delta);
+	}
+	if (culprit && has_stack(culprit)) {
+		key.role = role;
+		key.native = culprit->native;
+		key.py = culprit->py;
+		add_wait(&key, delta);
+	}
+}
+
+#endif /* WAITMETER_STACKS_BPF_H */

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * stacks: the kernel/user ABI of waitmeter's wait stacks.
+ *
+ * A wait is explained by the code on both sides: where the thread that waited
+ * was stopped (its stack when it left the CPU: role `victim`) and what the
+ * thread it waited behind was running (role `holder` for a GIL wait, `waker`
+ * for a futex wait, `preemptor` for a run-queue wait). The sched probe takes
+ * the stacks at those moments (bpf/stacks.bpf.h) and, when the wait ends,
+ * adds its nanoseconds to `wait_stacks` under both stacks. Native user stacks
+ * go to a stack-trace map (frame pointers); Python stacks are read from the
+ * interpreter's frames (code object + instruction per frame) and symbolised
+ * in user space (agent/src/stacks/). See docs/probes/stacks.md.
+ */
+#ifndef WAITMETER_STACKS_H
+#define WAITMETER_STACKS_H
+
+enum wm_stack_limits {
+	/* deepest Python stack read (frames beyond are cut; the stack is marked truncated) */
+	WM_PY_MAX_FRAMES = 64,
+	/* native frames kept per stack (the kernel's default perf_event_max_stack) */
+	WM_NATIVE_MAX_FRAMES = 127,
+	/* default map sizes; the agent resizes them before load */
+	WM_DEFAULT_MAX_NATIVE_STACKS = 16384,
+	WM_DEFAULT_MAX_PY_STACKS = 16384,
+	WM_DEFAULT_MAX_WAIT_STACKS = 65536,
+	WM_DEFAULT_MAX_PY_THREADS = 16384,
+	WM_DEFAULT_MAX_PY_PROCS = 1024,
+	/* an offset the walker does not use */
+	WM_NO_OFFSET = 0xffffffff,
+};
+
+/* Whose stack a `wait_stacks` entry is. The order is ABI. */
+enum wm_role {
+	WM_ROLE_VICTIM = 0,    /* the thread that waited, where it was stopped */
+	WM_ROLE_HOLDER = 1,    /* the GIL holder when the victim began to wait */
+	WM_ROLE_WAKER = 2,     /* the thread whose futex wake ended the wait, as it woke it */
+	WM_ROLE_PREEMPTOR = 3, /* the thread of the same process that had the CPU */
+	WM_NR_ROLES = 4,
+};
+
+/* The stacks of one moment: a native stack id and a Python stack key. */
+struct wm_stack_ref {
+	__s32 native;     /* `native_stacks` id; negative: none */
+	__u32 _pad;
+	__u64 py;         /* `py_stacks` key; 0: none */
+};
+
+/* One Python frame as read: the code object and the raw instruction field
+ * (f_lasti on 3.8-3.10, the instruction pointer on 3.11+). */
+struct wm_py_frame {
+	__u64 code;
+	__u64 instr;
+};
+
+struct wm_py_stack {
+	__u32 depth;      /* frames used */
+	__u32 truncated;  /* more frames were beyond WM_PY_MAX_FRAMES, or a read failed */
+	struct wm_py_frame frames[WM_PY_MAX_FRAMES]; /* innermost first */
+};
+
+/* How to walk a process' Python frames (agent/src/python, per version). */
+struct wm_py_walk {
+	__u32 tstate_frame;    /* PyThreadState -> frame (3.8-3.10), cframe (3.11-3.12), current_frame (3.13+) */
+	__u32 cframe_current;  /* _PyCFrame -> current_frame (3.11-3.12); WM_NO_OFFSET otherwise */
+	__u32 previous;        /* frame -> the caller's frame */
+	__u32 code;            /* frame -> code object (f_code, f_executable) */
+	__u32 instr;           /* frame -> f_lasti / prev_instr / instr_ptr */
+	__u32 owner;           /* _PyInterpreterFrame.owner (a char); WM_NO_OFFSET: none */
+	__u32 skip_owner_min;  /* frames whose owner is >= this are not Python code (shims): kept with code 0 */
+	__u32 _pad;
+	__u64 code_mask;       /* clears the tag bits of f_executable (3.14+ _PyStackRef) */
+};
+
+/* Wait time charged to a pair of stacks: `wait_stacks`, value ns. */
+struct wm_wait_stack_key {
+	__u32 tid;        /* the thread that waited, host TID */
+	__u32 gen;        /* its incarnation: (u32)start */
+	__u64 blamed;     /* who it waited behind: GIL holder id, waker or preemptor host TID; 0 unknown */
+	__u8 state;       /* enum wm_state of the wait */
+	__u8 role;        /* enum wm_role: whose stack `stack` is */
+	__u16 _pad;
+	__s32 native;     /* the stack: `native_stacks` id, negative none */
+	__u64 py;         /* `py_stacks` key, 0 none */
+};
+
+/* Index of the per-CPU `stack_stats` array, exported as
+ * waitmeter_bpf_events_lost_total{probe="stacks",reason}. */
+enum wm_stack_stat {
+	WM_STACK_STAT_NATIVE_FAILED = 0, /* a native stack could not be stored (map full or bucket taken) */
+	WM_STACK_STAT_PY_MAP_FULL = 1,   /* a Python stack could not be stored */
+	WM_STACK_STAT_WAIT_MAP_FULL = 2, /* a wait could not be charged to its stacks */
+	WM_STACK_NR_STATS = 3,
+};
+
+#endif /* WAITMETER_STACKS_H */

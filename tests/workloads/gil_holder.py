@@ -1,0 +1,89 @@
+"""Ground truth for wait stacks: a processor thread holds the GIL in two known
+places with a known share of its time, while an ingest thread needs the GIL
+back after every short blocking call.
+
+  processor  json.dumps of a list of dicts (one C call that never releases the
+             GIL), then spin(), a pure-Python loop, for a third of the time the
+             dumps took: 75% of its time in json.dumps, 25% in spin
+  ingest     select() with a zero timeout (releases the GIL) in blocking_call(),
+             in a loop: it asks for the GIL back all the time, so it waits
+             behind processor through both phases, and where it waits is
+             blocking_call
+
+  python gil_holder.py [same|separate]   separate: processor in its own process (control)
+
+Prints "tid <name> <native thread id>", then "ready"; every second after
+that "shares dumps=<s> spin=<s>" (processor's CPU seconds in each so far).
+Runs until killed.
+"""
+import json
+import os
+import select
+import sys
+import threading
+import time
+
+DATA = [{"id": i, "name": "item-%d" % i, "value": i * 0.5, "tags": ["a", "b"]} for i in range(40_000)]
+totals = {"dumps": 0.0, "spin": 0.0}
+
+
+def spin(seconds):
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        x += 1
+    return x
+
+
+def processor():
+    while True:
+        t0 = time.thread_time()
+        json.dumps(DATA)
+        took = time.thread_time() - t0
+        totals["dumps"] += took
+        t1 = time.thread_time()
+        spin(took / 3)
+        totals["spin"] += time.thread_time() - t1
+
+
+def processor_main():
+    print("tid processor", threading.get_native_id(), flush=True)
+    processor()
+
+
+def blocking_call():
+    select.select([], [], [], 0)
+
+
+def ingest():
+    print("tid ingest", threading.get_native_id(), flush=True)
+    while True:
+        blocking_call()
+
+
+def watch_parent(parent):
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    os._exit(0)
+
+
+def main():
+    mode = sys.argv[1] if len(sys.argv) > 1 else "same"
+    print("tid MainThread", threading.get_native_id(), flush=True)
+    if mode == "same":
+        threading.Thread(target=processor_main, name="processor", daemon=True).start()
+    else:
+        parent = os.getpid()
+        if os.fork() == 0:
+            threading.Thread(target=watch_parent, args=(parent,), daemon=True).start()
+            processor()
+    threading.Thread(target=ingest, name="ingest", daemon=True).start()
+    time.sleep(0.3)
+    print("ready", flush=True)
+    while True:
+        time.sleep(1)
+        print("shares dumps=%.4f spin=%.4f" % (totals["dumps"], totals["spin"]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
