@@ -42,5 +42,7 @@ fn main() {
     }
     println!("cargo:rerun-if-changed={}", bpf.join("core_fixes.bpf.h").display());
     println!("cargo:rerun-if-changed={}", bpf.join("parked.bpf.h").display());
+    println!("cargo:rerun-if-changed={}", bpf.join("stacks.bpf.h").display());
+    println!("cargo:rerun-if-changed={}", bpf.join("stacks.h").display());
     println!("cargo:rerun-if-env-changed=WAITMETER_CLANG");
 }

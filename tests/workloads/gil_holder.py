@@ -46,8 +46,11 @@ def processor():
         totals["spin"] += time.thread_time() - t1
 
 
+tids = {}
+
+
 def processor_main():
-    print("tid processor", threading.get_native_id(), flush=True)
+    tids["processor"] = threading.get_native_id()
     processor()
 
 
@@ -56,7 +59,7 @@ def blocking_call():
 
 
 def ingest():
-    print("tid ingest", threading.get_native_id(), flush=True)
+    tids["ingest"] = threading.get_native_id()
     while True:
         blocking_call()
 
@@ -69,7 +72,7 @@ def watch_parent(parent):
 
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "same"
-    print("tid MainThread", threading.get_native_id(), flush=True)
+    tids["MainThread"] = threading.get_native_id()
     if mode == "same":
         threading.Thread(target=processor_main, name="processor", daemon=True).start()
     else:
@@ -79,7 +82,8 @@ def main():
             processor()
     threading.Thread(target=ingest, name="ingest", daemon=True).start()
     time.sleep(0.3)
-    print("ready", flush=True)
+    # printed by one thread: lines of threads printing at once can interleave
+    print("".join("tid %s %d\n" % kv for kv in tids.items()) + "ready", flush=True)
     while True:
         time.sleep(1)
         print("shares dumps=%.4f spin=%.4f" % (totals["dumps"], totals["spin"]), flush=True)
