@@ -213,10 +213,8 @@ struct wm_closed {
 	__u64 gil_holder;
 	__u64 futex_addr;
 	__u32 futex_kind;
-	__u32 blamed_role;
-	__u64 blamed_of;
-	struct wm_stack_ref stack;  /* the thread's own stack through that state */
-	struct wm_stack_ref blamed; /* the stack of `blamed_of` */
+	struct wm_stack_ref stack;   /* the thread's own stack through that state */
+	struct wm_stack_ref culprit; /* the GIL holder's or the waker's stack; native < 0 and py 0: none */
 };
 
 #define WM_ENTER_SAME WM_NR_STATES
@@ -254,9 +252,12 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	c->futex_addr = t->d.futex_addr;
 	c->futex_kind = t->d.futex_kind;
 	c->stack = t->d.stack;
-	c->blamed = t->d.blamed;
-	c->blamed_of = t->d.blamed_of;
-	c->blamed_role = t->d.blamed_role;
+	c->culprit.native = -1;
+	c->culprit.py = 0;
+	if (from == WM_STATE_GIL_WAIT && t->d.gil_holder && t->d.holder_of == t->d.gil_holder)
+		c->culprit = t->d.holder;
+	else if (from == WM_STATE_FUTEX_WAIT && t->d.waker && t->d.waker_of == t->d.waker)
+		c->culprit = t->d.waker_stack;
 	if (now > t->d.since) {
 		if (from < WM_NR_STATES)
 			t->d.ns[from & (WM_NR_STATES - 1)] += now - t->d.since;
@@ -274,10 +275,9 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 		t->d.stack_at = now;
 	}
 	if (e->new_blamed) {
-		t->d.blamed = e->blamed;
-		t->d.blamed_of = e->gil_holder;
-		t->d.blamed_role = WM_ROLE_HOLDER;
-		t->d.blamed_at = now;
+		t->d.holder = e->blamed;
+		t->d.holder_of = e->gil_holder;
+		t->d.holder_at = now;
 	}
 	if (switched_out)
 		t->d.nr_switches++;
@@ -362,8 +362,7 @@ static __always_inline void charge(const struct wm_closed *c, __u32 tid, __u32 t
 			blamed = c->waker;
 			role = WM_ROLE_WAKER;
 		}
-		charge_stacks(tid, c->gen, c->state, blamed, &c->stack, role,
-			      blamed && c->blamed_of == blamed && c->blamed_role == role ? &c->blamed : NULL, delta);
+		charge_stacks(tid, c->gen, c->state, blamed, &c->stack, role, &c->culprit, delta);
 	}
 
 	if (c->state == WM_STATE_GIL_WAIT) {
@@ -431,7 +430,8 @@ new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_ente
 	fresh.d.futex_addr = e->futex_addr;
 	fresh.d.futex_kind = e->futex_kind;
 	fresh.d.stack.native = -1;
-	fresh.d.blamed.native = -1;
+	fresh.d.holder.native = -1;
+	fresh.d.waker_stack.native = -1;
 	if (cfg.translate_pids) {
 		fresh.d.ns_tid = ns_nr(BPF_CORE_READ(task, thread_pid));
 		fresh.d.ns_tgid = ns_nr(BPF_CORE_READ(task, group_leader, thread_pid));
@@ -523,8 +523,7 @@ static __always_inline void switch_out(void *ctx, bool preempt, struct task_stru
 			*own = t->d.stack;
 		}
 		if ((cfg.stacks & WM_STACKS_PYTHON) && e.gil_holder && holder_tstate &&
-		    (t->d.blamed_of != e.gil_holder || t->d.blamed_role != WM_ROLE_HOLDER ||
-		     now - t->d.blamed_at >= cfg.stack_interval_ns)) {
+		    (t->d.holder_of != e.gil_holder || now - t->d.holder_at >= cfg.stack_interval_ns)) {
 			e.blamed.native = -1;
 			e.blamed.py = wm_py_stack(tgid, holder_tstate);
 			e.new_blamed = true;
@@ -612,7 +611,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 	 * once per interval per (thread, waker) */
 	if (cfg.stacks && t->d.state == WM_STATE_FUTEX_WAIT) {
 		now = bpf_ktime_get_ns();
-		if (t->d.blamed_of != waker || t->d.blamed_role != WM_ROLE_WAKER || now - t->d.blamed_at >= cfg.stack_interval_ns) {
+		if (t->d.waker_of != waker || now - t->d.waker_at >= cfg.stack_interval_ns) {
 			own_stacks(ctx, cur->tgid, waker, &stack);
 			new_stack = true;
 		}
@@ -621,10 +620,9 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 	if (t->d.state == WM_STATE_FUTEX_WAIT) {
 		t->d.waker = waker;
 		if (new_stack) {
-			t->d.blamed = stack;
-			t->d.blamed_of = waker;
-			t->d.blamed_role = WM_ROLE_WAKER;
-			t->d.blamed_at = now;
+			t->d.waker_stack = stack;
+			t->d.waker_of = waker;
+			t->d.waker_at = now;
 		}
 	}
 	bpf_spin_unlock(&t->lock);

@@ -76,14 +76,19 @@ struct wm_thread_data {
 	__u64 gil_holder;  /* in gil_wait: who held the GIL at switch-out (as the process' thread states name it), 0 unknown */
 	__u64 futex_addr;  /* in futex_wait or gil_wait: the futex word (parked: the address parked on) */
 	__u32 futex_kind;  /* in futex_wait: enum wm_futex_kind */
-	__u32 blamed_role; /* enum wm_role of `blamed` */
+	__u32 _pad2;
 	/* wait stacks (bpf/stacks.bpf.h): the thread's own stack as of its last
-	 * switch-out that took one, and the stack of who it waits behind */
+	 * switch-out that took one, and the last stacks of the GIL holder and of
+	 * the waker it waited behind (one slot each: a thread that alternates GIL
+	 * and futex waits must not take both stacks every time) */
 	struct wm_stack_ref stack;
 	__u64 stack_at;    /* when `stack` was taken */
-	struct wm_stack_ref blamed;
-	__u64 blamed_of;   /* whose stack `blamed` is: GIL holder id or waker host TID */
-	__u64 blamed_at;   /* when it was taken */
+	struct wm_stack_ref holder;
+	__u64 holder_of;   /* whose stack `holder` is: GIL holder id */
+	__u64 holder_at;   /* when it was taken */
+	struct wm_stack_ref waker_stack;
+	__u64 waker_of;    /* whose stack `waker_stack` is: host TID */
+	__u64 waker_at;
 };
 
 /* Per watched thread, keyed by host TID in the `threads` map. Every write of

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILD, ROOT, Workload, attach, by_tid
-from test_gil import built_python, pyenv_python
+from test_gil import built_python, pyenv_python, stripped_env
 
 pytestmark = pytest.mark.needs_root
 
@@ -85,6 +85,30 @@ def test_the_starvation_verdict_names_the_code(name):
     assert finding["code"]["role"] == "holder"
     assert finding["code"]["culprit"]["thread"]["tid"] == w.tids["processor"]
     assert finding["code"]["culprit"]["share"] >= 0.8, finding
+
+
+def test_a_stripped_libpython_and_threads_that_exit_mid_window(tmp_path):
+    """Python frames are read from memory, not symbols: a libpython stripped of
+    .symtab still names them; threads that exit during the window keep their
+    waits and stacks; nothing crashes, what has no symbol is marked unknown."""
+    py, env = stripped_env(12)
+    if not py:
+        pytest.fail("pyenv 3.12 is not installed here")
+    out = tmp_path / "wait.pb.gz"
+    with Workload(py, HOLDER, "churn", env=env) as w:
+        report, cp = attach(w.pid, 3.0, "--profile", out)
+    assert report["python"]["symbols"] is False, report["python"]
+    exited = {t["tid"] for t in report["threads"] if t["exited"]}
+    assert len(exited) >= 10, len(exited)
+    short = [s for s in report["wait_sites"] if s["tid"] in exited and s["state"] == "gil_wait"]
+    assert short and sum(s["seconds"] for s in short if s["role"] == "victim") > 0.1, short[:5]
+    assert share_of([s for s in short if s["role"] == "victim"], lambda s: "blocking_call" in s or "short" in s) >= 0.9, short[:10]
+    holder = sites(report, w.tids["ingest"], "gil_wait", "holder")
+    assert share_of(holder, lambda s: "json.dumps" in s) >= 0.5, holder
+    for t in report["threads"]:
+        assert abs(sum(t["seconds"].values()) - t["existed_s"]) <= 0.01 * t["existed_s"] + 1e-4, t
+    raw = go_pprof("-raw", out)
+    assert "[unknown]" in raw or "[unknown code" in raw, raw[:2000]
 
 
 def go_pprof(*args):

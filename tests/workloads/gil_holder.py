@@ -10,7 +10,10 @@ back after every short blocking call.
              behind processor through both phases, and where it waits is
              blocking_call
 
-  python gil_holder.py [same|separate]   separate: processor in its own process (control)
+  python gil_holder.py [same|separate|churn]
+      separate: processor in its own process (control)
+      churn: as same, and every 50 ms a short-lived thread "short" waits for
+             the GIL in blocking_call 200 times and exits
 
 Prints "tid <name> <native thread id>", then "ready"; every second after
 that "shares dumps=<s> spin=<s>" (processor's CPU seconds in each so far).
@@ -64,6 +67,17 @@ def ingest():
         blocking_call()
 
 
+def short():
+    for _ in range(200):
+        blocking_call()
+
+
+def churn():
+    while True:
+        threading.Thread(target=short, name="short").start()
+        time.sleep(0.05)
+
+
 def watch_parent(parent):
     while os.getppid() == parent:
         time.sleep(0.2)
@@ -73,7 +87,7 @@ def watch_parent(parent):
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "same"
     tids["MainThread"] = threading.get_native_id()
-    if mode == "same":
+    if mode in ("same", "churn"):
         threading.Thread(target=processor_main, name="processor", daemon=True).start()
     else:
         parent = os.getpid()
@@ -84,6 +98,8 @@ def main():
     time.sleep(0.3)
     # printed by one thread: lines of threads printing at once can interleave
     print("".join("tid %s %d\n" % kv for kv in tids.items()) + "ready", flush=True)
+    if mode == "churn":
+        threading.Thread(target=churn, daemon=True).start()
     while True:
         time.sleep(1)
         print("shares dumps=%.4f spin=%.4f" % (totals["dumps"], totals["spin"]), flush=True)

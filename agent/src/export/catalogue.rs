@@ -197,7 +197,7 @@ pub const EVENTS_LOST: Metric = Metric {
     kind: Kind::Counter,
     unit: None,
     labels: &["probe", "reason"],
-    help: "Kernel events that could not be recorded, by probe and reason (thread_map_full, holds_map_full: raise --max-threads; exit_ringbuf_full: a thread's final record was lost; blame_map_full: a GIL wait was not charged to its holder). Any increase means the numbers are incomplete.",
+    help: "Kernel events that could not be recorded, by probe and reason (thread_map_full, holds_map_full: raise --max-threads; exit_ringbuf_full: a thread's final record was lost; blame_map_full: a GIL wait was not charged to its holder; probe stacks: a wait not charged to its stacks). Any increase means the numbers are incomplete.",
 };
 
 pub const BPF_MAP_ENTRIES: Metric = Metric {

@@ -200,14 +200,27 @@ impl WaitStacks {
 
     /// Time by site, most first.
     pub fn sites(&self, victim: u32, state: State, role: Role, blamed: Option<u32>) -> Vec<(String, u64)> {
-        let mut by: HashMap<String, u64> = HashMap::new();
-        for (k, ns) in self.select(victim, state, role, blamed) {
-            *by.entry(site_of(&k.stack)).or_default() += ns;
-        }
-        let mut v: Vec<(String, u64)> = by.into_iter().collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        v
+        by_site(self.select(victim, state, role, blamed))
     }
+
+    /// The top site of one side of the waits of several threads (a convoy's waiters).
+    pub fn top_site_of(&self, victims: &[u32], state: State, role: Role) -> Option<Site> {
+        let sites = by_site(self.ns.iter().filter(|(k, _)| victims.contains(&k.victim) && k.state == state && k.role == role).map(|(k, ns)| (k, *ns)));
+        let total: u64 = sites.iter().map(|s| s.1).sum();
+        let (text, ns) = sites.into_iter().next()?;
+        (total > 0).then(|| Site { text, share: ns as f64 / total as f64, ns })
+    }
+}
+
+/// Time by site, most first.
+fn by_site<'a>(entries: impl Iterator<Item = (&'a Key, u64)>) -> Vec<(String, u64)> {
+    let mut by: HashMap<String, u64> = HashMap::new();
+    for (k, ns) in entries {
+        *by.entry(site_of(&k.stack)).or_default() += ns;
+    }
+    let mut v: Vec<(String, u64)> = by.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
 }
 
 /// A stack in one line, as a verdict names it: the application's innermost

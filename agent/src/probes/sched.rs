@@ -268,7 +268,8 @@ impl SchedProbe {
                 ns_tid,
                 ns_tgid,
                 stack: super::stacks::NO_STACK,
-                blamed: super::stacks::NO_STACK,
+                holder: super::stacks::NO_STACK,
+                waker_stack: super::stacks::NO_STACK,
                 ..Default::default()
             },
             ..Default::default()

@@ -33,6 +33,9 @@ pub struct Code {
 /// The code of a finding's two sides; None when the finding is not about
 /// one thread's wait or no stack of it was taken.
 pub fn of(kind: &Kind, stacks: &WaitStacks) -> Option<Code> {
+    if let Kind::LockConvoy { waiters, .. } = kind {
+        return convoy(waiters, stacks);
+    }
     let (victim, holder, state, role) = match kind {
         Kind::GilStarvation { victim, holder, .. } | Kind::GilWait { victim, holder, .. } => {
             (victim, holder.as_ref(), State::GilWait, Role::Holder)
@@ -55,16 +58,28 @@ pub fn of(kind: &Kind, stacks: &WaitStacks) -> Option<Code> {
     (culprit_side.is_some() || victim_side.is_some()).then(|| Code { role: role.label(), culprit: culprit_side, victim: victim_side })
 }
 
+/// A convoy: the code that released the lock (the wakers' top site) and
+/// where the waiters waited for it, over all its waiters.
+fn convoy(waiters: &[u32], stacks: &WaitStacks) -> Option<Code> {
+    let anyone = |text: String| ThreadRef { tid: 0, name: Some(text) };
+    let side = |who: &str, s: Site| Side { thread: anyone(who.into()), site: s.text, share: s.share };
+    let culprit = stacks.top_site_of(waiters, State::FutexWait, Role::Waker).map(|s| side("the releasers", s));
+    let victim = stacks.top_site_of(waiters, State::FutexWait, Role::Victim).map(|s| side("the waiters", s));
+    (culprit.is_some() || victim.is_some()).then_some(Code { role: Role::Waker.label(), culprit, victim })
+}
+
 impl fmt::Display for Code {
     /// The sentence appended to the finding's line.
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let name = |t: &ThreadRef| match &t.name {
-            Some(n) => format!("{n} ({})", t.tid),
-            None => format!("thread {}", t.tid),
+        let name = |t: &ThreadRef| match (&t.name, t.tid) {
+            (Some(n), 0) => n.clone(),
+            (Some(n), tid) => format!("{n} ({tid})"),
+            (None, tid) => format!("thread {tid}"),
         };
         if let Some(c) = &self.culprit {
             let verb = match self.role {
                 "holder" => "held the GIL in",
+                "waker" if c.thread.tid == 0 => "released it in",
                 "waker" => "woke it from",
                 "preemptor" => "had the CPU in",
                 _ => "was in",
