@@ -205,7 +205,9 @@ impl WaitStacks {
 
     /// The top site of one side of the waits of several threads (a convoy's waiters).
     pub fn top_site_of(&self, victims: &[u32], state: State, role: Role) -> Option<Site> {
-        let sites = by_site(self.ns.iter().filter(|(k, _)| victims.contains(&k.victim) && k.state == state && k.role == role).map(|(k, ns)| (k, *ns)));
+        let sites = by_site(
+            self.ns.iter().filter(|(k, _)| victims.contains(&k.victim) && k.state == state && k.role == role).map(|(k, ns)| (k, *ns)),
+        );
         let total: u64 = sites.iter().map(|s| s.1).sum();
         let (text, ns) = sites.into_iter().next()?;
         (total > 0).then(|| Site { text, share: ns as f64 / total as f64, ns })
