@@ -118,9 +118,10 @@ pub struct ProbeArgs {
     /// Lock waits of Python 3.13+ (PyMutex, threading.Lock): uprobe (default) charges them to the lock, none to futex words
     #[arg(long, value_enum, default_value_t = LockProbe::Uprobe)]
     pub lock_probe: LockProbe,
-    /// Stacks of both sides of each wait: all (default), python, native or none
-    #[arg(long, value_enum, default_value_t = Stacks::All)]
-    pub stacks: Stacks,
+    /// Stacks of both sides of each wait: all, python, native or none (default: all for attach;
+    /// none for run, which serves no profiles yet)
+    #[arg(long, value_enum)]
+    pub stacks: Option<Stacks>,
     /// A thread takes its own stack at most once per this many milliseconds (reused meanwhile)
     #[arg(long, value_name = "MS", default_value_t = 2.0, value_parser = stack_interval)]
     pub stack_interval: f64,

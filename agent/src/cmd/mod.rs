@@ -27,7 +27,11 @@ pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
 }
 
-pub fn session_options(p: &ProbeArgs, follow_forks: bool) -> SessionOptions {
+/// `default_stacks`: what `--stacks` means when not given; `keep_stacks`:
+/// whether the command reads the stacks (`run` drains and drops them until it
+/// serves profiles).
+pub fn session_options(p: &ProbeArgs, follow_forks: bool, default_stacks: crate::cli::Stacks, keep_stacks: bool) -> SessionOptions {
+    let stacks = p.stacks.unwrap_or(default_stacks);
     SessionOptions {
         btf: p.btf.clone(),
         max_threads: p.max_threads,
@@ -36,9 +40,10 @@ pub fn session_options(p: &ProbeArgs, follow_forks: bool) -> SessionOptions {
         gil_uprobes: p.gil_probe == crate::cli::GilProbe::Uprobe,
         lock_uprobes: p.lock_probe == crate::cli::LockProbe::Uprobe,
         stacks: crate::stacks::Options {
-            native: matches!(p.stacks, crate::cli::Stacks::All | crate::cli::Stacks::Native),
-            python: matches!(p.stacks, crate::cli::Stacks::All | crate::cli::Stacks::Python),
+            native: matches!(stacks, crate::cli::Stacks::All | crate::cli::Stacks::Native),
+            python: matches!(stacks, crate::cli::Stacks::All | crate::cli::Stacks::Python),
             interval_ns: (p.stack_interval * 1e6) as u64,
+            keep: keep_stacks,
         },
     }
 }

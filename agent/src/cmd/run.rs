@@ -40,7 +40,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let endpoint = http::serve(&args.listen, web, tx)?;
     let addr = endpoint.addr;
     let scheme = if endpoint.tls { "https" } else { "http" };
-    let mut session = Session::start(&session_options(&args.probe, args.all))?;
+    // no profiles are served yet (issue 14): no stacks unless asked for, and those dropped
+    let mut session = Session::start(&session_options(&args.probe, args.all, crate::cli::Stacks::None, false))?;
     for pid in &args.pid {
         session.attach(*pid)?;
     }

@@ -4,7 +4,7 @@
 //! live in the sched object; this module configures them (how to walk each
 //! process' Python frames, which thread state is whose) and moves what they
 //! hold out: waits charged to stacks, and the stacks themselves, raw
-//! (addresses and code objects), for `crate::stacks` to name.
+//! (addresses and code objects), for the stacks room (agent/src/stacks) to name.
 use std::collections::HashMap;
 use std::mem::size_of;
 

@@ -118,6 +118,11 @@ impl Session {
         self.refresh_tstates(&mut st);
         let maps = self.probe.stack_maps();
         let drained = maps.drain_waits();
+        if !st.opts.keep {
+            maps.trim(usize::MAX, usize::MAX);
+            self.stacks = Some(st);
+            return;
+        }
         let whose: HashMap<(u32, u32), (u64, u32)> = live
             .iter()
             .chain(exited.iter())

@@ -19,6 +19,9 @@ pub struct Options {
     pub native: bool,
     pub python: bool,
     pub interval_ns: u64,
+    /// name and keep what is drained (false: drained and dropped, the
+    /// kernel's stack maps emptied every sample: nothing reads them)
+    pub keep: bool,
 }
 
 impl Options {
