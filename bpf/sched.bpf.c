@@ -102,9 +102,6 @@ struct {
 /* host TID -> the address a thread parked on (CPython 3.13+), written by pypark.bpf.c */
 #include "parked.bpf.h"
 
-/* wait stacks: their maps, taking them, charging waits to them */
-#include "stacks.bpf.h"
-
 /* (waiter, holder) -> ns of GIL wait; closed intervals only */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -146,13 +143,18 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
-static __always_inline void count_loss(enum wm_stat stat)
+/* counters[key] += 1, in a per-CPU array of counters */
+static __always_inline void count_in(void *counters, __u32 key)
 {
-	__u32 key = stat;
-	__u64 *val = bpf_map_lookup_elem(&stats, &key);
+	__u64 *val = bpf_map_lookup_elem(counters, &key);
 
 	if (val)
 		*val += 1;
+}
+
+static __always_inline void count_loss(enum wm_stat stat)
+{
+	count_in(&stats, stat);
 }
 
 static __always_inline bool is_watched(__u32 tgid)
@@ -307,23 +309,26 @@ static __always_inline __u64 gil_holder(const struct wm_gil *g, __u64 *holder_ts
 	return id;
 }
 
-/* *map[key] += delta, creating the entry; counts `full` when there is no room. */
-static __always_inline void add_ns(void *map, void *key, __u64 delta, enum wm_stat full)
+/* *map[key] += delta, creating the entry; false when there is no room. */
+static __always_inline bool add_ns(void *map, void *key, __u64 delta)
 {
 	__u64 *ns = bpf_map_lookup_elem(map, key);
 
 	if (ns) {
 		__sync_fetch_and_add(ns, delta);
-		return;
+		return true;
 	}
 	if (bpf_map_update_elem(map, key, &delta, BPF_NOEXIST)) {
 		ns = bpf_map_lookup_elem(map, key);
-		if (ns)
-			__sync_fetch_and_add(ns, delta);
-		else
-			count_loss(full);
+		if (!ns)
+			return false;
+		__sync_fetch_and_add(ns, delta);
 	}
+	return true;
 }
+
+/* wait stacks: their maps, taking them, charging waits to them (uses the two helpers above) */
+#include "stacks.bpf.h"
 
 /* Report a throttled stretch that ends now. */
 static __always_inline void emit_throttle(const struct wm_closed *c, __u32 tid, __u64 now)
@@ -368,13 +373,15 @@ static __always_inline void charge(const struct wm_closed *c, __u32 tid, __u32 t
 	if (c->state == WM_STATE_GIL_WAIT) {
 		struct wm_blame_key key = { .tid = tid, .gen = c->gen, .holder = c->gil_holder };
 
-		add_ns(&gil_blame, &key, delta, WM_STAT_BLAME_MAP_FULL);
+		if (!add_ns(&gil_blame, &key, delta))
+			count_loss(WM_STAT_BLAME_MAP_FULL);
 	} else if (c->state == WM_STATE_FUTEX_WAIT && c->futex_addr) {
 		struct wm_futex_key key = {
 			.tid = tid, .waker = c->waker, .addr = c->futex_addr, .gen = c->gen, .kind = c->futex_kind,
 		};
 
-		add_ns(&futex_blame, &key, delta, WM_STAT_FUTEX_MAP_FULL);
+		if (!add_ns(&futex_blame, &key, delta))
+			count_loss(WM_STAT_FUTEX_MAP_FULL);
 	} else if (c->state == WM_STATE_THROTTLED && to != WM_STATE_THROTTLED) {
 		emit_throttle(c, tid, now);
 	}

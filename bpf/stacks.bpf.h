@@ -15,6 +15,7 @@
  * most once per `cfg.stack_interval_ns` and reuses the last one meanwhile
  * (a thread that blocks thousands of times a second blocks in few places).
  * Off (`cfg.stacks` == 0), every call below is dead code the verifier drops.
+ * Uses sched.bpf.c's `count_in` and `add_ns`: included after them.
  */
 #ifndef WAITMETER_STACKS_BPF_H
 #define WAITMETER_STACKS_BPF_H
@@ -78,11 +79,7 @@ struct {
 
 static __always_inline void stack_loss(enum wm_stack_stat stat)
 {
-	__u32 key = stat;
-	__u64 *val = bpf_map_lookup_elem(&stack_stats, &key);
-
-	if (val)
-		*val += 1;
+	count_in(&stack_stats, stat);
 }
 
 static __always_inline __u64 py_mix(__u64 h, __u64 v)
@@ -184,23 +181,6 @@ static __always_inline bool has_stack(const struct wm_stack_ref *s)
 	return s->native >= 0 || s->py;
 }
 
-static __always_inline void add_wait(struct wm_wait_stack_key *key, __u64 delta)
-{
-	__u64 *ns = bpf_map_lookup_elem(&wait_stacks, key);
-
-	if (ns) {
-		__sync_fetch_and_add(ns, delta);
-		return;
-	}
-	if (bpf_map_update_elem(&wait_stacks, key, &delta, BPF_NOEXIST)) {
-		ns = bpf_map_lookup_elem(&wait_stacks, key);
-		if (ns)
-			__sync_fetch_and_add(ns, delta);
-		else
-			stack_loss(WM_STACK_STAT_WAIT_MAP_FULL);
-	}
-}
-
 /*
  * A wait of thread `tid` (incarnation `gen`) in `state` that lasted `delta`
  * ns, behind `blamed`: charged to the victim's stack and, when there is one,
@@ -217,13 +197,15 @@ static __always_inline void charge_stacks(__u32 tid, __u32 gen, __u32 state, __u
 		key.role = WM_ROLE_VICTIM;
 		key.native = victim->native;
 		key.py = victim->py;
-		add_wait(&key, delta);
+		if (!add_ns(&wait_stacks, &key, delta))
+			stack_loss(WM_STACK_STAT_WAIT_MAP_FULL);
 	}
 	if (culprit && has_stack(culprit)) {
 		key.role = role;
 		key.native = culprit->native;
 		key.py = culprit->py;
-		add_wait(&key, delta);
+		if (!add_ns(&wait_stacks, &key, delta))
+			stack_loss(WM_STACK_STAT_WAIT_MAP_FULL);
 	}
 }
 

@@ -133,13 +133,13 @@ pub struct GilSpec {
     pub off_holder_id: u32,
 }
 
-fn as_bytes<T: Copy>(v: &T) -> &[u8] {
+pub(super) fn as_bytes<T: Copy>(v: &T) -> &[u8] {
     // SAFETY: T is a plain-old-data ABI struct from the skeleton (no padding
     // holes that matter to the kernel, which reads them as bytes).
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
 }
 
-fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
+pub(super) fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
     // SAFETY: size checked; the ABI structs are valid for any bit pattern.
     (b.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
 }

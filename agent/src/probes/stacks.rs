@@ -6,13 +6,13 @@
 //! hold out: waits charged to stacks, and the stacks themselves, raw
 //! (addresses and code objects), for the stacks room (agent/src/stacks) to name.
 use std::collections::HashMap;
-use std::mem::size_of;
 
 use libbpf_rs::{MapCore, MapFlags, MapMut};
 
 use super::sched::skel::types::{
     wm_py_stack, wm_py_walk, wm_role, wm_stack_limits, wm_stack_ref, wm_stack_stat, wm_stacks_mode, wm_wait_stack_key,
 };
+use super::sched::{as_bytes, from_bytes};
 use crate::model::stacks::Role;
 use crate::model::state::State;
 
@@ -86,14 +86,11 @@ pub struct Maps<'a> {
     pub stats: &'a MapMut<'static>,
 }
 
-fn bytes<T: Copy>(v: &T) -> &[u8] {
-    // SAFETY: plain-old-data ABI structs from the skeleton.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
-}
-
-fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
-    // SAFETY: size checked; the ABI structs are valid for any bit pattern.
-    (b.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
+/// Delete every entry of a map.
+fn empty(m: &MapMut) {
+    for k in m.keys().collect::<Vec<_>>() {
+        let _ = m.delete(&k);
+    }
 }
 
 impl Maps<'_> {
@@ -110,7 +107,7 @@ impl Maps<'_> {
             _pad: 0,
             code_mask: w.code_mask,
         };
-        self.walk.update(&host_tgid.to_ne_bytes(), bytes(&v), MapFlags::ANY)?;
+        self.walk.update(&host_tgid.to_ne_bytes(), as_bytes(&v), MapFlags::ANY)?;
         Ok(())
     }
 
@@ -181,6 +178,12 @@ impl Maps<'_> {
         Some(RawPyStack { frames: s.frames[..n].iter().map(|f| (f.code, f.instr)).collect(), truncated: s.truncated != 0 })
     }
 
+    /// Empty both stack maps (nothing reads what they hold).
+    pub fn empty(&self) {
+        empty(self.native);
+        empty(self.py);
+    }
+
     /// Empty the stack maps once user space has named more stacks than
     /// three-quarters of their room since they were last emptied (every
     /// stack of the waits drained so far is named; a wait still open whose
@@ -188,11 +191,6 @@ impl Maps<'_> {
     /// were emptied: (native, python).
     pub fn trim(&self, native_named: usize, py_named: usize) -> (bool, bool) {
         let cap = |m: &MapMut| m.info().map(|i| i.info.max_entries as usize).unwrap_or(usize::MAX);
-        let empty = |m: &MapMut| {
-            for k in m.keys().collect::<Vec<_>>() {
-                let _ = m.delete(&k);
-            }
-        };
         let native = native_named.saturating_mul(4) > cap(self.native).saturating_mul(3);
         let py = py_named.saturating_mul(4) > cap(self.py).saturating_mul(3);
         if native {

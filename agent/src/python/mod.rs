@@ -292,21 +292,32 @@ pub fn gil_addresses(mem: &dyn Memory, runtime: u64, l: &Layout) -> Result<Vec<u
         }
         GilLocation::PerInterpreter { head, next, gil_ptr } => {
             let mut out = vec![];
-            let mut seen = std::collections::HashSet::new();
-            let mut interp = mem.read_ptr(at(runtime, head)?)?;
-            for _ in 0..MAX_INTERPRETERS {
-                if interp == 0 || !seen.insert(interp) {
-                    break;
-                }
+            for interp in interpreters(mem, at(runtime, head)?, next)? {
                 let gil = mem.read_ptr(at(interp, gil_ptr)?)?;
                 if gil != 0 && !out.contains(&gil) && l.checked_futex_words(gil).is_some() {
                     out.push(gil);
                 }
-                interp = mem.read_ptr(at(interp, next)?)?;
             }
             Ok(out)
         }
     }
+}
+
+/// The interpreters of a process (`PyInterpreterState*`): the list whose
+/// head pointer is at `head` (`&_PyRuntime.interpreters.head`), linked at
+/// `next`; at most MAX_INTERPRETERS, and a cycle ends it.
+pub fn interpreters(mem: &dyn Memory, head: u64, next: u64) -> Result<Vec<u64>> {
+    let mut out = vec![];
+    let mut seen = std::collections::HashSet::new();
+    let mut interp = mem.read_ptr(head)?;
+    for _ in 0..MAX_INTERPRETERS {
+        if interp == 0 || !seen.insert(interp) {
+            break;
+        }
+        out.push(interp);
+        interp = mem.read_ptr(at(interp, next)?)?;
+    }
+    Ok(out)
 }
 
 /// How the holder ids that the probe records name threads in this process.

@@ -30,6 +30,24 @@ fn le64(b: &[u8], o: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(o..o.checked_add(8)?)?.try_into().ok()?))
 }
 
+/// A str's `state` word, whose bits from `kind_shift` up are `kind:3`,
+/// `compact:1`, `ascii:1` (2 on default builds, 8 on free-threaded ones):
+/// (bytes per character, ASCII), or None when it is not a compact str.
+pub(crate) fn compact_str_state(state: u32, kind_shift: u32) -> Option<(u32, bool)> {
+    let bits = state.checked_shr(kind_shift).unwrap_or(0);
+    let kind = bits & 7;
+    ((bits >> 3) & 1 == 1 && matches!(kind, 1 | 2 | 4)).then_some((kind, (bits >> 4) & 1 == 1))
+}
+
+/// The characters of a compact str, `kind` bytes each (UCS-1, -2, -4).
+pub(crate) fn decode_str(buf: &[u8], kind: u32) -> String {
+    match kind {
+        1 => buf.iter().map(|b| *b as char).collect(),
+        2 => buf.chunks_exact(2).filter_map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]).into())).collect(),
+        _ => buf.chunks_exact(4).filter_map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+    }
+}
+
 struct Reader<'a> {
     m: &'a dyn Memory,
     o: &'a Objects,
@@ -107,19 +125,12 @@ impl Reader<'_> {
         let head = self.m.read_bytes(at(o, 16)?, 20, 20)?;
         let len = le64(&head, 0).context("short str header")?;
         let state = u32::from_le_bytes(head[16..20].try_into()?);
-        let kind = (state >> 2) & 7;
-        let compact = (state >> 5) & 1 == 1;
-        let ascii = (state >> 6) & 1 == 1;
-        if !compact || len > MAX_NAME || !matches!(kind, 1 | 2 | 4) {
+        let Some((kind, ascii)) = compact_str_state(state, 2).filter(|_| len <= MAX_NAME) else {
             bail!("not a compact str");
-        }
+        };
         let data = at(o, if ascii { self.o.ascii_size } else { self.o.compact_size })?;
         let buf = self.m.read_bytes(data, len * kind as u64, MAX_NAME * 4)?;
-        Ok(match kind {
-            1 => buf.iter().map(|b| *b as char).collect(),
-            2 => buf.chunks_exact(2).filter_map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32)).collect(),
-            _ => buf.chunks_exact(4).filter_map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
-        })
+        Ok(decode_str(&buf, kind))
     }
 
     /// A non-negative int of up to 64 bits (thread idents).

@@ -119,7 +119,7 @@ impl Session {
         let maps = self.probe.stack_maps();
         let drained = maps.drain_waits();
         if !st.opts.keep {
-            maps.trim(usize::MAX, usize::MAX);
+            maps.empty();
             self.stacks = Some(st);
             return;
         }

@@ -17,14 +17,16 @@ use waitmeter_formats::pyframe::{self, FrameLayout};
 use crate::model::stacks::{clean, Frame, MAX_NAME};
 use crate::probes::stacks::{RawPyStack, Walk, NO_OFFSET};
 use crate::python::memory::{at, Budget, Memory, Process};
+use crate::python::names::{compact_str_state, decode_str};
 
 /// Code objects named per process before the cache starts over.
 const MAX_CODES: usize = 50_000;
 /// Longest line table read.
 const MAX_LINETABLE: u64 = 1 << 20;
-/// Thread states walked per interpreter, and interpreters per process.
+/// Thread states walked per interpreter.
 const MAX_THREADS: usize = 100_000;
-const MAX_INTERPRETERS: usize = 256;
+/// Reads of one walk of the thread lists: a few per thread state.
+const MAX_THREAD_READS: u64 = 4 * (MAX_THREADS as u64 + 256);
 
 /// What naming frames and finding thread states of one process needs.
 #[derive(Clone, Debug)]
@@ -59,13 +61,9 @@ impl Target {
     /// id it names its thread by: native_thread_id on 3.11+, else pthread_t).
     pub fn thread_states(&self, mem: &dyn Memory) -> Result<Vec<(u64, u64)>> {
         let l = &self.layout;
-        let m = Budget::new(mem, 4 * (MAX_THREADS as u64 + MAX_INTERPRETERS as u64), 64 << 20);
+        let m = Budget::new(mem, MAX_THREAD_READS, 64 << 20);
         let mut out = vec![];
-        let mut interp = m.read_ptr(self.interp_head)?;
-        for _ in 0..MAX_INTERPRETERS {
-            if interp == 0 {
-                break;
-            }
+        for interp in crate::python::interpreters(&m, self.interp_head, self.interp_next)? {
             let mut ts = m.read_ptr(at(interp, l.interp_threads_head)?)?;
             for _ in 0..MAX_THREADS {
                 if ts == 0 {
@@ -78,7 +76,6 @@ impl Target {
                 out.push((ts, id));
                 ts = m.read_ptr(at(ts, l.tstate_next)?)?;
             }
-            interp = m.read_ptr(at(interp, self.interp_next)?)?;
         }
         ensure!(!m.exhausted(), "the thread lists are longer than waitmeter walks");
         Ok(out)
@@ -163,19 +160,11 @@ fn read_code(mem: &dyn Memory, t: &Target, code: u64) -> Result<Code> {
 fn read_str(m: &dyn Memory, l: &FrameLayout, o: u64) -> Result<String> {
     let len = m.read_u64(at(o, l.str_length)?)?;
     let state = m.read_u32(at(o, l.str_state)?)?;
-    let bits = state.checked_shr(l.str_kind_shift).unwrap_or(0);
-    let kind = bits & 7;
-    let compact = (bits >> 3) & 1 == 1;
-    let ascii = (bits >> 4) & 1 == 1;
-    if !compact || !matches!(kind, 1 | 2 | 4) {
+    let Some((kind, ascii)) = compact_str_state(state, l.str_kind_shift) else {
         bail!("{o:#x}: not a compact str");
-    }
+    };
     let len = len.min(MAX_NAME as u64 * 4);
     let data = at(o, if ascii { l.str_ascii_data } else { l.str_compact_data })?;
     let buf = m.read_bytes(data, len * u64::from(kind), MAX_NAME as u64 * 16)?;
-    Ok(match kind {
-        1 => buf.iter().map(|b| *b as char).collect(),
-        2 => buf.chunks_exact(2).filter_map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]).into())).collect(),
-        _ => buf.chunks_exact(4).filter_map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
-    })
+    Ok(decode_str(&buf, kind))
 }
