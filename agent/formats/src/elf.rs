@@ -242,14 +242,9 @@ impl<'s, S: Source + ?Sized> Elf<'s, S> {
         fetch(self.src, s.offset, s.size.min(cap), cap).with_context(|| format!("cannot read section {:?}", s.name))
     }
 
-    /// Defined symbols of one table that `want` accepts, added to `out` unless seen.
-    fn collect(
-        &self,
-        tab: &Section,
-        want: &impl Fn(&str) -> bool,
-        out: &mut Vec<Symbol>,
-        seen: &mut std::collections::HashSet<(String, u64)>,
-    ) {
+    /// Each defined, named symbol of one table: `f(name, st_info, value,
+    /// size)`, until `f` returns false. Reads bounded as `section_data` bounds them.
+    fn each_symbol(&self, tab: &Section, mut f: impl FnMut(&str, u8, u64, u64) -> bool) {
         let Some(strtab) = self.sections.get(tab.link as usize) else { return };
         // an entry is at least 24 bytes; a smaller claimed size is a corrupt table
         let Some(ent) = usize::try_from(if tab.entsize == 0 { SYM_SIZE as u64 } else { tab.entsize }).ok().filter(|e| *e >= SYM_SIZE)
@@ -261,22 +256,43 @@ impl<'s, S: Source + ?Sized> Elf<'s, S> {
             return;
         };
         for i in 0..entries.len() / ent {
-            let f = |field| at(i, ent, field);
-            let read = || Some((u32_at(&entries, f(0)?)?, u16_at(&entries, f(6)?)?, u64_at(&entries, f(8)?)?, u64_at(&entries, f(16)?)?));
-            let Some((name, shndx, value, size)) = read() else { break };
+            let at = |field| at(i, ent, field);
+            let read = || {
+                Some((
+                    u32_at(&entries, at(0)?)?,
+                    *entries.get(at(4)?)?,
+                    u16_at(&entries, at(6)?)?,
+                    u64_at(&entries, at(8)?)?,
+                    u64_at(&entries, at(16)?)?,
+                ))
+            };
+            let Some((name, info, shndx, value, size)) = read() else { break };
             if shndx == SHN_UNDEF || name == 0 {
                 continue;
             }
             let Some(n) = cstr(&strings, name as usize, MAX_NAME) else { continue };
+            if !f(n, info, value, size) {
+                return;
+            }
+        }
+    }
+
+    /// Defined symbols of one table that `want` accepts, added to `out` unless seen.
+    fn collect(
+        &self,
+        tab: &Section,
+        want: &impl Fn(&str) -> bool,
+        out: &mut Vec<Symbol>,
+        seen: &mut std::collections::HashSet<(String, u64)>,
+    ) {
+        self.each_symbol(tab, |n, _, value, size| {
             // (name, value) seen: .dynsym and .symtab repeat each other, and a crafted
             // table can repeat one entry a million times (a list scan would be quadratic)
             if want(n) && seen.insert((n.to_string(), value)) {
                 out.push(Symbol { name: n.to_string(), value, size });
-                if out.len() >= MAX_MATCHES {
-                    return;
-                }
             }
-        }
+            out.len() < MAX_MATCHES
+        });
     }
 
     fn symbols_of(&self, kinds: &[u32], want: impl Fn(&str) -> bool) -> Vec<Symbol> {
@@ -375,35 +391,15 @@ impl<'s, S: Source + ?Sized> Elf<'s, S> {
         let mut out = vec![];
         let mut seen = std::collections::HashSet::new();
         for tab in self.sections.iter().filter(|s| s.kind == SHT_SYMTAB || s.kind == SHT_DYNSYM) {
-            let Some(strtab) = self.sections.get(tab.link as usize) else { continue };
-            let Some(ent) = usize::try_from(if tab.entsize == 0 { SYM_SIZE as u64 } else { tab.entsize }).ok().filter(|e| *e >= SYM_SIZE)
-            else {
-                continue;
-            };
-            let (Ok(entries), Ok(strings)) = (self.section_data(tab, MAX_SYMBOL_TABLE), self.section_data(strtab, MAX_SYMBOL_TABLE)) else {
-                continue;
-            };
-            for i in 0..entries.len() / ent {
-                let f = |field| at(i, ent, field);
-                let read = || {
-                    Some((
-                        u32_at(&entries, f(0)?)?,
-                        *entries.get(f(4)?)?,
-                        u16_at(&entries, f(6)?)?,
-                        u64_at(&entries, f(8)?)?,
-                        u64_at(&entries, f(16)?)?,
-                    ))
-                };
-                let Some((name, info, shndx, value, size)) = read() else { break };
+            self.each_symbol(tab, |n, info, value, size| {
                 // STT_FUNC = 2, STT_GNU_IFUNC = 10
-                if shndx == SHN_UNDEF || name == 0 || size == 0 || !matches!(info & 0xf, 2 | 10) || !seen.insert(value) {
-                    continue;
+                if size != 0 && matches!(info & 0xf, 2 | 10) && seen.insert(value) {
+                    out.push(Symbol { name: n.to_string(), value, size });
                 }
-                let Some(n) = cstr(&strings, name as usize, MAX_NAME) else { continue };
-                out.push(Symbol { name: n.to_string(), value, size });
-                if out.len() >= max {
-                    return out;
-                }
+                out.len() < max
+            });
+            if out.len() >= max {
+                break;
             }
         }
         out
