@@ -26,13 +26,13 @@ pub(super) struct StackState {
     /// target id -> how to read its Python frames, its thread states as
     /// last written (host TID -> PyThreadState), and when
     py: HashMap<u64, (python::Target, HashMap<u32, u64>, u64)>,
-    /// wait time whose thread was no longer known when it was drained
-    pub(super) unattributed_ns: u64,
+    /// drained waits whose thread was no longer known (exported as a loss)
+    unattributed: u64,
 }
 
 impl StackState {
     pub(super) fn new(opts: Options) -> StackState {
-        StackState { opts, namer: Namer::default(), stores: HashMap::new(), py: HashMap::new(), unattributed_ns: 0 }
+        StackState { opts, namer: Namer::default(), stores: HashMap::new(), py: HashMap::new(), unattributed: 0 }
     }
 }
 
@@ -132,7 +132,7 @@ impl Session {
         let now = monotonic_ns();
         for (w, ns) in drained {
             let Some((id, victim)) = whose.get(&(w.tid, w.gen)).copied() else {
-                st.unattributed_ns += ns;
+                st.unattributed += 1;
                 continue;
             };
             let Some(t) = self.targets.get(&id) else { continue };
@@ -165,11 +165,12 @@ impl Session {
         Some(st.stores.get(&target_id).cloned().unwrap_or_default())
     }
 
-    /// Stack events lost in the kernel: (probe, reason, count).
+    /// Stack events lost: in the kernel, and waits drained after their
+    /// thread was forgotten (`thread_gone`): (probe, reason, count).
     pub fn stacks_lost(&self) -> Vec<(&'static str, &'static str, u64)> {
-        if self.stacks.is_none() {
-            return vec![];
-        }
-        self.probe.stack_maps().lost().into_iter().map(|(r, n)| ("stacks", r, n)).collect()
+        let Some(st) = &self.stacks else { return vec![] };
+        let mut lost: Vec<_> = self.probe.stack_maps().lost().into_iter().map(|(r, n)| ("stacks", r, n)).collect();
+        lost.push(("stacks", "thread_gone", st.unattributed));
+        lost
     }
 }
