@@ -155,7 +155,8 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
     let report = report.with_age(ages.process(target.pid, t0)).with_stacks(session.wait_stacks(target.id));
     if let (Some((path, file)), Some(stacks)) = (profile_file.as_mut(), report.stacks.as_ref()) {
         let names: HashMap<u32, String> = report.threads.iter().map(|t| (t.tid, t.name.clone())).collect();
-        let (builder, dropped) = crate::export::profile::pprof(stacks, &names, start_unix_ns, end.saturating_sub(t0) as i64);
+        let builder = crate::export::profile::pprof(stacks, &names, start_unix_ns, end.saturating_sub(t0) as i64);
+        let dropped = builder.dropped();
         if dropped != Default::default() {
             log::warn!("the profile is full: {dropped:?} left out");
         }

@@ -8,7 +8,7 @@
 //! same-named threads' samples merge.
 use std::collections::HashMap;
 
-use waitmeter_formats::pprof::{Builder, Dropped, Frame as PFrame};
+use waitmeter_formats::pprof::{Builder, Frame as PFrame};
 
 use crate::model::stacks::{Kind, Role, WaitStacks};
 
@@ -21,9 +21,9 @@ fn label(names: &HashMap<u32, String>, tid: u32) -> String {
     }
 }
 
-/// The pprof profile (not gzipped) of `stacks`, which cover `duration_ns`
-/// from `start_unix_ns`; and what did not fit.
-pub fn pprof(stacks: &WaitStacks, names: &HashMap<u32, String>, start_unix_ns: i64, duration_ns: i64) -> (Builder, Dropped) {
+/// The pprof profile of `stacks`, which cover `duration_ns` from
+/// `start_unix_ns` (what did not fit: `Builder::dropped`).
+pub fn pprof(stacks: &WaitStacks, names: &HashMap<u32, String>, start_unix_ns: i64, duration_ns: i64) -> Builder {
     let mut b = Builder::new(&[("wait", "nanoseconds")], ("wait", "nanoseconds"), 1);
     b.set_time(start_unix_ns, duration_ns);
     b.add_comment("waitmeter wait profile: value = nanoseconds a thread waited; role victim = its own stack, holder/waker/preemptor = the stack of who it waited behind");
@@ -58,6 +58,5 @@ pub fn pprof(stacks: &WaitStacks, names: &HashMap<u32, String>, start_unix_ns: i
         }
         b.add_sample(&locs, &[i64::try_from(*ns).unwrap_or(i64::MAX)], &labels);
     }
-    let dropped = b.dropped();
-    (b, dropped)
+    b
 }
