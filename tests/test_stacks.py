@@ -1,16 +1,25 @@
 """Wait stacks (issue 14): the code on both sides of a wait, in the verdict,
 the JSON `wait_sites` and the pprof wait profile, on real interpreters and a
 real C program, read by the real pprof consumer (`go tool pprof`)."""
+import contextlib
 import gzip
 import os
+import re
 import shutil
 import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, ROOT, Workload, attach, by_tid
+from conftest import BUILD, ROOT, WAITMETER, Guard, Workload, attach, by_tid, free_port, wait_http
 from test_gil import built_python, pyenv_python, stripped_env
+
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+import pyroscope_receiver  # noqa: E402
 
 pytestmark = pytest.mark.needs_root
 
@@ -110,7 +119,8 @@ def test_a_stripped_libpython_and_threads_that_exit_mid_window(tmp_path):
     for t in report["threads"]:
         assert abs(sum(t["seconds"].values()) - t["existed_s"]) <= 0.01 * t["existed_s"] + 1e-4, t
     raw = go_pprof("-raw", out)
-    assert "[unknown]" in raw or "[unknown code" in raw, raw[:2000]
+    # what has no symbol is named by its object and offset, as perf does
+    assert re.search(r"\[[^\]/]+\+0x[0-9a-f]+\]", raw) or "[unknown code" in raw, raw[:2000]
 
 
 def go_pprof(*args):
@@ -148,3 +158,180 @@ def test_a_c_mutex_convoy_names_the_c_functions():
     assert share_of(victims, lambda s: "append_record" in s) >= 0.8, victims[:10]
     assert share_of(wakers, lambda s: "append_record" in s) >= 0.8, wakers[:10]
     assert report["python"] is None
+
+
+@contextlib.contextmanager
+def run_agent(pid, *extra, log=None):
+    """`waitmeter run --pid PID`; yields its base URL once /metrics answers."""
+    port = free_port()
+    cmd = [str(WAITMETER), "run", "--pid", str(pid), "--listen", f"127.0.0.1:{port}", *map(str, extra)]
+    with open(log or os.devnull, "w") as err:
+        agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    with Guard(agent):
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + "/metrics", timeout=30)
+        yield base
+        assert agent.poll() is None, f"the agent exited {agent.returncode}"
+
+
+def get(url, timeout=60):
+    """(status, body bytes) of a GET, errors included."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def holder_share_in(path):
+    """go tool pprof's share of the holders' time spent under json.dumps: its
+    cumulative time over the largest cumulative time (the threads' root frame).
+    (One -tagfocus: pprof keeps only the last of several.)"""
+    top = go_pprof("-top", "-cum", "-unit=ms", "-tagfocus=role=holder", path)
+    cum = {}
+    for ln in top.splitlines():
+        m = re.match(r"\s*\S+\s+[0-9.]+%\s+[0-9.]+%\s+([0-9.]+)ms\s+[0-9.]+%\s+(.+)$", ln)
+        if m:
+            cum[m.group(2).strip()] = float(m.group(1))
+    assert cum and "json.dumps" in cum, top
+    return cum["json.dumps"] / max(cum.values())
+
+
+def test_run_serves_wait_profiles_of_the_next_seconds(tmp_path):
+    """/debug/pprof/wait?seconds=N records the next N seconds and answers a
+    gzipped pprof profile that go tool pprof reads, with the labels of the
+    metrics (pid, comm, bounded thread names) and the holder's code."""
+    with Workload(interpreter("3.12"), HOLDER, "same") as w, run_agent(w.pid, log=tmp_path / "agent.log") as base:
+        t0 = time.monotonic()
+        status, body = get(f"{base}/debug/pprof/wait?seconds=3")
+        took = time.monotonic() - t0
+        assert status == 200, body[:200]
+        assert 2.9 <= took <= 15, took
+        out = tmp_path / "pulled.pb.gz"
+        out.write_bytes(body)
+        assert body[:2] == b"\x1f\x8b"
+        # the protocol's edges: one clear line each
+        for query, code, words in [("seconds=0", 400, "seconds"), ("seconds=abc", 400, "seconds"), ("seconds=301", 400, "seconds"),
+                                   ("seconds=1&pid=1", 404, "not watched"), ("pid=x", 400, "pid")]:
+            c, b = get(f"{base}/debug/pprof/wait?{query}")
+            assert c == code and words in b.decode(), (query, c, b)
+        c, b = get(f"{base}/debug/pprof/wait?seconds=1&pid={w.pid}")
+        assert c == 200 and b[:2] == b"\x1f\x8b", (c, b[:100])
+    p = pyroscope_receiver.decode_pprof(body)
+    assert p["sample_types"] == [("wait", "nanoseconds")], p["sample_types"]
+    assert 2.5e9 <= p["duration_nanos"] <= 6e9, p["duration_nanos"]
+    labels = [s["labels"] for s in p["samples"]]
+    assert all(lb.get("pid") == str(w.pid) and lb.get("comm") for lb in labels), labels[:5]
+    threads = {lb["thread"] for lb in labels}
+    assert {"ingest", "processor"} <= threads, threads
+    # ingest waited about the whole 3 s for the GIL (its own stacks, role victim)
+    ingest_wait = sum(s["values"][0] for s in p["samples"]
+                      if s["labels"]["role"] == "victim" and s["labels"]["thread"] == "ingest" and s["labels"]["state"] == "gil_wait")
+    assert 1.5e9 <= ingest_wait <= 3.6e9, ingest_wait
+    raw = go_pprof("-raw", out)
+    assert "wait/nanoseconds" in raw and "role:[holder]" in raw, raw[:2000]
+    assert abs(holder_share_in(out) - 0.75) <= 0.15, go_pprof("-top", "-cum", "-tagfocus=role=holder", out)
+
+
+def test_run_without_stacks_says_why_there_is_no_profile(tmp_path):
+    with Workload(interpreter("3.12"), HOLDER, "separate") as w, run_agent(w.pid, "--stacks", "none") as base:
+        c, b = get(f"{base}/debug/pprof/wait?seconds=1")
+    assert c == 404 and b"--stacks none" in b, (c, b)
+
+
+def test_run_pushes_wait_profiles_to_pyroscope(tmp_path):
+    """--pyroscope-url: every interval, one series per process through the
+    Connect push call, as a Pyroscope receiver decodes it: the labels, the
+    profile name, a pprof that go tool pprof reads with the holder's code."""
+    with pyroscope_receiver.start() as r, Workload(interpreter("3.12"), HOLDER, "same") as w:
+        comm = Path(f"/proc/{w.pid}/comm").read_text().strip()
+        with run_agent(w.pid, "--pyroscope-url", r.url, "--pyroscope-interval", 2, "--pyroscope-label", "namespace=shop",
+                       "--pyroscope-tenant", "team-a", log=tmp_path / "agent.log") as base:
+            series = r.wait_for(3, timeout=30)
+            metrics = get(f"{base}/metrics")[1].decode()
+    assert all(rq["status"] == 200 for rq in r.requests), r.requests
+    assert all(rq["headers"].get("content-type") == "application/proto" and rq["headers"].get("x-scope-orgid") == "team-a"
+               for rq in r.requests), r.requests
+    for s in series:
+        assert s.labels == {"__name__": "waitmeter_wait", "service_name": comm, "pid": str(w.pid),
+                            "comm": comm, "namespace": "shop"}, s.labels
+        assert len(s.profiles) == 1
+    p = pyroscope_receiver.decode_pprof(series[1].profiles[0])
+    assert p["sample_types"] == [("wait", "nanoseconds")]
+    assert 1.5e9 <= p["duration_nanos"] <= 4e9, p["duration_nanos"]
+    assert not any("pid" in s["labels"] for s in p["samples"]), "pid is a series label, not a sample label"
+    path = tmp_path / "pushed.pb.gz"
+    path.write_bytes(series[1].profiles[0])
+    assert abs(holder_share_in(path) - 0.75) <= 0.2, go_pprof("-top", "-cum", "-tagfocus=role=holder", path)
+    ok = re.search(r'waitmeter_profile_pushes_total\{result="ok"\} ([0-9.]+)', metrics)
+    assert ok and float(ok.group(1)) >= 2, metrics[-3000:]  # the third may be in flight
+
+
+def test_push_over_https_with_basic_auth(tmp_path):
+    """An https:// server checked against --pyroscope-ca-file, basic auth from
+    a password file (Grafana Cloud's way); a server whose certificate is not
+    trusted is counted unreachable, never pushed to."""
+    import base64
+    import ssl
+
+    from pki import self_signed, signed_by
+    self_signed(tmp_path, "ca")
+    signed_by(tmp_path, "server", "ca", "serverAuth", san="IP:127.0.0.1")
+    self_signed(tmp_path, "other")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
+    (tmp_path / "password").write_text("s3cret\n")
+    with pyroscope_receiver.start(ssl_context=ctx) as r, Workload(interpreter("3.12"), HOLDER, "separate") as w:
+        assert r.url.startswith("https://")
+        with run_agent(w.pid, "--pyroscope-url", r.url, "--pyroscope-interval", 1, "--pyroscope-ca-file", tmp_path / "ca.crt",
+                       "--pyroscope-user", "12345", "--pyroscope-password-file", tmp_path / "password",
+                       "--pyroscope-service", "ingest-svc", log=tmp_path / "agent.log"):
+            series = r.wait_for(1, timeout=30)
+        with run_agent(w.pid, "--pyroscope-url", r.url, "--pyroscope-interval", 1, "--pyroscope-ca-file", tmp_path / "other.crt",
+                       log=tmp_path / "untrusted.log") as base:
+            deadline = time.monotonic() + 20
+            while not re.search(r'waitmeter_profile_pushes_total\{result="unreachable"\} [1-9]', get(f"{base}/metrics")[1].decode()):
+                assert time.monotonic() < deadline, (tmp_path / "untrusted.log").read_text()
+                time.sleep(0.5)
+    assert series[0].labels["service_name"] == "ingest-svc"
+    auth = r.requests[0]["headers"].get("authorization")
+    assert auth == "Basic " + base64.b64encode(b"12345:s3cret").decode(), r.requests[0]
+    # nothing got through from the agent that did not trust the server
+    assert all(s.labels["service_name"] == "ingest-svc" for s in r.received), [s.labels for s in r.received]
+    assert "certificate" in (tmp_path / "untrusted.log").read_text().lower()
+
+
+def test_pushes_the_server_refuses_are_counted(tmp_path):
+    """A wrong path gets 404 from the receiver: counted as rejected, logged
+    once, the agent goes on serving."""
+    with pyroscope_receiver.start() as r, Workload(interpreter("3.12"), HOLDER, "separate") as w:
+        log = tmp_path / "agent.log"
+        with run_agent(w.pid, "--pyroscope-url", r.url + "/wrong/prefix", "--pyroscope-interval", 1, log=log) as base:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                metrics = get(f"{base}/metrics")[1].decode()
+                m = re.search(r'waitmeter_profile_pushes_total\{result="rejected"\} ([0-9.]+)', metrics)
+                if m and float(m.group(1)) >= 2:
+                    break
+                time.sleep(0.5)
+            else:
+                raise AssertionError(metrics[-2000:])
+    assert not r.received
+    warnings = [ln for ln in log.read_text().splitlines() if "pushing profiles" in ln]
+    assert len(warnings) == 1 and "HTTP 404" in warnings[0], warnings
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--pyroscope-url", "ftp://x"], "http:// or https://"),
+    (["--pyroscope-url", "http://x:1", "--stacks", "none"], "--stacks none"),
+    (["--pyroscope-url", "http://x:1", "--pyroscope-label", "noequals"], "NAME=VALUE"),
+    (["--pyroscope-url", "http://x:1", "--pyroscope-label", "k8s.pod=a"], "invalid label name"),
+    (["--pyroscope-url", "http://x:1", "--pyroscope-label", "service_name=a"], "--pyroscope-service"),
+    (["--pyroscope-url", "https://x:1", "--pyroscope-ca-file", "/nonexistent.pem"], "/nonexistent.pem"),
+])
+def test_bad_push_options_are_one_line(args, words):
+    cp = subprocess.run([str(WAITMETER), "run", "--pid", "1", "--listen", f"127.0.0.1:{free_port()}", *args],
+                        capture_output=True, text=True, timeout=30)
+    assert cp.returncode == 2, (cp.returncode, cp.stderr)
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], cp.stderr

@@ -44,7 +44,7 @@ Examples:
 
 Ctrl-C ends the window early and still prints the report. If the process exits
 during the window, the report covers the time it ran and the exit code is 2.")]
-    Attach(AttachArgs),
+    Attach(Box<AttachArgs>),
     /// Serve Prometheus metrics for one or more processes, or all of them
     #[command(after_help = "\
 Examples:
@@ -57,7 +57,7 @@ Examples:
 
 Metrics: docs/metrics.md. Scrape http(s)://ADDR:PORT/metrics; GET /healthz answers 200 while the
 agent's main loop runs (for liveness probes; not behind basic auth).")]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print docs/metrics.md, generated from the metric catalogue
     #[command(hide = true)]
     MetricsDoc,
@@ -118,10 +118,9 @@ pub struct ProbeArgs {
     /// Lock waits of Python 3.13+ (PyMutex, threading.Lock): uprobe (default) charges them to the lock, none to futex words
     #[arg(long, value_enum, default_value_t = LockProbe::Uprobe)]
     pub lock_probe: LockProbe,
-    /// Stacks of both sides of each wait: all, python, native or none (default: all for attach;
-    /// none for run, which serves no profiles yet)
-    #[arg(long, value_enum)]
-    pub stacks: Option<Stacks>,
+    /// Stacks of both sides of each wait, for the verdict and the wait profiles: all, python, native or none
+    #[arg(long, value_enum, default_value_t = Stacks::All)]
+    pub stacks: Stacks,
     /// A thread takes its own stack at most once per this many milliseconds (reused meanwhile)
     #[arg(long, value_name = "MS", default_value_t = 2.0, value_parser = stack_interval)]
     pub stack_interval: f64,
@@ -316,6 +315,37 @@ pub struct RunArgs {
     pub probe: ProbeArgs,
     #[command(flatten)]
     pub age: AgeArgs,
+    #[command(flatten)]
+    pub push: PushArgs,
+}
+
+/// Pushing wait profiles to Pyroscope (docs/profiles.md).
+#[derive(Args, Debug, Clone)]
+pub struct PushArgs {
+    /// Push wait profiles to this Pyroscope server (or Grafana Alloy's pyroscope.receive_http), e.g. http://pyroscope:4040
+    #[arg(long, value_name = "URL")]
+    pub pyroscope_url: Option<String>,
+    /// Seconds of waiting in each pushed profile
+    #[arg(long, value_name = "SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=300), requires = "pyroscope_url")]
+    pub pyroscope_interval: u64,
+    /// The `service_name` label of the pushed profiles (default: each process' command name)
+    #[arg(long, value_name = "NAME", requires = "pyroscope_url")]
+    pub pyroscope_service: Option<String>,
+    /// An extra label of every pushed profile (repeat for several), e.g. namespace=shop
+    #[arg(long = "pyroscope-label", value_name = "NAME=VALUE", requires = "pyroscope_url")]
+    pub pyroscope_labels: Vec<String>,
+    /// Tenant of a multi-tenant Pyroscope (sent as X-Scope-OrgID)
+    #[arg(long, value_name = "ID", requires = "pyroscope_url")]
+    pub pyroscope_tenant: Option<String>,
+    /// User for basic auth (Grafana Cloud: the instance ID)
+    #[arg(long, value_name = "USER", requires = "pyroscope_password_file")]
+    pub pyroscope_user: Option<String>,
+    /// File holding the basic-auth password or token
+    #[arg(long, value_name = "FILE", requires = "pyroscope_user")]
+    pub pyroscope_password_file: Option<PathBuf>,
+    /// CA certificates (PEM) to check an https:// server with (default: the system's)
+    #[arg(long, value_name = "FILE", requires = "pyroscope_url")]
+    pub pyroscope_ca_file: Option<PathBuf>,
 }
 
 #[cfg(test)]

@@ -536,14 +536,18 @@ class Receiver:
     (Series, in order of arrival), `requests` (one dict per request: method, path, headers
     with lowercase names, status)."""
 
-    def __init__(self, host="127.0.0.1", port=0, out_dir=None, verbose=False):
+    def __init__(self, host="127.0.0.1", port=0, out_dir=None, verbose=False, ssl_context=None):
         self.received, self.requests = [], []
         self.out_dir, self.verbose = (Path(out_dir) if out_dir else None), verbose
         self._lock = threading.Condition()
         self._server = ThreadingHTTPServer((host, port), _Handler)
         self._server.daemon_threads = True
         self._server.receiver = self
-        self.url = f"http://{host}:{self._server.server_address[1]}"
+        scheme = "http"
+        if ssl_context is not None:  # HTTPS, as Pyroscope behind TLS (or Grafana Cloud) serves it
+            self._server.socket = ssl_context.wrap_socket(self._server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://{host}:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="pyroscope-receiver", daemon=True)
         self._thread.start()
 
@@ -592,9 +596,9 @@ def _safe(s):
     return re.sub(r"[^A-Za-z0-9_.]", "_", s)[:64] or "_"
 
 
-def start(out_dir=None, verbose=False):
-    """A receiver on 127.0.0.1, on a port the OS picks."""
-    return Receiver(out_dir=out_dir, verbose=verbose)
+def start(out_dir=None, verbose=False, ssl_context=None):
+    """A receiver on 127.0.0.1, on a port the OS picks (HTTPS with an ssl.SSLContext)."""
+    return Receiver(out_dir=out_dir, verbose=verbose, ssl_context=ssl_context)
 
 
 # --- self-test -----------------------------------------------------------------------------

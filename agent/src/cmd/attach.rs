@@ -20,7 +20,7 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
     let age = args.age.config()?;
     // fail before measuring, not after, when the profile cannot be written
     let mut profile_file = match &args.profile {
-        Some(p) if args.probe.stacks == Some(crate::cli::Stacks::None) => {
+        Some(p) if args.probe.stacks == crate::cli::Stacks::None => {
             return Err(usage!("--profile {} needs stacks: drop --stacks none", p.display()));
         }
         Some(p) => Some((
@@ -31,7 +31,7 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
         None => None,
     };
     let start_unix_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
-    let mut session = Session::start(&session_options(&args.probe, false, crate::cli::Stacks::All, true))?;
+    let mut session = Session::start(&session_options(&args.probe, false, true))?;
     session.attach(args.pid)?;
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
     let t0 = target.attached_ns;

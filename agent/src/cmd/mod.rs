@@ -27,11 +27,10 @@ pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
 }
 
-/// `default_stacks`: what `--stacks` means when not given; `keep_stacks`:
-/// whether the command reads the stacks (`run` drains and drops them until it
-/// serves profiles).
-pub fn session_options(p: &ProbeArgs, follow_forks: bool, default_stacks: crate::cli::Stacks, keep_stacks: bool) -> SessionOptions {
-    let stacks = p.stacks.unwrap_or(default_stacks);
+/// `keep_stacks`: whether the session keeps the stacks it drains from the
+/// start (`run` keeps them only while a profile is being recorded).
+pub fn session_options(p: &ProbeArgs, follow_forks: bool, keep_stacks: bool) -> SessionOptions {
+    let stacks = p.stacks;
     SessionOptions {
         btf: p.btf.clone(),
         max_threads: p.max_threads,

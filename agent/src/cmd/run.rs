@@ -1,4 +1,6 @@
-//! `waitmeter run`: watch processes continuously and serve /metrics.
+//! `waitmeter run`: watch processes continuously, serve /metrics and wait
+//! profiles, push profiles to Pyroscope.
+use std::collections::HashMap;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
@@ -10,15 +12,153 @@ use crate::cli::RunArgs;
 use crate::clock::monotonic_ns;
 use crate::export::http;
 use crate::export::prometheus::{AgeExport, AgentStatus, CgroupInfo, Exporter, ProcessInfo, EXITED_RETENTION_NS, WINDOW_STEP_NS};
+use crate::export::push::{self, Pusher, PROFILE_NAME};
+use crate::export::recorder::{Captures, Proc, Pull, Recorder};
 use crate::export::web::Web;
 use crate::probes::sched::VARIANT;
-use crate::session::Session;
+use crate::session::{Session, Snapshot};
 
 /// The hooks the sched probe attaches; each has a `waitmeter_probe_attached` series.
 const SCHED_HOOKS: [&str; 5] = ["sched_switch", "sched_wakeup", "sched_waking", "sched_wakeup_new", "sched_process_exit"];
 /// How often exits are drained and processes checked.
 const TICK: Duration = Duration::from_millis(250);
 const DISCOVER_EVERY_NS: u64 = 1_000_000_000;
+/// How often wait stacks are drained from the kernel (its map holds 65,536).
+const STACKS_EVERY_NS: u64 = 2_000_000_000;
+
+/// Where pushed profiles go, and what they carry.
+struct Pushing {
+    pusher: Pusher,
+    every_ns: u64,
+    next_ns: u64,
+    service: Option<String>,
+    labels: Vec<(String, String)>,
+    recorder: Recorder,
+}
+
+/// Check the push options and start the pushing thread.
+fn pushing(args: &crate::cli::PushArgs, stacks_on: bool) -> Result<Option<Pushing>> {
+    let Some(url) = &args.pyroscope_url else { return Ok(None) };
+    if !stacks_on {
+        return Err(crate::usage!("--pyroscope-url pushes wait profiles, which need stacks: drop --stacks none"));
+    }
+    let access = push::Access {
+        tenant: args.pyroscope_tenant.as_deref(),
+        user: args.pyroscope_user.as_deref(),
+        password_file: args.pyroscope_password_file.as_deref(),
+        ca_file: args.pyroscope_ca_file.as_deref(),
+    };
+    let target = push::Target::parse(url, &access).map_err(|e| crate::usage!("--pyroscope-url {url}: {e:#}"))?;
+    let mut labels = vec![];
+    for l in &args.pyroscope_labels {
+        let Some((n, v)) = l.split_once('=') else {
+            return Err(crate::usage!("--pyroscope-label {l:?}: write it as NAME=VALUE"));
+        };
+        if matches!(n, "__name__" | "service_name" | "pid" | "comm") {
+            return Err(crate::usage!("--pyroscope-label {n}: waitmeter sets that label itself (--pyroscope-service for service_name)"));
+        }
+        labels.push((n.to_string(), v.to_string()));
+    }
+    // every series' labels, checked now rather than refused at every push
+    let service = args.pyroscope_service.clone();
+    let mut all: Vec<(&str, &str)> =
+        vec![("__name__", PROFILE_NAME), ("service_name", service.as_deref().unwrap_or("x")), ("pid", "1"), ("comm", "x")];
+    all.extend(labels.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    waitmeter_formats::pyroscope::check_labels(&all)
+        .map_err(|e| crate::usage!("the pushed profiles' labels: {e}: fix --pyroscope-label or --pyroscope-service"))?;
+    let pusher = Pusher::start(target)?;
+    let now = monotonic_ns();
+    let every_ns = args.pyroscope_interval * 1_000_000_000;
+    Ok(Some(Pushing { pusher, every_ns, next_ns: now + every_ns, service, labels, recorder: Recorder::new(now, unix_ns()) }))
+}
+
+fn unix_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// A sample of the session, with what the exporter and the recorders need
+/// of it: exited threads folded, threads labelled, stacks handed on.
+fn sample(
+    session: &mut Session,
+    exporter: &mut crate::export::prometheus::Exporter,
+    captures: &mut Captures,
+    pushing: Option<&mut Pushing>,
+) -> Snapshot {
+    session.keep_stacks(!captures.is_empty() || pushing.is_some());
+    let snap = session.sample();
+    exporter.fold_exits(&snap.exited);
+    exporter.label_threads(&snap);
+    let stacks = session.take_wait_stacks();
+    if !stacks.is_empty() {
+        let procs: HashMap<u64, Proc> = session.targets().map(|t| (t.id, Proc { pid: t.pid, comm: t.comm.clone() })).collect();
+        let mut pushing = pushing;
+        for (id, w) in &stacks {
+            let Some(p) = procs.get(id) else { continue };
+            captures.add(*id, p, w);
+            if let Some(ps) = pushing.as_deref_mut() {
+                ps.recorder.add(*id, p, w);
+            }
+        }
+    }
+    snap
+}
+
+/// Answer the pulls whose seconds are over.
+fn answer_pulls(due: Vec<(Pull, Recorder)>, session: &Session, exporter: &crate::export::prometheus::Exporter, now: u64) {
+    for (pull, rec) in due {
+        let only = match pull.pid {
+            None => None,
+            Some(pid) => match session.targets().find(|t| t.pid == pid) {
+                Some(t) => Some(t.id),
+                None => {
+                    let _ = pull.reply.send(Err(format!("process {pid} is not watched")));
+                    continue;
+                }
+            },
+        };
+        let b = rec.pprof(now, only, true, |target, tid| exporter.thread_label(target, tid));
+        let dropped = b.dropped();
+        if dropped != Default::default() || rec.dropped_ns > 0 {
+            log::debug!("a pulled profile is full: {dropped:?}, {} ns of waiting left out", rec.dropped_ns);
+        }
+        let _ = pull.reply.send(Ok(b.encode_gzip()));
+    }
+}
+
+/// Push what was recorded since the last push: one series per process.
+fn push_now(ps: &mut Pushing, exporter: &crate::export::prometheus::Exporter, now: u64) {
+    let rec = std::mem::replace(&mut ps.recorder, Recorder::new(now, unix_ns()));
+    let mut procs: Vec<(u64, Proc)> = rec.processes().map(|(id, p)| (id, p.clone())).collect();
+    procs.sort_by_key(|p| p.0);
+    let mut profiles = vec![];
+    for (id, p) in &procs {
+        let b = rec.pprof(now, Some(*id), false, |target, tid| exporter.thread_label(target, tid));
+        if b.samples() > 0 {
+            profiles.push((p, b.encode_gzip()));
+        }
+    }
+    if profiles.is_empty() {
+        return;
+    }
+    let labels: Vec<Vec<(String, String)>> = profiles
+        .iter()
+        .map(|(p, _)| {
+            let mut l = vec![
+                ("__name__".to_string(), PROFILE_NAME.to_string()),
+                ("service_name".to_string(), ps.service.clone().unwrap_or_else(|| p.comm.clone())),
+                ("pid".to_string(), p.pid.to_string()),
+                ("comm".to_string(), p.comm.clone()),
+            ];
+            l.extend(ps.labels.iter().cloned());
+            l
+        })
+        .collect();
+    let pairs: Vec<Vec<(&str, &str)>> = labels.iter().map(|l| l.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect()).collect();
+    let bodies: Vec<[&[u8]; 1]> = profiles.iter().map(|(_, b)| [b.as_slice()]).collect();
+    let series: Vec<waitmeter_formats::pyroscope::Series> =
+        pairs.iter().zip(&bodies).map(|(labels, b)| waitmeter_formats::pyroscope::Series { labels, profiles: b }).collect();
+    ps.pusher.send(waitmeter_formats::pyroscope::push_request(&series));
+}
 
 pub fn run(args: &RunArgs) -> Result<()> {
     install_stop_handler();
@@ -36,12 +176,16 @@ pub fn run(args: &RunArgs) -> Result<()> {
         None => None,
     };
     // bind first: a taken port fails before any probe is loaded
+    let stacks_on = args.probe.stacks != crate::cli::Stacks::None;
+    let mut pushing = pushing(&args.push, stacks_on)?;
     let (tx, rx) = mpsc::channel::<http::Scrape>();
-    let endpoint = http::serve(&args.listen, web, tx)?;
+    let (pull_tx, pull_rx) = mpsc::channel::<Pull>();
+    let endpoint = http::serve(&args.listen, web, tx, stacks_on.then_some(pull_tx))?;
     let addr = endpoint.addr;
     let scheme = if endpoint.tls { "https" } else { "http" };
-    // no profiles are served yet (issue 14): no stacks unless asked for, and those dropped
-    let mut session = Session::start(&session_options(&args.probe, args.all, crate::cli::Stacks::None, false))?;
+    // stacks are drained all along and kept only while a profile is recorded
+    let mut session = Session::start(&session_options(&args.probe, args.all, false))?;
+    let mut captures = Captures::default();
     for pid in &args.pid {
         session.attach(*pid)?;
     }
@@ -51,22 +195,24 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let attached = session.probe().attached();
     let variant = VARIANT;
     crate::say!(
-        "waitmeter: serving {scheme}://{addr}/metrics for {} process(es){}; probes: {} ({variant})",
+        "waitmeter: serving {scheme}://{addr}/metrics{} for {} process(es){}; probes: {} ({variant}){}",
+        if stacks_on { " and /debug/pprof/wait" } else { "" },
         session.targets().count(),
         if args.all { " and every new one" } else { "" },
-        attached.join(", ")
+        attached.join(", "),
+        args.push.pyroscope_url.as_ref().map(|u| format!("; pushing wait profiles to {u}")).unwrap_or_default()
     );
     let mut exporter = Exporter::new(args.max_thread_labels, args.tid_labels);
     let mut next_discover = monotonic_ns() + DISCOVER_EVERY_NS;
     let mut next_window = monotonic_ns();
+    let mut next_stacks = monotonic_ns() + STACKS_EVERY_NS;
     let mut warned_all_gone = false;
     let online = crate::report::online_cpus();
     while !stop_requested() {
         endpoint.health.beat();
         match rx.recv_timeout(TICK) {
             Ok(scrape) => {
-                let snap = session.sample();
-                exporter.fold_exits(&snap.exited);
+                let snap = sample(&mut session, &mut exporter, &mut captures, pushing.as_mut());
                 let procs: Vec<ProcessInfo> = session
                     .targets()
                     .map(|t| ProcessInfo {
@@ -88,6 +234,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     maps: session.map_entries(),
                     http_codes: endpoint.stats.codes(),
                     http_drops: endpoint.stats.drops(),
+                    pushes: pushing.as_ref().map(|p| p.pusher.stats.by_result()).unwrap_or_default(),
                 };
                 let mut cgroups: Vec<CgroupInfo> = vec![];
                 for t in session.targets().filter(|t| t.exited_ns.is_none()) {
@@ -115,12 +262,38 @@ pub fn run(args: &RunArgs) -> Result<()> {
             while next_window <= now {
                 next_window += WINDOW_STEP_NS;
             }
-            let snap = session.sample();
-            exporter.fold_exits(&snap.exited);
+            let snap = sample(&mut session, &mut exporter, &mut captures, pushing.as_mut());
             exporter.window(now, &snap);
+            next_stacks = now + STACKS_EVERY_NS;
+        } else if stacks_on && now >= next_stacks {
+            sample(&mut session, &mut exporter, &mut captures, pushing.as_mut());
+            next_stacks = now + STACKS_EVERY_NS;
         } else {
             let exits = session.exits();
             exporter.fold_exits(&exits);
+        }
+        // profiles: new pulls start from a drained map; due ones and pushes end with one
+        while let Ok(pull) = pull_rx.try_recv() {
+            if captures.is_empty() && pushing.is_none() {
+                sample(&mut session, &mut exporter, &mut captures, None);
+            }
+            if let Err(pull) = captures.start(pull, monotonic_ns(), unix_ns()) {
+                let _ = pull
+                    .reply
+                    .send(Err(format!("busy: {} profiles are being recorded already: retry", crate::export::recorder::MAX_CAPTURES)));
+            }
+        }
+        let due_push = pushing.as_ref().is_some_and(|p| now >= p.next_ns);
+        if captures.next_due().is_some_and(|d| d <= now) || due_push {
+            sample(&mut session, &mut exporter, &mut captures, pushing.as_mut());
+            next_stacks = now + STACKS_EVERY_NS;
+            answer_pulls(captures.due(now), &session, &exporter, now);
+            if let Some(ps) = pushing.as_mut().filter(|_| due_push) {
+                while ps.next_ns <= now {
+                    ps.next_ns += ps.every_ns;
+                }
+                push_now(ps, &exporter, now);
+            }
         }
         ages.poll(now);
         if now >= next_discover {

@@ -186,6 +186,14 @@ pub const HTTP_CONNECTIONS_DROPPED: Metric = Metric {
     help: "Connections the endpoint closed without an answer, by reason: head_timeout (the request head, TLS handshake included, was not complete 5 s after accept), evicted (closed to make room: the oldest connection still sending its head, when 256 were open), over_limit (256 connections busy answering: answered 503 with Retry-After at once), write_timeout (the response was not taken within 30 s), tls_handshake (the TLS handshake failed: no or untrusted client certificate, plain HTTP on a TLS port). A steady rise of head_timeout or evicted is a slow or hostile client.",
 };
 
+pub const PROFILE_PUSHES: Metric = Metric {
+    base: "waitmeter_profile_pushes",
+    kind: Kind::Counter,
+    unit: None,
+    labels: &["result"],
+    help: "Wait-profile pushes to Pyroscope (--pyroscope-url), by result: ok, rejected (a 4xx answer other than 429: labels or profile refused; see the agent's log), failed (429 or 5xx: the server could not take it), unreachable (no connection, TLS failure, no answer within 10 s), queue_full (two pushes were already waiting: the server is slower than --pyroscope-interval). A push that did not land is not retried: its seconds are missing from Pyroscope. Absent without --pyroscope-url.",
+};
+
 pub const WATCHED_PROCESSES: Metric =
     Metric { base: "waitmeter_watched_processes", kind: Kind::Gauge, unit: None, labels: &[], help: "Processes being measured." };
 
@@ -246,6 +254,7 @@ pub const ALL: &[&Metric] = &[
     &AGE_CLIENT_REJECTED,
     &HTTP_REQUESTS,
     &HTTP_CONNECTIONS_DROPPED,
+    &PROFILE_PUSHES,
     &WATCHED_PROCESSES,
     &WATCHED_THREADS,
     &EVENTS_LOST,

@@ -1,5 +1,6 @@
-//! The HTTP endpoint of `waitmeter run`: `/metrics`, `/healthz` and a landing
-//! page, HTTP/1.1 with optional TLS and basic auth (`web.rs`).
+//! The HTTP endpoint of `waitmeter run`: `/metrics`, `/healthz`, wait
+//! profiles at `/debug/pprof/wait?seconds=N` and a landing page, HTTP/1.1
+//! with optional TLS and basic auth (`web.rs`).
 //!
 //! It is reachable by anyone on the pod network, so it is built to keep
 //! answering scrapes whatever other clients do:
@@ -17,6 +18,10 @@
 //! - every answer and every connection closed without one is counted
 //!   (`waitmeter_http_requests_total`, `waitmeter_http_connections_dropped_total`).
 //!
+//! A profile request holds its connection for the `seconds` it asks for (its
+//! response deadline moves by as much); at most `recorder::MAX_CAPTURES` are
+//! recorded at once, another gets 429 with `Retry-After`.
+//!
 //! `/healthz` answers 200 while the main loop beats, 503 once it has not for
 //! `STALLED_AFTER`: the chart's liveness probe uses it. It is not behind basic
 //! auth (kubelet probes carry no credentials); it says nothing but "ok".
@@ -31,6 +36,7 @@ use anyhow::Result;
 use flate2::write::GzEncoder;
 use waitmeter_formats::http::{self as head, HeadError, HeadScanner, MAX_HEAD};
 
+use super::recorder::{Pull, DEFAULT_SECONDS, MAX_SECONDS};
 use super::web::{Auth, Web, WebConfig};
 use crate::usage;
 
@@ -174,6 +180,13 @@ impl Slots {
         Some(id)
     }
 
+    /// The response may take until `until` (a profile's seconds and the write).
+    fn extend(&self, id: u64, until: Instant) {
+        if let Some(s) = self.inner.lock().expect("slots lock").1.iter_mut().find(|s| s.id == id) {
+            s.deadline = s.deadline.max(until);
+        }
+    }
+
     /// The head is in: the response deadline starts. False when the slot was
     /// closed meanwhile (evicted or timed out).
     fn answering(&self, id: u64) -> bool {
@@ -287,6 +300,8 @@ impl Cache {
 
 struct Shared {
     scrapes: Mutex<mpsc::Sender<Scrape>>,
+    /// None: stacks are off, no profiles
+    pulls: Option<Mutex<mpsc::Sender<Pull>>>,
     cache: Cache,
     web: Option<Web>,
     stats: Arc<Stats>,
@@ -294,14 +309,16 @@ struct Shared {
     slots: Slots,
 }
 
-/// Bind `addr` and serve in the background.
-pub fn serve(addr: &str, web: Option<Web>, scrapes: mpsc::Sender<Scrape>) -> Result<Endpoint> {
+/// Bind `addr` and serve in the background; wait profiles are asked of
+/// `pulls` (None: they are not served).
+pub fn serve(addr: &str, web: Option<Web>, scrapes: mpsc::Sender<Scrape>, pulls: Option<mpsc::Sender<Pull>>) -> Result<Endpoint> {
     let listener =
         TcpListener::bind(addr).map_err(|e| usage!("cannot listen on {addr}: {e}: pick a free address with --listen ADDR:PORT"))?;
     let bound = listener.local_addr()?;
     let tls = web.as_ref().is_some_and(|w| w.current().tls.is_some());
     let shared = Arc::new(Shared {
         scrapes: Mutex::new(scrapes),
+        pulls: pulls.map(Mutex::new),
         cache: Cache::default(),
         web,
         stats: Arc::default(),
@@ -426,6 +443,7 @@ struct Answer {
 enum Body {
     Static(&'static str),
     Owned(String),
+    Bytes(Vec<u8>),
     Render { render: Arc<Rendered>, openmetrics: bool, gzip: bool },
 }
 
@@ -434,6 +452,7 @@ impl Body {
         match self {
             Body::Static(s) => s.as_bytes(),
             Body::Owned(s) => s.as_bytes(),
+            Body::Bytes(b) => b,
             Body::Render { render, openmetrics, gzip } => render.body(*openmetrics, *gzip),
         }
     }
@@ -450,6 +469,7 @@ fn reason(code: u16) -> &'static str {
         401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         503 => "Service Unavailable",
         505 => "HTTP Version Not Supported",
@@ -491,7 +511,7 @@ fn serve_one(stream: TcpStream, id: u64, shared: &Shared, cfg: Option<&WebConfig
     let (ans, head_only) = match end {
         None => (answer(431, "request head too large\n"), false),
         Some(end) => match head::parse_request(&buf[..end]) {
-            Ok(req) => (route(&req, shared, cfg), req.method == "HEAD"),
+            Ok(req) => (route(&req, id, shared, cfg), req.method == "HEAD"),
             Err(HeadError::Version) => (answer(505, "HTTP/1.x only\n"), false),
             Err(HeadError::TooLarge | HeadError::TooManyHeaders) => (answer(431, "request head too large\n"), false),
             Err(e) => {
@@ -550,9 +570,63 @@ fn linger(sock: &mut TcpStream) {
 }
 
 const LANDING: &str = "<!doctype html><html><head><title>waitmeter</title></head><body><h1>waitmeter</h1>\
-<p><a href=\"/metrics\">/metrics</a> &middot; <a href=\"/healthz\">/healthz</a></p></body></html>\n";
+<p><a href=\"/metrics\">/metrics</a> &middot; <a href=\"/healthz\">/healthz</a> &middot; \
+<a href=\"/debug/pprof/wait?seconds=10\">/debug/pprof/wait?seconds=10</a> (a wait profile, pprof)</p></body></html>\n";
 
-fn route(req: &head::Request<'_>, shared: &Shared, cfg: Option<&WebConfig>) -> Answer {
+/// `seconds` and `pid` of a profile request's query.
+fn profile_query(query: Option<&str>) -> Result<(u64, Option<u32>), &'static str> {
+    let (mut seconds, mut pid) = (DEFAULT_SECONDS, None);
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "seconds" => {
+                seconds =
+                    v.parse().ok().filter(|s| (1..=MAX_SECONDS).contains(s)).ok_or("seconds must be a whole number from 1 to 300\n")?
+            }
+            "pid" => pid = Some(v.parse().ok().filter(|p| *p > 0).ok_or("pid must be a process ID\n")?),
+            _ => {}
+        }
+    }
+    Ok((seconds, pid))
+}
+
+/// A wait profile of the next `seconds`: recorded by the main loop, which
+/// answers when they are over.
+fn profile(req: &head::Request<'_>, id: u64, shared: &Shared) -> Answer {
+    let Some(pulls) = &shared.pulls else {
+        return answer(404, "no wait profiles: waitmeter runs with --stacks none\n");
+    };
+    let (seconds, pid) = match profile_query(req.query) {
+        Ok(q) => q,
+        Err(why) => return answer(400, why),
+    };
+    let wait = Duration::from_secs(seconds) + RENDER_TIMEOUT;
+    shared.slots.extend(id, Instant::now() + wait + RESPONSE_DEADLINE);
+    let (tx, rx) = mpsc::sync_channel(1);
+    if pulls.lock().expect("pull channel lock").send(Pull { seconds, pid, reply: tx }).is_err() {
+        return answer(503, "waitmeter is shutting down\n");
+    }
+    match rx.recv_timeout(wait) {
+        Ok(Ok(gz)) => Answer {
+            code: 200,
+            headers: vec![
+                ("Content-Type", "application/octet-stream".into()),
+                ("Content-Disposition", "attachment; filename=\"wait.pb.gz\"".into()),
+                ("X-Content-Type-Options", "nosniff".into()),
+            ],
+            body: Body::Bytes(gz),
+        },
+        Ok(Err(why)) if why.starts_with("busy") => {
+            let mut a = Answer { body: Body::Owned(format!("{why}\n")), ..answer(429, "") };
+            a.headers.push(("Retry-After", "5".into()));
+            a
+        }
+        Ok(Err(why)) => Answer { body: Body::Owned(format!("{why}\n")), ..answer(404, "") },
+        Err(_) => answer(503, "waitmeter is busy or shutting down: retry\n"),
+    }
+}
+
+fn route(req: &head::Request<'_>, id: u64, shared: &Shared, cfg: Option<&WebConfig>) -> Answer {
     if req.method != "GET" && req.method != "HEAD" {
         let mut a = answer(405, "only GET and HEAD\n");
         a.headers.push(("Allow", "GET, HEAD".into()));
@@ -596,6 +670,7 @@ fn route(req: &head::Request<'_>, shared: &Shared, cfg: Option<&WebConfig>) -> A
             }
             Answer { code: 200, headers, body: Body::Render { render: rendered, openmetrics, gzip } }
         }
+        "/debug/pprof/wait" => profile(req, id, shared),
         "/" => Answer { headers: vec![("Content-Type", "text/html; charset=utf-8".into())], ..answer(200, LANDING) },
         _ => answer(404, "not found: try /metrics\n"),
     }
@@ -608,7 +683,7 @@ mod tests {
     /// An endpoint whose "main loop" answers every scrape with `text`, counting renders.
     fn endpoint(web: Option<Web>) -> (Endpoint, Arc<AtomicU64>) {
         let (tx, rx) = mpsc::channel::<Scrape>();
-        let ep = serve("127.0.0.1:0", web, tx).unwrap();
+        let ep = serve("127.0.0.1:0", web, tx, None).unwrap();
         let renders = Arc::new(AtomicU64::new(0));
         let (r, health) = (Arc::clone(&renders), Arc::clone(&ep.health));
         std::thread::spawn(move || loop {
@@ -631,6 +706,39 @@ mod tests {
         let mut out = vec![];
         let _ = s.read_to_end(&mut out);
         String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn profile_queries() {
+        assert_eq!(profile_query(None), Ok((DEFAULT_SECONDS, None)));
+        assert_eq!(profile_query(Some("seconds=14")), Ok((14, None)));
+        assert_eq!(profile_query(Some("seconds=5&pid=42&debug=1")), Ok((5, Some(42))));
+        assert_eq!(profile_query(Some("&&seconds=300&")), Ok((300, None)));
+        for bad in ["seconds=0", "seconds=301", "seconds=-1", "seconds=", "seconds=1e3", "pid=0", "pid=x", "seconds=99999999999999999999"] {
+            assert!(profile_query(Some(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn profiles_need_stacks_and_a_main_loop() {
+        let (ep, _) = endpoint(None);
+        let r = request(ep.addr, "GET /debug/pprof/wait?seconds=1 HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 404") && r.contains("--stacks none"), "{r}");
+        // a main loop that answers every pull at once, and one that is busy
+        let (tx, _rx) = mpsc::channel::<Scrape>();
+        let (ptx, prx) = mpsc::channel::<Pull>();
+        let ep = serve("127.0.0.1:0", None, tx, Some(ptx)).unwrap();
+        std::thread::spawn(move || {
+            for (i, p) in prx.into_iter().enumerate() {
+                let _ = p.reply.send(if i == 0 { Ok(vec![0x1f, 0x8b, p.seconds as u8]) } else { Err("busy: retry".into()) });
+            }
+        });
+        let r = request(ep.addr, "GET /debug/pprof/wait?seconds=7 HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200") && r.contains("application/octet-stream") && r.ends_with("\x1f\u{fffd}\x07"), "{r:?}");
+        let r = request(ep.addr, "GET /debug/pprof/wait HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 429") && r.contains("Retry-After: 5"), "{r}");
+        let r = request(ep.addr, "GET /debug/pprof/wait?seconds=0 HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 400"), "{r}");
     }
 
     #[test]
@@ -684,7 +792,7 @@ mod tests {
         assert!(request(ep.addr, "GET /healthz HTTP/1.1\r\n\r\n").ends_with("\r\n\r\nok\n"));
         // the main loop's last beat long ago (the test loop beats again within 50 ms: stop it first)
         let (tx, _rx) = mpsc::channel::<Scrape>();
-        let ep = serve("127.0.0.1:0", None, tx).unwrap();
+        let ep = serve("127.0.0.1:0", None, tx, None).unwrap();
         ep.health.last_ns.store(-(STALLED_AFTER.as_nanos() as i64) - 1_000_000_000, Ordering::Relaxed);
         let r = request(ep.addr, "GET /healthz HTTP/1.1\r\n\r\n");
         assert!(r.starts_with("HTTP/1.1 503") && r.contains("has not run for 16 s"), "{r}");

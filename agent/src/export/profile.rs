@@ -21,16 +21,31 @@ fn label(names: &HashMap<u32, String>, tid: u32) -> String {
     }
 }
 
+/// The wait stacks of one process, its threads' labels (TID -> label) and
+/// labels of its own that every one of its samples carries (`pid`, `comm`
+/// when a profile covers several processes).
+pub struct Part<'a> {
+    pub stacks: &'a WaitStacks,
+    pub names: &'a HashMap<u32, String>,
+    pub labels: Vec<(&'static str, String)>,
+}
+
 /// The pprof profile of `stacks`, which cover `duration_ns` from
 /// `start_unix_ns` (what did not fit: `Builder::dropped`).
 pub fn pprof(stacks: &WaitStacks, names: &HashMap<u32, String>, start_unix_ns: i64, duration_ns: i64) -> Builder {
+    pprof_of(&[Part { stacks, names, labels: vec![] }], start_unix_ns, duration_ns)
+}
+
+/// The pprof profile of the wait stacks of several processes.
+pub fn pprof_of(parts: &[Part], start_unix_ns: i64, duration_ns: i64) -> Builder {
     let mut b = Builder::new(&[("wait", "nanoseconds")], ("wait", "nanoseconds"), 1);
     b.set_time(start_unix_ns, duration_ns);
     b.add_comment("waitmeter wait profile: value = nanoseconds a thread waited; role victim = its own stack, holder/waker/preemptor = the stack of who it waited behind");
-    // a stable order: the same waits give the same profile
-    let mut entries: Vec<_> = stacks.ns.iter().collect();
-    entries.sort_by(|a, b| b.1.cmp(a.1).then_with(|| (a.0.victim, a.0.role, a.0.state).cmp(&(b.0.victim, b.0.role, b.0.state))));
-    for (k, ns) in entries {
+    // the heaviest first, so that what a full profile leaves out is the least
+    let mut entries: Vec<_> = parts.iter().flat_map(|p| p.stacks.ns.iter().map(move |(k, ns)| (p, k, ns))).collect();
+    entries.sort_by(|a, b| b.2.cmp(a.2).then_with(|| (a.1.victim, a.1.role, a.1.state).cmp(&(b.1.victim, b.1.role, b.1.state))));
+    for (part, k, ns) in entries {
+        let names = part.names;
         let locs: Vec<u64> = k
             .stack
             .iter()
@@ -52,7 +67,8 @@ pub fn pprof(stacks: &WaitStacks, names: &HashMap<u32, String>, start_unix_ns: i
         let whose = if k.role == Role::Victim { k.victim } else { k.blamed };
         let thread = label(names, whose);
         let victim = label(names, k.victim);
-        let mut labels = vec![("thread", thread.as_str()), ("state", k.state.name()), ("role", k.role.label())];
+        let mut labels: Vec<(&str, &str)> = part.labels.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        labels.extend([("thread", thread.as_str()), ("state", k.state.name()), ("role", k.role.label())]);
         if k.role != Role::Victim {
             labels.push(("victim", victim.as_str()));
         }

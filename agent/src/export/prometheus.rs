@@ -76,6 +76,8 @@ pub struct AgentStatus {
     pub http_codes: Vec<(u16, u64)>,
     /// the endpoint's connections closed without an answer, by reason
     pub http_drops: Vec<(&'static str, u64)>,
+    /// profile pushes by result (empty: no pushing)
+    pub pushes: Vec<(&'static str, u64)>,
 }
 
 /// A thread's cumulative numbers, summed into the series they label: the
@@ -199,6 +201,21 @@ impl Exporter {
         for (p, ns) in &s.runqueue_by {
             *into.runqueue.entry((k.clone(), self.preemptor_label(target, p))).or_default() += ns;
         }
+    }
+
+    /// Label the live threads of a snapshot now, as the next render would:
+    /// wait profiles name threads as the metrics do.
+    pub fn label_threads(&mut self, snap: &Snapshot) {
+        for (t, threads) in &snap.live {
+            for s in threads {
+                self.key(*t, s);
+            }
+        }
+    }
+
+    /// A thread's label (by its TID as the agent sees it), once labelled.
+    pub fn thread_label(&self, target: u64, tid: u32) -> Option<String> {
+        self.tid_labels_by_target.get(&(target, tid)).cloned()
     }
 
     /// Fold the final samples of exited threads into their series (once each).
@@ -402,6 +419,7 @@ impl Exporter {
             .collect();
         let http_requests = status.http_codes.iter().map(|(c, n)| (vec![("code".to_string(), c.to_string())], *n as f64)).collect();
         let http_dropped = status.http_drops.iter().map(|(r, n)| (vec![("reason".to_string(), r.to_string())], *n as f64)).collect();
+        let profile_pushes = status.pushes.iter().map(|(r, n)| (vec![("result".to_string(), r.to_string())], *n as f64)).collect();
         let exposition = Exposition {
             thread_seconds,
             gil_seconds,
@@ -427,6 +445,7 @@ impl Exporter {
             map_entries,
             http_requests,
             http_dropped,
+            profile_pushes,
         };
         exposition.encode()
     }
@@ -491,6 +510,7 @@ mod tests {
             maps: vec![("sched", "threads", 12)],
             http_codes: vec![(200, 7), (401, 2)],
             http_drops: vec![("head_timeout", 64), ("evicted", 0)],
+            pushes: vec![],
         };
         let mut e = Exporter::new(1, false);
         let mut snap = Snapshot::default();

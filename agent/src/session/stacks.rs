@@ -159,6 +159,20 @@ impl Session {
         }
     }
 
+    /// Whether drained stacks are named and kept (`run` keeps them while a
+    /// profile is being recorded, and drops them otherwise).
+    pub fn keep_stacks(&mut self, keep: bool) {
+        if let Some(st) = self.stacks.as_mut() {
+            st.opts.keep = keep;
+        }
+    }
+
+    /// The wait stacks kept since the last call, by target, emptying the
+    /// stores (for a command that records them elsewhere).
+    pub fn take_wait_stacks(&mut self) -> HashMap<u64, WaitStacks> {
+        self.stacks.as_mut().map(|st| std::mem::take(&mut st.stores)).unwrap_or_default()
+    }
+
     /// The wait stacks of a target so far (None: stacks are off).
     pub fn wait_stacks(&self, target_id: u64) -> Option<WaitStacks> {
         let st = self.stacks.as_ref()?;

@@ -2,7 +2,7 @@
 //! (/proc/PID/maps), the object file there (opened through the target's
 //! root, so right inside containers), and the function symbol covering it
 //! (.symtab, else .dynsym). A stripped object names its frames
-//! `[unknown] (file)` with the offset, never guessed. Files and their
+//! `[file+offset]` (as perf does), never guessed. Files and their
 //! symbol tables are hostile input (`formats::elf` bounds every read) and are
 //! cached by path, the maps per process.
 use std::collections::HashMap;
@@ -112,7 +112,11 @@ impl Native {
         let name = self.symbols(pid, &m.path).and_then(|s| s.address(off).and_then(|a| s.function(a).map(str::to_string)));
         match name {
             Some(n) => Frame::native(crate::model::stacks::clean(&n), m.path.clone()),
-            None => Frame::native(format!("[unknown] +{off:#x}"), m.path.clone()),
+            // the object and the offset, as perf prints a frame without a symbol
+            None => {
+                let base = m.path.rsplit('/').next().unwrap_or(&m.path);
+                Frame::native(crate::model::stacks::clean(&format!("[{base}+{off:#x}]")), m.path.clone())
+            }
         }
     }
 

@@ -1,0 +1,477 @@
+//! Pushing wait profiles to Pyroscope (`waitmeter run --pyroscope-url`):
+//! the Connect call `POST {url}/push.v1.PusherService/Push` with a
+//! `push.v1.PushRequest` (waitmeter_formats::pyroscope), over HTTP or HTTPS,
+//! from a thread of its own so that a slow or unreachable server never holds
+//! up the main loop. Requests wait in a queue of `QUEUE` at most; one that
+//! does not fit, or that the server does not take, is counted by result
+//! (`waitmeter_profile_pushes_total`) and not retried: the next interval
+//! brings a new profile, as Pyroscope's own SDKs do.
+//!
+//! The server's answer is untrusted input: the head and the start of an
+//! error body are read under one deadline and bounded.
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use base64::Engine;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use waitmeter_formats::http as wire;
+use waitmeter_formats::pyroscope::{self, PUSH_PATH};
+
+/// Pushes waiting to be sent; more are dropped (counted).
+pub const QUEUE: usize = 2;
+/// Connect, send and read the answer, all within this.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+/// The start of an error answer's body kept for the log.
+const MAX_ERROR_BODY: usize = 1024;
+/// The profile name: `__name__`, the first part of the profile type id
+/// (`waitmeter_wait:wait:nanoseconds:wait:nanoseconds`).
+pub const PROFILE_NAME: &str = "waitmeter_wait";
+/// Where a system keeps its CA certificates (Debian/Ubuntu/Alpine, Fedora/RHEL, others).
+const SYSTEM_CAS: [&str; 3] = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"];
+
+/// What became of a push: the `result` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    /// a 4xx other than 429: the request is wrong (labels, size): not worth sending again
+    Rejected,
+    /// 429 or 5xx: the server could not take it now
+    Failed,
+    /// no connection, TLS failure, timeout or an answer that is not HTTP
+    Unreachable,
+    /// the queue was full: the server is slower than the interval
+    QueueFull,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 5] = [Outcome::Ok, Outcome::Rejected, Outcome::Failed, Outcome::Unreachable, Outcome::QueueFull];
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Rejected => "rejected",
+            Outcome::Failed => "failed",
+            Outcome::Unreachable => "unreachable",
+            Outcome::QueueFull => "queue_full",
+        }
+    }
+}
+
+/// Where and how to push, checked once at start.
+#[derive(Clone)]
+pub struct Target {
+    pub url: String,
+    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    hostport: String,
+    host: String,
+    path: String,
+    headers: Vec<(&'static str, String)>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target").field("url", &self.url).field("path", &self.path).finish()
+    }
+}
+
+/// Credentials and trust for a push target.
+#[derive(Default)]
+pub struct Access<'a> {
+    pub tenant: Option<&'a str>,
+    pub user: Option<&'a str>,
+    pub password_file: Option<&'a Path>,
+    pub ca_file: Option<&'a Path>,
+}
+
+impl Target {
+    /// `http[s]://host[:port][/prefix]`.
+    pub fn parse(url: &str, access: &Access) -> Result<Target> {
+        let (tls, rest) = match url.split_once("://") {
+            Some((s, rest)) if s.eq_ignore_ascii_case("http") => (false, rest),
+            Some((s, rest)) if s.eq_ignore_ascii_case("https") => (true, rest),
+            _ => bail!("the URL must start with http:// or https://"),
+        };
+        if url.bytes().any(|b| b <= b' ' || b >= 0x7f) {
+            bail!("the URL has a space or a non-ASCII or control character: percent-encode it");
+        }
+        if rest.contains(['?', '#']) {
+            bail!("the URL may have a path prefix but no query or fragment");
+        }
+        let (authority, prefix) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        if authority.contains('@') {
+            bail!("credentials in the URL are not taken: use --pyroscope-user and --pyroscope-password-file");
+        }
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !p.contains(']') => (h, Some(p)),
+            _ => (authority, None),
+        };
+        if host.is_empty() || host == "[]" {
+            bail!("no host in the URL");
+        }
+        let port = match port {
+            None => {
+                if tls {
+                    443
+                } else {
+                    80
+                }
+            }
+            Some(p) => match p.parse::<u16>() {
+                Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
+                _ => bail!("bad port `{p}` in the URL"),
+            },
+        };
+        let mut headers = vec![
+            ("Content-Type", pyroscope::CONTENT_TYPE.to_string()),
+            ("Connect-Protocol-Version", "1".into()),
+            ("User-Agent", format!("waitmeter/{}", env!("CARGO_PKG_VERSION"))),
+        ];
+        if let Some(t) = access.tenant {
+            if t.is_empty() || t.bytes().any(|b| b <= b' ' || b >= 0x7f) {
+                bail!("--pyroscope-tenant must be printable ASCII without spaces");
+            }
+            headers.push(("X-Scope-OrgID", t.to_string()));
+        }
+        if let Some(user) = access.user {
+            let file = access.password_file.context("--pyroscope-user needs --pyroscope-password-file")?;
+            let password = std::fs::read_to_string(file).with_context(|| format!("cannot read the password file {}", file.display()))?;
+            let pair = format!("{user}:{}", password.trim_end_matches(['\r', '\n']));
+            headers.push(("Authorization", format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))));
+            if !tls {
+                log::warn!("--pyroscope-user sends a password over plain http: use an https:// URL");
+            }
+        }
+        let tls = if tls {
+            let name = host.trim_start_matches('[').trim_end_matches(']');
+            let server = ServerName::try_from(name.to_string()).with_context(|| format!("`{name}` is not a host name TLS can check"))?;
+            Some((client_config(access.ca_file)?, server))
+        } else {
+            if access.ca_file.is_some() {
+                bail!("--pyroscope-ca-file is for https:// URLs");
+            }
+            None
+        };
+        Ok(Target {
+            url: url.to_string(),
+            tls,
+            hostport: format!("{host}:{port}"),
+            host: authority.to_string(),
+            path: format!("{prefix}{PUSH_PATH}"),
+            headers,
+        })
+    }
+}
+
+/// A TLS client trusting `ca_file`, or the system's CA certificates.
+fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>> {
+    let path: PathBuf = match ca_file {
+        Some(p) => p.to_path_buf(),
+        None => SYSTEM_CAS.iter().map(PathBuf::from).find(|p| p.exists()).with_context(|| {
+            format!("no CA certificates found (looked for {}): give them with --pyroscope-ca-file", SYSTEM_CAS.join(", "))
+        })?,
+    };
+    let pem = std::fs::read(&path).with_context(|| format!("cannot read the CA certificates {}", path.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(&pem) {
+        let c = c.with_context(|| format!("{} is not PEM certificates", path.display()))?;
+        // a system bundle may hold a certificate rustls does not take: skip it
+        let _ = roots.add(c);
+    }
+    if roots.is_empty() {
+        bail!("{} has no CA certificate", path.display());
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS set-up")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(cfg))
+}
+
+/// Why a push did not land, for the log.
+#[derive(Debug)]
+pub struct PushError {
+    pub outcome: Outcome,
+    pub message: String,
+}
+
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            Conn::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            Conn::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(s) => s.flush(),
+        }
+    }
+}
+
+fn unreachable(message: String) -> PushError {
+    PushError { outcome: Outcome::Unreachable, message }
+}
+
+fn printable(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).chars().take(200).map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
+/// POST `body` to the target, within `timeout`.
+pub fn post(t: &Target, body: &[u8], timeout: Duration) -> Result<(), PushError> {
+    let deadline = Instant::now() + timeout;
+    let left = || deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero());
+    let late = |stage: &str| unreachable(format!("no answer within {} s ({stage})", timeout.as_secs()));
+    let addrs: Vec<SocketAddr> = t.hostport.to_socket_addrs().map_err(|e| unreachable(format!("{}: {e}", t.hostport)))?.collect();
+    let mut last = format!("{}: no address", t.hostport);
+    let mut sock = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, left().ok_or_else(|| late("connecting"))?) {
+            Ok(s) => {
+                sock = Some(s);
+                break;
+            }
+            Err(e) => last = format!("{a}: {e}"),
+        }
+    }
+    let sock = sock.ok_or_else(|| unreachable(last))?;
+    let _ = sock.set_nodelay(true);
+    let io = |e: std::io::Error, stage: &str| {
+        if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
+            late(stage)
+        } else {
+            unreachable(format!("{stage}: {e}"))
+        }
+    };
+    let set = |s: &TcpStream| -> Result<(), PushError> {
+        let d = left().ok_or_else(|| late("sending"))?;
+        s.set_read_timeout(Some(d)).and_then(|()| s.set_write_timeout(Some(d))).map_err(|e| io(e, "set-up"))
+    };
+    set(&sock)?;
+    let mut conn = match &t.tls {
+        None => Conn::Plain(sock),
+        Some((cfg, name)) => {
+            let c = rustls::ClientConnection::new(Arc::clone(cfg), name.clone()).map_err(|e| unreachable(format!("TLS: {e}")))?;
+            Conn::Tls(Box::new(rustls::StreamOwned::new(c, sock)))
+        }
+    };
+    let mut head = format!("POST {} HTTP/1.1\r\nHost: {}\r\n", t.path, t.host);
+    for (n, v) in &t.headers {
+        head.push_str(&format!("{n}: {v}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", body.len()));
+    conn.write_all(head.as_bytes()).and_then(|()| conn.write_all(body)).and_then(|()| conn.flush()).map_err(|e| io(e, "sending"))?;
+
+    let mut buf = Vec::with_capacity(2048);
+    let mut piece = [0u8; 4096];
+    let mut scanner = wire::HeadScanner::default();
+    let end = loop {
+        if let Some(end) = scanner.feed(&buf) {
+            break end;
+        }
+        if buf.len() > wire::MAX_HEAD {
+            return Err(unreachable(format!("an answer head over {} bytes", wire::MAX_HEAD)));
+        }
+        match conn.read(&mut piece) {
+            Ok(0) => return Err(unreachable(format!("the server closed the connection after {} bytes of its answer", buf.len()))),
+            Ok(n) => buf.extend_from_slice(&piece[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(io(e, "reading the answer")),
+        }
+    };
+    let status = {
+        let r = wire::parse_response(&buf[..end]).map_err(|e| unreachable(format!("not an HTTP answer: {e}")))?;
+        r.status
+    };
+    if status == 200 {
+        return Ok(());
+    }
+    // the start of the error body, for the log (Connect: {"code":..., "message":...})
+    while buf.len() < end + MAX_ERROR_BODY {
+        match conn.read(&mut piece) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&piece[..n]),
+        }
+    }
+    let text = printable(&buf[end..buf.len().min(end + MAX_ERROR_BODY)]);
+    let outcome = if status == 429 || status >= 500 { Outcome::Failed } else { Outcome::Rejected };
+    Err(PushError { outcome, message: format!("HTTP {status}: {text}") })
+}
+
+/// Counts by outcome, shared with the metrics.
+#[derive(Default)]
+pub struct Stats {
+    by: [AtomicU64; 5],
+}
+
+impl Stats {
+    fn count(&self, o: Outcome) {
+        self.by[o as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    /// Pushes by result (every result, zeros included).
+    pub fn by_result(&self) -> Vec<(&'static str, u64)> {
+        Outcome::ALL.iter().map(|o| (o.name(), self.by[*o as usize].load(Ordering::Relaxed))).collect()
+    }
+}
+
+/// The pushing thread's end of the queue.
+pub struct Pusher {
+    tx: SyncSender<Vec<u8>>,
+    pub stats: Arc<Stats>,
+}
+
+impl Pusher {
+    /// Start the thread that sends to `target`.
+    pub fn start(target: Target) -> Result<Pusher> {
+        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE);
+        let stats = Arc::new(Stats::default());
+        let s = Arc::clone(&stats);
+        std::thread::Builder::new().name("pyroscope-push".into()).spawn(move || {
+            let mut failing = false;
+            for body in rx {
+                match post(&target, &body, TIMEOUT) {
+                    Ok(()) => {
+                        s.count(Outcome::Ok);
+                        if failing {
+                            log::info!("pushing profiles to {} works again", target.url);
+                        }
+                        failing = false;
+                    }
+                    Err(e) => {
+                        s.count(e.outcome);
+                        // the first failure of a run of them is a warning, the rest debug
+                        if failing {
+                            log::debug!("pushing profiles to {}: {}", target.url, e.message);
+                        } else {
+                            log::warn!(
+                                "pushing profiles to {} failed: {} (counted in waitmeter_profile_pushes_total)",
+                                target.url,
+                                e.message
+                            );
+                        }
+                        failing = true;
+                    }
+                }
+            }
+        })?;
+        Ok(Pusher { tx, stats })
+    }
+
+    /// Queue a push request (a full queue drops it, counted).
+    pub fn send(&self, body: Vec<u8>) {
+        match self.tx.try_send(body) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => self.stats.count(Outcome::QueueFull),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn target(url: &str) -> Target {
+        Target::parse(url, &Access::default()).unwrap()
+    }
+
+    #[test]
+    fn urls() {
+        let t = target("http://pyroscope:4040");
+        assert_eq!((t.hostport.as_str(), t.path.as_str(), t.host.as_str()), ("pyroscope:4040", PUSH_PATH, "pyroscope:4040"));
+        let t = target("http://gw/prefix/");
+        assert_eq!((t.hostport.as_str(), t.path.as_str()), ("gw:80", "/prefix/push.v1.PusherService/Push"));
+        for bad in ["pyroscope:4040", "ftp://x", "http://u:p@x", "http://x:0", "http://x:99999", "http://:1", "http://x/a?b", "http://x y"]
+        {
+            assert!(Target::parse(bad, &Access::default()).is_err(), "{bad}");
+        }
+        let a = Access { ca_file: Some(Path::new("/x.pem")), ..Default::default() };
+        assert!(Target::parse("http://x", &a).unwrap_err().to_string().contains("https"));
+        let a = Access { user: Some("u"), ..Default::default() };
+        assert!(Target::parse("https://x", &a).unwrap_err().to_string().contains("password-file"));
+    }
+
+    /// A server that answers one request with `answer` and hands back what it read.
+    fn serve(answer: &'static [u8]) -> (String, std::thread::JoinHandle<Vec<u8>>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let h = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut got = vec![];
+            let mut b = [0u8; 4096];
+            s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+            while let Ok(n) = s.read(&mut b) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&b[..n]);
+                if got.windows(4).any(|w| w == b"\r\n\r\n") && got.ends_with(b"BODY") {
+                    break;
+                }
+            }
+            let _ = s.write_all(answer);
+            got
+        });
+        (url, h)
+    }
+
+    #[test]
+    fn outcomes_by_status() {
+        let cases: [(&'static [u8], Option<Outcome>); 5] = [
+            (b"HTTP/1.1 200 OK\r\nContent-Type: application/proto\r\nContent-Length: 0\r\n\r\n", None),
+            (
+                b"HTTP/1.1 400 Bad Request\r\nContent-Length: 40\r\n\r\n{\"code\":\"invalid_argument\",\"message\":\"x\"}",
+                Some(Outcome::Rejected),
+            ),
+            (b"HTTP/1.1 429 Too Many\r\nContent-Length: 0\r\n\r\n", Some(Outcome::Failed)),
+            (b"HTTP/1.1 503 Unavailable\r\n\r\n", Some(Outcome::Failed)),
+            (b"garbage\r\n\r\n", Some(Outcome::Unreachable)),
+        ];
+        for (answer, want) in cases {
+            let (url, h) = serve(answer);
+            let got = post(&target(&url), b"BODY", Duration::from_secs(5));
+            assert_eq!(got.as_ref().err().map(|e| e.outcome), want, "{got:?}");
+            let req = String::from_utf8(h.join().unwrap()).unwrap();
+            assert!(req.starts_with("POST /push.v1.PusherService/Push HTTP/1.1\r\n"), "{req}");
+            assert!(req.contains("Content-Type: application/proto\r\n") && req.contains("Content-Length: 4\r\n"), "{req}");
+        }
+    }
+
+    #[test]
+    fn a_silent_server_times_out() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let t0 = Instant::now();
+        let e = post(&target(&url), b"BODY", Duration::from_millis(300)).unwrap_err();
+        assert_eq!(e.outcome, Outcome::Unreachable);
+        assert!(t0.elapsed() < Duration::from_secs(3));
+        drop(l);
+        let e = post(&target(&url), b"BODY", Duration::from_millis(300)).unwrap_err();
+        assert_eq!(e.outcome, Outcome::Unreachable, "{}", e.message);
+    }
+}
