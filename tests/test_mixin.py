@@ -112,6 +112,44 @@ def test_dashboard_structure(path):
     assert len(ids) >= 4
 
 
+def test_profile_links_open_the_clicked_series_wait_profile():
+    """The GIL and lock panels' data links: after Grafana fills in the variables and the
+    browser decodes the URL, a Pyroscope Explore query of waitmeter's profile type, whose
+    label matchers use labels the agent puts in its profiles and take their values from
+    labels the panel's series have."""
+    profile_labels = {"pid", "comm", "thread", "state", "role", "victim", "service_name"}
+    text = (ROOT / "agent" / "src" / "export" / "push.rs").read_text()
+    name = re.search(r'PROFILE_NAME: &str = "([a-z_]+)"', text).group(1)
+    seen = 0
+    for path in DASHBOARDS:
+        d = json.loads(path.read_text())
+        variables = {v["name"]: v for v in d["templating"]["list"]}
+        for p in panels(d):
+            for link in (p.get("fieldConfig") or {}).get("defaults", {}).get("links", []):
+                seen += 1
+                assert variables["pyroscope_datasource"]["query"] == "grafana-pyroscope-datasource"
+                series_labels = set()
+                for t in p["targets"]:
+                    for by in re.findall(r"by \(([^)]*)\)", t["expr"]):
+                        series_labels |= {x.strip() for x in by.split(",")}
+                filled = re.sub(r"\$\{__field\.labels\.(\w+):percentencode\}",
+                                lambda m: (m.group(1) in series_labels or pytest.fail(f"{p['title']}: no label {m.group(1)}")) and "v%2F1",
+                                link["url"])
+                filled = filled.replace("${pyroscope_datasource}", "pyro").replace("${__from}", "1").replace("${__to}", "2")
+                assert "$" not in filled, filled
+                url = urllib.parse.urlsplit(filled)
+                assert url.path == "/explore"
+                panes = json.loads(urllib.parse.parse_qs(url.query)["panes"][0])
+                q = panes["a"]["queries"][0]
+                assert q["profileTypeId"] == f"{name}:wait:nanoseconds:wait:nanoseconds" and q["queryType"] == "profile"
+                assert q["datasource"] == {"type": "grafana-pyroscope-datasource", "uid": "pyro"}
+                matchers = re.findall(r'(\w+)="([^"]*)"', q["labelSelector"])
+                assert matchers and {k for k, _ in matchers} <= profile_labels, q["labelSelector"]
+                assert ("role", "victim") in matchers or ("role", "holder") in matchers or ("role", "waker") in matchers
+                assert all(v in ("v/1", "victim", "holder", "waker", "gil_wait", "futex_wait") for _, v in matchers), matchers
+    assert seen >= 5, seen
+
+
 def test_the_four_dashboards_of_the_mixin():
     titles = {json.loads(p.read_text())["uid"] for p in DASHBOARDS}
     assert titles == {"waitmeter-overview", "waitmeter-gil", "waitmeter-cpu", "waitmeter-locks"}

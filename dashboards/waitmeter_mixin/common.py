@@ -166,6 +166,61 @@ def dashboard(uid, title, description, panels):
     return grafana_json(d.build())
 
 
+# wait profiles in Pyroscope (docs/profiles.md): their profile type, and the data source variable
+PROFILE_TYPE = "waitmeter_wait:wait:nanoseconds:wait:nanoseconds"
+PYROSCOPE_DS = "pyroscope_datasource"
+
+
+def profile_link(title, selector):
+    """A data link to Grafana Explore showing the wait profile of `selector` (Pyroscope label
+    matchers; `${__field.labels.X}` is the clicked series' label X) over the panel's time range."""
+    from urllib.parse import quote
+
+    query = {
+        "refId": "A",
+        "datasource": {"type": "grafana-pyroscope-datasource", "uid": "${%s}" % PYROSCOPE_DS},
+        "queryType": "profile",
+        "profileTypeId": PROFILE_TYPE,
+        "labelSelector": "{" + selector + "}",
+        "groupBy": [],
+    }
+    panes = {"a": {"datasource": "${%s}" % PYROSCOPE_DS, "queries": [query], "range": {"from": "${__from}", "to": "${__to}"}}}
+    # Grafana fills the ${...} variables in, then the browser decodes the rest
+    encoded = quote(json.dumps(panes, separators=(",", ":")), safe="${}:.,=_")
+    return {"title": title, "url": f"/explore?schemaVersion=1&panes={encoded}", "targetBlank": True}
+
+
+def label(name):
+    """The clicked series' label `name`, percent-encoded for a link."""
+    return "${__field.labels.%s:percentencode}" % name
+
+
+def with_profile_links(obj, links):
+    """Add the data links `links` ({panel title: [(link title, selector)]}) to a dashboard's
+    panels, and the Pyroscope data source variable they use."""
+    for p in obj["panels"]:
+        for title, selector in links.get(p.get("title"), []):
+            p.setdefault("fieldConfig", {}).setdefault("defaults", {}).setdefault("links", []).append(profile_link(title, selector))
+    missing = set(links) - {p.get("title") for p in obj["panels"]}
+    assert not missing, f"no panel titled {missing}"
+    obj["templating"]["list"].append(
+        {
+            "name": PYROSCOPE_DS,
+            "label": "Profiles (Pyroscope)",
+            "type": "datasource",
+            "query": "grafana-pyroscope-datasource",
+            "description": "The Pyroscope data source holding waitmeter's wait profiles (docs/profiles.md); the GIL and lock panels link to them",
+            "hide": 0,
+            "includeAll": False,
+            "multi": False,
+            "options": [],
+            "refresh": 1,
+            "regex": "",
+        }
+    )
+    return obj
+
+
 def grafana_json(built):
     """The SDK's dashboard as Grafana's JSON model (a dict), completed with what the SDK cannot say."""
     obj = json.loads(JSONEncoder(sort_keys=True, indent=2).encode(built))

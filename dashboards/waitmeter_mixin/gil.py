@@ -1,9 +1,10 @@
 """The Python GIL dashboard (waitmeter-gil): who waits for the GIL, and behind whom."""
-from .common import RATE, T, dashboard, q, table, timeseries
+from .common import RATE, T, dashboard, label, q, table, timeseries, with_profile_links
 
 
 def build():
-    return dashboard(
+    pid, thread, holder = label("pid"), label("thread"), label("holder")
+    return with_profile_links(dashboard(
         "waitmeter-gil",
         "waitmeter / Python GIL",
         "Who waits for the CPython GIL, and behind whom.",
@@ -73,4 +74,12 @@ def build():
                 8,
             ),
         ],
-    )
+    ), {
+        "GIL wait per thread": [
+            ("Where this thread waited (wait profile)", f'pid="{pid}", thread="{thread}", role="victim", state="gil_wait"'),
+            ("What the GIL holders ran meanwhile (wait profile)", f'pid="{pid}", victim="{thread}", role="holder"'),
+        ],
+        "GIL wait by holder": [
+            ("What this holder ran meanwhile (wait profile)", f'pid="{pid}", thread="{holder}", victim="{thread}", role="holder"'),
+        ],
+    })

@@ -1,9 +1,10 @@
 """The locks dashboard (waitmeter-locks): futex words, their waiters and who wakes them."""
-from .common import P, RATE, T, dashboard, q, table, timeseries
+from .common import P, RATE, T, dashboard, label, q, table, timeseries, with_profile_links
 
 
 def build():
-    return dashboard(
+    pid, thread = label("pid"), label("thread")
+    return with_profile_links(dashboard(
         "waitmeter-locks",
         "waitmeter / Locks (futex)",
         "Threads blocked on user-space locks, conditions and semaphores (futexes): which lock, how many waiters, who wakes them.",
@@ -58,4 +59,9 @@ def build():
                 9,
             ),
         ],
-    )
+    ), {
+        "Futex wait per thread": [
+            ("Where this thread blocked (wait profile)", f'pid="{pid}", thread="{thread}", role="victim", state="futex_wait"'),
+            ("What woke it: the wakers' code (wait profile)", f'pid="{pid}", victim="{thread}", role="waker"'),
+        ],
+    })

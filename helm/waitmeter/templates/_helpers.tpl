@@ -259,6 +259,9 @@ The agent's command line.
 - --max-processes={{ int64 $a.maxProcesses }}
 - --max-thread-labels={{ int64 $a.maxThreadLabels }}
 - --gil-probe={{ $a.gilProbe }}
+{{- if ne $a.stacks "all" }}
+- --stacks={{ $a.stacks }}
+{{- end }}
 {{- if $a.tidLabels }}
 - --tid-labels
 {{- end }}
@@ -274,6 +277,21 @@ The agent's command line.
 - --age-socket-mode={{ .mode }}
 {{- if not (kindIs "invalid" .group) }}
 - --age-socket-group={{ int64 .group }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with .Values.pyroscope }}
+{{- if .url }}
+- --pyroscope-url={{ .url }}
+- --pyroscope-interval={{ int64 .interval }}
+{{- with .serviceName }}
+- --pyroscope-service={{ . }}
+{{- end }}
+{{- with .tenant }}
+- --pyroscope-tenant={{ . }}
+{{- end }}
+{{- range $k, $v := .labels }}
+- {{ printf "--pyroscope-label=%s=%s" $k (toString $v) | quote }}
 {{- end }}
 {{- end }}
 {{- end }}
