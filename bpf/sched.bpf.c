@@ -201,6 +201,7 @@ struct wm_enter {
 	__u32 futex_kind;
 	bool new_stack;   /* `stack` is the thread's own, taken now */
 	bool new_blamed;  /* `blamed` is the GIL holder's, taken now */
+	__u16 gil_switch; /* entering gil_wait: the GIL's switch_number, low bits */
 	struct wm_stack_ref stack;
 	struct wm_stack_ref blamed;
 };
@@ -215,9 +216,18 @@ struct wm_closed {
 	__u64 gil_holder;
 	__u64 futex_addr;
 	__u32 futex_kind;
+	__u32 hold_us;    /* a GIL wait woken by a thread: the hold it ended, from the first wait of its streak, in 1024 ns; else 0 */
 	struct wm_stack_ref stack;   /* the thread's own stack through that state */
 	struct wm_stack_ref culprit; /* the GIL holder's or the waker's stack; native < 0 and py 0: none */
 };
+
+/* GIL waits with more running than this between them are not one streak (a
+ * waiter that timed out runs a few µs before it waits again) */
+#define WM_STREAK_GAP_NS 1000000ULL
+
+/* the bits of a user-space address kept: 48 (x86-64 user space is 47 bits unless a
+ * program maps above that on purpose with 5-level paging; CPython never does) */
+#define WM_USER_ADDR_MASK ((1ULL << 48) - 1)
 
 #define WM_ENTER_SAME WM_NR_STATES
 
@@ -256,6 +266,29 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	c->stack = t->d.stack;
 	c->culprit.native = -1;
 	c->culprit.py = 0;
+	c->hold_us = 0;
+	/* ran for long since its last GIL wait, or blocks on something else: a
+	 * streak of GIL waits is over (its end was not seen: it took the GIL
+	 * without sleeping again) */
+	if (from == WM_STATE_RUNNING && (now > t->d.since + WM_STREAK_GAP_NS || (e->to != WM_STATE_GIL_WAIT && is_blocked(e->to))))
+		t->d.streak_at = 0;
+	/* the GIL changed hands since the streak began (it took the GIL without
+	 * sleeping, and lost it again): a new hold */
+	if (e->to == WM_STATE_GIL_WAIT) {
+		if (t->d.streak_at && e->gil_switch != t->d.streak_switch)
+			t->d.streak_at = 0;
+		if (!t->d.streak_at)
+			t->d.streak_switch = e->gil_switch;
+	}
+	if (from == WM_STATE_GIL_WAIT) {
+		if (!t->d.streak_at)
+			t->d.streak_at = (__u32)(t->d.since >> 10) | 1;
+		/* woken by a thread (the release), not by its timeout: the hold ends */
+		if (t->d.waker) {
+			c->hold_us = ((__u32)(now >> 10) - t->d.streak_at) | 1;
+			t->d.streak_at = 0;
+		}
+	}
 	if (from == WM_STATE_GIL_WAIT && t->d.gil_holder && t->d.holder_of == t->d.gil_holder)
 		c->culprit = t->d.holder;
 	else if (from == WM_STATE_FUTEX_WAIT && t->d.waker && t->d.waker_of == t->d.waker)
@@ -292,20 +325,27 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 /*
  * Who holds the GIL a thread is about to sleep on: read, in the waiter's own
  * address space (it is `current`), `locked` and `last_holder`, then the
- * holder thread state's OS thread id. 0 when free or unreadable.
+ * holder thread state's OS thread id. 0 when free or unreadable. Also the
+ * GIL's `switch_number`, which tells a hold from the next.
  */
 static __always_inline __u64 gil_holder(const struct wm_gil *g, __u64 *holder_tstate)
 {
 	int locked = 0;
 	__u64 tstate = 0, id = 0;
 
+	/* `unsigned long switch_number` follows `int locked`, 8 bytes on, in
+	 * every version; its low bits go in the top 16 of *holder_tstate (a
+	 * user address has 47 bits) */
+	if (!bpf_probe_read_user(&id, sizeof(id), (void *)(g->gil + g->off_locked + 8)))
+		*holder_tstate = id << 48;
+	id = 0;
 	if (bpf_probe_read_user(&locked, sizeof(locked), (void *)(g->gil + g->off_locked)) || locked <= 0)
 		return 0;
 	if (bpf_probe_read_user(&tstate, sizeof(tstate), (void *)(g->gil + g->off_last_holder)) || !tstate)
 		return 0;
 	if (bpf_probe_read_user(&id, sizeof(id), (void *)(tstate + g->off_holder_id)))
 		return 0;
-	*holder_tstate = tstate;
+	*holder_tstate |= tstate & WM_USER_ADDR_MASK;
 	return id;
 }
 
@@ -327,7 +367,7 @@ static __always_inline bool add_ns(void *map, void *key, __u64 delta)
 	return true;
 }
 
-/* wait stacks: their maps, taking them, charging waits to them (uses the two helpers above) */
+/* wait stacks: their maps, taking them, charging waits to them (uses count_in above) */
 #include "stacks.bpf.h"
 
 /* Report a throttled stretch that ends now. */
@@ -367,7 +407,7 @@ static __always_inline void charge(const struct wm_closed *c, __u32 tid, __u32 t
 			blamed = c->waker;
 			role = WM_ROLE_WAKER;
 		}
-		charge_stacks(tid, c->gen, c->state, blamed, &c->stack, role, &c->culprit, delta);
+		charge_stacks(tid, c->gen, c->state, blamed, &c->stack, role, &c->culprit, delta, (__u64)c->hold_us << 10);
 	}
 
 	if (c->state == WM_STATE_GIL_WAIT) {
@@ -400,7 +440,7 @@ static __always_inline void charge_runqueue(const struct wm_closed *c, __u32 tid
 	struct wm_preempt *v = bpf_map_lookup_elem(&preempt_blame, &key);
 
 	charge_stacks(tid, c->gen, c->state, prev->tgid == c->tgid ? by : 0, &c->stack, WM_ROLE_PREEMPTOR,
-		      prev->tgid == c->tgid ? by_stack : NULL, delta);
+		      prev->tgid == c->tgid ? by_stack : NULL, delta, 0);
 
 	if (!v) {
 		struct wm_preempt fresh = {};
@@ -478,7 +518,7 @@ static __always_inline __u32 blocked_state(__u32 task_state, __s32 *syscall, __u
 	return (task_state & WM_TASK_UNINTERRUPTIBLE) ? WM_STATE_IO_WAIT : WM_STATE_OTHER;
 }
 
-static __always_inline void switch_out(void *ctx, bool preempt, struct task_struct *prev, __u64 now, struct wm_stack_ref *own)
+static __noinline void switch_out(void *ctx, bool preempt, struct task_struct *prev, __u64 now, struct wm_stack_ref *own)
 {
 	__u32 tgid = prev->tgid;
 	__u32 tid = prev->pid;
@@ -499,6 +539,8 @@ static __always_inline void switch_out(void *ctx, bool preempt, struct task_stru
 		if (gil) {
 			e.to = WM_STATE_GIL_WAIT;
 			e.gil_holder = gil_holder(gil, &holder_tstate);
+			e.gil_switch = holder_tstate >> 48;
+			holder_tstate &= WM_USER_ADDR_MASK;
 		} else {
 			/* parked in CPython's parking lot: the semaphore it sleeps on
 			 * is its own; what it waits for is the address it parked on */
@@ -540,7 +582,7 @@ static __always_inline void switch_out(void *ctx, bool preempt, struct task_stru
 		charge(&c, tid, e.to, now);
 }
 
-static __always_inline void switch_in(struct task_struct *next, struct task_struct *prev, const struct wm_stack_ref *prev_stack, __u64 now)
+static __noinline void switch_in(struct task_struct *next, struct task_struct *prev, const struct wm_stack_ref *prev_stack, __u64 now)
 {
 	__u32 tgid = next->tgid;
 	__u32 tid = next->pid;
@@ -624,6 +666,9 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 		}
 	}
 	bpf_spin_lock(&t->lock);
+	/* a GIL waiter woken by a thread: the GIL's release (not its timeout) */
+	if (t->d.state == WM_STATE_GIL_WAIT)
+		t->d.waker = waker;
 	if (t->d.state == WM_STATE_FUTEX_WAIT) {
 		t->d.waker = waker;
 		if (new_stack) {

@@ -75,8 +75,16 @@ struct wm_thread_data {
 	__u64 nr_switches; /* times it left the CPU */
 	__u64 gil_holder;  /* in gil_wait: who held the GIL at switch-out (as the process' thread states name it), 0 unknown */
 	__u64 futex_addr;  /* in futex_wait or gil_wait: the futex word (parked: the address parked on) */
-	__u32 futex_kind;  /* in futex_wait: enum wm_futex_kind */
-	__u32 _pad2;
+	__u16 futex_kind;  /* in futex_wait: enum wm_futex_kind */
+	__u16 streak_switch; /* the GIL's switch_number (low bits) when the streak below began */
+	/* a GIL hold seen from the waiter: CPython's waiter times out every switch
+	 * interval and waits again while the holder does not let go; its GIL waits,
+	 * with less than WM_STREAK_GAP_NS of running between them and no switch of
+	 * the GIL (its switch_number), until a thread wakes it (the release), are
+	 * one hold of at least that long. When the
+	 * first of them began, in units of 1024 ns, truncated (differences wrap
+	 * correctly for 73 minutes); 0 none. */
+	__u32 streak_at;
 	/* wait stacks (bpf/stacks.bpf.h): the thread's own stack as of its last
 	 * switch-out that took one, and the last stacks of the GIL holder and of
 	 * the waker it waited behind (one slot each: a thread that alternates GIL

@@ -9,13 +9,15 @@
  *                                    entering a GIL wait also the holder's
  *                                    Python stack, read through its thread state
  *   futex wake of a watched thread   the waker's stack (it is `current`)
- *   end of any wait                  wait_stacks[(victim, blamed, state, role, stack)] += ns
+ *   end of any wait                  wait_stacks[(victim, blamed, state, role, stack)] += ns;
+ *                                    the end of a GIL hold (sched.bpf.c: the
+ *                                    waiter's streak): its length, on the holder's
  *
  * Taking a stack costs a few microseconds, so each thread takes its own at
  * most once per `cfg.stack_interval_ns` and reuses the last one meanwhile
  * (a thread that blocks thousands of times a second blocks in few places).
  * Off (`cfg.stacks` == 0), every call below is dead code the verifier drops.
- * Uses sched.bpf.c's `count_in` and `add_ns`: included after them.
+ * Uses sched.bpf.c's `count_in`: included after it.
  */
 #ifndef WAITMETER_STACKS_BPF_H
 #define WAITMETER_STACKS_BPF_H
@@ -54,12 +56,12 @@ struct {
 	__type(value, __u64);
 } py_tstates SEC(".maps");
 
-/* (victim, blamed, state, role, stack) -> ns of wait */
+/* (victim, blamed, state, role, stack) -> its waits */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, WM_DEFAULT_MAX_WAIT_STACKS);
 	__type(key, struct wm_wait_stack_key);
-	__type(value, __u64);
+	__type(value, struct wm_wait_stack_val);
 } wait_stacks SEC(".maps");
 
 /* the Python stack being read (too big for the BPF stack) */
@@ -181,13 +183,57 @@ static __always_inline bool has_stack(const struct wm_stack_ref *s)
 	return s->native >= 0 || s->py;
 }
 
+/* The bucket of a wait of `delta` ns (see WM_WAIT_BUCKETS). */
+static __always_inline __u32 wait_bucket(__u64 delta)
+{
+	__u64 ms = delta / 1000000;
+	__u32 b = 0;
+
+#pragma unroll
+	for (int i = 0; i < WM_WAIT_BUCKETS - 1; i++)
+		if (ms >= (1ULL << i))
+			b = i + 1;
+	return b < WM_WAIT_BUCKETS ? b : WM_WAIT_BUCKETS - 1;
+}
+
+/* `delta` ns of wait charged to `key`, and with `len` one hold of that
+ * length (0: none); false: the map is full. */
+static __always_inline bool add_wait(struct wm_wait_stack_key *key, __u64 delta, __u64 len)
+{
+	__u32 bucket, us;
+
+	struct wm_wait_stack_val *v = bpf_map_lookup_elem(&wait_stacks, key);
+
+	if (!v) {
+		struct wm_wait_stack_val init = {};
+
+		/* a racing insert of the same key wins: then add to it */
+		if (bpf_map_update_elem(&wait_stacks, key, &init, BPF_NOEXIST) && !bpf_map_lookup_elem(&wait_stacks, key))
+			return false;
+		v = bpf_map_lookup_elem(&wait_stacks, key);
+		if (!v)
+			return false;
+	}
+	__sync_fetch_and_add(&v->ns, delta);
+	if (!len)
+		return true;
+	bucket = wait_bucket(len);
+	us = len / 1000 > 0xffffffffULL ? 0xffffffff : len / 1000;
+	__sync_fetch_and_add(&v->waits, 1);
+	if (bucket < WM_WAIT_BUCKETS)
+		__sync_fetch_and_add(&v->buckets[bucket], 1);
+	if (us > v->max_us) /* racy: a lost update only loses a maximum */
+		v->max_us = us;
+	return true;
+}
+
 /*
  * A wait of thread `tid` (incarnation `gen`) in `state` that lasted `delta`
  * ns, behind `blamed`: charged to the victim's stack and, when there is one,
- * to the blamed thread's (`role`).
+ * to the blamed thread's (`role`), with the hold it ended (`hold_ns`, 0 none).
  */
 static __always_inline void charge_stacks(__u32 tid, __u32 gen, __u32 state, __u64 blamed, const struct wm_stack_ref *victim,
-					  __u32 role, const struct wm_stack_ref *culprit, __u64 delta)
+					  __u32 role, const struct wm_stack_ref *culprit, __u64 delta, __u64 hold_ns)
 {
 	struct wm_wait_stack_key key = { .tid = tid, .gen = gen, .blamed = blamed, .state = state };
 
@@ -197,14 +243,14 @@ static __always_inline void charge_stacks(__u32 tid, __u32 gen, __u32 state, __u
 		key.role = WM_ROLE_VICTIM;
 		key.native = victim->native;
 		key.py = victim->py;
-		if (!add_ns(&wait_stacks, &key, delta))
+		if (!add_wait(&key, delta, 0))
 			stack_loss(WM_STACK_STAT_WAIT_MAP_FULL);
 	}
 	if (culprit && has_stack(culprit)) {
 		key.role = role;
 		key.native = culprit->native;
 		key.py = culprit->py;
-		if (!add_ns(&wait_stacks, &key, delta))
+		if (!add_wait(&key, delta, hold_ns))
 			stack_loss(WM_STACK_STAT_WAIT_MAP_FULL);
 	}
 }

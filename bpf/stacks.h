@@ -72,7 +72,7 @@ struct wm_py_walk {
 	__u64 code_mask;       /* clears the tag bits of f_executable (3.14+ _PyStackRef) */
 };
 
-/* Wait time charged to a pair of stacks: `wait_stacks`, value ns. */
+/* Wait time charged to a pair of stacks: `wait_stacks`, value `struct wm_wait_stack_val`. */
 struct wm_wait_stack_key {
 	__u32 tid;        /* the thread that waited, host TID */
 	__u32 gen;        /* its incarnation: (u32)start */
@@ -82,6 +82,20 @@ struct wm_wait_stack_key {
 	__u16 _pad;
 	__s32 native;     /* the stack: `native_stacks` id, negative none */
 	__u64 py;         /* `py_stacks` key, 0 none */
+};
+
+/* Hold lengths by power of two of milliseconds: bucket 0 < 1 ms, bucket i in
+ * [2^(i-1), 2^i) ms, the last >= 2^(WM_WAIT_BUCKETS-2) ms (256 ms). */
+#define WM_WAIT_BUCKETS 10
+
+/* What a pair of stacks was charged: the wait, and on a GIL holder's stack
+ * the holds that ended while it was there (as the waiter saw them: from the
+ * first wait of its streak to its release; sched.h `streak_at`), by length. */
+struct wm_wait_stack_val {
+	__u64 ns;
+	__u32 waits;                      /* holds counted */
+	__u32 max_us;                     /* the longest, µs (saturating) */
+	__u32 buckets[WM_WAIT_BUCKETS];
 };
 
 /* Index of the per-CPU `stack_stats` array, exported as

@@ -74,6 +74,41 @@ def test_holder_and_victim_stacks_match_the_known_shares(name):
     assert share_of(victim, lambda s: s.startswith("blocking_call (gil_holder.py:")) >= 0.90, victim
 
 
+@pytest.mark.parametrize("name", ["3.9", "3.12", "3.14"])
+def test_gil_holds_by_function_match_the_known_call_lengths(name):
+    """processor holds the GIL for one json.dumps call at a time (a C call that
+    never lets go: holds of the call's length) and in spin(), pure Python,
+    which gives the GIL up when asked (holds of one switch interval). The
+    workload prints the calls' count and wall time: their mean is the truth."""
+    def shares(w):
+        line = w.readline(5, "a shares line")
+        while not line.startswith("shares"):
+            line = w.readline(5, "a shares line")
+        return {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
+
+    with Workload(interpreter(name), HOLDER, "same") as w:
+        before = shares(w)
+        report, _ = attach(w.pid, 3.0)
+        after = shares(w)
+    # the calls of the window (and a second either side)
+    mean = (after["wall"] - before["wall"]) / (after["calls"] - before["calls"])
+    holds = report["gil_holds_by_function"]
+    dumps = next(h for h in holds if "json.dumps" in h["function"])
+    spin = next(h for h in holds if h["function"].startswith("spin ("))
+    interval = report["python"]["switch_interval_us"] / 1e6
+    assert interval == 0.005, report["python"]
+    assert dumps["holder_name"] == "processor" and dumps["holds"] >= 10, dumps
+    # a waiter starts waiting some way into a call, and is woken some µs after its end
+    # (3.9 sometimes merges two calls: a waiter whose timeout found another
+    # switch meanwhile does not ask for the GIL, and waits on)
+    assert 0.5 * mean <= dumps["p50_s"] <= 1.2 * mean and dumps["p99_s"] <= 2.5 * mean, (mean, dumps)
+    assert dumps["without_switch"] >= 0.8 * dumps["holds"], dumps
+    # the control: pure Python gives the GIL up within a switch interval
+    assert spin["p50_s"] <= 2 * interval and spin["without_switch"] <= 0.5 * spin["holds"] + 1, (interval, spin)
+    line = next(v for v in report["verdict"] if "processor" in v and "GIL" in v)
+    assert "without a switch for" in line and "json.dumps" in line, line
+
+
 @pytest.mark.parametrize("name", ["3.11", "3.14"])
 def test_the_control_has_no_holder_stacks(name):
     """processor in its own process: ingest has nobody to wait behind."""

@@ -249,6 +249,30 @@ pub fn dechunk(mut body: &[u8], max: usize) -> Option<Vec<u8>> {
     }
 }
 
+/// Host and port of a URL's authority (`host`, `host:port`, `[v6]:port`):
+/// the port `default` when absent. Credentials (`user@`) are refused: the
+/// caller says where they go instead. Errors are a phrase for a message.
+pub fn authority(a: &str, default: u16) -> Result<(&str, u16), String> {
+    if a.contains('@') {
+        return Err("credentials in the URL are not taken".into());
+    }
+    let (host, port) = match a.rsplit_once(':') {
+        Some((h, p)) if !p.contains(']') => (h, Some(p)),
+        _ => (a, None),
+    };
+    if host.is_empty() || host == "[]" {
+        return Err("no host in the URL".into());
+    }
+    let port = match port {
+        None => default,
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => return Err(format!("bad port `{}` in the URL", p.chars().take(16).collect::<String>())),
+        },
+    };
+    Ok((host, port))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,5 +367,16 @@ mod tests {
         assert_eq!(chunk_size(b"1a;name=v"), Some(26));
         assert_eq!(chunk_size(b"+5"), None);
         assert_eq!(chunk_size(b""), None);
+    }
+
+    #[test]
+    fn authorities() {
+        assert_eq!(authority("h", 80), Ok(("h", 80)));
+        assert_eq!(authority("h:4040", 80), Ok(("h", 4040)));
+        assert_eq!(authority("[::1]:9", 80), Ok(("[::1]", 9)));
+        assert_eq!(authority("[::1]", 443), Ok(("[::1]", 443)));
+        for bad in ["", ":1", "[]", "h:0", "h:65536", "h:+1", "u:p@h", "h:"] {
+            assert!(authority(bad, 80).is_err(), "{bad}");
+        }
     }
 }

@@ -162,23 +162,7 @@ impl Endpoint {
             Some(i) => (&rest[..i], format!("/metrics{}", &rest[i..])),
             None => (rest, "/metrics".to_string()),
         };
-        if authority.contains('@') {
-            bail!("credentials in the URL are not supported");
-        }
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((h, p)) if !p.contains(']') => (h, Some(p)),
-            _ => (authority, None),
-        };
-        if host.is_empty() || host == "[]" {
-            bail!("no host in {url}");
-        }
-        let port = match port {
-            None => 80,
-            Some(p) => match p.parse::<u16>() {
-                Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
-                _ => bail!("bad port `{p}` in {url}"),
-            },
-        };
+        let (host, port) = wire::authority(authority, 80).map_err(|e| anyhow::anyhow!("{e}: {url}"))?;
         let sep = match path.find('?') {
             None => "?",
             Some(_) if path.ends_with(['?', '&']) => "",

@@ -188,5 +188,9 @@ fn python_info(session: &Session, target: &Target) -> Option<PythonInfo> {
         free_threaded: p.free_threaded,
         binary: p.binary.display().to_string(),
         symbols: p.symtab,
+        switch_interval_us: p
+            .gils
+            .first()
+            .and_then(|g| crate::python::switch_interval_us(&crate::python::memory::Process::new(target.pid), *g)),
     })
 }

@@ -377,35 +377,8 @@ fn refuse(mut stream: TcpStream, shared: &Shared) {
     let _ = stream.shutdown(Shutdown::Both);
 }
 
-/// A plain or TLS connection.
-enum Conn {
-    Plain(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ServerConnection, TcpStream>>),
-}
-
-impl Read for Conn {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Conn::Plain(s) => s.read(buf),
-            Conn::Tls(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Conn {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Conn::Plain(s) => s.write(buf),
-            Conn::Tls(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Conn::Plain(s) => s.flush(),
-            Conn::Tls(s) => s.flush(),
-        }
-    }
-}
+/// A plain or TLS connection of the endpoint.
+type Conn = super::conn::Conn<rustls::ServerConnection>;
 
 fn connection(stream: TcpStream, id: u64, shared: &Shared) {
     let cfg = shared.web.as_ref().map(Web::current);

@@ -107,29 +107,13 @@ impl Target {
             Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
             None => (rest, ""),
         };
-        if authority.contains('@') {
-            bail!("credentials in the URL are not taken: use --pyroscope-user and --pyroscope-password-file");
-        }
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((h, p)) if !p.contains(']') => (h, Some(p)),
-            _ => (authority, None),
-        };
-        if host.is_empty() || host == "[]" {
-            bail!("no host in the URL");
-        }
-        let port = match port {
-            None => {
-                if tls {
-                    443
-                } else {
-                    80
-                }
+        let (host, port) = wire::authority(authority, if tls { 443 } else { 80 }).map_err(|e| {
+            if authority.contains('@') {
+                anyhow::anyhow!("{e}: use --pyroscope-user and --pyroscope-password-file")
+            } else {
+                anyhow::anyhow!("{e}")
             }
-            Some(p) => match p.parse::<u16>() {
-                Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
-                _ => bail!("bad port `{p}` in the URL"),
-            },
-        };
+        })?;
         let mut headers = vec![
             ("Content-Type", pyroscope::CONTENT_TYPE.to_string()),
             ("Connect-Protocol-Version", "1".into()),
@@ -205,34 +189,7 @@ pub struct PushError {
     pub message: String,
 }
 
-enum Conn {
-    Plain(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
-}
-
-impl Read for Conn {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Conn::Plain(s) => s.read(buf),
-            Conn::Tls(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Conn {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Conn::Plain(s) => s.write(buf),
-            Conn::Tls(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Conn::Plain(s) => s.flush(),
-            Conn::Tls(s) => s.flush(),
-        }
-    }
-}
+type Conn = super::conn::Conn<rustls::ClientConnection>;
 
 fn unreachable(message: String) -> PushError {
     PushError { outcome: Outcome::Unreachable, message }

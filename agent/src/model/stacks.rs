@@ -154,12 +154,93 @@ pub struct Key {
 /// Distinct (victim, blamed, state, role, stack) entries kept per process.
 pub const MAX_ENTRIES: usize = 20_000;
 
+/// Buckets of wait lengths (bpf/stacks.h `WM_WAIT_BUCKETS`): bucket 0 below
+/// 1 ms, bucket i in [2^(i-1), 2^i) ms, the last from 256 ms.
+pub const WAIT_BUCKETS: usize = 10;
+
+/// How many waits an entry had, and how long each was.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lengths {
+    pub waits: u64,
+    pub max_ns: u64,
+    pub buckets: [u64; WAIT_BUCKETS],
+}
+
+impl Lengths {
+    pub fn add(&mut self, o: &Lengths) {
+        self.waits += o.waits;
+        self.max_ns = self.max_ns.max(o.max_ns);
+        for (a, b) in self.buckets.iter_mut().zip(o.buckets) {
+            *a += b;
+        }
+    }
+
+    /// The bounds of bucket `i`, ns (the last ends at the longest wait).
+    fn bounds(&self, i: usize) -> (f64, f64) {
+        let lo = if i == 0 { 0.0 } else { (1u64 << (i - 1)) as f64 * 1e6 };
+        let hi = if i + 1 == WAIT_BUCKETS { (self.max_ns as f64).max(lo) } else { (1u64 << i) as f64 * 1e6 };
+        (lo, hi.min((self.max_ns as f64).max(lo)))
+    }
+
+    /// The `q` quantile of the lengths, ns, interpolated linearly within its
+    /// bucket and never above the longest wait.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let total: u64 = self.buckets.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = q.clamp(0.0, 1.0) * total as f64;
+        let mut seen = 0.0;
+        for (i, n) in self.buckets.iter().enumerate() {
+            let n = *n as f64;
+            if n > 0.0 && seen + n >= rank {
+                let (lo, hi) = self.bounds(i);
+                return Some(lo + (hi - lo) * ((rank - seen) / n).clamp(0.0, 1.0));
+            }
+            seen += n;
+        }
+        Some(self.max_ns as f64)
+    }
+
+    /// Waits of at least `ns` (interpolated within the bucket `ns` falls in).
+    pub fn at_least(&self, ns: f64) -> f64 {
+        (0..WAIT_BUCKETS)
+            .map(|i| {
+                let (lo, hi) = self.bounds(i);
+                let n = self.buckets[i] as f64;
+                if lo >= ns {
+                    n
+                } else if hi <= ns || hi <= lo {
+                    0.0
+                } else {
+                    n * (hi - ns) / (hi - lo)
+                }
+            })
+            .sum()
+    }
+}
+
 /// Wait time by stack, for one process.
 #[derive(Clone, Debug, Default)]
 pub struct WaitStacks {
     pub ns: HashMap<Key, u64>,
+    /// the waits' lengths of the GIL holders' entries (role holder)
+    pub lengths: HashMap<Key, Lengths>,
     /// time of entries beyond MAX_ENTRIES (counted, not kept)
     pub dropped_ns: u64,
+}
+
+/// Where a GIL holder was while others waited behind it, with the lengths
+/// of those waits: each at least as long as the hold it sat behind
+/// (`gil_holds_by_function`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HoldSite {
+    /// the holder (TID), and its code (`site_of`)
+    pub holder: u32,
+    pub site: String,
+    /// time others waited behind it there
+    pub ns: u64,
+    pub lengths: Lengths,
 }
 
 /// Where a thread was, in one line, and the share of the time it was there.
@@ -179,6 +260,28 @@ impl WaitStacks {
         } else {
             self.dropped_ns += ns;
         }
+    }
+
+    /// `add`, with the waits' lengths (kept for GIL holders' entries).
+    pub fn add_waits(&mut self, k: Key, ns: u64, l: &Lengths) {
+        if k.role == Role::Holder && k.state == State::GilWait && (self.ns.contains_key(&k) || self.ns.len() < MAX_ENTRIES) {
+            self.lengths.entry(k.clone()).or_default().add(l);
+        }
+        self.add(k, ns);
+    }
+
+    /// The GIL holders' code by the time others waited behind it, with the
+    /// lengths of those waits, most first (`victim`: only waits of that thread).
+    pub fn holds_by_site(&self, victim: Option<u32>) -> Vec<HoldSite> {
+        let mut by: HashMap<(u32, String), (u64, Lengths)> = HashMap::new();
+        for (k, l) in self.lengths.iter().filter(|(k, _)| victim.is_none_or(|v| k.victim == v)) {
+            let e = by.entry((k.blamed, site_of(&k.stack))).or_default();
+            e.0 += self.ns.get(k).copied().unwrap_or(0);
+            e.1.add(l);
+        }
+        let mut v: Vec<HoldSite> = by.into_iter().map(|((holder, site), (ns, lengths))| HoldSite { holder, site, ns, lengths }).collect();
+        v.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| (a.holder, &a.site).cmp(&(b.holder, &b.site))));
+        v
     }
 
     /// The entries of one side of the waits of `victim` in `state` (behind
@@ -304,6 +407,48 @@ mod tests {
         }
         assert_eq!(w.ns.len(), MAX_ENTRIES);
         assert_eq!(w.dropped_ns, 50);
+    }
+
+    #[test]
+    fn length_quantiles_interpolate_within_buckets() {
+        let mut l = Lengths { waits: 100, max_ns: 75_000_000, ..Default::default() };
+        // 100 waits between 64 and 75 ms (bucket 7: [64, 128) ms, cut at the longest)
+        l.buckets[7] = 100;
+        let p50 = l.quantile(0.5).unwrap() / 1e6;
+        let p99 = l.quantile(0.99).unwrap() / 1e6;
+        assert!((69.0..=70.0).contains(&p50) && (74.0..=75.0).contains(&p99), "{p50} {p99}");
+        assert_eq!(l.at_least(10e6), 100.0);
+        assert_eq!(l.at_least(80e6), 0.0);
+        let mut short = Lengths { waits: 10, max_ns: 5_200_000, ..Default::default() };
+        short.buckets[4] = 10; // [8, 16) ms cut at 5.2 ms: lo is 8 ms > max
+        assert!(short.quantile(0.5).unwrap() <= 8e6);
+        let mut five = Lengths { waits: 10, max_ns: 5_200_000, ..Default::default() };
+        five.buckets[3] = 10; // [4, 8) ms, cut at 5.2
+        assert!(five.quantile(0.99).unwrap() <= 5.2e6 && five.quantile(0.5).unwrap() >= 4e6);
+        assert_eq!(five.at_least(10e6), 0.0);
+        assert!(Lengths::default().quantile(0.5).is_none());
+    }
+
+    #[test]
+    fn holds_by_site_merge_a_holders_entries() {
+        let mut w = WaitStacks::default();
+        let a: Stack = vec![py("dumps", "/usr/lib/python3.12/json/__init__.py", 231), py("work", "/srv/s.py", 9)].into();
+        let b: Stack = vec![py("spin", "/srv/s.py", 20)].into();
+        let l = |bucket: usize, n: u64| {
+            let mut l = Lengths { waits: n, max_ns: 1u64 << bucket << 20, ..Default::default() };
+            l.buckets[bucket] = n;
+            l
+        };
+        for victim in [1, 3] {
+            w.add_waits(Key { victim, blamed: 2, state: State::GilWait, role: Role::Holder, stack: a.clone() }, 700, &l(7, 10));
+            w.add_waits(Key { victim, blamed: 2, state: State::GilWait, role: Role::Holder, stack: b.clone() }, 300, &l(3, 60));
+        }
+        w.add_waits(Key { victim: 1, blamed: 2, state: State::GilWait, role: Role::Victim, stack: b.clone() }, 1000, &l(3, 60));
+        let h = w.holds_by_site(None);
+        assert_eq!(h.len(), 2);
+        assert_eq!((h[0].site.as_str(), h[0].ns, h[0].lengths.waits), ("json.dumps ← work (s.py:9)", 1400, 20));
+        assert_eq!((h[1].ns, h[1].lengths.waits), (600, 120));
+        assert_eq!(w.holds_by_site(Some(3))[0].ns, 700);
     }
 
     #[test]

@@ -570,8 +570,8 @@ mod tests {
             "a GIL holder outside gil_wait"
         } else if t.futex_addr != 0 && !matches!(state, State::FutexWait | State::GilWait) {
             "a futex word outside futex_wait/gil_wait"
-        } else if t.waker != 0 && state != State::FutexWait {
-            "a waker outside futex_wait"
+        } else if t.waker != 0 && !matches!(state, State::FutexWait | State::GilWait) {
+            "a waker outside futex_wait/gil_wait"
         } else if t.syscall >= 0 && !blocked {
             "a syscall while runnable"
         } else {

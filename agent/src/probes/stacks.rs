@@ -10,10 +10,10 @@ use std::collections::HashMap;
 use libbpf_rs::{MapCore, MapFlags, MapMut};
 
 use super::sched::skel::types::{
-    wm_py_stack, wm_py_walk, wm_role, wm_stack_limits, wm_stack_ref, wm_stack_stat, wm_stacks_mode, wm_wait_stack_key,
+    wm_py_stack, wm_py_walk, wm_role, wm_stack_limits, wm_stack_ref, wm_stack_stat, wm_stacks_mode, wm_wait_stack_key, wm_wait_stack_val,
 };
 use super::sched::{as_bytes, from_bytes};
-use crate::model::stacks::Role;
+use crate::model::stacks::{Lengths, Role};
 use crate::model::state::State;
 
 /// A stack reference that names no stack.
@@ -138,13 +138,14 @@ impl Maps<'_> {
     /// Move every wait charged to stacks out of the kernel: each entry is
     /// looked up and deleted in one step, so time added meanwhile is in the
     /// value taken or in a new entry.
-    pub fn drain_waits(&self) -> Vec<(RawWait, u64)> {
+    pub fn drain_waits(&self) -> Vec<(RawWait, u64, Lengths)> {
         let keys: Vec<Vec<u8>> = self.waits.keys().collect();
         let mut out = Vec::with_capacity(keys.len());
         for k in keys {
             let Some(key) = from_bytes::<wm_wait_stack_key>(&k) else { continue };
             let Ok(Some(v)) = self.waits.lookup_and_delete(&k) else { continue };
-            let Some(ns) = from_bytes::<u64>(&v) else { continue };
+            let Some(v) = from_bytes::<wm_wait_stack_val>(&v) else { continue };
+            let lengths = Lengths { waits: u64::from(v.waits), max_ns: u64::from(v.max_us) * 1000, buckets: v.buckets.map(u64::from) };
             let (Some(state), Some(role)) = (State::from_index(key.state as usize), role_from_abi(key.role)) else { continue };
             out.push((
                 RawWait {
@@ -156,7 +157,8 @@ impl Maps<'_> {
                     native: u32::try_from(key.native).ok(),
                     py: (key.py != 0).then_some(key.py),
                 },
-                ns,
+                v.ns,
+                lengths,
             ));
         }
         out

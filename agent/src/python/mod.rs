@@ -285,6 +285,17 @@ pub fn gil_enabled(mem: &dyn Memory, layout: Option<&Layout>, gils: &[u64]) -> b
 
 /// The GIL structs of the process: the global one, or one per interpreter.
 /// A GIL so high in the address space that its futex words would wrap is left out.
+/// `sys.getswitchinterval()` of the interpreter whose GIL is at `gil`, µs:
+/// the GIL struct's first field (`interval`, an unsigned long, in every
+/// version; docs of ../shared/reference/cpython-gil.md). None when the read
+/// fails or the value is not one CPython would hold (0, or over 10 s).
+pub fn switch_interval_us(mem: &dyn Memory, gil: u64) -> Option<u64> {
+    let mut b = [0u8; 8];
+    mem.read(gil, &mut b).ok()?;
+    let us = u64::from_ne_bytes(b);
+    (1..=10_000_000).contains(&us).then_some(us)
+}
+
 pub fn gil_addresses(mem: &dyn Memory, runtime: u64, l: &Layout) -> Result<Vec<u64>> {
     match l.gil {
         GilLocation::Runtime { offset } => {

@@ -6,7 +6,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::finding::{Culprit, Kind, ThreadRef};
-use crate::model::stacks::{Role, Site, WaitStacks};
+use crate::model::stacks::{HoldSite, Role, Site, WaitStacks};
 use crate::model::state::State;
 
 /// One side: the site with the most of the wait, and its share of it.
@@ -20,6 +20,28 @@ pub struct Side {
     pub share: f64,
 }
 
+/// How long the holds of a GIL holder's code that the thread sat behind
+/// were (from its first wait behind one to the release that woke it).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Holds {
+    pub holds: u64,
+    #[serde(serialize_with = "super::json::seconds")]
+    pub p50_s: u64,
+    #[serde(serialize_with = "super::json::seconds")]
+    pub p99_s: u64,
+    /// the waits were mostly (p50) two switch intervals or longer: the holder
+    /// did not give the GIL up when asked (a C call that does not release it)
+    pub without_switch: bool,
+}
+
+impl Holds {
+    fn of(h: &HoldSite, switch_ns: u64) -> Option<Holds> {
+        let p50 = h.lengths.quantile(0.5)?;
+        let p99 = h.lengths.quantile(0.99)?;
+        Some(Holds { holds: h.lengths.waits, p50_s: p50 as u64, p99_s: p99 as u64, without_switch: p50 >= 2.0 * switch_ns as f64 })
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Code {
     /// the role of `culprit`: holder, waker, preemptor
@@ -28,11 +50,15 @@ pub struct Code {
     pub culprit: Option<Side>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub victim: Option<Side>,
+    /// a GIL holder's code: the lengths of the waits behind it there
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holds: Option<Holds>,
 }
 
 /// The code of a finding's two sides; None when the finding is not about
-/// one thread's wait or no stack of it was taken.
-pub fn of(kind: &Kind, stacks: &WaitStacks) -> Option<Code> {
+/// one thread's wait or no stack of it was taken. `switch_ns`: the target's
+/// GIL switch interval.
+pub fn of(kind: &Kind, stacks: &WaitStacks, switch_ns: u64) -> Option<Code> {
     if let Kind::LockConvoy { waiters, .. } = kind {
         return convoy(waiters, stacks);
     }
@@ -55,7 +81,16 @@ pub fn of(kind: &Kind, stacks: &WaitStacks) -> Option<Code> {
         Some(side(t.clone(), s))
     });
     let victim_side = stacks.top_site(victim.thread.tid, state, Role::Victim, None).map(|s| side(victim.thread.clone(), s));
-    (culprit_side.is_some() || victim_side.is_some()).then(|| Code { role: role.label(), culprit: culprit_side, victim: victim_side })
+    let holds = culprit_side.as_ref().filter(|_| role == Role::Holder).and_then(|c| {
+        let h = stacks.holds_by_site(Some(victim.thread.tid)).into_iter().find(|h| h.holder == c.thread.tid && h.site == c.site)?;
+        Holds::of(&h, switch_ns)
+    });
+    (culprit_side.is_some() || victim_side.is_some()).then(|| Code {
+        role: role.label(),
+        culprit: culprit_side,
+        victim: victim_side,
+        holds,
+    })
 }
 
 /// A convoy: the code that released the lock (the wakers' top site) and
@@ -65,7 +100,7 @@ fn convoy(waiters: &[u32], stacks: &WaitStacks) -> Option<Code> {
     let side = |who: &str, s: Site| Side { thread: anyone(who.into()), site: s.text, share: s.share };
     let culprit = stacks.top_site_of(waiters, State::FutexWait, Role::Waker).map(|s| side("the releasers", s));
     let victim = stacks.top_site_of(waiters, State::FutexWait, Role::Victim).map(|s| side("the waiters", s));
-    (culprit.is_some() || victim.is_some()).then_some(Code { role: Role::Waker.label(), culprit, victim })
+    (culprit.is_some() || victim.is_some()).then_some(Code { role: Role::Waker.label(), culprit, victim, holds: None })
 }
 
 impl fmt::Display for Code {
@@ -85,6 +120,16 @@ impl fmt::Display for Code {
                 _ => "was in",
             };
             write!(f, "Code: {} {verb} `{}` {:.0}% of that time", name(&c.thread), c.site, 100.0 * c.share)?;
+            if let Some(h) = self.holds.as_ref().filter(|h| h.without_switch) {
+                let ms = |ns: u64| ns as f64 / 1e6;
+                write!(
+                    f,
+                    ", without a switch for {:.0}–{:.0} ms at a time (p50–p99 of {} holds): a call that does not release the GIL",
+                    ms(h.p50_s),
+                    ms(h.p99_s),
+                    h.holds
+                )?;
+            }
         }
         if let Some(v) = &self.victim {
             let lead = if self.culprit.is_some() { ";" } else { "Code:" };
@@ -108,7 +153,9 @@ mod tests {
         let spin: Stack = vec![py("spin", "/srv/service.py", 40)].into();
         let recv: Stack = vec![py("recv_exact", "/srv/service.py", 70)].into();
         let key = |role, stack: &Stack| Key { victim: 11, blamed: 12, state: State::GilWait, role, stack: stack.clone() };
-        w.add(key(Role::Holder, &dumps), 900);
+        let mut long = crate::model::stacks::Lengths { waits: 12, max_ns: 75_000_000, ..Default::default() };
+        long.buckets[7] = 12;
+        w.add_waits(key(Role::Holder, &dumps), 900, &long);
         w.add(key(Role::Holder, &spin), 100);
         w.add(key(Role::Victim, &recv), 1000);
         let kind = Kind::GilStarvation {
@@ -122,15 +169,17 @@ mod tests {
             age: None,
             cpu: CpuUse { used_cores: 1.0, limit_cores: 2.0 },
         };
-        let code = of(&kind, &w).expect("code");
+        let code = of(&kind, &w, 5_000_000).expect("code");
         assert_eq!(
             code.to_string(),
-            "Code: processor (12) held the GIL in `json.dumps ← processor (service.py:52)` 90% of that time; ingest (11) waited in `recv_exact (service.py:70)` (100%)."
+            "Code: processor (12) held the GIL in `json.dumps ← processor (service.py:52)` 90% of that time, without a switch for 70–75 ms at a time (p50–p99 of 12 holds): a call that does not release the GIL; ingest (11) waited in `recv_exact (service.py:70)` (100%)."
         );
+        // with a switch interval of 100 ms those waits are not long
+        assert!(!of(&kind, &w, 100_000_000).unwrap().to_string().contains("without a switch"));
         assert_eq!(
             serde_json::to_value(&code).unwrap()["culprit"],
             serde_json::json!({"thread": {"tid": 12, "name": "processor"}, "site": "json.dumps ← processor (service.py:52)", "share": 0.9})
         );
-        assert!(of(&kind, &WaitStacks::default()).is_none());
+        assert!(of(&kind, &WaitStacks::default(), 5_000_000).is_none());
     }
 }

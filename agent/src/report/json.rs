@@ -159,6 +159,57 @@ pub struct JsonReport {
     /// first, at most WAIT_SITES entries; absent when stacks were not taken
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_sites: Option<Vec<JsonSite>>,
+    /// where GIL holders were while others waited behind them, with the
+    /// lengths of those waits (each at least the hold it sat behind), most
+    /// first, at most HOLD_SITES entries; absent without stacks or GIL
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gil_holds_by_function: Option<Vec<JsonHoldSite>>,
+}
+
+/// Entries of `gil_holds_by_function`.
+pub const HOLD_SITES: usize = 50;
+
+#[derive(Serialize, Debug)]
+pub struct JsonHoldSite {
+    /// the GIL holder (TID) and its name
+    pub holder: u32,
+    pub holder_name: Option<String>,
+    /// its code (`wait_sites`' form)
+    pub function: String,
+    /// time threads waited behind it there
+    pub waited_s: f64,
+    /// holds that ended there, as the waiters saw them: from a waiter's first
+    /// wait behind it to the release that woke it (at least that long)
+    pub holds: u64,
+    /// their lengths, interpolated within power-of-two buckets
+    pub p50_s: f64,
+    pub p99_s: f64,
+    pub max_s: f64,
+    /// holds of two switch intervals or more: the GIL held without a switch
+    pub without_switch: u64,
+}
+
+fn holds_by_function(r: &ProcessReport, w: &crate::model::stacks::WaitStacks) -> Option<Vec<JsonHoldSite>> {
+    let switch_ns = r.python.as_ref()?.switch_ns();
+    let names: std::collections::HashMap<u32, &str> = r.threads.iter().map(|t| (t.tid, t.name.as_str())).collect();
+    let secs6 = |ns: f64| round6(ns / 1e9);
+    Some(
+        w.holds_by_site(None)
+            .into_iter()
+            .take(HOLD_SITES)
+            .map(|h| JsonHoldSite {
+                holder: h.holder,
+                holder_name: names.get(&h.holder).map(|n| n.to_string()),
+                waited_s: round6(secs(h.ns)),
+                holds: h.lengths.waits,
+                p50_s: secs6(h.lengths.quantile(0.5).unwrap_or(0.0)),
+                p99_s: secs6(h.lengths.quantile(0.99).unwrap_or(0.0)),
+                max_s: secs6(h.lengths.max_ns as f64),
+                without_switch: h.lengths.at_least(2.0 * switch_ns as f64).round() as u64,
+                function: h.site,
+            })
+            .collect(),
+    )
 }
 
 /// Entries of `wait_sites`.
@@ -315,6 +366,7 @@ pub fn report(r: &ProcessReport) -> JsonReport {
         exited: r.exited_after_ns.is_some(),
         exited_after_s: r.exited_after_ns.map(|n| round6(secs(n))),
         wait_sites: r.stacks.as_ref().map(wait_sites),
+        gil_holds_by_function: r.stacks.as_ref().and_then(|w| holds_by_function(r, w)),
     }
 }
 

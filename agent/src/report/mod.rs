@@ -141,6 +141,15 @@ pub struct PythonInfo {
     pub binary: String,
     /// that file has a symbol table (.symtab)
     pub symbols: bool,
+    /// `sys.getswitchinterval()` in µs, read from the GIL (None: not read)
+    pub switch_interval_us: Option<u64>,
+}
+
+impl PythonInfo {
+    /// The switch interval, ns (CPython's default, 5 ms, when it was not read).
+    pub fn switch_ns(&self) -> u64 {
+        self.switch_interval_us.unwrap_or(5000) * 1000
+    }
 }
 
 /// One process over the report's window.

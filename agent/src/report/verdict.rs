@@ -121,7 +121,7 @@ pub fn findings(report: &ProcessReport) -> Vec<Finding> {
         .map(|k| {
             let mut f = Finding::from(k);
             if let Some(s) = &report.stacks {
-                f.code = super::code::of(&f.kind, s);
+                f.code = super::code::of(&f.kind, s, report.python.as_ref().map_or(5_000_000, |p| p.switch_ns()));
             }
             f
         })

@@ -130,7 +130,7 @@ impl Session {
             .collect();
         let mut resolver = HolderResolver::default();
         let now = monotonic_ns();
-        for (w, ns) in drained {
+        for (w, ns, lengths) in drained {
             let Some((id, victim)) = whose.get(&(w.tid, w.gen)).copied() else {
                 st.unattributed += 1;
                 continue;
@@ -144,7 +144,7 @@ impl Session {
             };
             let pt = st.py.get(&id).map(|v| &v.0);
             let stack = st.namer.stack(&maps, t.pid, pt, w.native, w.py, now);
-            st.stores.entry(id).or_default().add(Key { victim, blamed, state: w.state, role: w.role, stack }, ns);
+            st.stores.entry(id).or_default().add_waits(Key { victim, blamed, state: w.state, role: w.role, stack }, ns, &lengths);
         }
         let (native_named, py_named) = st.namer.named();
         let (n, p) = maps.trim(native_named, py_named);
