@@ -57,6 +57,17 @@ def built_python(name):
     return str(py) if py.exists() else None
 
 
+def installed_python(name):
+    """The interpreter a test names: "3.8" to "3.13" from pyenv, any other name
+    (3.14, 3.15, 3.14t, 3.14-stripped, 3.14-debian, ...) as `make setup` built it.
+    Fails the test when it is not installed."""
+    m = re.fullmatch(r"3\.(\d+)", name)
+    py = pyenv_python(int(m.group(1))) if m and int(m.group(1)) <= 13 else built_python(name)
+    if not py:
+        pytest.fail(f"Python {name} is not installed here (make setup installs it)")
+    return py
+
+
 TARGETS = [(f"pyenv-3.{m}", lambda m=m: (pyenv_python(m), None)) for m in range(8, 14)] + [
     ("debian-3.11", lambda: ("/usr/bin/python3.11" if os.path.exists("/usr/bin/python3.11") else None, None)),
     ("stripped-3.11", lambda: stripped_env(11)),

@@ -9,26 +9,18 @@ import time
 import pytest
 
 from conftest import ROOT, Workload, attach, by_tid, share
-from test_gil import built_python
+from test_gil import installed_python
 
 pytestmark = pytest.mark.needs_root
 
 PYLOCK = ROOT / "tests" / "workloads" / "pylock.py"
 
-INTERPRETERS = {
-    "3.14": lambda: built_python("3.14"),
-    "3.15": lambda: built_python("3.15"),
-    "3.14t": lambda: built_python("3.14t"),
-    "stripped-3.14": lambda: built_python("3.14-stripped"),
-    "debian-sid-3.14": lambda: built_python("3.14-debian"),
-}
+# test id -> the interpreter's name for installed_python
+INTERPRETERS = {"3.14": "3.14", "3.15": "3.15", "3.14t": "3.14t", "stripped-3.14": "3.14-stripped", "debian-sid-3.14": "3.14-debian"}
 
 
 def interpreter(name):
-    py = INTERPRETERS[name]()
-    if not py:
-        pytest.fail(f"Python {name} not installed here (make setup builds them)")
-    return py
+    return installed_python(INTERPRETERS[name])
 
 
 def inside_at(w, name, after):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILD, ROOT, WAITMETER, Guard, Workload, attach, by_tid, free_port, wait_http
-from test_gil import built_python, pyenv_python, stripped_env
+from test_gil import installed_python, stripped_env
 
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 import pyroscope_receiver  # noqa: E402
@@ -28,21 +28,8 @@ STARVE = ROOT / "tests" / "workloads" / "gil_starve.py"
 CONVOY = ROOT / "tests" / "workloads" / "stack_convoy.c"
 GO = shutil.which("go") or "/usr/local/go/bin/go"
 
-INTERPRETERS = {
-    "3.9": lambda: pyenv_python(9),
-    "3.11": lambda: pyenv_python(11),
-    "3.12": lambda: pyenv_python(12),
-    "3.13": lambda: pyenv_python(13),
-    "3.14": lambda: built_python("3.14"),
-    "3.15": lambda: built_python("3.15"),
-}
-
-
-def interpreter(name):
-    py = INTERPRETERS[name]()
-    if not py:
-        pytest.fail(f"Python {name} is not installed here (make setup builds it)")
-    return py
+INTERPRETERS = ["3.9", "3.11", "3.12", "3.13", "3.14", "3.15"]
+interpreter = installed_python
 
 
 def sites(report, tid, state, role):
@@ -54,7 +41,7 @@ def share_of(entries, pred):
     return sum(s["seconds"] for s in entries if pred(s["site"])) / total if total else 0.0
 
 
-@pytest.mark.parametrize("name", list(INTERPRETERS))
+@pytest.mark.parametrize("name", INTERPRETERS)
 def test_holder_and_victim_stacks_match_the_known_shares(name):
     """processor spends 75% of its time in json.dumps and 25% in spin(); ingest
     waits for the GIL behind it in blocking_call()."""
