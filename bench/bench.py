@@ -60,7 +60,7 @@ def tools_for(kind, names):
         "waitmeter": lambda: h.Waitmeter("waitmeter"),
         "waitmeter-uprobe": lambda: h.Waitmeter("waitmeter-uprobe", "--gil-probe", "uprobe"),
         "waitmeter-nolock": lambda: h.Waitmeter("waitmeter-nolock", "--lock-probe", "none"),
-        "waitmeter-stacks": lambda: h.Waitmeter("waitmeter-stacks", "--stacks", "all"),
+        "waitmeter-nostacks": lambda: h.Waitmeter("waitmeter-nostacks", "--stacks", "none"),
         "py-spy": lambda: h.PySpy("py-spy"),
         "py-spy-nonblocking": lambda: h.PySpy("py-spy-nonblocking", nonblocking=True),
         "bpftrace-gil": lambda: h.Bpftrace("bpftrace-gil", h.bpftrace_gil_script),
@@ -74,7 +74,7 @@ TOOL_NOTES = {
     "waitmeter": "waitmeter run, default (futex GIL method), scraped every 2 s",
     "waitmeter-uprobe": "waitmeter run --gil-probe uprobe (take_gil/drop_gil uprobes)",
     "waitmeter-nolock": "waitmeter run --lock-probe none (no parking-lot uprobes on 3.13+)",
-    "waitmeter-stacks": "waitmeter run --stacks all (wait stacks taken, drained and dropped: what stacks cost in the kernel)",
+    "waitmeter-nostacks": "waitmeter run --stacks none (no wait stacks, no holder sampler: the default's cost of stacks is the difference)",
     "py-spy": "py-spy record --rate 100 (blocking: pauses the target per sample)",
     "py-spy-nonblocking": "py-spy record --rate 100 --nonblocking",
     "bpftrace-gil": "bpftrace: uprobe+uretprobe on take_gil, time per thread",
@@ -441,19 +441,19 @@ def overhead_scenarios(args):
             sc[f"gil-3.{minor}"] = Overhead(
                 f"gil-3.{minor}", f"ingest/processor GIL workload, Python 3.{minor}, {gil_secs} s, 500 msg/s fed",
                 python_workload(py, "ingest.py", gil_secs, "--items", 20000),
-                tools_for("py", ["none", "waitmeter", "waitmeter-uprobe", "py-spy", "bpftrace-gil"]),
+                tools_for("py", ["none", "waitmeter", "waitmeter-nostacks", "waitmeter-uprobe", "py-spy", "bpftrace-gil"]),
                 [("processor_rate", "processor unit/s", True), ("processor_cpu_ms_per_unit", "CPU ms/unit", False),
                  ("ingest_rate", "ingest msg/s", True), ("lag_p50", "lag p50 s", False), ("lag_p99", "lag p99 s", False)],
                 R or (3 if quick else 5), timeout=gil_secs + 30, target=("gil_slowdown", "waitmeter"),
-                stats_tools=("waitmeter", "waitmeter-uprobe"))
+                stats_tools=("waitmeter", "waitmeter-nostacks", "waitmeter-uprobe"))
     py = h.pyenv_python(12)
-    pp_tools = ["none", "waitmeter", "waitmeter-stacks", "waitmeter-uprobe", "py-spy-nonblocking", "py-spy", "bpftrace-gil", "bpftrace-sched"]
+    pp_tools = ["none", "waitmeter", "waitmeter-nostacks", "waitmeter-uprobe", "py-spy-nonblocking", "py-spy", "bpftrace-gil", "bpftrace-sched"]
     if py:
         sc["pingpong"] = Overhead(
             "pingpong", "GIL ping-pong, 60k round trips through queue.Queue, Python 3.12, pinned to CPU 1",
             python_workload(py, "pingpong.py", 60000, "--cpu", 1), tools_for("py", pp_tools),
             [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], R or (3 if quick else 5), timeout=120,
-            target=("pingpong_slowdown", "waitmeter"), stats_tools=("waitmeter", "waitmeter-stacks", "waitmeter-uprobe"))
+            target=("pingpong_slowdown", "waitmeter"), stats_tools=("waitmeter", "waitmeter-nostacks", "waitmeter-uprobe"))
         sc["pingpong-unpinned"] = Overhead(
             "pingpong-unpinned", "GIL ping-pong, 60k round trips, Python 3.12, unpinned (cross-CPU hand-offs: noisy)",
             python_workload(py, "pingpong.py", 60000), tools_for("py", pp_tools),
@@ -466,11 +466,11 @@ def overhead_scenarios(args):
             python_workload(str(py), "pingpong.py", 60000, "--cpu", 1), tools_for("py", ["none", "waitmeter", "waitmeter-nolock"]),
             [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], R or (3 if quick else 5), timeout=120,
             stats_tools=("waitmeter", "waitmeter-nolock"))
-    c_tools = ["none", "waitmeter", "waitmeter-stacks", "bpftrace-sched"]
+    c_tools = ["none", "waitmeter", "waitmeter-nostacks", "bpftrace-sched"]
     rr = R or (3 if quick else 5)
     sc["ctxswitch"] = Overhead("ctxswitch", "context-switch storm: 200k pipe round trips between two threads pinned to CPU 1",
                                storm_workload("pipe", 200000, 1), tools_for("c", c_tools), [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], rr, 120,
-                               stats_tools=("waitmeter", "waitmeter-stacks"))
+                               stats_tools=("waitmeter", "waitmeter-nostacks"))
     sc["futex-uncontended"] = Overhead("futex-uncontended", "uncontended pthread_mutex: 10M lock/unlock, one thread (no syscalls)",
                                        storm_workload("mutex", 10000000), tools_for("c", c_tools), [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], rr, 120)
     sc["futex-contended"] = Overhead("futex-contended", "contended pthread_mutex: 4 threads, 8M lock/unlock in all (futex storm)",

@@ -369,6 +369,7 @@ static __always_inline bool add_ns(void *map, void *key, __u64 delta)
 
 /* wait stacks: their maps, taking them, charging waits to them (uses count_in above) */
 #include "stacks.bpf.h"
+#include "holder_samples.bpf.h"
 
 /* Report a throttled stretch that ends now. */
 static __always_inline void emit_throttle(const struct wm_closed *c, __u32 tid, __u64 now)
@@ -571,9 +572,13 @@ static __noinline void switch_out(void *ctx, bool preempt, struct task_struct *p
 		} else {
 			*own = t->d.stack;
 		}
+		/* the holder's native stack: sampled in its own context during this hold */
+		__s32 native = e.gil_holder ? holder_wanted(tgid, holder_tstate, e.gil_switch, now) : -1;
+
 		if ((cfg.stacks & WM_STACKS_PYTHON) && e.gil_holder && holder_tstate &&
-		    (t->d.holder_of != e.gil_holder || now - t->d.holder_at >= cfg.stack_interval_ns)) {
-			e.blamed.native = -1;
+		    (t->d.holder_of != e.gil_holder || now - t->d.holder_at >= cfg.stack_interval_ns ||
+		     (native >= 0 && t->d.holder.native < 0))) {
+			e.blamed.native = native;
 			e.blamed.py = wm_py_stack(tgid, holder_tstate);
 			e.new_blamed = true;
 		}

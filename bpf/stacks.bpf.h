@@ -220,6 +220,7 @@ static __always_inline bool add_wait(struct wm_wait_stack_key *key, __u64 delta,
 	bucket = wait_bucket(len);
 	us = len / 1000 > 0xffffffffULL ? 0xffffffff : len / 1000;
 	__sync_fetch_and_add(&v->waits, 1);
+	__sync_fetch_and_add(&v->held_ns, len);
 	if (bucket < WM_WAIT_BUCKETS)
 		__sync_fetch_and_add(&v->buckets[bucket], 1);
 	if (us > v->max_us) /* racy: a lost update only loses a maximum */

@@ -25,6 +25,7 @@ enum wm_stack_limits {
 	WM_DEFAULT_MAX_PY_STACKS = 16384,
 	WM_DEFAULT_MAX_WAIT_STACKS = 65536,
 	WM_DEFAULT_MAX_PY_THREADS = 16384,
+	WM_DEFAULT_MAX_HOLDERS = 1024,       /* holder_samples: GIL holders waited behind (LRU) */
 	WM_DEFAULT_MAX_PY_PROCS = 1024,
 	/* an offset the walker does not use */
 	WM_NO_OFFSET = 0xffffffff,
@@ -93,9 +94,28 @@ struct wm_wait_stack_key {
  * first wait of its streak to its release; sched.h `streak_at`), by length. */
 struct wm_wait_stack_val {
 	__u64 ns;
+	__u64 held_ns;                    /* the holds' lengths, summed */
 	__u32 waits;                      /* holds counted */
 	__u32 max_us;                     /* the longest, µs (saturating) */
 	__u32 buckets[WM_WAIT_BUCKETS];
+};
+
+/* The native stack of a GIL holder, sampled in its own context by a CPU
+ * clock (bpf/holder_samples.bpf.h): a waiter's program cannot take another
+ * thread's user stack. Keyed by the holder's thread state, which the waiter
+ * reads from the GIL and the sampler from `py_tstates`. */
+struct wm_holder_key {
+	__u32 tgid;
+	__u32 _pad;
+	__u64 tstate;
+};
+
+struct wm_holder_sample {
+	__u64 wanted;     /* ns: a waiter last went to sleep behind this holder */
+	__u64 at;         /* ns: the last sample */
+	__s32 native;     /* `native_stacks` id of the last sample; negative: none */
+	__u16 want_switch; /* the GIL's switch_number (low bits) the waiter saw */
+	__u16 switch_at;  /* want_switch when the sample was taken: the hold it belongs to */
 };
 
 /* Index of the per-CPU `stack_stats` array, exported as

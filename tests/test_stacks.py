@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, ROOT, WAITMETER, Guard, Workload, attach, by_tid, free_port, wait_http
+from conftest import BUILD, ROOT, WAITMETER, Guard, Workload, attach, by_tid, free_port, prometheus, wait_http
 from test_gil import installed_python, stripped_env
+from test_prometheus import query
 
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 import pyroscope_receiver  # noqa: E402
@@ -39,6 +40,14 @@ def sites(report, tid, state, role):
 def share_of(entries, pred):
     total = sum(s["seconds"] for s in entries)
     return sum(s["seconds"] for s in entries if pred(s["site"])) / total if total else 0.0
+
+
+def shares(w):
+    """The next "shares dumps= spin= calls= wall=" line of gil_holder.py."""
+    line = w.readline(5, "a shares line")
+    while not line.startswith("shares"):
+        line = w.readline(5, "a shares line")
+    return {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
 
 
 @pytest.mark.parametrize("name", INTERPRETERS)
@@ -67,12 +76,6 @@ def test_gil_holds_by_function_match_the_known_call_lengths(name):
     never lets go: holds of the call's length) and in spin(), pure Python,
     which gives the GIL up when asked (holds of one switch interval). The
     workload prints the calls' count and wall time: their mean is the truth."""
-    def shares(w):
-        line = w.readline(5, "a shares line")
-        while not line.startswith("shares"):
-            line = w.readline(5, "a shares line")
-        return {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
-
     with Workload(interpreter(name), HOLDER, "same") as w:
         before = shares(w)
         report, _ = attach(w.pid, 3.0)
@@ -94,6 +97,41 @@ def test_gil_holds_by_function_match_the_known_call_lengths(name):
     assert spin["p50_s"] <= 2 * interval and spin["without_switch"] <= 0.5 * spin["holds"] + 1, (interval, spin)
     line = next(v for v in report["verdict"] if "processor" in v and "GIL" in v)
     assert "without a switch for" in line and "json.dumps" in line, line
+
+
+# the C functions of CPython's _json module (Modules/_json.c)
+JSON_C = re.compile(r"^(encoder_|py_encode_basestring|ascii_escape|escape_unicode|write_escaped|\[_json)")
+
+
+@pytest.mark.parametrize("name", ["3.12", "3.15"])
+def test_the_holders_c_function_is_sampled_in_its_own_context(name):
+    """While ingest waits, a CPU clock samples processor's native stack in its
+    own context. 3.15 is built with frame pointers: most json.dumps time is
+    in _json's C encoder, and the verdict says so. 3.12 (no frame pointers)
+    names fewer, but never a function that is not _json's. No sample of a
+    dumps hold is ever given to a spin() hold (the GIL's switch number ties
+    a sample to its hold)."""
+    with Workload(interpreter(name), HOLDER, "same") as w:
+        report, _ = attach(w.pid, 3.0)
+    holder = sites(report, w.tids["ingest"], "gil_wait", "holder")
+    dumps = [s for s in holder if "json.dumps" in s["site"]]
+    total = sum(s["seconds"] for s in dumps)
+    in_c = {}
+    for s in dumps:
+        m = re.match(r"(\S+) in json\.dumps", s["site"])
+        if m:
+            in_c[m.group(1)] = in_c.get(m.group(1), 0.0) + s["seconds"]
+    named = {f: t for f, t in in_c.items() if t >= 0.01 * total}
+    assert all(JSON_C.match(f) for f in named), named
+    spin = [s for s in holder if re.match(r"(\S+ in )?spin \(", s["site"])]
+    foreign = sum(s["seconds"] for s in spin if JSON_C.match(s["site"]))
+    assert spin and foreign <= 0.02 * sum(s["seconds"] for s in spin), spin
+    line = next(v for v in report["verdict"] if "processor" in v and "GIL" in v)
+    if name == "3.15":
+        assert sum(in_c.values()) >= 0.5 * total, (in_c, total)
+        assert re.search(r"json\.dumps ← processor \(gil_holder\.py:\d+\)` \d+% of that time \(in C `encoder_\w+` \d+% of it\)", line), line
+        finding = next(f for f in report["findings"] if f.get("code"))
+        assert JSON_C.match(finding["code"]["culprit"]["in_c"]["function"]), finding["code"]
 
 
 @pytest.mark.parametrize("name", ["3.11", "3.14"])
@@ -253,6 +291,50 @@ def test_run_serves_wait_profiles_of_the_next_seconds(tmp_path):
     raw = go_pprof("-raw", out)
     assert "wait/nanoseconds" in raw and "role:[holder]" in raw, raw[:2000]
     assert abs(holder_share_in(out) - 0.75) <= 0.15, go_pprof("-top", "-cum", "-tagfocus=role=holder", out)
+
+
+def test_run_exports_gil_holds_by_function_to_prometheus(tmp_path):
+    """waitmeter_gil_function_hold_seconds while no profile is recorded, read
+    by a real Prometheus as an alert would read it: processor's json.dumps
+    holds last as long as its calls (the workload's truth), its spin() holds
+    about one switch interval."""
+    hist = 'waitmeter_gil_function_hold_seconds_{}{{thread="processor",function="{}"}}'
+    with Workload(interpreter("3.12"), HOLDER, "same") as w, run_agent(w.pid, log=tmp_path / "agent.log") as base:
+        before = shares(w)
+        with prometheus(tmp_path, int(base.rsplit(":", 1)[1])) as prom:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                n = query(prom, f"count_over_time({hist.format('count', 'json.dumps')}[30s])")
+                if n and min(n.values()) >= 8:
+                    break
+                time.sleep(1)
+            res = {}
+            for f in ["json.dumps", "spin"]:
+                count = query(prom, f"increase({hist.format('count', f)}[30s])")
+                mean = query(prom, f"increase({hist.format('sum', f)}[30s]) / increase({hist.format('count', f)}[30s])")
+                p50 = query(prom, f"histogram_quantile(0.5, sum by (le) (increase({hist.format('bucket', f)}[30s])))")
+                p90 = query(prom, f"histogram_quantile(0.9, sum by (le) (increase({hist.format('bucket', f)}[30s])))")
+                res[f] = [next(iter(v.values()), None) for v in (count, mean, p50, p90)]
+        after = shares(w)
+        status, text = get(base + "/metrics")
+    print(res)
+    truth = (after["wall"] - before["wall"]) / (after["calls"] - before["calls"])
+    count, mean, p50, p90 = res["json.dumps"]
+    assert count and count >= 10, res
+    # as gil_holds_by_function: a waiter starts some way into a call
+    assert 0.5 * truth <= mean <= 1.2 * truth, (truth, res)
+    # log2 buckets: the median's bucket holds the calls' length
+    assert 0.5 * truth <= p50 <= 2 * truth, (truth, res)
+    count, mean, p50, p90 = res["spin"]
+    # (fewer: a waiter behind spin() mostly gets the GIL at its first timeout)
+    assert count and count >= 1 and p90 <= 0.016 and mean <= 0.010, res
+    assert status == 200
+    cp = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=60)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    # the bound: one series per (holder, function), no pid-less series
+    series = {re.sub(r'le="[^"]*",?', "", ln.split("{")[1].split("}")[0]) for ln in text.decode().splitlines()
+              if ln.startswith("waitmeter_gil_function_hold_seconds_bucket{")}
+    assert all(f'pid="{w.pid}"' in s for s in series) and len(series) <= 11, series
 
 
 def test_run_without_stacks_says_why_there_is_no_profile(tmp_path):

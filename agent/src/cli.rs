@@ -124,6 +124,9 @@ pub struct ProbeArgs {
     /// A thread takes its own stack at most once per this many milliseconds (reused meanwhile)
     #[arg(long, value_name = "MS", default_value_t = 2.0, value_parser = stack_interval)]
     pub stack_interval: f64,
+    /// Per CPU, samples a second that take a GIL holder's native stack (its C function) while others wait behind it; 0: off
+    #[arg(long, value_name = "HZ", default_value_t = 499, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub holder_sample_hz: u32,
 }
 
 fn stack_interval(s: &str) -> Result<f64, String> {

@@ -70,7 +70,27 @@ def build():
                     ],
                     "s",
                 ),
-                24,
+                12,
+                8,
+            ),
+            (
+                timeseries(
+                    "GIL holds others waited behind, by function (p99)",
+                    "How long a holder kept the GIL while another thread waited, by the holder's function "
+                    "(json.dumps, or the application's own), measured from the waiters' side in the default mode. "
+                    "Holds well above the switch interval (5 ms; 10 ms and more) are C calls that do not release "
+                    "the GIL: split the call, or move it to another process.",
+                    [
+                        q(
+                            "histogram_quantile(0.99, sum by (le, pid, thread, function) "
+                            f"(rate(waitmeter_gil_function_hold_seconds_bucket{{{T}}}[{RATE}])))",
+                            "{{thread}} in {{function}}",
+                            "A",
+                        ),
+                    ],
+                    "s",
+                ),
+                12,
                 8,
             ),
         ],
@@ -81,5 +101,8 @@ def build():
         ],
         "GIL wait by holder": [
             ("What this holder ran meanwhile (wait profile)", f'pid="{pid}", thread="{holder}", victim="{thread}", role="holder"'),
+        ],
+        "GIL holds others waited behind, by function (p99)": [
+            ("Where this holder held the GIL (wait profile)", f'pid="{pid}", thread="{thread}", role="holder", state="gil_wait"'),
         ],
     })

@@ -42,6 +42,7 @@ pub fn session_options(p: &ProbeArgs, follow_forks: bool, keep_stacks: bool) -> 
             native: matches!(stacks, crate::cli::Stacks::All | crate::cli::Stacks::Native),
             python: matches!(stacks, crate::cli::Stacks::All | crate::cli::Stacks::Python),
             interval_ns: (p.stack_interval * 1e6) as u64,
+            holder_hz: p.holder_sample_hz,
             keep: keep_stacks,
         },
     }

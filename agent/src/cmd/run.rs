@@ -15,7 +15,7 @@ use crate::export::prometheus::{AgeExport, AgentStatus, CgroupInfo, Exporter, Pr
 use crate::export::push::{self, Pusher, PROFILE_NAME};
 use crate::export::recorder::{Captures, Proc, Pull, Recorder};
 use crate::export::web::Web;
-use crate::probes::sched::VARIANT;
+use crate::probes::sched::{HOLDER_SAMPLER, VARIANT};
 use crate::session::{Session, Snapshot};
 
 /// The hooks the sched probe attaches; each has a `waitmeter_probe_attached` series.
@@ -77,7 +77,8 @@ fn unix_ns() -> i64 {
 }
 
 /// A sample of the session, with what the exporter and the recorders need
-/// of it: exited threads folded, threads labelled, stacks handed on.
+/// of it: exited threads folded, threads labelled, stacks handed on (the
+/// GIL holds by function to the exporter always, the rest to recordings).
 fn sample(
     session: &mut Session,
     exporter: &mut crate::export::prometheus::Exporter,
@@ -93,6 +94,7 @@ fn sample(
         let procs: HashMap<u64, Proc> = session.targets().map(|t| (t.id, Proc { pid: t.pid, comm: t.comm.clone() })).collect();
         let mut pushing = pushing;
         for (id, w) in &stacks {
+            exporter.add_gil_holds(*id, w);
             let Some(p) = procs.get(id) else { continue };
             captures.add(*id, p, w);
             if let Some(ps) = pushing.as_deref_mut() {
@@ -193,6 +195,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
         session.discover()?;
     }
     let attached = session.probe().attached();
+    let mut expected = SCHED_HOOKS.to_vec();
+    if args.probe.stacks == crate::cli::Stacks::All && args.probe.holder_sample_hz > 0 {
+        expected.push(HOLDER_SAMPLER);
+    }
     let variant = VARIANT;
     crate::say!(
         "waitmeter: serving {scheme}://{addr}/metrics{} for {} process(es){}; probes: {} ({variant}){}",
@@ -228,7 +234,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 lost.extend(session.stacks_lost());
                 let status = AgentStatus {
                     attached: attached.clone(),
-                    expected: SCHED_HOOKS.to_vec(),
+                    expected: expected.clone(),
                     variant,
                     lost,
                     maps: session.map_entries(),

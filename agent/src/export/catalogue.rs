@@ -58,6 +58,14 @@ pub const GIL_HOLD_SECONDS: Metric = Metric {
     help: "How long Python threads held the GIL each time (log2 buckets from 1 µs). Only with --gil-probe uprobe on interpreters with symbols.",
 };
 
+pub const GIL_FUNCTION_HOLD_SECONDS: Metric = Metric {
+    base: "waitmeter_gil_function_hold",
+    kind: Kind::Histogram,
+    unit: Some("seconds"),
+    labels: &["pid", "thread", "function"],
+    help: "GIL holds that other threads waited behind, by the holder (thread) and the function it was in (function: the library call the application was in, e.g. json.dumps, else its own innermost function; the first 10 per process, the rest \"other\"), in log2 buckets from 1 ms. A hold is measured as its waiter saw it, from the first wait of a streak of timed-out GIL waits to the release that ended it (a hold nobody waited behind is not seen); holds much longer than the switch interval (python.switch_interval_us, 5 ms by default) are calls that do not release the GIL. Needs stacks (--stacks, on by default).",
+};
+
 pub const RUNQUEUE_WAIT_SECONDS: Metric = Metric {
     base: "waitmeter_runqueue_wait",
     kind: Kind::Counter,
@@ -238,6 +246,7 @@ pub const ALL: &[&Metric] = &[
     &THREAD_SECONDS,
     &GIL_WAIT_SECONDS,
     &GIL_HOLD_SECONDS,
+    &GIL_FUNCTION_HOLD_SECONDS,
     &RUNQUEUE_WAIT_SECONDS,
     &FUTEX_WAIT_SECONDS,
     &FUTEX_WORD_WAIT_SECONDS,
@@ -296,6 +305,8 @@ pub fn markdown() -> String {
          it has 10 ms of wait, at most 10 words per process; the rest, and a labelled word's wait before\n  \
          it got its label, are summed as `futex=\"other\"`, so every counter only grows and the rates of\n  \
          all of a process' series add up to its futex wait rate.\n\
+         - `function` (`waitmeter_gil_function_hold_seconds`): the first 10 distinct functions of a process\n  \
+         keep their own label, later ones are summed as `function=\"other\"`; `thread` there is the holder's label.\n\
          - `--tid-labels` adds a `tid` label to `waitmeter_thread_seconds_total` (one series per thread: use\n  \
          it for debugging, not for long-term storage).\n\
          - Series of a process that exited are kept for 5 minutes, then dropped.\n",

@@ -11,6 +11,7 @@ use prometheus_client::registry::{Registry, Unit};
 use super::catalogue::{self, Kind, Metric};
 use crate::model::hist::HoldHist;
 use crate::model::partition::secs;
+use crate::model::stacks::Lengths;
 
 /// The classic Prometheus text format (0.0.4) from the OpenMetrics text the
 /// encoder writes, for clients that do not ask for OpenMetrics (curl, promtool,
@@ -48,6 +49,7 @@ pub struct Exposition {
     pub thread_seconds: Vec<(Labels, f64)>,
     pub gil_seconds: Vec<(Labels, f64)>,
     pub gil_holds: Vec<(Labels, HoldHist)>,
+    pub gil_function_holds: Vec<(Labels, Lengths)>,
     pub runqueue_seconds: Vec<(Labels, f64)>,
     pub futex_seconds: Vec<(Labels, f64)>,
     pub futex_word_seconds: Vec<(Labels, f64)>,
@@ -126,6 +128,17 @@ impl Collector for Exposition {
                 secs(h.sum_ns),
                 h.count,
                 &h.prometheus_buckets(),
+                None,
+            )?;
+        }
+        let m = &catalogue::GIL_FUNCTION_HOLD_SECONDS;
+        let u = unit_of(m);
+        let mut me = descriptor(&mut enc, m, &u)?;
+        for (labels, l) in &self.gil_function_holds {
+            me.encode_family(labels)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                secs(l.sum_ns),
+                l.buckets.iter().sum(),
+                &l.prometheus_buckets(),
                 None,
             )?;
         }

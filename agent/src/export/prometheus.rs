@@ -9,6 +9,7 @@ use crate::model::blame::Preemptor;
 use crate::model::hist::HoldHist;
 use crate::model::labels::{sanitize, LabelBook};
 use crate::model::partition::{secs, ThreadSample, Times};
+use crate::model::stacks::{site_function, Lengths, WaitStacks};
 use crate::model::state::State;
 use crate::session::Snapshot;
 
@@ -19,6 +20,10 @@ use crate::session::Snapshot;
 /// often it scrapes (two HA replicas agree).
 pub const WINDOW_STEP_NS: u64 = 10_000_000_000;
 pub const WINDOW_SPAN_NS: u64 = 60_000_000_000;
+
+/// Distinct functions per process with their own `function` label in
+/// `waitmeter_gil_function_hold_seconds`; the rest are "other".
+pub const MAX_FUNCTION_LABELS: usize = 10;
 
 /// How long the series of an exited process are still served.
 pub const EXITED_RETENTION_NS: u64 = 300 * 1_000_000_000;
@@ -123,6 +128,10 @@ pub struct Exporter {
     windows: VecDeque<(u64, BTreeMap<SeriesKey, Times>)>,
     /// (target, TID) -> thread label, for naming GIL holders (also after they exit)
     tid_labels_by_target: HashMap<(u64, u32), String>,
+    /// (target, holder label, function label) -> the GIL holds ended there
+    gil_functions: BTreeMap<(u64, String, String), Lengths>,
+    /// per target: bounded labels for the holders' functions
+    function_books: HashMap<u64, LabelBook>,
 }
 
 impl Exporter {
@@ -137,6 +146,8 @@ impl Exporter {
             words: FutexWords::default(),
             windows: VecDeque::new(),
             tid_labels_by_target: HashMap::new(),
+            gil_functions: BTreeMap::new(),
+            function_books: HashMap::new(),
         }
     }
 
@@ -213,6 +224,22 @@ impl Exporter {
         }
     }
 
+    /// Count the GIL holds in a target's drained wait stacks by holder and
+    /// function (after `label_threads` of the same sample, which names the
+    /// holders).
+    pub fn add_gil_holds(&mut self, target: u64, w: &WaitStacks) {
+        // new functions are labelled most holds first (the bound keeps the biggest)
+        let mut holds: Vec<(String, &crate::model::stacks::Key, &Lengths)> =
+            w.lengths.iter().filter(|(_, l)| l.waits > 0).map(|(k, l)| (sanitize(&site_function(&k.stack)), k, l)).collect();
+        holds.sort_by(|a, b| b.2.waits.cmp(&a.2.waits).then_with(|| a.0.cmp(&b.0)));
+        for (function, k, l) in holds {
+            let holder = self.holder_label(target, k.blamed);
+            let book = self.function_books.entry(target).or_insert_with(|| LabelBook::new(MAX_FUNCTION_LABELS));
+            let function = book.label(&function).to_string();
+            self.gil_functions.entry((target, holder, function)).or_default().add(l);
+        }
+    }
+
     /// A thread's label (by its TID as the agent sees it), once labelled.
     pub fn thread_label(&self, target: u64, tid: u32) -> Option<String> {
         self.tid_labels_by_target.get(&(target, tid)).cloned()
@@ -239,6 +266,8 @@ impl Exporter {
             self.folded.forget(*t);
             self.preemptor_books.remove(t);
             self.words.forget(*t);
+            self.function_books.remove(t);
+            self.gil_functions.retain(|k, _| k.0 != *t);
             self.thread_labels.retain(|k, _| k.0 != *t);
             self.tid_labels_by_target.retain(|k, _| k.0 != *t);
             for (_, w) in self.windows.iter_mut() {
@@ -326,6 +355,12 @@ impl Exporter {
         for (k, h) in &holds {
             let Some(p) = by_id.get(&k.target) else { continue };
             gil_holds.push((series_labels(p, k, false, &[]), *h));
+        }
+        let mut gil_function_holds = vec![];
+        for ((target, holder, function), l) in &self.gil_functions {
+            let Some(p) = by_id.get(target) else { continue };
+            let labels = [("pid", p.pid.to_string()), ("thread", holder.clone()), ("function", function.clone())];
+            gil_function_holds.push((labels.into_iter().map(|(n, v)| (n.to_string(), v)).collect(), l.clone()));
         }
         let mut gil_seconds = vec![];
         for ((k, holder), ns) in &gil {
@@ -424,6 +459,7 @@ impl Exporter {
             thread_seconds,
             gil_seconds,
             gil_holds,
+            gil_function_holds,
             runqueue_seconds,
             futex_seconds,
             futex_word_seconds,
@@ -582,6 +618,64 @@ mod tests {
         assert_eq!(after[..2], idle[..2]);
         assert_eq!(after, after_twice);
         assert!(after[3].1 <= super::super::futex_words::MAX_FOLDED_WORDS + 10, "{after:?}");
+    }
+
+    #[test]
+    fn gil_holds_by_function_are_bounded_histograms() {
+        use crate::model::stacks::{Frame, Key, Role, Stack};
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let mut e = Exporter::new(20, false);
+        let mut snap = Snapshot::default();
+        snap.live.insert(1, vec![sample(1, "ingest", 0, 1, false), sample(2, "processor", 0, 1, false)]);
+        e.label_threads(&snap);
+        let mut w = WaitStacks::default();
+        // 12 functions of processor's, each with two holds of 64-128 ms, a third of 300 ms for f0
+        for i in 0..12 {
+            let stack: Stack = vec![Frame::python(format!("f{i}"), "/srv/app.py".into(), 10 + i)].into();
+            let mut l = Lengths { waits: 2, sum_ns: 140_000_000, max_ns: 70_000_000, ..Default::default() };
+            l.buckets[7] = 2;
+            if i == 0 {
+                l.waits += 1;
+                l.sum_ns += 300_000_000;
+                l.max_ns = 300_000_000;
+                l.buckets[9] = 1;
+            }
+            w.add_waits(Key { victim: 1, blamed: 2, state: State::GilWait, role: Role::Holder, stack }, 1_000, &l);
+        }
+        e.add_gil_holds(1, &w);
+        e.add_gil_holds(1, &w);
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        let line = |name: &str, function: &str, le: Option<&str>| -> f64 {
+            let le = le.map(|l| format!("le=\"{l}\"")).unwrap_or_default();
+            text.lines()
+                .find(|l| {
+                    l.starts_with(&format!("{name}{{"))
+                        && l.contains(&format!("function=\"{function}\""))
+                        && l.contains("thread=\"processor\"")
+                        && l.contains(&le)
+                })
+                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} {function} {le} in\n{text}"))
+        };
+        let h = "waitmeter_gil_function_hold_seconds";
+        // cumulative buckets, seconds; counted twice
+        assert_eq!(line(&format!("{h}_bucket"), "f0", Some("0.064")), 0.0);
+        assert_eq!(line(&format!("{h}_bucket"), "f0", Some("0.128")), 4.0);
+        assert_eq!(line(&format!("{h}_bucket"), "f0", Some("0.256")), 4.0);
+        assert_eq!(line(&format!("{h}_bucket"), "f0", Some("+Inf")), 6.0);
+        assert_eq!(line(&format!("{h}_count"), "f0", None), 6.0);
+        assert!((line(&format!("{h}_sum"), "f0", None) - 0.88).abs() < 1e-9);
+        // ten functions keep their names, two share "other"
+        let functions: HashSet<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("{h}_count{{")))
+            .filter_map(|l| l.split("function=\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(functions.len(), MAX_FUNCTION_LABELS + 1, "{functions:?}");
+        assert_eq!(line(&format!("{h}_count"), "other", None), 8.0);
+        e.forget(&[1]);
+        let text = e.render(&procs, &[], &AgeExport::default(), &Snapshot::default(), &AgentStatus::default());
+        assert!(!text.contains(&format!("{h}_count{{")), "{text}");
     }
 
     #[test]

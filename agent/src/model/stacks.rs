@@ -162,6 +162,8 @@ pub const WAIT_BUCKETS: usize = 10;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Lengths {
     pub waits: u64,
+    /// the lengths summed
+    pub sum_ns: u64,
     pub max_ns: u64,
     pub buckets: [u64; WAIT_BUCKETS],
 }
@@ -169,10 +171,22 @@ pub struct Lengths {
 impl Lengths {
     pub fn add(&mut self, o: &Lengths) {
         self.waits += o.waits;
+        self.sum_ns += o.sum_ns;
         self.max_ns = self.max_ns.max(o.max_ns);
         for (a, b) in self.buckets.iter_mut().zip(o.buckets) {
             *a += b;
         }
+    }
+
+    /// (upper bound in seconds, count in that bucket) for a Prometheus
+    /// histogram: 1 ms, 2 ms, ... 256 ms, then +Inf. Counts are per bucket,
+    /// not cumulative. (A bucket's upper bound is exclusive at nanosecond
+    /// precision where Prometheus' `le` is inclusive: a hold of exactly
+    /// 1.000000 ms is counted above `le="0.001"`.)
+    pub fn prometheus_buckets(&self) -> Vec<(f64, u64)> {
+        let mut out: Vec<(f64, u64)> = (0..WAIT_BUCKETS - 1).map(|i| ((1u64 << i) as f64 / 1e3, self.buckets[i])).collect();
+        out.push((f64::INFINITY, self.buckets[WAIT_BUCKETS - 1]));
+        out
     }
 
     /// The bounds of bucket `i`, ns (the last ends at the longest wait).
@@ -249,6 +263,9 @@ pub struct Site {
     pub text: String,
     pub share: f64,
     pub ns: u64,
+    /// the C function (of an extension or the interpreter's callees) with the
+    /// most of this site's time, and its share of that time
+    pub in_c: Option<(String, f64)>,
 }
 
 impl WaitStacks {
@@ -275,7 +292,7 @@ impl WaitStacks {
     pub fn holds_by_site(&self, victim: Option<u32>) -> Vec<HoldSite> {
         let mut by: HashMap<(u32, String), (u64, Lengths)> = HashMap::new();
         for (k, l) in self.lengths.iter().filter(|(k, _)| victim.is_none_or(|v| k.victim == v)) {
-            let e = by.entry((k.blamed, site_of(&k.stack))).or_default();
+            let e = by.entry((k.blamed, site_parts(&k.stack).0)).or_default();
             e.0 += self.ns.get(k).copied().unwrap_or(0);
             e.1.add(l);
         }
@@ -295,35 +312,44 @@ impl WaitStacks {
 
     /// The site (`site_of`) with the most time among those entries, and its share.
     pub fn top_site(&self, victim: u32, state: State, role: Role, blamed: Option<u32>) -> Option<Site> {
-        let sites = self.sites(victim, state, role, blamed);
-        let total: u64 = sites.iter().map(|s| s.1).sum();
-        let (text, ns) = sites.into_iter().next()?;
-        (total > 0).then(|| Site { text, share: ns as f64 / total as f64, ns })
-    }
-
-    /// Time by site, most first.
-    pub fn sites(&self, victim: u32, state: State, role: Role, blamed: Option<u32>) -> Vec<(String, u64)> {
-        by_site(self.select(victim, state, role, blamed))
+        top(by_site_in_c(self.select(victim, state, role, blamed)))
     }
 
     /// The top site of one side of the waits of several threads (a convoy's waiters).
     pub fn top_site_of(&self, victims: &[u32], state: State, role: Role) -> Option<Site> {
-        let sites = by_site(
+        top(by_site_in_c(
             self.ns.iter().filter(|(k, _)| victims.contains(&k.victim) && k.state == state && k.role == role).map(|(k, ns)| (k, *ns)),
-        );
-        let total: u64 = sites.iter().map(|s| s.1).sum();
-        let (text, ns) = sites.into_iter().next()?;
-        (total > 0).then(|| Site { text, share: ns as f64 / total as f64, ns })
+        ))
     }
 }
 
-/// Time by site, most first.
-fn by_site<'a>(entries: impl Iterator<Item = (&'a Key, u64)>) -> Vec<(String, u64)> {
-    let mut by: HashMap<String, u64> = HashMap::new();
+/// The first of `by_site_in_c`'s sites, with its share of all of them.
+fn top(sites: Vec<SiteTime>) -> Option<Site> {
+    let total: u64 = sites.iter().map(|s| s.1).sum();
+    let (text, ns, c) = sites.into_iter().next()?;
+    let in_c = c.filter(|_| ns > 0).map(|(f, c_ns)| (f, c_ns as f64 / ns as f64));
+    (total > 0).then(|| Site { text, share: ns as f64 / total as f64, ns, in_c })
+}
+
+/// A site, its time, and the C function with the most of it (and that time).
+type SiteTime = (String, u64, Option<(String, u64)>);
+
+/// Time by site (`site_parts`' first part), most first, with the C function
+/// that had the most of each site's time (and that time).
+fn by_site_in_c<'a>(entries: impl Iterator<Item = (&'a Key, u64)>) -> Vec<SiteTime> {
+    let mut by: HashMap<String, (u64, HashMap<String, u64>)> = HashMap::new();
     for (k, ns) in entries {
-        *by.entry(site_of(&k.stack)).or_default() += ns;
+        let (site, c) = site_parts(&k.stack);
+        let e = by.entry(site).or_default();
+        e.0 += ns;
+        if let Some(c) = c {
+            *e.1.entry(c).or_default() += ns;
+        }
     }
-    let mut v: Vec<(String, u64)> = by.into_iter().collect();
+    let mut v: Vec<SiteTime> = by
+        .into_iter()
+        .map(|(site, (ns, cs))| (site, ns, cs.into_iter().max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))))
+        .collect();
     v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     v
 }
@@ -333,6 +359,16 @@ fn by_site<'a>(entries: impl Iterator<Item = (&'a Key, u64)>) -> Vec<(String, u6
 /// led by the native function when the thread was in a C function of an
 /// extension or program (`encoder_listencode_list in json.dumps ← ...`).
 pub fn site_of(stack: &[Frame]) -> String {
+    match site_parts(stack) {
+        (p, Some(c)) => format!("{c} in {p}"),
+        (p, None) => p,
+    }
+}
+
+/// `site_of` in two: the site without its leading C function (the Python
+/// site, or a native stack's), and that C function (a verdict groups by the
+/// first and names the second inside it).
+pub fn site_parts(stack: &[Frame]) -> (String, Option<String>) {
     let py: Vec<&Frame> = stack.iter().filter(|f| f.kind == Kind::Python).collect();
     let native_leaf = stack.iter().take_while(|f| f.kind != Kind::Python).find(|f| f.kind == Kind::Native && !f.is_library());
     let py_part = match py.iter().position(|f| !f.is_library()) {
@@ -342,18 +378,39 @@ pub fn site_of(stack: &[Frame]) -> String {
         None => py.first().map(|f| f.display_at()),
     };
     match (native_leaf, py_part) {
-        (Some(n), Some(p)) => format!("{} in {p}", n.function),
-        (None, Some(p)) => p,
+        (Some(n), Some(p)) => (p, Some(n.function.clone())),
+        (None, Some(p)) => (p, None),
         (Some(n), None) => {
             // a native stack: the innermost frame of the program, and its caller
             let i = stack.iter().position(|f| std::ptr::eq(f, n)).unwrap_or(0);
-            match stack[i + 1..].iter().find(|f| f.kind == Kind::Native && !f.is_library()) {
+            let site = match stack[i + 1..].iter().find(|f| f.kind == Kind::Native && !f.is_library()) {
                 Some(caller) => format!("{} ← {}", n.display_at(), caller.function),
                 None => n.display_at(),
-            }
+            };
+            (site, None)
         }
-        (None, None) => stack.first().map(|f| f.display_at()).unwrap_or_else(|| "unknown".into()),
+        (None, None) => (stack.first().map(|f| f.display_at()).unwrap_or_else(|| "unknown".into()), None),
     }
+}
+
+/// The function a stack is known by, for a metric label: the library call
+/// the application was in (`json.dumps`), else the application's innermost
+/// function, else the program's innermost native function; no file or line
+/// (they would split one function's series).
+pub fn site_function(stack: &[Frame]) -> String {
+    let py: Vec<&Frame> = stack.iter().filter(|f| f.kind == Kind::Python).collect();
+    if let Some(f) = match py.iter().position(|f| !f.is_library()) {
+        Some(0) => Some(py[0]),
+        Some(i) => Some(py[i - 1]),
+        None => py.first().copied(),
+    } {
+        return f.display_name();
+    }
+    stack
+        .iter()
+        .find(|f| f.kind == Kind::Native && !f.is_library())
+        .or_else(|| stack.first())
+        .map_or_else(|| "unknown".to_string(), |f| f.function.clone())
 }
 
 #[cfg(test)]
@@ -396,6 +453,10 @@ mod tests {
             Frame::native("worker".into(), "/srv/convoy".into()),
         ];
         assert_eq!(site_of(&c), "append_record (convoy) ← worker");
+        assert_eq!(site_function(&with_c), "json.dumps");
+        assert_eq!(site_function(&own), "spin");
+        assert_eq!(site_function(&c), "append_record");
+        assert_eq!(site_function(&[]), "unknown");
     }
 
     #[test]
@@ -427,6 +488,23 @@ mod tests {
         assert!(five.quantile(0.99).unwrap() <= 5.2e6 && five.quantile(0.5).unwrap() >= 4e6);
         assert_eq!(five.at_least(10e6), 0.0);
         assert!(Lengths::default().quantile(0.5).is_none());
+    }
+
+    #[test]
+    fn length_buckets_are_prometheus_buckets_in_seconds() {
+        let mut l = Lengths { waits: 3, sum_ns: 400_500_000, max_ns: 300_000_000, ..Default::default() };
+        l.buckets[0] = 1; // < 1 ms
+        l.buckets[7] = 1; // [64, 128) ms
+        l.buckets[9] = 1; // >= 256 ms
+        let b = l.prometheus_buckets();
+        assert_eq!(b.len(), WAIT_BUCKETS);
+        assert_eq!(b[0], (0.001, 1));
+        assert_eq!(b[7], (0.128, 1));
+        assert_eq!(b[8], (0.256, 0));
+        assert_eq!(b[9], (f64::INFINITY, 1));
+        let mut two = l.clone();
+        two.add(&l);
+        assert_eq!((two.waits, two.sum_ns, two.max_ns), (6, 801_000_000, 300_000_000));
     }
 
     #[test]

@@ -95,6 +95,9 @@ pub struct SchedOptions {
     /// thread takes its own (bpf/stacks.bpf.h)
     pub stacks: u8,
     pub stack_interval_ns: u64,
+    /// CPU-clock samples a second per CPU for the GIL holders' native
+    /// stacks (bpf/holder_samples.bpf.h; 0: none)
+    pub holder_sample_hz: u32,
 }
 
 /// Fields drop in order: the ring buffer and links before the object.
@@ -103,12 +106,17 @@ pub struct SchedProbe {
     exits: Rc<RefCell<Vec<wm_exit>>>,
     throttles: Rc<RefCell<Vec<wm_throttle>>>,
     links: Vec<(String, Link)>,
+    /// the holder sampler's CPU clocks, one per CPU (empty: off, or failed)
+    samplers: Vec<Link>,
     skel: SchedSkel<'static>,
     /// `watched_bits`, shared with the kernel (mmap of the array map)
     bits: &'static [AtomicU64],
     /// threads user space could not seed because `threads` was full
     seed_lost: std::cell::Cell<u64>,
 }
+
+/// The `probe` label of the holder sampler's CPU clocks.
+pub const HOLDER_SAMPLER: &str = "holder_sampler";
 
 /// The hook variant in use (the `variant` label of waitmeter_probe_attached).
 pub const VARIANT: &str = "tp_btf";
@@ -182,7 +190,7 @@ fn open_and_load(opts: &SchedOptions) -> Result<SchedSkel<'static>> {
 impl SchedProbe {
     /// Load and attach. Nothing is watched until `watch()`.
     pub fn load(opts: &SchedOptions) -> Result<SchedProbe> {
-        let skel = open_and_load(opts)
+        let mut skel = open_and_load(opts)
             .context("failed to load the scheduler probes (needs Linux 5.15 or later with BTF); rerun with -vv for libbpf's log")?;
         let suffix = "_btf";
         let mut links = Vec::new();
@@ -199,7 +207,17 @@ impl SchedProbe {
         let throttles = collect_into::<wm_throttle>(&mut rb, &skel.maps.throttles)?;
         let ringbuf = rb.build().context("failed to set up the exit ring buffer")?;
         let bits = map_bits(&skel.maps.watched_bits)?;
-        Ok(SchedProbe { ringbuf, exits, throttles, links, skel, bits, seed_lost: Default::default() })
+        let mut samplers = vec![];
+        if opts.holder_sample_hz > 0 {
+            // without it the holders' stacks are their Python frames: worth a warning, not an exit
+            match super::cpu_clock::attach(&mut skel.progs.sample_holder, opts.holder_sample_hz) {
+                Ok(l) => samplers = l,
+                Err(e) => log::warn!(
+                    "no native frames for GIL holders: {e:#} (needs CAP_PERFMON or CAP_SYS_ADMIN; --holder-sample-hz 0 to not try)"
+                ),
+            }
+        }
+        Ok(SchedProbe { ringbuf, exits, throttles, links, samplers, skel, bits, seed_lost: Default::default() })
     }
 
     /// The `parked` map (host TID -> address parked on), which the pypark
@@ -224,7 +242,11 @@ impl SchedProbe {
 
     /// Attached hooks (tracepoint names).
     pub fn attached(&self) -> Vec<String> {
-        self.links.iter().map(|(n, _)| n.clone()).collect()
+        let mut v: Vec<String> = self.links.iter().map(|(n, _)| n.clone()).collect();
+        if !self.samplers.is_empty() {
+            v.push(HOLDER_SAMPLER.to_string());
+        }
+        v
     }
 
     fn bit(&self, host_tgid: u32) -> Result<(&AtomicU64, u64)> {
@@ -600,6 +622,7 @@ mod tests {
             translate_pids: pidns_ino != crate::procfs::INIT_PIDNS_INO,
             stacks: 0,
             stack_interval_ns: 0,
+            holder_sample_hz: 0,
         })
         .expect("load the sched probe");
         let me = std::process::id();

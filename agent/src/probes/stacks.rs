@@ -145,7 +145,12 @@ impl Maps<'_> {
             let Some(key) = from_bytes::<wm_wait_stack_key>(&k) else { continue };
             let Ok(Some(v)) = self.waits.lookup_and_delete(&k) else { continue };
             let Some(v) = from_bytes::<wm_wait_stack_val>(&v) else { continue };
-            let lengths = Lengths { waits: u64::from(v.waits), max_ns: u64::from(v.max_us) * 1000, buckets: v.buckets.map(u64::from) };
+            let lengths = Lengths {
+                waits: u64::from(v.waits),
+                sum_ns: v.held_ns,
+                max_ns: u64::from(v.max_us) * 1000,
+                buckets: v.buckets.map(u64::from),
+            };
             let (Some(state), Some(role)) = (State::from_index(key.state as usize), role_from_abi(key.role)) else { continue };
             out.push((
                 RawWait {

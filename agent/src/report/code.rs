@@ -18,7 +18,22 @@ pub struct Side {
     pub site: String,
     #[serde(serialize_with = "super::json::ratio")]
     pub share: f64,
+    /// the C function with the most of that site's time (a GIL holder's,
+    /// sampled while it ran; a native frame of a C extension)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_c: Option<InC>,
 }
+
+/// A C function inside a site, and its share of the site's time.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InC {
+    pub function: String,
+    #[serde(serialize_with = "super::json::ratio")]
+    pub share: f64,
+}
+
+/// A C function is named in the sentence from this share of its site's time.
+const IN_C_SHARE: f64 = 0.2;
 
 /// How long the holds of a GIL holder's code that the thread sat behind
 /// were (from its first wait behind one to the release that woke it).
@@ -75,7 +90,12 @@ pub fn of(kind: &Kind, stacks: &WaitStacks, switch_ns: u64) -> Option<Code> {
         Culprit::Thread(t) => Some(t.clone()),
         _ => None,
     });
-    let side = |thread: ThreadRef, s: Site| Side { thread, site: s.text, share: s.share };
+    let side = |thread: ThreadRef, s: Site| Side {
+        thread,
+        site: s.text,
+        share: s.share,
+        in_c: s.in_c.map(|(function, share)| InC { function, share }),
+    };
     let culprit_side = culprit.as_ref().filter(|_| role != Role::Victim).and_then(|t| {
         let s = stacks.top_site(victim.thread.tid, state, role, Some(t.tid))?;
         Some(side(t.clone(), s))
@@ -97,7 +117,12 @@ pub fn of(kind: &Kind, stacks: &WaitStacks, switch_ns: u64) -> Option<Code> {
 /// where the waiters waited for it, over all its waiters.
 fn convoy(waiters: &[u32], stacks: &WaitStacks) -> Option<Code> {
     let anyone = |text: String| ThreadRef { tid: 0, name: Some(text) };
-    let side = |who: &str, s: Site| Side { thread: anyone(who.into()), site: s.text, share: s.share };
+    let side = |who: &str, s: Site| Side {
+        thread: anyone(who.into()),
+        site: s.text,
+        share: s.share,
+        in_c: s.in_c.map(|(function, share)| InC { function, share }),
+    };
     let culprit = stacks.top_site_of(waiters, State::FutexWait, Role::Waker).map(|s| side("the releasers", s));
     let victim = stacks.top_site_of(waiters, State::FutexWait, Role::Victim).map(|s| side("the waiters", s));
     (culprit.is_some() || victim.is_some()).then_some(Code { role: Role::Waker.label(), culprit, victim, holds: None })
@@ -120,6 +145,9 @@ impl fmt::Display for Code {
                 _ => "was in",
             };
             write!(f, "Code: {} {verb} `{}` {:.0}% of that time", name(&c.thread), c.site, 100.0 * c.share)?;
+            if let Some(in_c) = c.in_c.as_ref().filter(|i| i.share >= IN_C_SHARE) {
+                write!(f, " (in C `{}` {:.0}% of it)", in_c.function, 100.0 * in_c.share)?;
+            }
             if let Some(h) = self.holds.as_ref().filter(|h| h.without_switch) {
                 let ms = |ns: u64| ns as f64 / 1e6;
                 write!(
@@ -133,7 +161,11 @@ impl fmt::Display for Code {
         }
         if let Some(v) = &self.victim {
             let lead = if self.culprit.is_some() { ";" } else { "Code:" };
-            write!(f, "{lead} {} waited in `{}` ({:.0}%)", name(&v.thread), v.site, 100.0 * v.share)?;
+            write!(f, "{lead} {} waited in `{}` ({:.0}%", name(&v.thread), v.site, 100.0 * v.share)?;
+            if let Some(in_c) = v.in_c.as_ref().filter(|i| i.share >= IN_C_SHARE) {
+                write!(f, "; in C `{}` {:.0}% of it", in_c.function, 100.0 * in_c.share)?;
+            }
+            write!(f, ")")?;
         }
         write!(f, ".")
     }
@@ -150,12 +182,17 @@ mod tests {
         let mut w = WaitStacks::default();
         let py = |f: &str, file: &str, l| Frame::python(f.into(), file.into(), l);
         let dumps: Stack = vec![py("dumps", "/usr/lib/python3.12/json/__init__.py", 231), py("processor", "/srv/service.py", 52)].into();
+        // the same site, sampled inside the C encoder
+        let mut in_c = vec![Frame::native("encoder_listencode_obj".into(), "/usr/lib/python3.12/lib-dynload/_json.so".into())];
+        in_c.extend(dumps.iter().cloned());
+        let in_c: Stack = in_c.into();
         let spin: Stack = vec![py("spin", "/srv/service.py", 40)].into();
         let recv: Stack = vec![py("recv_exact", "/srv/service.py", 70)].into();
         let key = |role, stack: &Stack| Key { victim: 11, blamed: 12, state: State::GilWait, role, stack: stack.clone() };
         let mut long = crate::model::stacks::Lengths { waits: 12, max_ns: 75_000_000, ..Default::default() };
         long.buckets[7] = 12;
-        w.add_waits(key(Role::Holder, &dumps), 900, &long);
+        w.add_waits(key(Role::Holder, &dumps), 400, &long);
+        w.add(key(Role::Holder, &in_c), 500);
         w.add(key(Role::Holder, &spin), 100);
         w.add(key(Role::Victim, &recv), 1000);
         let kind = Kind::GilStarvation {
@@ -172,13 +209,14 @@ mod tests {
         let code = of(&kind, &w, 5_000_000).expect("code");
         assert_eq!(
             code.to_string(),
-            "Code: processor (12) held the GIL in `json.dumps ← processor (service.py:52)` 90% of that time, without a switch for 70–75 ms at a time (p50–p99 of 12 holds): a call that does not release the GIL; ingest (11) waited in `recv_exact (service.py:70)` (100%)."
+            "Code: processor (12) held the GIL in `json.dumps ← processor (service.py:52)` 90% of that time (in C `encoder_listencode_obj` 56% of it), without a switch for 70–75 ms at a time (p50–p99 of 12 holds): a call that does not release the GIL; ingest (11) waited in `recv_exact (service.py:70)` (100%)."
         );
         // with a switch interval of 100 ms those waits are not long
         assert!(!of(&kind, &w, 100_000_000).unwrap().to_string().contains("without a switch"));
         assert_eq!(
             serde_json::to_value(&code).unwrap()["culprit"],
-            serde_json::json!({"thread": {"tid": 12, "name": "processor"}, "site": "json.dumps ← processor (service.py:52)", "share": 0.9})
+            serde_json::json!({"thread": {"tid": 12, "name": "processor"}, "site": "json.dumps ← processor (service.py:52)", "share": 0.9,
+                               "in_c": {"function": "encoder_listencode_obj", "share": 0.5556}})
         );
         assert!(of(&kind, &WaitStacks::default(), 5_000_000).is_none());
     }

@@ -89,6 +89,7 @@ impl Session {
             translate_pids: translate,
             stacks: opts.stacks.mode(),
             stack_interval_ns: opts.stacks.interval_ns,
+            holder_sample_hz: if opts.stacks.native && opts.stacks.python { opts.stacks.holder_hz } else { 0 },
         })?;
         Ok(Session {
             probe,

@@ -9,10 +9,10 @@ use super::resolve::HolderResolver;
 use super::{Session, Target};
 use crate::clock::monotonic_ns;
 use crate::model::partition::ThreadSample;
-use crate::model::stacks::{Key, WaitStacks};
+use crate::model::stacks::{Key, Role, WaitStacks};
 use crate::model::state::State;
 use crate::python::layout::GilLocation;
-use crate::stacks::{python, Namer, Options};
+use crate::stacks::{python, Join, Namer, Options};
 
 /// How often the thread states of a Python target are re-read.
 const TSTATES_EVERY_NS: u64 = 1_000_000_000;
@@ -117,11 +117,10 @@ impl Session {
         let Some(mut st) = self.stacks.take() else { return };
         self.refresh_tstates(&mut st);
         let maps = self.probe.stack_maps();
-        let drained = maps.drain_waits();
+        let mut drained = maps.drain_waits();
         if !st.opts.keep {
-            maps.empty();
-            self.stacks = Some(st);
-            return;
+            // only the GIL holds by function (a metric) are named
+            drained.retain(|(w, _, l)| w.state == State::GilWait && w.role == Role::Holder && l.waits > 0);
         }
         let whose: HashMap<(u32, u32), (u64, u32)> = live
             .iter()
@@ -143,12 +142,20 @@ impl Session {
                 (_, host) => resolver.ns_tid(self, host as u32),
             };
             let pt = st.py.get(&id).map(|v| &v.0);
-            let stack = st.namer.stack(&maps, t.pid, pt, w.native, w.py, now);
+            // a GIL holder's native frames were sampled while it ran (bpf/holder_samples.bpf.h)
+            let join = if w.role == Role::Holder { Join::EvalLoop } else { Join::Interpreter };
+            let stack = st.namer.stack(&maps, t.pid, pt, w.native, w.py, join, now);
             st.stores.entry(id).or_default().add_waits(Key { victim, blamed, state: w.state, role: w.role, stack }, ns, &lengths);
         }
-        let (native_named, py_named) = st.namer.named();
-        let (n, p) = maps.trim(native_named, py_named);
-        st.namer.trimmed(n, p);
+        if st.opts.keep {
+            let (native_named, py_named) = st.namer.named();
+            let (n, p) = maps.trim(native_named, py_named);
+            st.namer.trimmed(n, p);
+        } else {
+            // nothing else reads them
+            maps.empty();
+            st.namer.trimmed(true, true);
+        }
         self.stacks = Some(st);
     }
 
@@ -160,7 +167,8 @@ impl Session {
     }
 
     /// Whether drained stacks are named and kept (`run` keeps them while a
-    /// profile is being recorded, and drops them otherwise).
+    /// profile is being recorded; otherwise only the GIL holders' entries
+    /// that ended holds are, for `waitmeter_gil_function_hold_seconds`).
     pub fn keep_stacks(&mut self, keep: bool) {
         if let Some(st) = self.stacks.as_mut() {
             st.opts.keep = keep;

@@ -19,8 +19,11 @@ pub struct Options {
     pub native: bool,
     pub python: bool,
     pub interval_ns: u64,
-    /// name and keep what is drained (false: drained and dropped, the
-    /// kernel's stack maps emptied every sample: nothing reads them)
+    /// CPU-clock samples a second per CPU for the GIL holders' native stacks (0: none)
+    pub holder_hz: u32,
+    /// name and keep what is drained (false: only the GIL holders' entries
+    /// that ended holds; the rest is dropped and the kernel's stack maps are
+    /// emptied every sample)
     pub keep: bool,
 }
 
@@ -43,7 +46,7 @@ impl Options {
 }
 
 /// A stack's two halves as named: native frames, Python frames.
-type Halves = (Option<Arc<[Frame]>>, Option<Arc<[Frame]>>);
+type Halves = (Option<Arc<[Frame]>>, Option<Arc<[Frame]>>, Join);
 
 /// Named stacks, cached by what the kernel keys them by. Bounded: emptied
 /// with the kernel's maps (`trim`).
@@ -61,8 +64,9 @@ pub struct Namer {
 
 impl Namer {
     /// The stack of one wait of process `pid`: its native frames up to the
-    /// interpreter, then its Python frames (or the whole native stack of a
-    /// process without Python).
+    /// interpreter (`join`), then its Python frames (or the whole native stack
+    /// of a process without Python).
+    #[allow(clippy::too_many_arguments)]
     pub fn stack(
         &mut self,
         maps: &Maps,
@@ -70,6 +74,7 @@ impl Namer {
         py_target: Option<&python::Target>,
         native: Option<u32>,
         py: Option<u64>,
+        join: Join,
         now: u64,
     ) -> Stack {
         let n = native.map(|id| {
@@ -95,7 +100,7 @@ impl Namer {
             self.pys.insert(key, frames.clone());
             frames
         });
-        self.stacks.entry((n.clone(), p.clone())).or_insert_with(|| compose(n.as_deref(), p.as_deref())).clone()
+        self.stacks.entry((n.clone(), p.clone(), join)).or_insert_with(|| compose(n.as_deref(), p.as_deref(), join)).clone()
     }
 
     /// Stacks named since the kernel's maps were last emptied: (native, Python).
@@ -130,11 +135,39 @@ fn in_interpreter(f: &Frame) -> bool {
     f.kind == Kind::Native && (base.starts_with("libpython3") || base.starts_with("python3"))
 }
 
-/// Native frames up to the interpreter, then the Python frames; a stack
-/// without Python frames is the whole native stack.
-pub fn compose(native: Option<&[Frame]>, py: Option<&[Frame]>) -> Stack {
+/// Where a stack's native frames give way to its Python frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Join {
+    /// at the interpreter's first frame: a thread stopped where it blocked,
+    /// whose frames inside the interpreter are its GIL's and locks' machinery
+    Interpreter,
+    /// at the evaluation loop: a GIL holder sampled while it runs, whose C
+    /// frames are the answer wherever they are (`encoder_listencode_obj` of
+    /// `_json` and the `PyUnicode_*` of libpython it calls)
+    EvalLoop,
+}
+
+/// The interpreter's evaluation loop, where Python frames take over.
+fn is_eval_loop(f: &Frame) -> bool {
+    in_interpreter(f)
+        && ["_PyEval_EvalFrame", "PyEval_EvalFrame", "_PyEval_Vector", "PyEval_EvalCode"].iter().any(|p| f.function.starts_with(p))
+}
+
+/// Native frames up to the interpreter (`join`), then the Python frames; a
+/// stack without Python frames is the whole native stack. `EvalLoop` without
+/// an evaluation-loop frame (no symbols, or a frame-pointer walk that broke
+/// off) joins at the interpreter's first frame.
+pub fn compose(native: Option<&[Frame]>, py: Option<&[Frame]>, join: Join) -> Stack {
     match (native, py) {
-        (Some(n), Some(p)) => n.iter().take_while(|f| !in_interpreter(f)).chain(p.iter()).cloned().collect(),
+        (Some(n), Some(p)) => {
+            let cut = match join {
+                Join::EvalLoop => n.iter().position(is_eval_loop),
+                Join::Interpreter => None,
+            }
+            .or_else(|| n.iter().position(in_interpreter))
+            .unwrap_or(n.len());
+            n[..cut].iter().chain(p.iter()).cloned().collect()
+        }
         (Some(n), None) => n.into(),
         (None, Some(p)) => p.into(),
         (None, None) => vec![Frame::unknown("[no stack]".into())].into(),
@@ -153,9 +186,25 @@ mod tests {
             Frame::native("[unknown] +0x10".into(), "/usr/lib/libpython3.12.so.1.0".into()),
         ];
         let p = [Frame::python("dumps".into(), "/usr/lib/python3.12/json/__init__.py".into(), 231)];
-        let s = compose(Some(&n), Some(&p));
+        let s = compose(Some(&n), Some(&p), Join::Interpreter);
         assert_eq!(s.iter().map(|f| f.function.as_str()).collect::<Vec<_>>(), ["encoder_listencode_list", "dumps"]);
-        assert_eq!(compose(Some(&n), None).len(), 3);
-        assert_eq!(compose(None, None)[0].kind, Kind::Unknown);
+        assert_eq!(compose(Some(&n), None, Join::Interpreter).len(), 3);
+        assert_eq!(compose(None, None, Join::Interpreter)[0].kind, Kind::Unknown);
+        // a holder in libpython's own code called from a C extension
+        let lib = "/usr/lib/libpython3.12.so.1.0";
+        let held = [
+            Frame::native("PyUnicode_FromFormat".into(), lib.into()),
+            Frame::native("encoder_listencode_obj".into(), "/usr/lib/python3.12/lib-dynload/_json.so".into()),
+            Frame::native("PyObject_Vectorcall".into(), lib.into()),
+            Frame::native("_PyEval_EvalFrameDefault".into(), lib.into()),
+        ];
+        let names = |s: Stack| s.iter().map(|f| f.function.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            names(compose(Some(&held), Some(&p), Join::EvalLoop)),
+            ["PyUnicode_FromFormat", "encoder_listencode_obj", "PyObject_Vectorcall", "dumps"]
+        );
+        assert_eq!(names(compose(Some(&held), Some(&p), Join::Interpreter)), ["dumps"]);
+        // no evaluation loop in the walk: the interpreter's first frame
+        assert_eq!(names(compose(Some(&held[1..3]), Some(&p), Join::EvalLoop)), ["encoder_listencode_obj", "dumps"]);
     }
 }
