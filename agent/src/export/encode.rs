@@ -116,32 +116,30 @@ where
     Ok(())
 }
 
+/// Histograms in seconds: `parts` gives a series' (sum ns, count, per-bucket counts by upper bound).
+fn histograms<T>(
+    enc: &mut DescriptorEncoder,
+    m: &Metric,
+    series: &[(Labels, T)],
+    parts: impl Fn(&T) -> (u64, u64, Vec<(f64, u64)>),
+) -> Result<(), std::fmt::Error> {
+    let u = unit_of(m);
+    let mut me = descriptor(enc, m, &u)?;
+    for (labels, h) in series {
+        let (sum_ns, count, buckets) = parts(h);
+        me.encode_family(labels)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(secs(sum_ns), count, &buckets, None)?;
+    }
+    Ok(())
+}
+
 impl Collector for Exposition {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         counters(&mut enc, &catalogue::THREAD_SECONDS, &self.thread_seconds)?;
         counters(&mut enc, &catalogue::GIL_WAIT_SECONDS, &self.gil_seconds)?;
-        let m = &catalogue::GIL_HOLD_SECONDS;
-        let u = unit_of(m);
-        let mut me = descriptor(&mut enc, m, &u)?;
-        for (labels, h) in &self.gil_holds {
-            me.encode_family(labels)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                secs(h.sum_ns),
-                h.count,
-                &h.prometheus_buckets(),
-                None,
-            )?;
-        }
-        let m = &catalogue::GIL_FUNCTION_HOLD_SECONDS;
-        let u = unit_of(m);
-        let mut me = descriptor(&mut enc, m, &u)?;
-        for (labels, l) in &self.gil_function_holds {
-            me.encode_family(labels)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                secs(l.sum_ns),
-                l.buckets.iter().sum(),
-                &l.prometheus_buckets(),
-                None,
-            )?;
-        }
+        histograms(&mut enc, &catalogue::GIL_HOLD_SECONDS, &self.gil_holds, |h| (h.sum_ns, h.count, h.prometheus_buckets()))?;
+        histograms(&mut enc, &catalogue::GIL_FUNCTION_HOLD_SECONDS, &self.gil_function_holds, |l| {
+            (l.sum_ns, l.buckets.iter().sum(), l.prometheus_buckets())
+        })?;
         counters(&mut enc, &catalogue::RUNQUEUE_WAIT_SECONDS, &self.runqueue_seconds)?;
         counters(&mut enc, &catalogue::FUTEX_WAIT_SECONDS, &self.futex_seconds)?;
         counters(&mut enc, &catalogue::FUTEX_WORD_WAIT_SECONDS, &self.futex_word_seconds)?;
