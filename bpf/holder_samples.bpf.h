@@ -44,7 +44,8 @@ static __always_inline __s32 holder_wanted(__u32 tgid, __u64 tstate, __u16 sw, _
 	struct wm_holder_key key = { .tgid = tgid, .tstate = tstate };
 	struct wm_holder_sample *s;
 
-	if (!(cfg.stacks & WM_STACKS_NATIVE) || !tstate)
+	/* the holder stack is its Python stack with these frames in front */
+	if ((cfg.stacks & (WM_STACKS_NATIVE | WM_STACKS_PYTHON)) != (WM_STACKS_NATIVE | WM_STACKS_PYTHON) || !tstate)
 		return -1;
 	s = bpf_map_lookup_elem(&holder_samples, &key);
 	if (!s) {
