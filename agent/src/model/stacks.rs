@@ -378,7 +378,7 @@ pub fn site_parts(stack: &[Frame]) -> (String, Option<String>) {
         None => py.first().map(|f| f.display_at()),
     };
     match (native_leaf, py_part) {
-        (Some(n), Some(p)) => (p, Some(n.function.clone())),
+        (Some(n), Some(p)) => (p, Some(c_function(&n.function).to_string())),
         (None, Some(p)) => (p, None),
         (Some(n), None) => {
             // a native stack: the innermost frame of the program, and its caller
@@ -390,6 +390,21 @@ pub fn site_parts(stack: &[Frame]) -> (String, Option<String>) {
             (site, None)
         }
         (None, None) => (stack.first().map(|f| f.display_at()).unwrap_or_else(|| "unknown".into()), None),
+    }
+}
+
+/// A C function as its source names it: without the suffixes of the
+/// compiler's clones and split parts (`save.constprop.0`, `encoder_listencode_obj.isra.0`,
+/// `take_gil.lto_priv.0`, `main.cold`).
+pub fn c_function(symbol: &str) -> &str {
+    match symbol.find('.') {
+        Some(i)
+            if i > 0
+                && [".constprop.", ".isra.", ".part.", ".lto_priv.", ".cold", ".localalias"].iter().any(|p| symbol[i..].starts_with(p)) =>
+        {
+            &symbol[..i]
+        }
+        _ => symbol,
     }
 }
 
@@ -454,6 +469,12 @@ mod tests {
         ];
         assert_eq!(site_of(&c), "append_record (convoy) ← worker");
         assert_eq!(site_function(&with_c), "json.dumps");
+        assert_eq!(c_function("save.constprop.0"), "save");
+        assert_eq!(c_function("encoder_listencode_obj.isra.0"), "encoder_listencode_obj");
+        assert_eq!(c_function("take_gil.lto_priv.0"), "take_gil");
+        assert_eq!(c_function("main.cold"), "main");
+        assert_eq!(c_function("[_json.so+0x20]"), "[_json.so+0x20]");
+        assert_eq!(c_function("std::vec.foo"), "std::vec.foo");
         assert_eq!(site_function(&own), "spin");
         assert_eq!(site_function(&c), "append_record");
         assert_eq!(site_function(&[]), "unknown");
