@@ -27,7 +27,8 @@ Needs CAP_BPF and CAP_PERFMON (or root) and a kernel with BTF (5.15 or later).";
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
-    /// More log output on stderr (-v: info, -vv: debug, including libbpf's log)
+    /// More log output on stderr (-v: info, -vv: debug, including libbpf's log); with attach,
+    /// the verdict lists every finding, idle threads one by one
     #[arg(short, long, global = true, action = ArgAction::Count)]
     pub verbose: u8,
 }
@@ -286,6 +287,10 @@ pub struct AttachArgs {
     /// Also write the wait profile of the window here (gzipped pprof: `go tool pprof FILE`)
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
+    /// The level the application's age should stay under, in seconds; without it the verdict
+    /// takes twice the window's median age plus 0.1 s (docs/verdicts.md)
+    #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
+    pub age_slo: Option<f64>,
     #[command(flatten)]
     pub probe: ProbeArgs,
     #[command(flatten)]

@@ -49,7 +49,7 @@ fn main() {
     probes::route_libbpf_log();
 
     let result = match &cli.cmd {
-        cli::Cmd::Attach(a) => cmd::attach::attach(a),
+        cli::Cmd::Attach(a) => cmd::attach::attach(a, cli.verbose > 0),
         cli::Cmd::Run(r) => cmd::run::run(r),
         cli::Cmd::MetricsDoc => {
             cmd::emit(&export::catalogue::markdown());

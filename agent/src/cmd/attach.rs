@@ -11,11 +11,12 @@ use crate::cli::{AttachArgs, Output};
 use crate::clock::monotonic_ns;
 use crate::model::partition::{secs, window, ThreadSample};
 use crate::model::throttle::{self, Stretch};
-use crate::report::{json, text, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling};
+use crate::report::{json, text, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling, VerdictOptions};
 use crate::session::{Session, Target};
 use crate::usage;
 
-pub fn attach(args: &AttachArgs) -> Result<()> {
+/// `all_findings`: the verdict lists every finding (`-v`).
+pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     install_stop_handler();
     let age = args.age.config()?;
     // fail before measuring, not after, when the profile cannot be written
@@ -124,7 +125,9 @@ pub fn attach(args: &AttachArgs) -> Result<()> {
     // as of the end: a free-threaded build's GIL can be switched on meanwhile
     let python = python_info(&session, &target);
     let report =
-        ProcessReport::new(target.pid, target.comm.clone(), python, end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows);
+        ProcessReport::new(target.pid, target.comm.clone(), python, end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows)
+            .with_allowed_cpus(crate::report::allowed_cpus(target.pid))
+            .with_verdict(VerdictOptions { all: all_findings, age_slo_s: args.age_slo });
     let report = match &target.cgroup {
         Some(cg) => {
             let quota = cg.quota();

@@ -15,6 +15,8 @@ pub struct AgeSummary {
     pub last_s: f64,
     pub max_s: f64,
     pub mean_s: f64,
+    /// the middle sample (the upper one of an even count)
+    pub median_s: f64,
     /// last - first
     pub growth_s: f64,
     /// least-squares slope, seconds of age per second
@@ -52,7 +54,10 @@ pub fn summarize(samples: &[AgeSample]) -> Option<AgeSummary> {
     let var: f64 = xs.iter().map(|x| (x - mx) * (x - mx)).sum();
     let slope = if var > 0.0 { xs.iter().zip(&good).map(|(x, s)| (x - mx) * (s.age_s - mean_s)).sum::<f64>() / var } else { 0.0 };
     let growth_s = last.age_s - first.age_s;
+    let mut sorted: Vec<f64> = good.iter().map(|s| s.age_s).collect();
+    sorted.sort_by(f64::total_cmp);
     Some(AgeSummary {
+        median_s: sorted[sorted.len() / 2],
         samples: good.len(),
         first_s: first.age_s,
         last_s: last.age_s,
@@ -81,6 +86,7 @@ mod tests {
         // one late spike is not a trend
         let spike = summarize(&series(|t| if t == 5.0 { 3.0 } else { 0.02 })).unwrap();
         assert!(!spike.rising, "{spike:?}");
+        assert_eq!(spike.median_s, 0.02);
         assert_eq!(summarize(&[]), None);
         let nan = summarize(&[AgeSample { at_ns: 0, age_s: f64::NAN }]);
         assert_eq!(nan, None);

@@ -23,11 +23,15 @@ pub struct Finding {
     /// the code on both sides of the wait, when stacks were taken
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<super::code::Code>,
+    /// the application's age beside a finding whose kind does not quote it itself
+    /// (`Kind::quotes_age`), when an age source is joined
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub age: Option<AgeFacts>,
 }
 
 impl From<Kind> for Finding {
     fn from(kind: Kind) -> Self {
-        Finding { explains_ns: kind.explains_ns(), kind, code: None }
+        Finding { explains_ns: kind.explains_ns(), kind, code: None, age: None }
     }
 }
 
@@ -44,7 +48,20 @@ pub enum Kind {
         /// the waiting share below which a thread is not reported (`verdict::WAITING_SHARE`)
         waiting_share: f64,
     },
-    /// "GIL starvation:": age rising while a thread spent most of its time waiting for the GIL
+    /// "head-of-line:": a thread running or runnable nearly all of the window while its
+    /// process had CPU to spare: one thread is the limit, and what it serves queues behind it
+    SaturatedThread {
+        thread: ThreadRef,
+        /// running, in the run queue or throttled
+        #[serde(rename = "busy_s", serialize_with = "seconds")]
+        busy_ns: u64,
+        #[serde(rename = "running_s", serialize_with = "seconds")]
+        running_ns: u64,
+        #[serde(rename = "total_s", serialize_with = "seconds")]
+        total_ns: u64,
+        cpu: CpuUse,
+    },
+    /// "GIL starvation:": age rising (or above its objective) while a thread spent most of its time waiting for the GIL
     GilStarvation {
         #[serde(flatten)]
         victim: ThreadTime,
@@ -68,13 +85,26 @@ pub enum Kind {
         period_signature: Option<PeriodSignature>,
         age: Option<AgeFacts>,
     },
-    /// "age rising while the CPU is idle:": and no starvation, throttling or run-queue finding explains it
+    /// "age rising while the CPU is idle:" (or "age above its objective …"): and no starvation,
+    /// saturation, throttling or run-queue finding explains it
     AgeRisingCpuIdle {
         age: Option<AgeFacts>,
         #[serde(rename = "window_s", serialize_with = "seconds")]
         window_ns: u64,
         cpu: CpuUse,
         /// the longest GIL, futex, I/O or other wait of a thread
+        longest_wait: Option<ThreadTime>,
+    },
+    /// "age rising while the process used most of its CPU:": and no starvation, saturation,
+    /// throttling or run-queue finding explains it
+    AgeRisingCpuBusy {
+        age: Option<AgeFacts>,
+        #[serde(rename = "window_s", serialize_with = "seconds")]
+        window_ns: u64,
+        cpu: CpuUse,
+        /// the thread that ran most (`wait_s`: its running time)
+        busiest: Option<ThreadTime>,
+        /// the longest GIL, futex, I/O or other wait of a thread that is not idle
         longest_wait: Option<ThreadTime>,
     },
     /// "lock convoy on futex 0x…:": many threads took turns on one futex word
@@ -120,7 +150,18 @@ pub enum Kind {
         /// the CPython lock (parking-lot address) most of a futex wait was on
         #[serde(skip_serializing_if = "Option::is_none", serialize_with = "hex_some")]
         lock: Option<u64>,
+        /// nobody waited on the thread and it hardly ran: blocked for want of work
+        /// (`verdict::is_idle`); summarised in one `idle_threads` line unless all findings are asked for
+        idle: bool,
     },
+    /// "idle:": threads blocked or asleep nearly all the window that nobody waited on, in one line
+    IdleThreads {
+        count: usize,
+        /// the first few, by TID
+        threads: Vec<ThreadRef>,
+    },
+    /// "…": findings the verdict's line cap left out (`-v` lists them)
+    More { findings: usize },
 }
 
 /// A thread a finding names: its TID, and its name when it is one of the report's threads.
@@ -165,7 +206,7 @@ pub struct ThreadTime {
     pub total_ns: u64,
 }
 
-/// The application's age over the window.
+/// The application's age over the window, and how it stands against its objective.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AgeFacts {
     #[serde(serialize_with = "rounded")]
@@ -174,6 +215,27 @@ pub struct AgeFacts {
     pub last_s: f64,
     #[serde(serialize_with = "rounded")]
     pub max_s: f64,
+    #[serde(serialize_with = "rounded")]
+    pub mean_s: f64,
+    /// least-squares slope, seconds of age per second
+    #[serde(rename = "trend", serialize_with = "rounded")]
+    pub slope: f64,
+    pub rising: bool,
+    /// the level the age should stay under: `--age-slo`, else twice the window's median
+    /// age plus 100 ms (a spike or a step above the usual level)
+    #[serde(serialize_with = "rounded")]
+    pub objective_s: f64,
+    /// "slo" (--age-slo) or "spread" (from the window's own median)
+    pub objective: &'static str,
+    /// the age's maximum was above the objective
+    pub over_objective: bool,
+}
+
+impl AgeFacts {
+    /// Rising, or above its objective: the age says something is wrong.
+    pub fn bad(&self) -> bool {
+        self.rising || self.over_objective
+    }
 }
 
 /// Cores the process used on average, of the cores it may use.
@@ -197,7 +259,8 @@ impl Kind {
     /// nothing for "healthy".
     pub fn explains_ns(&self) -> u64 {
         match self {
-            Kind::Healthy { .. } => 0,
+            Kind::Healthy { .. } | Kind::IdleThreads { .. } | Kind::More { .. } => 0,
+            Kind::SaturatedThread { busy_ns, .. } => *busy_ns,
             Kind::GilStarvation { victim, .. }
             | Kind::GilWait { victim, .. }
             | Kind::RunQueueSaturation { victim, .. }
@@ -205,21 +268,43 @@ impl Kind {
             | Kind::Blocked { victim, .. } => victim.ns,
             Kind::CpuQuotaThrottling { throttled_ns, .. } => *throttled_ns,
             Kind::AgeRisingCpuIdle { longest_wait, .. } => longest_wait.as_ref().map_or(0, |w| w.ns),
+            Kind::AgeRisingCpuBusy { busiest, .. } => busiest.as_ref().map_or(0, |w| w.ns),
             Kind::LockConvoy { wait_ns, .. } => *wait_ns,
         }
     }
 
-    /// Where the kind stands in the verdict: the process-wide headlines first (the binding
-    /// limit leads), then the per-thread lines. "healthy" only ever comes with blocked threads.
+    /// Among findings that explain the same wall time, the process-wide headlines come
+    /// before the per-thread lines (`verdict::rank` orders by the time explained first).
     pub fn precedence(&self) -> u8 {
         match self {
             Kind::Healthy { .. } => 0,
-            Kind::GilStarvation { .. } => 1,
-            Kind::CpuQuotaThrottling { .. } => 2,
-            Kind::AgeRisingCpuIdle { .. } => 3,
-            Kind::LockConvoy { .. } => 4,
-            Kind::GilWait { .. } | Kind::RunQueueSaturation { .. } | Kind::CpuQuota { .. } | Kind::Blocked { .. } => 5,
+            Kind::SaturatedThread { .. } => 1,
+            Kind::GilStarvation { .. } => 2,
+            Kind::CpuQuotaThrottling { .. } => 3,
+            Kind::AgeRisingCpuIdle { .. } | Kind::AgeRisingCpuBusy { .. } => 4,
+            Kind::LockConvoy { .. } => 5,
+            Kind::GilWait { .. } | Kind::RunQueueSaturation { .. } | Kind::CpuQuota { .. } | Kind::Blocked { .. } => 6,
+            Kind::IdleThreads { .. } => 7,
+            Kind::More { .. } => 8,
         }
+    }
+
+    /// The kind quotes the application's age in its own words (and JSON `age`).
+    pub fn quotes_age(&self) -> bool {
+        matches!(
+            self,
+            Kind::Healthy { .. }
+                | Kind::GilStarvation { .. }
+                | Kind::CpuQuotaThrottling { .. }
+                | Kind::AgeRisingCpuIdle { .. }
+                | Kind::AgeRisingCpuBusy { .. }
+        )
+    }
+
+    /// The kind is about lost or busy time (not the all-clear, the idle summary or the cap).
+    pub fn is_problem(&self) -> bool {
+        !matches!(self, Kind::Healthy { .. } | Kind::IdleThreads { .. } | Kind::More { .. })
+            && !matches!(self, Kind::Blocked { idle: true, .. })
     }
 }
 
@@ -297,19 +382,50 @@ impl ThreadTime {
     }
 }
 
-/// "; message age grew 6.1 s (to 6.2 s)", or nothing without an age.
+/// The age beside a finding: "; message age grew 6.1 s (to 6.2 s; mean 3.2 s, max 6.2 s)",
+/// "; message age flat, mean 1.40 s, max 1.52 s, above its 0.50 s objective", or nothing without an age.
 fn growth(age: &Option<AgeFacts>) -> String {
-    match age {
-        Some(a) => format!("; message age grew {:.1} s (to {:.1} s)", a.growth_s, a.last_s),
-        None => String::new(),
+    let Some(a) = age else { return String::new() };
+    let over = if a.over_objective { format!(", above its {:.2} s objective", a.objective_s) } else { String::new() };
+    if a.rising {
+        format!("; message age grew {:.1} s (to {:.1} s; mean {:.2} s, max {:.2} s){over}", a.growth_s, a.last_s, a.mean_s, a.max_s)
+    } else {
+        let trend = if a.slope.abs() < 0.01 { "flat".to_string() } else { format!("trend {:+.2} s/s", a.slope) };
+        format!("; message age {trend}, mean {:.2} s, max {:.2} s{over}", a.mean_s, a.max_s)
     }
+}
+
+/// "age rising", or "age above its objective" when it breaks the objective without rising.
+fn age_head(age: &Option<AgeFacts>) -> &'static str {
+    if age.as_ref().is_some_and(|a| !a.rising) {
+        "age above its objective"
+    } else {
+        "age rising"
+    }
+}
+
+/// The age as a headline quotes it; a thread's own age (waitmeter_client) when the process has none.
+fn age_words(age: &Option<AgeFacts>) -> String {
+    match age {
+        Some(_) => growth(age).trim_start_matches("; ").to_string(),
+        None => "a thread's message age rose".to_string(),
+    }
+}
+
+/// "; the longest wait: thread worker (1), 9.0 s blocked on I/O", or nothing.
+fn longest(w: &Option<ThreadTime>) -> String {
+    w.as_ref()
+        .map(|w| format!("; the longest wait: thread {}, {:.1} s {}", w.thread.or_a_thread(), secs(w.ns), what(w.state)))
+        .unwrap_or_default()
 }
 
 impl fmt::Display for CpuUse {
     /// "CPU 1.1 of 4 cores", "CPU 0.1 of 2.50 cores"
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let c = self.limit_cores;
-        if (c - c.round()).abs() < 1e-9 {
+        if c == 1.0 {
+            write!(f, "CPU {:.1} of 1 core", self.used_cores)
+        } else if (c - c.round()).abs() < 1e-9 {
             write!(f, "CPU {:.1} of {c:.0} cores", self.used_cores)
         } else {
             write!(f, "CPU {:.1} of {c:.2} cores", self.used_cores)
@@ -324,7 +440,7 @@ fn waiting(f: &mut fmt::Formatter, kind: &str, victim: &ThreadTime, behind: &str
 
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let line = self.kind.to_string();
+        let line = format!("{}{}", self.kind, growth(&self.age));
         match &self.code {
             Some(c) => write!(f, "{}. {c}", line.trim_end_matches('.')),
             None => f.write_str(&line),
@@ -338,16 +454,49 @@ impl fmt::Display for Kind {
         match self {
             Kind::Healthy { age, window_ns, waiting_share } => {
                 let age = match age {
-                    Some(a) => format!("age flat at {:.2} s (max {:.2} s)", a.last_s, a.max_s),
+                    Some(a) => format!(
+                        "age flat at {:.2} s (mean {:.2} s, max {:.2} s, objective {:.2} s)",
+                        a.last_s, a.mean_s, a.max_s, a.objective_s
+                    ),
                     None => "no age source".to_string(),
                 };
                 write!(
                     f,
-                    "healthy: {age}; no thread waited for a CPU, quota or the GIL for {:.0}% or more of its time in {:.1} s",
+                    "healthy: {age}; no thread waited for a CPU, quota or the GIL for {:.0}% or more of its time, and none was busy all of the {:.1} s",
                     100.0 * waiting_share,
                     secs(*window_ns)
                 )
             }
+            Kind::SaturatedThread { thread, busy_ns, running_ns, total_ns, cpu } => {
+                let pct = |ns: u64| 100.0 * ns as f64 / (*total_ns).max(1) as f64;
+                let queued = busy_ns.saturating_sub(*running_ns);
+                let split = if pct(queued) >= 1.0 {
+                    format!(" (running {:.0}%, runnable {:.0}%)", pct(*running_ns), pct(queued))
+                } else {
+                    String::new()
+                };
+                write!(
+                    f,
+                    "head-of-line: thread {} was busy {:.0}% of {:.1} s{split} while the process used {cpu}: one thread is the limit, and everything it serves queues behind it. Spread its work over more threads or make each item cheaper",
+                    thread.or_a_thread(),
+                    pct(*busy_ns),
+                    secs(*total_ns),
+                )
+            }
+            Kind::IdleThreads { count, threads } => {
+                let mut names: Vec<String> = threads.iter().map(|t| t.name.clone().unwrap_or_else(|| t.tid.to_string())).collect();
+                if *count > names.len() {
+                    names.push(format!("{} more", count - names.len()));
+                }
+                let (n, were, them) =
+                    if *count == 1 { ("1 thread".to_string(), "was", "it") } else { (format!("{count} threads"), "were", "them") };
+                write!(
+                    f,
+                    "idle: {n} ({}) {were} blocked or asleep nearly all the window, and no thread waited on {them}; -v lists {them}",
+                    names.join(", ")
+                )
+            }
+            Kind::More { findings } => write!(f, "… and {findings} more finding{}; -v lists them", if *findings == 1 { "" } else { "s" }),
             Kind::GilStarvation { victim, holder, age, cpu } => {
                 let holder = holder.as_ref().and_then(|h| match &h.culprit {
                     Culprit::Thread(ThreadRef { tid, name: Some(name) }) => Some((name, tid)),
@@ -388,15 +537,27 @@ impl fmt::Display for Kind {
                 write!(f, "{}: raise the quota or lower the parallelism", growth(age))
             }
             Kind::AgeRisingCpuIdle { age, window_ns, cpu, longest_wait } => {
-                let hint = longest_wait
+                write!(
+                    f,
+                    "{} while the CPU is idle: {} in {:.1} s; {cpu}: the work is waiting for something other than the CPU{}",
+                    age_head(age),
+                    age_words(age),
+                    secs(*window_ns),
+                    longest(longest_wait)
+                )
+            }
+            Kind::AgeRisingCpuBusy { age, window_ns, cpu, busiest, longest_wait } => {
+                let busiest = busiest
                     .as_ref()
-                    .map(|w| format!("; the longest wait: thread {}, {:.1} s {}", w.thread.or_a_thread(), secs(w.ns), what(w.state)))
+                    .map(|b| format!("; the busiest thread: {}, running {:.0}%", b.thread.or_a_thread(), 100.0 * b.share()))
                     .unwrap_or_default();
                 write!(
                     f,
-                    "age rising while the CPU is idle: {} in {:.1} s; {cpu}: the work is waiting for something other than the CPU{hint}",
-                    growth(age).trim_start_matches("; "),
+                    "{} while the process used most of its CPU: {} in {:.1} s; {cpu}{busiest}{}: give it more CPU or make each item cheaper",
+                    age_head(age),
+                    age_words(age),
                     secs(*window_ns),
+                    longest(longest_wait)
                 )
             }
             Kind::LockConvoy { futex, waiters, wait_ns, window_ns, wakers } => {
@@ -421,7 +582,7 @@ impl fmt::Display for Kind {
                 waiting(f, "run-queue saturation", victim, &behind.unwrap_or_default(), *wait_ratio)
             }
             Kind::CpuQuota { victim, wait_ratio } => waiting(f, "CPU quota", victim, "", *wait_ratio),
-            Kind::Blocked { victim, waker, lock } => {
+            Kind::Blocked { victim, waker, lock, idle } => {
                 let on = lock.map(|a| format!(", on CPython lock {:#x}", blame::address(a))).unwrap_or_default();
                 let woken = match waker {
                     Some(Behind { culprit: Culprit::Thread(t), share }) => {
@@ -430,7 +591,8 @@ impl fmt::Display for Kind {
                     Some(Behind { share, .. }) => format!(", {:.0}% of it ended by a timeout or signal, not a wake-up", 100.0 * share),
                     None => String::new(),
                 };
-                write!(f, "thread {}{on}{woken}: idle or contended", victim.spent())
+                let what = if *idle { "idle (it hardly ran, and no thread waited on it)" } else { "idle or contended" };
+                write!(f, "thread {}{on}{woken}: {what}", victim.spent())
             }
         }
     }
@@ -449,11 +611,16 @@ mod tests {
     fn a_finding_serialises_as_its_kind_its_evidence_and_the_time_it_explains() {
         let victim =
             ThreadTime { thread: thread(31, Some("waiter")), state: State::FutexWait, ns: 9_000_000_000, total_ns: 10_000_000_000 };
-        let f = Finding::from(Kind::Blocked { victim, waker: Some(Behind { culprit: Culprit::Timeout, share: 2.0 / 3.0 }), lock: None });
+        let f = Finding::from(Kind::Blocked {
+            victim,
+            waker: Some(Behind { culprit: Culprit::Timeout, share: 2.0 / 3.0 }),
+            lock: None,
+            idle: false,
+        });
         assert_eq!(
             serde_json::to_value(&f).unwrap(),
             json!({"kind": "blocked", "thread": {"tid": 31, "name": "waiter"}, "state": "futex_wait", "wait_s": 9.0, "total_s": 10.0,
-                   "waker": {"type": "timeout", "share": 0.6667}, "explains_s": 9.0})
+                   "waker": {"type": "timeout", "share": 0.6667}, "idle": false, "explains_s": 9.0})
         );
         assert_eq!(f.to_string(), "thread waiter (31) spent 9.0 s of 10.0 s blocked on a lock or condition (futex) (90%), 67% of it ended by a timeout or signal, not a wake-up: idle or contended");
     }

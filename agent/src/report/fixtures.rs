@@ -29,6 +29,7 @@ pub fn age(first: f64, last: f64, rising: bool) -> AgeReport {
         last_s: last,
         max_s: last.max(first),
         mean_s: (first + last) / 2.0,
+        median_s: (first + last) / 2.0,
         growth_s: last - first,
         slope: (last - first) / 10.0,
         rising,
@@ -57,8 +58,17 @@ pub fn full_report() -> ProcessReport {
     ingest.gil_by_holder.insert(0, 100_000_000);
     ingest.runqueue_by.insert(Preemptor::Thread(12), 150_000_000);
     ingest.runqueue_by.insert(Preemptor::Process { pid: 99, comm: "hog".into() }, 50_000_000);
-    ingest.age =
-        Some(AgeSummary { samples: 3, first_s: 0.1, last_s: 6.2, max_s: 6.2, mean_s: 3.1, growth_s: 6.1, slope: 0.61, rising: true });
+    ingest.age = Some(AgeSummary {
+        samples: 3,
+        first_s: 0.1,
+        last_s: 6.2,
+        max_s: 6.2,
+        mean_s: 3.1,
+        median_s: 3.1,
+        growth_s: 6.1,
+        slope: 0.61,
+        rising: true,
+    });
     let mut processor =
         row(12, "processor", &[(State::Running, 9_000_000_000), (State::Throttled, 500_000_000), (State::Sleep, 500_000_000)]);
     let mut hold = crate::model::hist::HoldHist { count: 4, sum_ns: 80_000_000, ..Default::default() };
@@ -84,7 +94,17 @@ pub fn full_report() -> ProcessReport {
     r.cpu_limit_cores = 4.0;
     let cgroup = CgroupReport { throttled_s: 0.5, nr_throttled: 7, nr_periods: 100, ..cgroup(Some(2.5)) };
     let throttling = Throttling { stretches: 7, concentration: Some(0.9), signature: true, period_s: 0.1 };
-    let summary = AgeSummary { samples: 10, first_s: 0.1, last_s: 6.2, max_s: 6.2, mean_s: 3.15, growth_s: 6.1, slope: 0.61, rising: true };
+    let summary = AgeSummary {
+        samples: 10,
+        first_s: 0.1,
+        last_s: 6.2,
+        max_s: 6.2,
+        mean_s: 3.15,
+        median_s: 3.15,
+        growth_s: 6.1,
+        slope: 0.61,
+        rising: true,
+    };
     let age = AgeReport { source: "endpoint", summary, p50_s: Some(3.0), p99_s: Some(6.0), skipped_lines: Some(0), failed_polls: Some(1) };
     r.with_cgroup(Some(cgroup), Some(throttling)).with_age(Some(age))
 }

@@ -148,9 +148,11 @@ pub struct JsonReport {
     /// cores used on average, and the cores it may use (quota, else the machine's CPUs)
     pub cpu_used_cores: f64,
     pub cpu_limit_cores: f64,
-    /// the findings in plain words, most important first
+    /// the findings in plain words, most important first, as the text report shows them:
+    /// idle threads in one line, at most `verdict::MAX_LINES` lines (every finding with `-v`)
     pub verdict: Vec<String>,
-    /// the same findings as typed values, in the same order: `kind`, the evidence, `explains_s`
+    /// every finding as a typed value, ranked the same way: `kind`, the evidence, `explains_s`
+    /// (idle threads one by one: `blocked` with `idle: true`)
     pub findings: Vec<Finding>,
     /// the process exited during the window
     pub exited: bool,
@@ -326,7 +328,7 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
 }
 
 pub fn report(r: &ProcessReport) -> JsonReport {
-    let findings = verdict::findings(r);
+    let findings = verdict::all_findings(r);
     JsonReport {
         pid: r.pid,
         comm: r.comm.clone(),
@@ -361,7 +363,7 @@ pub fn report(r: &ProcessReport) -> JsonReport {
                 wakers: f.wakers.clone(),
             })
             .collect(),
-        verdict: findings.iter().map(Finding::to_string).collect(),
+        verdict: verdict::findings(r).iter().map(Finding::to_string).collect(),
         findings,
         exited: r.exited_after_ns.is_some(),
         exited_after_s: r.exited_after_ns.map(|n| round6(secs(n))),

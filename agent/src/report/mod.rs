@@ -52,6 +52,18 @@ pub fn online_cpus() -> f64 {
     }
 }
 
+/// CPUs process `pid` may run on (its main thread's affinity, which its cpuset bounds).
+pub fn allowed_cpus(pid: u32) -> Option<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(pid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        Some(libc::CPU_COUNT(&set) as usize)
+    }
+}
+
 /// The entry with the most time among `candidates`, and its share of `all`'s total.
 fn top<K>(candidates: impl Iterator<Item = (K, u64)>, all: impl Iterator<Item = u64>) -> Option<(K, f64)> {
     let total: u64 = all.sum();
@@ -170,6 +182,18 @@ pub struct ProcessReport {
     pub cpu_limit_cores: f64,
     /// wait time by stack (None: stacks were not taken)
     pub stacks: Option<crate::model::stacks::WaitStacks>,
+    /// how the verdict is drawn
+    pub verdict: VerdictOptions,
+}
+
+/// How the verdict is drawn from a report.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct VerdictOptions {
+    /// every finding, one line each (`-v`); else idle threads in one line and at
+    /// most `verdict::MAX_LINES` lines
+    pub all: bool,
+    /// the level the application's age should stay under (`--age-slo`); None: from the window's spread
+    pub age_slo_s: Option<f64>,
 }
 
 impl ProcessReport {
@@ -199,6 +223,7 @@ impl ProcessReport {
             age: None,
             cpu_limit_cores: online_cpus(),
             stacks: None,
+            verdict: VerdictOptions::default(),
         }
     }
 
@@ -209,6 +234,20 @@ impl ProcessReport {
         }
         self.cgroup = cgroup;
         self.throttling = throttling;
+        self
+    }
+
+    /// Limit the CPUs to those the process may run on (its affinity or cpuset).
+    pub fn with_allowed_cpus(mut self, cpus: Option<usize>) -> Self {
+        if let Some(n) = cpus.filter(|n| *n > 0) {
+            self.cpu_limit_cores = self.cpu_limit_cores.min(n as f64);
+        }
+        self
+    }
+
+    /// Draw the verdict so.
+    pub fn with_verdict(mut self, options: VerdictOptions) -> Self {
+        self.verdict = options;
         self
     }
 
