@@ -43,6 +43,7 @@ def alert_rules():
     a = CFG["alerts"]
     pod = "{{ with $labels.pod }}, pod {{ $labels.namespace }}/{{ . }}{{ end }}"
     g, i, t, q, c = a["gilStarvation"], a["ageRisingWhileIdle"], a["cpuThrottling"], a["runqueueSaturation"], a["lockConvoy"]
+    s = a["threadSaturation"]
     holder = (
         '{{ with printf "topk(1, sum by (holder) (rate(waitmeter_gil_wait_seconds_total{pid=%q, thread=%q, instance=%q}[5m])))"'
         " $labels.pid $labels.thread $labels.instance | query }}{{ with . | first }}, mostly behind thread"
@@ -79,6 +80,19 @@ def alert_rules():
             "Cgroup {{ $labels.cgroup }}" + pod + " was throttled in {{ $value | humanizePercentage }} of its CFS"
             f" periods over 5 minutes (threshold {t['throttledPeriodShare']:.0%}): its threads wait for the next"
             " period with work to do; latencies cluster at multiples of the period (usually 100 ms).",
+        ),
+        (
+            "WaitmeterThreadSaturated",
+            f'(sum without (state) (waitmeter:thread_state:rate5m{{state=~"running|runqueue|throttled", thread!="other"}}) >= {s["busyShare"]})'
+            f' and on (job, instance, pid, thread) (waitmeter:thread_running:rate5m >= {s["runningShare"]})'
+            f" and on (job, instance, pid) (waitmeter:process_running_cores:rate5m + {s['spareCores']}"
+            " <= on (job, instance, pid) waitmeter_process_cpu_limit_cores)",
+            s["for"],
+            "warning",
+            "One thread is busy all the time while its process has CPU to spare: a single-thread bottleneck.",
+            f"Thread {{{{ $labels.thread }}}} of pid {{{{ $labels.pid }}}}{pod} was running or runnable"
+            f" {{{{ $value | humanizePercentage }}}} of its time over 5 minutes (threshold {s['busyShare']:.0%}) while"
+            " the process left CPUs unused: everything this thread serves queues behind it (head-of-line blocking).",
         ),
         (
             "WaitmeterRunqueueSaturation",
