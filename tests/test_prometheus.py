@@ -101,3 +101,46 @@ def test_real_prometheus_sees_half_runqueue_for_pinned_pair(pinned_pair_agent, t
     assert len(sums) == 2, sums
     for labels, v in sums.items():
         assert 0.95 <= v <= 1.05, (labels, v)
+
+
+def thread_series(text):
+    """waitmeter_thread_seconds_total of an exposition: (thread, state) -> value."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("waitmeter_thread_seconds_total{"):
+            labels = dict(kv.split("=", 1) for kv in line[line.index("{") + 1:line.rindex("}")].split(","))
+            out[(labels["thread"].strip('"'), labels["state"].strip('"'))] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_the_busy_thread_gets_its_own_series_though_40_idle_ones_started_first(workload_bin):
+    """Issue 15, test 2: 40 sleeping threads (and main) start before the spinning one and
+    would take the 20 labels first; within two scrapes the busy thread has its own series,
+    no counter ever goes down, and the process has at most 20 labels and "other"."""
+    port = free_port()
+    with Workload(workload_bin, "--sleep", 40, "--busy", 1) as w:
+        agent = subprocess.Popen([str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}"],
+                                 stderr=subprocess.PIPE, text=True)
+        with Guard(agent):
+            url = f"http://127.0.0.1:{port}/metrics"
+            wait_http(url)
+            scrapes = []
+            for _ in range(2):
+                time.sleep(1.5)
+                with urllib.request.urlopen(url, timeout=10) as r:
+                    scrapes.append(thread_series(r.read().decode()))
+            assert ("busy-0", "running") in scrapes[-1], sorted({t for t, _ in scrapes[-1]})
+            for _ in range(3):
+                time.sleep(1.5)
+                with urllib.request.urlopen(url, timeout=10) as r:
+                    scrapes.append(thread_series(r.read().decode()))
+    for before, after in zip(scrapes, scrapes[1:]):
+        for k, v in before.items():
+            assert after.get(k, 0.0) >= v, f"{k} went down: {v} -> {after.get(k)}"
+    first, last = scrapes[1], scrapes[-1]
+    # the busy thread's series grows at about a core; "other" (idle sleepers) hardly at all
+    grew = lambda t: last.get((t, "running"), 0.0) - first.get((t, "running"), 0.0)
+    assert grew("busy-0") >= 0.8 * 4.5, (grew("busy-0"), last)
+    assert grew("other") < 0.1, last
+    labels = {t for t, _ in last}
+    assert len(labels) <= 21 and "other" in labels, sorted(labels)

@@ -313,7 +313,8 @@ pub struct RunArgs {
     /// Prometheus exporter toolkit's web-config format (docs/deployment.md)
     #[arg(long = "web.config.file", value_name = "FILE")]
     pub web_config_file: Option<PathBuf>,
-    /// Distinct thread names per process with their own `thread` label; the rest are "other"
+    /// Thread labels per process, given to the busiest names (running and waiting, with
+    /// hysteresis); the rest are "other"
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub max_thread_labels: usize,
     /// Add a `tid` label (one series per thread; for debugging)

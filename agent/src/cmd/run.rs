@@ -89,6 +89,7 @@ fn sample(
     let snap = session.sample();
     exporter.fold_exits(&snap.exited);
     exporter.label_threads(&snap);
+    exporter.rebalance(crate::clock::monotonic_ns(), &snap);
     let stacks = session.take_wait_stacks();
     if !stacks.is_empty() {
         let procs: HashMap<u64, Proc> = session.targets().map(|t| (t.id, Proc { pid: t.pid, comm: t.comm.clone() })).collect();

@@ -39,7 +39,7 @@ pub const THREAD_SECONDS: Metric = Metric {
     kind: Kind::Counter,
     unit: Some("seconds"),
     labels: &["pid", "comm", "thread", "state"],
-    help: "Wall time of a process' threads by state of the time model (running, runqueue, throttled, gil_wait, futex_wait, io_wait, sleep, other); the states of a thread sum to the time it existed. Threads with the same name are summed; past the per-process label bound they are summed as thread=\"other\".",
+    help: "Wall time of a process' threads by state of the time model (running, runqueue, throttled, gil_wait, futex_wait, io_wait, sleep, other); the states of a thread sum to the time it existed. Threads with the same name are summed (the busiest apart as NAME#busiest when it is far busier); past the per-process label bound (given to the busiest names) they are summed as thread=\"other\".",
 };
 
 pub const GIL_WAIT_SECONDS: Metric = Metric {
@@ -297,9 +297,18 @@ pub fn markdown() -> String {
     out.push_str(
         "\n## Label bounds\n\n\
          - `thread`: the thread's name (the Python thread name when known, else the OS comm). Threads of\n  \
-         one process with the same name are summed. The first `--max-thread-labels` (default 20)\n  \
-         distinct names of a process keep their own label; later ones are summed as `thread=\"other\"`.\n  \
-         A thread keeps the label it got first for its whole life, so every counter only grows.\n\
+         one process with the same name are summed, except the busiest of them when it is far busier\n  \
+         than the rest (at least 0.5 core and 4 times the next; it keeps it down to half of that):\n  \
+         `thread=\"NAME#busiest\"`. A process has at most `--max-thread-labels` (default 20) own\n  \
+         labels; the other threads are summed as `thread=\"other\"`. The labels go to the names with the\n  \
+         most running and waiting time (a moving average, looked at every second): names seen first\n  \
+         get them while there are free ones, and a name without a label takes the place of the\n  \
+         labelled one with the least when it is more than twice as busy plus 0.05 core (so two names\n  \
+         of about the same load do not trade places). A series may so move to `other` and back. When\n  \
+         labels move, every thread's time so far stays in the series it was counted in and the\n  \
+         threads count afresh from there: every counter only grows, and the series of a process add\n  \
+         up to its threads' time. A name that lost its label keeps its series (standing still) for 60 s;\n  \
+         then it is dropped, so a process has at most its labels' series.\n\
          - `pid`: the PID as seen in the agent's PID namespace (the pod's, for a sidecar).\n\
          - `futex`: the address of a futex word in the process (`0x7f3a...`). A word gets its own label once\n  \
          it has 10 ms of wait, at most 10 words per process; the rest, and a labelled word's wait before\n  \

@@ -7,7 +7,7 @@ use super::encode::{Exposition, Labels};
 use super::futex_words::FutexWords;
 use crate::model::blame::Preemptor;
 use crate::model::hist::HoldHist;
-use crate::model::labels::{sanitize, LabelBook};
+use crate::model::labels::{busiest_apart, sanitize, LabelBook, BUSIEST};
 use crate::model::partition::{secs, ThreadSample, Times};
 use crate::model::stacks::{site_function, Lengths, WaitStacks};
 use crate::model::state::State;
@@ -132,6 +132,28 @@ pub struct Exporter {
     gil_functions: BTreeMap<(u64, String, String), Lengths>,
     /// per target: bounded labels for the holders' functions
     function_books: HashMap<u64, LabelBook>,
+    /// thread incarnation -> its sample when its label last changed: its numbers up to then
+    /// stay in the old series, the new one counts from there (every counter only grows)
+    baselines: HashMap<Incarnation, ThreadSample>,
+    /// thread incarnation -> (when, busy ns then, cores busy since: a moving average)
+    busy: HashMap<Incarnation, (u64, u64, f64)>,
+    /// (target, name) -> the thread of that name labelled `NAME#busiest`
+    apart: HashMap<(u64, String), Incarnation>,
+    /// target -> when its labels were last given by impact
+    rebalanced_at: HashMap<u64, u64>,
+    /// (target, name) -> when the name lost its own label (`drop_demoted`)
+    demoted: HashMap<(u64, String), u64>,
+}
+
+/// A thread incarnation: (target, host TID, start).
+type Incarnation = (u64, u32, u64);
+
+/// Labels are given by impact at most this often per process.
+pub const REBALANCE_EVERY_NS: u64 = 1_000_000_000;
+
+/// What a thread has done that makes it worth a label: running, and waiting with work to do.
+fn busy_ns(s: &ThreadSample) -> u64 {
+    s.times.get(State::Running) + s.times.waiting()
 }
 
 impl Exporter {
@@ -148,6 +170,21 @@ impl Exporter {
             tid_labels_by_target: HashMap::new(),
             gil_functions: BTreeMap::new(),
             function_books: HashMap::new(),
+            baselines: HashMap::new(),
+            busy: HashMap::new(),
+            apart: HashMap::new(),
+            rebalanced_at: HashMap::new(),
+            demoted: HashMap::new(),
+        }
+    }
+
+    /// The name a thread's label is given by: its name, or `NAME#busiest` for the one of
+    /// several same-named threads labelled apart.
+    fn label_name(&self, target: u64, s: &ThreadSample) -> String {
+        let name = sanitize(s.name());
+        match self.apart.get(&(target, name.clone())) {
+            Some(id) if *id == (target, s.host_tid, s.start_ns) => format!("{name}{BUSIEST}"),
+            _ => name,
         }
     }
 
@@ -156,14 +193,123 @@ impl Exporter {
         let thread = match self.thread_labels.get(&id) {
             Some(l) => l.clone(),
             None => {
+                let name = self.label_name(target, s);
                 let book = self.books.entry(target).or_insert_with(|| LabelBook::new(self.max_labels));
-                let l = book.label(s.name()).to_string();
+                let l = book.label(&name).to_string();
                 self.thread_labels.insert(id, l.clone());
                 l
             }
         };
         self.tid_labels_by_target.insert((target, s.tid), thread.clone());
         SeriesKey { target, thread, tid: self.tid_labels.then_some(s.tid) }
+    }
+
+    /// A thread's numbers that belong to its present label: all of them, or those since its
+    /// label last changed.
+    fn counted(&self, target: u64, s: &ThreadSample) -> ThreadSample {
+        match self.baselines.get(&(target, s.host_tid, s.start_ns)) {
+            Some(b) => s.since(b),
+            None => s.clone(),
+        }
+    }
+
+    /// Give each process' thread labels to the threads with the most impact (running and
+    /// waiting, cores, a moving average), at most every `REBALANCE_EVERY_NS`, with hysteresis
+    /// (`LabelBook::rebalance`); label the busiest of same-named threads apart when it is far
+    /// busier (`labels::busiest_apart`). A thread that changes label leaves its numbers so far
+    /// in the old series (monotonic counters both).
+    pub fn rebalance(&mut self, now: u64, snap: &Snapshot) {
+        for (target, threads) in &snap.live {
+            let target = *target;
+            if self.rebalanced_at.get(&target).is_some_and(|t| now < t + REBALANCE_EVERY_NS) {
+                continue;
+            }
+            self.rebalanced_at.insert(target, now);
+            // cores busy per thread: since the last look, averaged with the look before
+            let mut rate: HashMap<Incarnation, f64> = HashMap::new();
+            for s in threads {
+                let id = (target, s.host_tid, s.start_ns);
+                let b = busy_ns(s);
+                let r = match self.busy.get(&id) {
+                    Some((at, then, r)) if s.at_ns > *at => 0.5 * r + 0.5 * b.saturating_sub(*then) as f64 / (s.at_ns - at) as f64,
+                    Some((_, _, r)) => *r,
+                    None => b as f64 / s.existed_ns().max(1) as f64,
+                };
+                self.busy.insert(id, (s.at_ns, b, r));
+                rate.insert(id, r);
+            }
+            // the busiest of same-named threads apart
+            let mut by_name: HashMap<String, Vec<(Incarnation, f64)>> = HashMap::new();
+            for s in threads {
+                let id = (target, s.host_tid, s.start_ns);
+                by_name.entry(sanitize(s.name())).or_default().push((id, rate[&id]));
+            }
+            for (name, loads) in &by_name {
+                let key = (target, name.clone());
+                match busiest_apart(loads, self.apart.get(&key).copied()) {
+                    Some(id) => self.apart.insert(key, id),
+                    None => self.apart.remove(&key),
+                };
+            }
+            let mut impact: HashMap<String, f64> = HashMap::new();
+            for s in threads {
+                *impact.entry(self.label_name(target, s)).or_default() += rate[&(target, s.host_tid, s.start_ns)];
+            }
+            let book = self.books.entry(target).or_insert_with(|| LabelBook::new(self.max_labels));
+            for name in book.rebalance(&impact) {
+                if book.owns(&name) {
+                    self.demoted.remove(&(target, name));
+                } else {
+                    self.demoted.insert((target, name), now);
+                }
+            }
+            let labels: Vec<(Incarnation, String)> = threads
+                .iter()
+                .map(|s| {
+                    let name = self.label_name(target, s);
+                    let book = self.books.entry(target).or_insert_with(|| LabelBook::new(self.max_labels));
+                    ((target, s.host_tid, s.start_ns), book.label(&name).to_string())
+                })
+                .collect();
+            if labels.iter().all(|(id, l)| self.thread_labels.get(id).is_none_or(|old| old == l)) {
+                continue;
+            }
+            // a label moves: every thread's numbers so far stay in the series they are in now
+            // (its own, and those of the waits it names the holder, waker or preemptor of),
+            // and all count afresh from here
+            let mut folded = std::mem::take(&mut self.folded);
+            for s in threads {
+                let k = self.key(target, s);
+                let counted = self.counted(target, s);
+                self.add(&mut folded, target, &k, &counted);
+                self.baselines.insert((target, s.host_tid, s.start_ns), s.clone());
+            }
+            self.folded = folded;
+            for (s, (id, label)) in threads.iter().zip(labels) {
+                self.tid_labels_by_target.insert((target, s.tid), label.clone());
+                self.thread_labels.insert(id, label);
+            }
+        }
+    }
+
+    /// Drop the series of names that lost their label `WINDOW_SPAN_NS` ago (their counters
+    /// stood still since; the threads count under `other` or a new label): the series a
+    /// process has stay bounded by its labels, however often the busiest threads change.
+    fn drop_demoted(&mut self, now: u64) {
+        let due: Vec<(u64, String)> = self.demoted.iter().filter(|(_, at)| **at + WINDOW_SPAN_NS <= now).map(|(k, _)| k.clone()).collect();
+        for (target, name) in due {
+            self.demoted.remove(&(target, name.clone()));
+            let gone = |k: &SeriesKey| k.target == target && k.thread == name;
+            let f = &mut self.folded;
+            f.times.retain(|k, _| !gone(k));
+            f.holds.retain(|k, _| !gone(k));
+            f.gil.retain(|(k, by), _| !(gone(k) || k.target == target && *by == name));
+            f.futex.retain(|(k, by), _| !(gone(k) || k.target == target && *by == name));
+            f.runqueue.retain(|(k, by), _| !(gone(k) || k.target == target && *by == name));
+            for (_, w) in self.windows.iter_mut() {
+                w.retain(|k, _| !gone(k));
+            }
+        }
     }
 
     fn holder_label(&self, target: u64, holder: u32) -> String {
@@ -251,9 +397,13 @@ impl Exporter {
         for (target, threads) in exits {
             for s in threads {
                 let k = self.key(*target, s);
-                self.add(&mut folded, *target, &k, s);
+                let counted = self.counted(*target, s);
+                self.add(&mut folded, *target, &k, &counted);
                 self.words.fold_exit(*target, s);
-                self.thread_labels.remove(&(*target, s.host_tid, s.start_ns));
+                let id = (*target, s.host_tid, s.start_ns);
+                self.thread_labels.remove(&id);
+                self.baselines.remove(&id);
+                self.busy.remove(&id);
             }
         }
         self.folded = folded;
@@ -270,6 +420,11 @@ impl Exporter {
             self.gil_functions.retain(|k, _| k.0 != *t);
             self.thread_labels.retain(|k, _| k.0 != *t);
             self.tid_labels_by_target.retain(|k, _| k.0 != *t);
+            self.baselines.retain(|k, _| k.0 != *t);
+            self.busy.retain(|k, _| k.0 != *t);
+            self.apart.retain(|k, _| k.0 != *t);
+            self.demoted.retain(|k, _| k.0 != *t);
+            self.rebalanced_at.remove(t);
             for (_, w) in self.windows.iter_mut() {
                 w.retain(|k, _| k.target != *t);
             }
@@ -283,7 +438,8 @@ impl Exporter {
         let keyed: Vec<(u64, SeriesKey, &ThreadSample)> =
             snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))).map(|(t, s)| (t, self.key(t, s), s)).collect();
         for (target, k, s) in keyed {
-            self.add(&mut totals, target, &k, s);
+            let counted = self.counted(target, s);
+            self.add(&mut totals, target, &k, &counted);
         }
         totals
     }
@@ -299,6 +455,7 @@ impl Exporter {
         }
         self.words.window(now, snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))));
         self.prune(snap);
+        self.drop_demoted(now);
     }
 
     /// Forget the labels of threads that are gone and that no live thread
@@ -308,6 +465,9 @@ impl Exporter {
         let live: HashSet<(u64, u32, u64)> =
             snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s.host_tid, s.start_ns))).collect();
         self.thread_labels.retain(|k, _| live.contains(k));
+        self.baselines.retain(|k, _| live.contains(k));
+        self.busy.retain(|k, _| live.contains(k));
+        self.apart.retain(|_, id| live.contains(id));
         let mut named: HashSet<(u64, u32)> = HashSet::new();
         for (target, threads) in &snap.live {
             for s in threads {
@@ -322,6 +482,8 @@ impl Exporter {
         }
         self.tid_labels_by_target.retain(|k, _| named.contains(k));
         crate::shrink::shrink(&mut self.thread_labels);
+        crate::shrink::shrink(&mut self.baselines);
+        crate::shrink::shrink(&mut self.busy);
         crate::shrink::shrink(&mut self.tid_labels_by_target);
     }
 
@@ -333,6 +495,10 @@ impl Exporter {
             ("tid_labels_by_target", self.tid_labels_by_target.len()),
             ("windows", self.windows.iter().map(|w| w.1.len()).sum()),
             ("words", self.words.len()),
+            ("baselines", self.baselines.len()),
+            ("busy", self.busy.len()),
+            ("apart", self.apart.len()),
+            ("demoted", self.demoted.len()),
         ]
     }
 
@@ -582,6 +748,79 @@ mod tests {
         assert_eq!(value(&text, "worker", "running"), None);
     }
 
+    /// Every `waitmeter_thread_seconds_total` series of the exposition: (thread, state) -> value.
+    fn series(text: &str) -> BTreeMap<(String, String), f64> {
+        text.lines()
+            .filter(|l| l.starts_with("waitmeter_thread_seconds_total{"))
+            .filter_map(|l| {
+                let label = |n: &str| Some(l.split(&format!("{n}=\"")).nth(1)?.split('"').next()?.to_string());
+                Some(((label("thread")?, label("state")?), l.rsplit(' ').next()?.parse().ok()?))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn labels_go_to_the_busiest_threads_and_every_counter_only_grows() {
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "java".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let s = 1_000_000_000u64;
+        let mut e = Exporter::new(20, false);
+        // 40 idle JVM threads started first take the 20 labels; then the busy processor and
+        // five same-named session threads, one of them far busier than the rest
+        let at = |t: u64| -> Vec<ThreadSample> {
+            let mut v: Vec<ThreadSample> = (0..40).map(|i| sample(i + 1, &format!("GC Thread#{i}"), 0, t / 1000, false)).collect();
+            v.push(sample(100, "QFJ Message Pro", s, t.saturating_sub(s) * 97 / 100, false));
+            v.extend((0..5).map(|i| {
+                sample(200 + i, "session", s, if i == 2 { t.saturating_sub(s) * 3 / 4 } else { t.saturating_sub(s) / 50 }, false)
+            }));
+            v
+        };
+        let mut last: BTreeMap<(String, String), f64> = BTreeMap::new();
+        let mut before_last = BTreeMap::new();
+        let mut first_own = None;
+        for step in 1..=6u64 {
+            let mut snap = Snapshot::default();
+            let mut threads = at(step * s);
+            for t in threads.iter_mut() {
+                t.at_ns = step * s;
+            }
+            snap.live.insert(1, threads);
+            e.label_threads(&snap);
+            e.rebalance(step * s, &snap);
+            let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+            let now = series(&text);
+            for (k, v) in &last {
+                assert!(now.get(k).copied().unwrap_or(0.0) >= *v, "{k:?} went down from {v} at step {step}:\n{text}");
+            }
+            if first_own.is_none() && now.contains_key(&("QFJ Message Pro".to_string(), "running".to_string())) {
+                first_own = Some(step);
+            }
+            before_last = std::mem::replace(&mut last, now);
+        }
+        // the busy thread has its own series from the first look after it started (2 s in)
+        assert!(first_own.is_some_and(|s| s <= 3), "{first_own:?}");
+        // the busiest session thread apart; the other four still share "session" (in the last second)
+        let grew = |thread: &str| {
+            let k = (thread.to_string(), "running".to_string());
+            last.get(&k).copied().unwrap_or(0.0) - before_last.get(&k).copied().unwrap_or(0.0)
+        };
+        assert!((grew("session#busiest") - 0.75).abs() < 1e-6 && (grew("session") - 0.08).abs() < 1e-6, "{last:?}");
+        assert!((grew("QFJ Message Pro") - 0.97).abs() < 1e-6 && grew("other") < 0.05, "{last:?}");
+        // nothing is lost: the series add up to the threads' time
+        let total: f64 = last.iter().filter(|((_, st), _)| st == "running").map(|(_, v)| v).sum();
+        let truth: f64 = at(6 * s).iter().map(|t| t.times.get(State::Running) as f64 / 1e9).sum();
+        assert!((total - truth).abs() < 1e-6, "{total} vs {truth}");
+        // the series of names that lost their label stand still for a minute, then go: at
+        // most 20 own labels and "other" are left
+        let mut snap = Snapshot::default();
+        snap.live.insert(1, at(6 * s).into_iter().map(|t| ThreadSample { at_ns: 6 * s, ..t }).collect());
+        e.window(6 * s + WINDOW_SPAN_NS, &snap);
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        let now = series(&text);
+        let labels: HashSet<&String> = now.keys().map(|(t, _)| t).collect();
+        assert!(labels.len() <= 21 && labels.contains(&"other".to_string()), "{labels:?}");
+        assert!(labels.contains(&"QFJ Message Pro".to_string()) && labels.contains(&"session#busiest".to_string()), "{labels:?}");
+    }
+
     #[test]
     fn maps_return_to_their_idle_size_after_thread_churn() {
         let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
@@ -591,6 +830,7 @@ mod tests {
         snap.live.insert(1, steady(1));
         e.window(0, &snap);
         e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        e.rebalance(0, &snap);
         let idle = e.sizes();
         // short-lived threads, TIDs reused every 100, each waiting on a futex word of its own
         let mut churn = |e: &mut Exporter, from: u64, to: u64| {
@@ -600,6 +840,7 @@ mod tests {
                 t.gil_by_holder.insert(2, 1_000);
                 t.futex.push(crate::model::blame::FutexWait { addr: 0x10_0000 + i * 64, waker: 1, ns: 2_000 });
                 snap.live.insert(1, [steady(i + 2), vec![t.clone()]].concat());
+                e.rebalance(i * 1_000_000_000, &snap);
                 e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
                 if i % 10 == 0 {
                     e.window(i * 1_000_000_000, &snap);
@@ -616,6 +857,7 @@ mod tests {
         let after_twice = churn(&mut e, 5_000, 10_000);
         // what depends on live threads is back to idle; the rest is bounded, not growing with churn
         assert_eq!(after[..2], idle[..2]);
+        assert_eq!(after[4..], idle[4..]);
         assert_eq!(after, after_twice);
         assert!(after[3].1 <= super::super::futex_words::MAX_FOLDED_WORDS + 10, "{after:?}");
     }

@@ -38,6 +38,19 @@ impl HoldHist {
         Some(upper_ns(BUCKETS - 1))
     }
 
+    /// The holds since `earlier` (an earlier reading of the same histogram).
+    pub fn since(&self, earlier: &HoldHist) -> HoldHist {
+        let mut d = HoldHist {
+            count: self.count.saturating_sub(earlier.count),
+            sum_ns: self.sum_ns.saturating_sub(earlier.sum_ns),
+            ..Default::default()
+        };
+        for k in 0..BUCKETS {
+            d.buckets[k] = self.buckets[k].saturating_sub(earlier.buckets[k]);
+        }
+        d
+    }
+
     pub fn add(&mut self, o: &HoldHist) {
         self.count += o.count;
         self.sum_ns += o.sum_ns;

@@ -102,6 +102,39 @@ impl ThreadSample {
 }
 
 /// The part of `cur` that falls after `prev` (the same thread sampled earlier).
+impl ThreadSample {
+    /// This thread's numbers since `earlier`, an earlier sample of it: times, waits by
+    /// holder, waker and preemptor, GIL holds.
+    pub fn since(&self, earlier: &ThreadSample) -> ThreadSample {
+        let mut d = self.clone();
+        d.times = self.times.since(&earlier.times);
+        for (holder, ns) in d.gil_by_holder.iter_mut() {
+            *ns = ns.saturating_sub(earlier.gil_by_holder.get(holder).copied().unwrap_or(0));
+        }
+        d.gil_by_holder.retain(|_, ns| *ns > 0);
+        d.gil_hold = match (&self.gil_hold, &earlier.gil_hold) {
+            (Some(now), Some(then)) => Some(now.since(then)),
+            (now, _) => *now,
+        };
+        let mut before: std::collections::HashMap<(u64, u32), u64> = Default::default();
+        for w in &earlier.futex {
+            *before.entry((w.addr, w.waker)).or_default() += w.ns;
+        }
+        for w in d.futex.iter_mut() {
+            let left = before.entry((w.addr, w.waker)).or_default();
+            let taken = (*left).min(w.ns);
+            w.ns -= taken;
+            *left -= taken;
+        }
+        d.futex.retain(|w| w.ns > 0);
+        for (p, ns) in d.runqueue_by.iter_mut() {
+            *ns = ns.saturating_sub(earlier.runqueue_by.get(p).copied().unwrap_or(0));
+        }
+        d.runqueue_by.retain(|_, ns| *ns > 0);
+        d
+    }
+}
+
 pub fn window(prev: Option<&ThreadSample>, cur: &ThreadSample) -> Times {
     match prev {
         Some(p) if p.same_thread(cur) => cur.times.since(&p.times),
@@ -165,5 +198,23 @@ mod tests {
         let c = ThreadSample { start_ns: 120, ..b.clone() };
         assert_eq!(window(Some(&a), &c), c.times);
         assert_eq!(window(None, &b), b.times);
+    }
+
+    #[test]
+    fn a_sample_since_an_earlier_one_has_only_what_came_after() {
+        use crate::model::blame::{FutexWait, Preemptor};
+        let mut a = sample([100, 10, 0, 5, 0, 0, 0, 0], 0, 100);
+        a.gil_by_holder.insert(9, 5);
+        a.futex.push(FutexWait { addr: 0x10, waker: 9, ns: 7 });
+        a.runqueue_by.insert(Preemptor::Idle, 10);
+        let mut b = sample([150, 30, 0, 5, 4, 0, 0, 0], 0, 170);
+        b.gil_by_holder.insert(9, 5);
+        b.futex.push(FutexWait { addr: 0x10, waker: 9, ns: 11 });
+        b.runqueue_by.insert(Preemptor::Idle, 30);
+        let d = b.since(&a);
+        assert_eq!(d.times.0, [50, 20, 0, 0, 4, 0, 0, 0]);
+        assert!(d.gil_by_holder.is_empty());
+        assert_eq!(d.futex, [FutexWait { addr: 0x10, waker: 9, ns: 4 }]);
+        assert_eq!(d.runqueue_by.get(&Preemptor::Idle), Some(&20));
     }
 }
