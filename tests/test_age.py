@@ -63,6 +63,25 @@ def test_gil_starvation_with_the_apps_own_lag_metric(app_python):
     assert "Move processor to its own process" in first
 
 
+def test_gil_waits_with_a_flat_age_are_reported_with_the_age(app_python):
+    """Issue 15, test 6: the story's workload where ingest keeps up (a few messages a second,
+    each waiting behind one json.dumps at most): the age stays flat, ingest still waits for
+    the GIL, and the GIL finding states the age (mean, max, trend) beside the wait."""
+    port = free_port()
+    with Workload(app_python, STARVE, "same", "--metrics-port", port, "--rate", 4) as w:
+        report, _ = age_attach(w.pid, "--age-url", f"http://127.0.0.1:{port}/metrics", "--age-metric", "fix_lag_seconds", duration=8.0)
+    age = report["age"]
+    assert age is not None and age["rising"] is False and age["max_s"] < 1.0, age
+    ingest = by_tid(report)[w.tids["ingest"]]
+    assert ingest["seconds"]["gil_wait"] >= 0.2 * ingest["existed_s"], ingest
+    gil = [v for v in report["verdict"] if v.startswith("GIL")]
+    assert gil and "ingest" in gil[0] and "processor" in gil[0], report["verdict"]
+    assert "message age" in gil[0] and "mean" in gil[0] and "max" in gil[0], gil[0]
+    assert not any(v.startswith("healthy") for v in report["verdict"]), report["verdict"]
+    finding = next(f for f in report["findings"] if f["kind"].startswith("gil_"))
+    assert finding["age"]["rising"] is False and finding["age"]["mean_s"] > 0, finding
+
+
 def test_processor_in_its_own_process_is_healthy(app_python):
     port = free_port()
     with Workload(app_python, STARVE, "separate", "--metrics-port", port) as w:

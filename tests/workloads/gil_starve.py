@@ -12,6 +12,9 @@ ingest falls behind, the age of what it handles grows.
 Options (after the mode), for the age join:
   --metrics-port N   expose the ingest lag as the gauge fix_lag_seconds with prometheus_client
   --client           report each message's lag with waitmeter_client.observe_age()
+  --rate N           messages per second (default 500: ingest falls behind; at a few per
+                     second it keeps up, each message waiting one json.dumps at most: a
+                     flat age with GIL waits)
 
 Prints "tid <name> <native thread id>" for each thread (and "pid processor
 <pid>" in separate mode), then "ready". Runs until killed; its children die
@@ -27,11 +30,11 @@ import time
 RATE = 500  # messages per second
 
 
-def feeder(port, parent):
-    """A separate process sending small messages at RATE/s until the parent is
+def feeder(port, parent, rate=RATE):
+    """A separate process sending small messages at `rate`/s until the parent is
     gone; each is stamped with the time it was due (a backlog ages it)."""
     s = socket.create_connection(("127.0.0.1", port))
-    period = 1.0 / RATE
+    period = 1.0 / rate
     start_wall, start = time.time(), time.monotonic()
     nxt = start
     seq = 0
@@ -130,7 +133,9 @@ def main():
     sock.listen(1)
     port = sock.getsockname()[1]
     print("tid MainThread", threading.get_native_id(), flush=True)
-    spawn(feeder, port, os.getpid())
+    args = sys.argv[2:]
+    rate = float(args[args.index("--rate") + 1]) if "--rate" in args else RATE
+    spawn(feeder, port, os.getpid(), rate)
     started = threading.Event()
     threading.Thread(target=ingest, args=(sock, started, observe), name="ingest", daemon=True).start()
     started.wait()
