@@ -114,9 +114,14 @@ pub const SATURATED_PRESENCE: f64 = 0.5;
 pub const SPARE_CORES: f64 = 0.5;
 /// A thread that ran less than this share of its time, waited for no CPU, quota or
 /// GIL, and that nobody waited on, is idle.
-pub const IDLE_RUNNING_SHARE: f64 = 0.05;
-/// "Nobody waited on it": others' waits charged to it stay under this share of the window.
-pub const IDLE_BLAME_SHARE: f64 = 0.01;
+pub const IDLE_RUNNING_SHARE: f64 = 0.10;
+/// "Nobody waited on it": the waits of threads that are not idle charged to it stay under this
+/// share of the window...
+pub const IDLE_BLAME_SHARE: f64 = 0.05;
+/// ... counting a futex wait only of a waiter that ran at least this share of its time (one
+/// with work, waiting for a lock; a thread that hardly runs and is woken by others waits for
+/// work from them: a JIT compiler thread, a consumer).
+pub const WAITER_WITH_WORK_SHARE: f64 = 0.20;
 /// The verdict's lines unless all findings are asked for (`-v`).
 pub const MAX_LINES: usize = 8;
 /// Idle threads named in the idle line.
@@ -152,35 +157,32 @@ fn saturated(report: &ProcessReport, cpu: CpuUse) -> impl Iterator<Item = Kind> 
         })
 }
 
-/// Others' waits charged to each thread: as the GIL's holder, the futex's waker, the preemptor.
-fn blamed(rows: &[ThreadRow]) -> std::collections::BTreeMap<u32, u64> {
-    let mut by: std::collections::BTreeMap<u32, u64> = Default::default();
-    for r in rows {
+/// Threads that blocked for want of work: each ran less than `IDLE_RUNNING_SHARE` of its time,
+/// waited for no CPU, quota or GIL, is not in a lock convoy, and the threads that are not idle
+/// themselves waited on it (as the GIL's holder, or the futex's waker of a waiter with work:
+/// `WAITER_WITH_WORK_SHARE`) for less than `IDLE_BLAME_SHARE` of the window. A JVM's GC, compiler and VM threads, a pool's spare
+/// workers, a server's readers with nothing to read. (Being the preemptor of a queued thread is
+/// not being waited on: the run-queue finding names it.)
+fn idle_threads(rows: &[ThreadRow], convoy: &[u32], window_ns: u64) -> std::collections::BTreeSet<u32> {
+    let candidates: std::collections::BTreeSet<u32> = rows
+        .iter()
+        .filter(|r| {
+            r.times.total() > 0
+                && share_of(r, State::Running) < IDLE_RUNNING_SHARE
+                && (r.times.waiting() as f64) < WAITING_SHARE * r.times.total() as f64
+                && !convoy.contains(&r.tid)
+        })
+        .map(|r| r.tid)
+        .collect();
+    let mut waited_on: std::collections::BTreeMap<u32, u64> = Default::default();
+    for r in rows.iter().filter(|r| !candidates.contains(&r.tid)) {
         let holders = r.gil_by_holder.iter().map(|(t, ns)| (*t, *ns));
-        let wakers = r.futex_by_waker().into_iter();
-        let preemptors = r.runqueue_by.iter().filter_map(|(p, ns)| match p {
-            Preemptor::Thread(t) => Some((*t, *ns)),
-            _ => None,
-        });
-        for (tid, ns) in holders.chain(wakers).chain(preemptors).filter(|(t, _)| *t != 0 && *t != r.tid) {
-            *by.entry(tid).or_default() += ns;
+        let wakers = if share_of(r, State::Running) >= WAITER_WITH_WORK_SHARE { r.futex_by_waker() } else { Default::default() };
+        for (tid, ns) in holders.chain(wakers).filter(|(t, _)| *t != 0 && *t != r.tid) {
+            *waited_on.entry(tid).or_default() += ns;
         }
     }
-    by
-}
-
-/// A thread that hardly ran, waited for no CPU, quota or GIL, that no other thread waited
-/// on, that is not in a lock convoy and whose futex waits a busy thread did not end: it
-/// blocked for want of work (a JVM's GC and compiler threads, a pool's spare workers).
-fn is_idle(r: &ThreadRow, rows: &[ThreadRow], blamed: &std::collections::BTreeMap<u32, u64>, convoy: &[u32], window_ns: u64) -> bool {
-    let busy_waker =
-        r.top_waker().is_some_and(|(tid, share)| share >= 0.5 && rows.iter().any(|w| w.tid == tid && share_of(w, State::Running) >= 0.5));
-    r.times.total() > 0
-        && share_of(r, State::Running) < IDLE_RUNNING_SHARE
-        && (r.times.waiting() as f64) < WAITING_SHARE * r.times.total() as f64
-        && (blamed.get(&r.tid).copied().unwrap_or(0) as f64) < IDLE_BLAME_SHARE * window_ns as f64
-        && !convoy.contains(&r.tid)
-        && !busy_waker
+    candidates.into_iter().filter(|tid| (waited_on.get(tid).copied().unwrap_or(0) as f64) < IDLE_BLAME_SHARE * window_ns as f64).collect()
 }
 
 /// Every finding of the window, ranked (`rank`): the JSON `findings`, and with `-v` the verdict.
@@ -202,11 +204,8 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
     let in_convoy: Vec<u32> =
         convoys.iter().flat_map(|k| if let Kind::LockConvoy { waiters, .. } = k { waiters.clone() } else { vec![] }).collect();
     out.extend(convoys);
-    let blame = blamed(rows);
-    out.extend(rows.iter().filter_map(|r| {
-        let idle = is_idle(r, rows, &blame, &in_convoy, report.duration_ns);
-        thread_finding(r, rows, report.duration_ns, idle)
-    }));
+    let idle = idle_threads(rows, &in_convoy, report.duration_ns);
+    out.extend(rows.iter().filter_map(|r| thread_finding(r, rows, report.duration_ns, idle.contains(&r.tid))));
     // a busy thread is a bottleneck of its own unless it is the GIL holder a GIL finding names
     let gil_holders: Vec<u32> = out
         .iter()
@@ -234,7 +233,7 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
     });
     let idle_cpu = report.cpu_used_cores() < IDLE_CPU_SHARE * report.cpu_limit_cores;
     if bad_age && !explained {
-        let working = |r: &&ThreadRow| !is_idle(r, rows, &blame, &in_convoy, report.duration_ns);
+        let working = |r: &&ThreadRow| !idle.contains(&r.tid);
         let longest = |keep: &dyn Fn(&&ThreadRow) -> bool| {
             rows.iter()
                 .filter(|r| r.times.total() > 0)
@@ -273,12 +272,15 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
         .collect()
 }
 
-/// The verdict's order: "healthy" first; then by the wall time explained, most first; a
-/// process-wide headline before a per-thread line that explains as much; the idle line last.
+/// The verdict's order: "healthy" first; then the findings of lost or busy time by the wall
+/// time they explain, most first (a process-wide headline before a per-thread line that
+/// explains as much); then blocked threads (blocked is not waiting: maybe idle, maybe
+/// contended), by their blocked time; the idle line last.
 fn rank(a: &Kind, b: &Kind) -> std::cmp::Ordering {
     let tier = |k: &Kind| match k {
         Kind::Healthy { .. } => 0,
-        Kind::IdleThreads { .. } | Kind::More { .. } => 2,
+        Kind::Blocked { .. } => 2,
+        Kind::IdleThreads { .. } | Kind::More { .. } => 3,
         _ => 1,
     };
     tier(a).cmp(&tier(b)).then(b.explains_ns().cmp(&a.explains_ns())).then(a.precedence().cmp(&b.precedence()))
@@ -307,14 +309,9 @@ pub fn findings(report: &ProcessReport) -> Vec<Finding> {
         all.into_iter().filter(|f| !repeats(&f.kind)).partition(|f| matches!(f.kind, Kind::Blocked { idle: true, .. }));
     let mut shown: Vec<Finding> = shown;
     if !idle.is_empty() {
-        let idle_rows: Vec<&ThreadRow> = {
-            let blame = blamed(&report.threads);
-            report
-                .threads
-                .iter()
-                .filter(|r| present(r, report.duration_ns) && is_idle(r, &report.threads, &blame, &in_convoy, report.duration_ns))
-                .collect()
-        };
+        let idle_tids = idle_threads(&report.threads, &in_convoy, report.duration_ns);
+        let idle_rows: Vec<&ThreadRow> =
+            report.threads.iter().filter(|r| present(r, report.duration_ns) && idle_tids.contains(&r.tid)).collect();
         let threads = idle_rows.iter().take(IDLE_NAMED).map(|r| ThreadRef { tid: r.tid, name: Some(r.name.clone()) }).collect();
         shown.push(Finding::from(Kind::IdleThreads { count: idle_rows.len(), threads }));
     }
@@ -488,7 +485,11 @@ mod tests {
         let rows = [row(12, "locker", &[(State::FutexWait, 9_500_000_000), (State::Running, 500_000_000)])];
         let f = findings_of(rows.to_vec(), 10_000_000_000);
         assert!(f[0].starts_with("healthy: "), "{f:?}"); // blocked is not waiting: maybe idle
-        assert!(f[1].contains("blocked on a lock or condition (futex) (95%)"), "{f:?}");
+        assert!(f[1].starts_with("idle: 1 thread (locker)"), "{f:?}"); // it hardly ran, nobody waited on it
+                                                                       // one that ran 15% of its time is listed
+        let rows = [row(12, "locker", &[(State::FutexWait, 8_500_000_000), (State::Running, 1_500_000_000)])];
+        let f = findings_of(rows.to_vec(), 10_000_000_000);
+        assert!(f[1].contains("blocked on a lock or condition (futex) (85%)"), "{f:?}");
     }
 
     #[test]
@@ -712,7 +713,7 @@ mod pins {
         "healthy, flat age, a thread blocked on I/O",
         &[
             "healthy: age flat at 0.01 s (mean 0.01 s, max 0.01 s, objective 0.12 s); no thread waited for a CPU, quota or the GIL for 20% or more of its time, and none was busy all of the 10.0 s",
-            "thread ingest (1) spent 9.0 s of 10.0 s blocked on I/O (90%): idle or contended; message age flat, mean 0.01 s, max 0.01 s",
+            "idle: 1 thread (ingest) was blocked or asleep nearly all the window, and no thread waited on it; -v lists it",
         ],
     ),
     (
@@ -796,7 +797,7 @@ mod pins {
         &[
             "healthy: no age source; no thread waited for a CPU, quota or the GIL for 20% or more of its time, and none was busy all of the 10.0 s",
             "thread waiter (31) spent 9.0 s of 10.0 s blocked on a lock or condition (futex) (90%), woken by holder (33) 89% of the time: idle or contended",
-            "idle: 4 threads (poller, other, quiet, reader) were blocked or asleep nearly all the window, and no thread waited on them; -v lists them",
+            "idle: 5 threads (poller, holder, other, quiet, 1 more) were blocked or asleep nearly all the window, and no thread waited on them; -v lists them",
         ],
     ),
     (
