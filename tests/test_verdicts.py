@@ -2,6 +2,8 @@
 (Maven Central) whose one message-processing thread serves five sessions, and the fix, a
 thread per session, as the control."""
 import re
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -58,3 +60,25 @@ def test_a_thread_per_session_under_light_load_is_healthy():
     assert not any(v.startswith("head-of-line") for v in verdict), verdict
     assert not any(f["kind"] == "saturated_thread" for f in report["findings"]), report["findings"]
     assert verdict[0].startswith("healthy: "), verdict
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_the_live_view_and_report_fit_the_terminal_busiest_first(workload_bin, columns):
+    """On a terminal of 80 or 120 columns (a pty from script(1)), every line of the live view
+    and of the report's table fits, and the busy thread is the first row."""
+    from conftest import WAITMETER, Workload
+
+    script = shutil.which("script")
+    assert script, "script(1) (util-linux) is needed"
+    with Workload(workload_bin, "--sleep", 6, "--pipe", 2, "--busy", 1) as w:
+        cmd = f"stty cols {columns} rows 60; NO_COLOR=1 {WAITMETER} attach --pid {w.pid} --duration 3"
+        cp = subprocess.run([script, "-qec", cmd, "/dev/null"], capture_output=True, timeout=60)
+    out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", cp.stdout.decode("utf-8", "replace")).replace("\r", "")
+    assert cp.returncode == 0, out
+    frames = [line for line in out.split("\n") if line and not line.startswith("  - ")]
+    assert len(frames) > 15, out  # at least one live frame and the report
+    too_wide = [line for line in frames if len(line) > columns]
+    assert not too_wide, too_wide
+    report = out[out.rindex("waitmeter: PID"):]
+    rows = [line for line in report.split("\n") if re.match(r"\s+\d+\s{2}\S", line)]
+    assert rows and rows[0].split()[1] == "busy-0", report

@@ -95,7 +95,7 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
                     secs(snap.at_ns.saturating_sub(t0)),
                     args.duration,
                     args.interval,
-                    text::table(&r, color)
+                    text::table_fit(&r, color, text::terminal_width().unwrap_or(text::FULL_WIDTH))
                 );
                 let frame = match &age_line {
                     Some(a) => format!("{frame}{a}\n"),
@@ -168,7 +168,7 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     }
     match args.output {
         Output::Json => emit(&format!("{}\n", json::render(&report))),
-        Output::Text => emit(&text::report(&report, color)),
+        Output::Text => emit(&text::report_fit(&report, color, text::terminal_width().unwrap_or(text::FULL_WIDTH))),
     }
     if let Some(e) = exited_at {
         return Err(usage!(

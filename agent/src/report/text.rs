@@ -44,9 +44,9 @@ pub fn bar_cells(times: &crate::model::partition::Times, width: usize) -> Vec<St
     State::ALL.iter().zip(cells).flat_map(|(s, n)| std::iter::repeat_n(*s, n)).collect()
 }
 
-fn bar(times: &crate::model::partition::Times, color: bool) -> String {
+fn bar(times: &crate::model::partition::Times, color: bool, width: usize) -> String {
     let mut out = String::new();
-    for s in bar_cells(times, BAR_WIDTH) {
+    for s in bar_cells(times, width) {
         let (_, glyph, code) = style(s);
         if color {
             let _ = write!(out, "\x1b[{code}m█\x1b[0m");
@@ -58,6 +58,9 @@ fn bar(times: &crate::model::partition::Times, color: bool) -> String {
 }
 
 fn truncate(s: &str, n: usize) -> String {
+    if n == 0 {
+        return String::new();
+    }
     if s.chars().count() <= n {
         s.to_string()
     } else {
@@ -127,49 +130,109 @@ pub fn plain_line(r: &ProcessReport, at_s: f64, age: Option<&str>) -> String {
     parts.join(" | ")
 }
 
-/// The per-thread table: shares of each state in percent, wait ratio, bar, top culprit.
+/// The table's full width: every state column, the bar, the culprit.
+pub const FULL_WIDTH: usize = 145;
+/// Below this width the bar goes; below `NARROW_WIDTH` the state columns go and a shorter bar stays.
+pub const NO_BAR_WIDTH: usize = 113;
+pub const NARROW_WIDTH: usize = 100;
+
+/// The terminal's width in columns (stdout), when it is one.
+pub fn terminal_width() -> Option<usize> {
+    // SAFETY: TIOCGWINSZ fills a winsize; a zeroed one is valid.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    (ok && ws.ws_col > 0).then_some(ws.ws_col as usize)
+}
+
+/// The rows most busy first (running and waiting), then by TID: the threads that matter lead.
+fn by_impact(rows: &[ThreadRow]) -> Vec<&ThreadRow> {
+    let mut v: Vec<&ThreadRow> = rows.iter().collect();
+    v.sort_by_key(|t| (std::cmp::Reverse(t.times.get(State::Running) + t.times.waiting()), t.tid, t.exited));
+    v
+}
+
+/// The per-thread table at full width.
 pub fn table(r: &ProcessReport, color: bool) -> String {
+    table_fit(r, color, FULL_WIDTH)
+}
+
+/// The per-thread table in `width` columns, the busiest threads first: shares of each state in
+/// percent, wait ratio, bar, top culprit; narrower, the bar goes, then the state columns (the
+/// bar, shorter, shows them).
+pub fn table_fit(r: &ProcessReport, color: bool, width: usize) -> String {
+    let (states, bar_width) = if width >= FULL_WIDTH {
+        (true, BAR_WIDTH)
+    } else if width >= NO_BAR_WIDTH || width >= NARROW_WIDTH {
+        (true, 0)
+    } else {
+        (false, width.saturating_sub(39 + 4 + 12).clamp(8, BAR_WIDTH))
+    };
+    let fixed = 25 + if states { 6 * State::ALL.len() } else { 0 } + 14 + if bar_width > 0 { 2 + bar_width } else { 0 };
+    let culprit_width = width.saturating_sub(fixed + 2).clamp(6, 24);
     let mut out = String::new();
     let _ = write!(out, "{:>7}  {:<16}", "TID", "THREAD");
-    for s in State::ALL {
-        let _ = write!(out, " {:>5}", style(s).0);
+    if states {
+        for s in State::ALL {
+            let _ = write!(out, " {:>5}", style(s).0);
+        }
     }
-    let _ = writeln!(out, "  {:>4}  {:>6}  {:<width$}  TOP CULPRIT", "WAIT", "SECS", "STATES", width = BAR_WIDTH);
-    for t in &r.threads {
+    let _ = write!(out, "  {:>4}  {:>6}", "WAIT", "SECS");
+    if bar_width > 0 {
+        let _ = write!(out, "  {:<width$}", "STATES", width = bar_width);
+    }
+    let _ = writeln!(out, "  {}", truncate("TOP CULPRIT", culprit_width));
+    for t in by_impact(&r.threads) {
         let total = t.times.total();
         let name = if t.exited { format!("{}†", truncate(&t.name, 15)) } else { truncate(&t.name, 16) };
         let _ = write!(out, "{:>7}  {:<16}", t.tid, name);
-        for s in State::ALL {
-            let pct = if total > 0 { 100.0 * t.times.get(s) as f64 / total as f64 } else { 0.0 };
-            if pct == 0.0 {
-                let _ = write!(out, " {:>5}", "-");
-            } else {
-                let _ = write!(out, " {:>5.1}", pct);
+        if states {
+            for s in State::ALL {
+                let pct = if total > 0 { 100.0 * t.times.get(s) as f64 / total as f64 } else { 0.0 };
+                if pct == 0.0 {
+                    let _ = write!(out, " {:>5}", "-");
+                } else {
+                    let _ = write!(out, " {:>5.1}", pct);
+                }
             }
         }
         let ratio = t.times.wait_ratio().map(|w| format!("{w:.2}")).unwrap_or_else(|| "-".into());
-        let mut b = bar(&t.times, color);
-        if t.times.total() == 0 {
-            b = " ".repeat(BAR_WIDTH);
+        let _ = write!(out, "  {:>4}  {:>6.2}", ratio, secs(total));
+        if bar_width > 0 {
+            let b = if total == 0 { " ".repeat(bar_width) } else { bar(&t.times, color, bar_width) };
+            let _ = write!(out, "  {b}");
         }
-        let _ = writeln!(out, "  {:>4}  {:>6.2}  {}  {}", ratio, secs(total), b, truncate(&culprit(t, &r.threads), 24));
+        let _ = writeln!(out, "  {}", truncate(&culprit(t, &r.threads), culprit_width));
     }
     out
 }
 
-/// The final report: header, table, legend, verdict.
+/// The final report at full width: header, table, legend, verdict.
 pub fn report(r: &ProcessReport, color: bool) -> String {
+    report_fit(r, color, FULL_WIDTH)
+}
+
+/// The final report with its table in `width` columns (the verdict's lines wrap as the terminal wraps them).
+pub fn report_fit(r: &ProcessReport, color: bool, width: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "waitmeter: PID {} ({}), {:.1} s, {} threads: share of each thread's time in each state (%)",
+        "waitmeter: PID {} ({}), {:.1} s, {} threads, % of time by state",
         r.pid,
         r.comm,
         secs(r.duration_ns),
         r.threads.len()
     );
-    out.push_str(&table(r, color));
-    let _ = writeln!(out, "  {}   († exited)", legend(color));
+    out.push_str(&table_fit(r, color, width));
+    let line = format!("  {}   († exited)", legend(false));
+    if line.chars().count() <= width {
+        let _ = writeln!(out, "  {}   († exited)", legend(color));
+    } else {
+        // two lines: the first four states, then the rest
+        let half =
+            |range: std::ops::Range<usize>| legend(color).split("  ").skip(range.start).take(range.len()).collect::<Vec<_>>().join("  ");
+        let _ = writeln!(out, "  {}", half(0..4));
+        let _ = writeln!(out, "  {}   († exited)", half(4..8));
+    }
     if let Some(e) = r.exited_after_ns {
         let _ = writeln!(out, "process {} exited {:.1} s into the window; the report covers the time it ran", r.pid, secs(e));
     }
@@ -283,6 +346,29 @@ mod tests {
         for (c, want) in cases.iter().zip(pinned) {
             assert_eq!(culprit(c, &others), want, "{c:?}");
         }
+    }
+
+    #[test]
+    fn the_table_fits_80_and_120_columns_busiest_first() {
+        let r = full_report();
+        for width in [80, 100, 120, FULL_WIDTH] {
+            let text = report_fit(&r, false, width);
+            let table: Vec<&str> = text.lines().take_while(|l| !l.starts_with("verdict:")).collect();
+            for line in &table {
+                assert!(line.chars().count() <= width, "{width}: {} chars: {line}", line.chars().count());
+            }
+            // every thread has its row; the busiest leads: ingest (running or waiting 100%),
+            // processor (95%), then waiter (10%)
+            let rows: Vec<&&str> = table.iter().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).collect();
+            assert_eq!(rows.len(), 3, "{text}");
+            assert!(rows[0].contains("ingest") && rows[1].contains("processor") && rows[2].contains("waiter"), "{width}: {text}");
+        }
+        // 80 columns: no state columns, a bar that still shows them
+        let narrow = table_fit(&r, false, 80);
+        assert!(!narrow.contains("FUTEX") && narrow.contains("STATES"), "{narrow}");
+        // 120: the state columns, no bar
+        let medium = table_fit(&r, false, 120);
+        assert!(medium.contains("FUTEX") && !medium.contains("STATES"), "{medium}");
     }
 
     #[test]
