@@ -151,11 +151,6 @@ fn by_impact(rows: &[ThreadRow]) -> Vec<&ThreadRow> {
     v
 }
 
-/// The per-thread table at full width.
-pub fn table(r: &ProcessReport, color: bool) -> String {
-    table_fit(r, color, FULL_WIDTH)
-}
-
 /// The per-thread table in `width` columns, the busiest threads first: shares of each state in
 /// percent, wait ratio, bar, top culprit; narrower, the bar goes, then the state columns (the
 /// bar, shorter, shows them).
@@ -206,12 +201,7 @@ pub fn table_fit(r: &ProcessReport, color: bool, width: usize) -> String {
     out
 }
 
-/// The final report at full width: header, table, legend, verdict.
-pub fn report(r: &ProcessReport, color: bool) -> String {
-    report_fit(r, color, FULL_WIDTH)
-}
-
-/// The final report with its table in `width` columns (the verdict's lines wrap as the terminal wraps them).
+/// The final report: header, table, legend, verdict; its table in `width` columns (the verdict's lines wrap as the terminal wraps them).
 pub fn report_fit(r: &ProcessReport, color: bool, width: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -272,7 +262,7 @@ mod tests {
         let row =
             ThreadRow { tid: 42, name: "worker".into(), comm: "worker".into(), times: t, existed_ns: t.total(), ..Default::default() };
         let r = ProcessReport::new(42, "demo".into(), None, 4_000_000_000, None, vec![row]);
-        let text = report(&r, false);
+        let text = report_fit(&r, false, FULL_WIDTH);
         assert!(text.contains("PID 42 (demo), 4.0 s, 1 threads"), "{text}");
         let line = text.lines().find(|l| l.contains("worker")).unwrap();
         assert!(line.contains(" 75.0  25.0"), "{line}");
@@ -374,7 +364,7 @@ mod tests {
     #[test]
     fn the_text_report_is_pinned() {
         let r = full_report();
-        assert_eq!(report(&r, false), include_str!("testdata/full_report.txt"));
-        assert_eq!(report(&r, true), include_str!("testdata/full_report.ansi"));
+        assert_eq!(report_fit(&r, false, FULL_WIDTH), include_str!("testdata/full_report.txt"));
+        assert_eq!(report_fit(&r, true, FULL_WIDTH), include_str!("testdata/full_report.ansi"));
     }
 }
