@@ -3,6 +3,7 @@ the JSON `wait_sites` and the pprof wait profile, on real interpreters and a
 real C program, read by the real pprof consumer (`go tool pprof`)."""
 import contextlib
 import gzip
+import math
 import os
 import re
 import shutil
@@ -91,7 +92,11 @@ def test_gil_holds_by_function_match_the_known_call_lengths(name):
     # a waiter starts waiting some way into a call, and is woken some µs after its end
     # (3.9 sometimes merges two calls: a waiter whose timeout found another
     # switch meanwhile does not ask for the GIL, and waits on)
-    assert 0.5 * mean <= dumps["p50_s"] <= 1.2 * mean and dumps["p99_s"] <= 2.5 * mean, (mean, dumps)
+    assert 0.75 * mean <= dumps["mean_s"] <= 1.3 * mean, (mean, dumps)
+    # the quantiles are interpolated within power-of-two buckets: a p50 is known within the
+    # bucket (calls of 36.5 ms all in [32, 64) ms read as a p50 of 48 ms)
+    bucket_top = 2 ** math.ceil(math.log2(mean * 1e3)) / 1e3
+    assert 0.5 * mean <= dumps["p50_s"] <= max(1.2 * mean, bucket_top) and dumps["p99_s"] <= 2.5 * mean, (mean, dumps)
     assert dumps["without_switch"] >= 0.8 * dumps["holds"], dumps
     # the control: pure Python gives the GIL up within a switch interval
     assert spin["p50_s"] <= 2 * interval and spin["without_switch"] <= 0.5 * spin["holds"] + 1, (interval, spin)
