@@ -43,20 +43,29 @@ def share_of(entries, pred):
     return sum(s["seconds"] for s in entries if pred(s["site"])) / total if total else 0.0
 
 
-def shares(w):
-    """The next "shares dumps= spin= calls= wall=" line of gil_holder.py."""
-    line = w.readline(5, "a shares line")
-    while not line.startswith("shares"):
-        line = w.readline(5, "a shares line")
-    return {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
+def calls_within(w, start, end):
+    """The mean length of gil_holder.py's json.dumps calls that ended within
+    [start, end] (Unix times), from its "calls <end>:<length> ..." lines."""
+    calls = []
+    while not calls or calls[-1][0] < end:
+        line = w.readline(5, "a calls line")
+        if line.startswith("calls "):
+            calls += [tuple(map(float, c.split(":"))) for c in line.split()[1:]]
+    within = [length for t, length in calls if start <= t <= end]
+    return sum(within) / len(within)
 
 
 @pytest.mark.parametrize("name", INTERPRETERS)
 def test_holder_and_victim_stacks_match_the_known_shares(name):
     """processor spends 75% of its time in json.dumps and 25% in spin(); ingest
-    waits for the GIL behind it in blocking_call()."""
+    waits for the GIL behind it in blocking_call(). A wait is charged to where
+    the holder let go: one that began in spin() and ended after the json.dumps
+    call that followed is json.dumps' (up to a switch interval of spin per
+    call moves to json.dumps, 0.15 of the share with 25 ms calls)."""
     with Workload(interpreter(name), HOLDER, "same") as w:
         report, _ = attach(w.pid, 3.0)
+        start = report["started_unix_s"]
+        call = calls_within(w, start, start + report["duration_s"])
     ingest = by_tid(report)[w.tids["ingest"]]
     gil_wait = ingest["seconds"]["gil_wait"]
     assert gil_wait >= 0.5 * ingest["existed_s"], ingest
@@ -66,7 +75,8 @@ def test_holder_and_victim_stacks_match_the_known_shares(name):
     assert all(s["blamed"] == w.tids["processor"] for s in holder if s["seconds"] > 0.05 * behind), holder
     dumps = share_of(holder, lambda s: "json.dumps" in s)
     spin = share_of(holder, lambda s: s.startswith("spin ("))
-    assert abs(dumps - 0.75) <= 0.10 and abs(spin - 0.25) <= 0.10, (dumps, spin, holder)
+    moved = report["python"]["switch_interval_us"] / 1e6 / (call * 4 / 3)
+    assert 0.65 <= dumps <= 0.80 + moved and 0.20 - moved <= spin <= 0.35, (dumps, spin, moved, holder)
     victim = sites(report, w.tids["ingest"], "gil_wait", "victim")
     assert share_of(victim, lambda s: s.startswith("blocking_call (gil_holder.py:")) >= 0.90, victim
 
@@ -76,13 +86,14 @@ def test_gil_holds_by_function_match_the_known_call_lengths(name):
     """processor holds the GIL for one json.dumps call at a time (a C call that
     never lets go: holds of the call's length) and in spin(), pure Python,
     which gives the GIL up when asked (holds of one switch interval). The
-    workload prints the calls' count and wall time: their mean is the truth."""
+    workload prints the calls' count and wall time: their mean over the
+    report's own window is the truth (a loaded machine stretches calls and
+    holds alike, but not evenly over time)."""
     with Workload(interpreter(name), HOLDER, "same") as w:
-        before = shares(w)
         report, _ = attach(w.pid, 3.0)
-        after = shares(w)
-    # the calls of the window (and a second either side)
-    mean = (after["wall"] - before["wall"]) / (after["calls"] - before["calls"])
+        start = report["started_unix_s"]
+        end = start + report["duration_s"]
+        mean = calls_within(w, start, end)
     holds = report["gil_holds_by_function"]
     dumps = next(h for h in holds if "json.dumps" in h["function"])
     spin = next(h for h in holds if h["function"].startswith("spin ("))
@@ -305,7 +316,6 @@ def test_run_exports_gil_holds_by_function_to_prometheus(tmp_path):
     about one switch interval."""
     hist = 'waitmeter_gil_function_hold_seconds_{}{{thread="processor",function="{}"}}'
     with Workload(interpreter("3.12"), HOLDER, "same") as w, run_agent(w.pid, log=tmp_path / "agent.log") as base:
-        before = shares(w)
         with prometheus(tmp_path, int(base.rsplit(":", 1)[1])) as prom:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
@@ -320,10 +330,11 @@ def test_run_exports_gil_holds_by_function_to_prometheus(tmp_path):
                 p50 = query(prom, f"histogram_quantile(0.5, sum by (le) (increase({hist.format('bucket', f)}[30s])))")
                 p90 = query(prom, f"histogram_quantile(0.9, sum by (le) (increase({hist.format('bucket', f)}[30s])))")
                 res[f] = [next(iter(v.values()), None) for v in (count, mean, p50, p90)]
-        after = shares(w)
+            now = time.time()
+        # the calls of the queries' 30 s
+        truth = calls_within(w, now - 30, now)
         status, text = get(base + "/metrics")
     print(res)
-    truth = (after["wall"] - before["wall"]) / (after["calls"] - before["calls"])
     count, mean, p50, p90 = res["json.dumps"]
     assert count and count >= 10, res
     # as gil_holds_by_function: a waiter starts some way into a call

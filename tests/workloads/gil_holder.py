@@ -17,8 +17,10 @@ back after every short blocking call.
 
 Prints "tid <name> <native thread id>", then "ready"; every second after
 that "shares dumps=<s> spin=<s> calls=<n> wall=<s>" (processor's CPU seconds
-in each so far, how many json.dumps calls, and their wall-clock seconds: the
-mean of those is the length of a hold).
+in each so far, how many json.dumps calls, and their wall-clock seconds), and
+"calls <end>:<length> ..." for the json.dumps calls that ended since the last
+such line (Unix time of the end, wall-clock seconds: the length of a hold;
+for the calls of a measuring window).
 Runs until killed.
 """
 import json
@@ -30,6 +32,7 @@ import time
 
 DATA = [{"id": i, "name": "item-%d" % i, "value": i * 0.5, "tags": ["a", "b"]} for i in range(40_000)]
 totals = {"dumps": 0.0, "spin": 0.0, "calls": 0, "wall": 0.0}
+ended = []  # (Unix time, wall seconds) of each json.dumps call not yet printed
 
 
 def spin(seconds):
@@ -45,7 +48,9 @@ def processor():
         t0, w0 = time.thread_time(), time.perf_counter()
         json.dumps(DATA)
         took = time.thread_time() - t0
-        totals["wall"] += time.perf_counter() - w0
+        wall = time.perf_counter() - w0
+        ended.append((time.time(), wall))
+        totals["wall"] += wall
         totals["dumps"] += took
         totals["calls"] += 1
         t1 = time.thread_time()
@@ -106,7 +111,12 @@ def main():
         threading.Thread(target=churn, daemon=True).start()
     while True:
         time.sleep(1)
-        print("shares dumps=%.4f spin=%.4f calls=%d wall=%.4f" % (totals["dumps"], totals["spin"], totals["calls"], totals["wall"]), flush=True)
+        calls = [ended.pop(0) for _ in range(len(ended))]
+        print(
+            "shares dumps=%.4f spin=%.4f calls=%d wall=%.4f\n" % (totals["dumps"], totals["spin"], totals["calls"], totals["wall"])
+            + "calls " + " ".join("%.4f:%.5f" % c for c in calls),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -31,11 +31,13 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         )),
         None => None,
     };
-    let start_unix_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
     let mut session = Session::start(&session_options(&args.probe, false, true))?;
     session.attach(args.pid)?;
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
     let t0 = target.attached_ns;
+    // the wall-clock time of t0 (the profile's and the report's start)
+    let unix_now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+    let start_unix_ns = unix_now_ns - monotonic_ns().saturating_sub(t0) as i64;
     // one line when measuring starts (scripts can wait for it)
     crate::say!("waitmeter: watching PID {} ({}) for {} s", target.pid, target.comm, args.duration);
     let python = python_info(&session, &target);
@@ -127,6 +129,7 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     let report =
         ProcessReport::new(target.pid, target.comm.clone(), python, end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows)
             .with_allowed_cpus(crate::report::allowed_cpus(target.pid))
+            .with_start(start_unix_ns)
             .with_verdict(VerdictOptions { all: all_findings, age_slo_s: args.age_slo });
     let report = match &target.cgroup {
         Some(cg) => {

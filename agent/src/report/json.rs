@@ -136,6 +136,9 @@ pub struct JsonReport {
     pub pid: u32,
     pub comm: String,
     pub duration_s: f64,
+    /// when the window opened, in seconds since the Unix epoch (to join with other data)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_unix_s: Option<f64>,
     /// Python interpreter facts; null for a non-Python process
     pub python: Option<PythonInfo>,
     /// the CPU cgroup: quota and throttling over the window; null when not found
@@ -337,6 +340,7 @@ pub fn report(r: &ProcessReport) -> JsonReport {
         pid: r.pid,
         comm: r.comm.clone(),
         duration_s: round6(secs(r.duration_ns)),
+        started_unix_s: r.started_unix_ns.map(|n| round6(n as f64 / 1e9)),
         python: r.python.clone(),
         cgroup: r.cgroup.as_ref().map(|c| JsonCgroup {
             path: c.path.clone(),

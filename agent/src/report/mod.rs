@@ -171,6 +171,8 @@ pub struct ProcessReport {
     pub comm: String,
     pub python: Option<PythonInfo>,
     pub duration_ns: u64,
+    /// when the window opened, in ns since the Unix epoch (None: not known)
+    pub started_unix_ns: Option<i64>,
     /// seconds after the window opened at which the process exited
     pub exited_after_ns: Option<u64>,
     pub threads: Vec<ThreadRow>,
@@ -215,6 +217,7 @@ impl ProcessReport {
             comm,
             python,
             duration_ns,
+            started_unix_ns: None,
             exited_after_ns,
             threads,
             top_futexes,
@@ -254,6 +257,12 @@ impl ProcessReport {
     /// Add the wait stacks.
     pub fn with_stacks(mut self, stacks: Option<crate::model::stacks::WaitStacks>) -> Self {
         self.stacks = stacks;
+        self
+    }
+
+    /// When the window opened (ns since the Unix epoch).
+    pub fn with_start(mut self, unix_ns: i64) -> Self {
+        self.started_unix_ns = Some(unix_ns);
         self
     }
 
