@@ -33,6 +33,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define WM_PF_KTHREAD 0x00200000
 #define WM_ENOSYS 38
 /* x86-64 syscall numbers */
+#define WM_NR_SCHED_YIELD 24
 #define WM_NR_FUTEX 202
 #define WM_NR_FUTEX_WAIT 455
 #define WM_NR_FUTEX_WAKE 454
@@ -233,7 +234,8 @@ struct wm_closed {
 
 static __always_inline bool is_blocked(__u32 state)
 {
-	return state != WM_STATE_RUNNING && state != WM_STATE_RUNQUEUE && state != WM_STATE_THROTTLED;
+	return state != WM_STATE_RUNNING && state != WM_STATE_RUNQUEUE && state != WM_STATE_THROTTLED &&
+	       state != WM_STATE_YIELD;
 }
 
 /*
@@ -295,7 +297,7 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 		c->culprit = t->d.waker_stack;
 	if (now > t->d.since) {
 		if (from < WM_NR_STATES)
-			t->d.ns[from & (WM_NR_STATES - 1)] += now - t->d.since;
+			t->d.ns[from] += now - t->d.since;
 		t->d.since = now;
 	}
 	if (e->to < WM_NR_STATES)
@@ -316,6 +318,8 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	}
 	if (switched_out)
 		t->d.nr_switches++;
+	if (switched_out && e->to == WM_STATE_YIELD)
+		t->d.nr_yields++;
 	if (out)
 		__builtin_memcpy(out, &t->d, sizeof(*out));
 	bpf_spin_unlock(&t->lock);
@@ -397,7 +401,8 @@ static __always_inline void charge(const struct wm_closed *c, __u32 tid, __u32 t
 {
 	__u64 delta = now > c->since ? now - c->since : 0;
 
-	if (c->state != WM_STATE_RUNNING && c->state != WM_STATE_RUNQUEUE) {
+	/* a yielder's runnable time is idle by choice: no wait stack */
+	if (c->state != WM_STATE_RUNNING && c->state != WM_STATE_RUNQUEUE && c->state != WM_STATE_YIELD) {
 		__u64 blamed = 0;
 		__u32 role = WM_ROLE_VICTIM;
 
@@ -519,6 +524,19 @@ static __always_inline __u32 blocked_state(__u32 task_state, __s32 *syscall, __u
 	return (task_state & WM_TASK_UNINTERRUPTIBLE) ? WM_STATE_IO_WAIT : WM_STATE_OTHER;
 }
 
+/*
+ * A runnable thread that leaves the CPU without being preempted, inside
+ * sched_yield(2): it gave the CPU away (a spin-then-yield wait strategy); the
+ * time until it runs again is `yield`, not a wait for a CPU. Like
+ * blocked_state(), the syscall in flight is read from the saved registers.
+ */
+static __always_inline bool yielding(void)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+
+	return regs->orig_ax == WM_NR_SCHED_YIELD && (long)regs->ax == -WM_ENOSYS;
+}
+
 static __noinline void switch_out(void *ctx, bool preempt, struct task_struct *prev, __u64 now, struct wm_stack_ref *own)
 {
 	__u32 tgid = prev->tgid;
@@ -530,7 +548,9 @@ static __noinline void switch_out(void *ctx, bool preempt, struct task_struct *p
 	__u64 holder_tstate = 0;
 
 	if (preempt || task_state == WM_TASK_RUNNING)
-		e.to = task_throttled(prev) ? WM_STATE_THROTTLED : WM_STATE_RUNQUEUE;
+		e.to = task_throttled(prev)	     ? WM_STATE_THROTTLED :
+		       !preempt && yielding() ? WM_STATE_YIELD :
+						WM_STATE_RUNQUEUE;
 	else
 		e.to = blocked_state(task_state, &e.syscall, &e.futex_addr);
 	if (e.to == WM_STATE_FUTEX_WAIT && e.futex_addr) {

@@ -22,7 +22,8 @@ enum wm_state {
 	WM_STATE_IO_WAIT = 5,    /* blocked in an I/O syscall or in D state */
 	WM_STATE_SLEEP = 6,      /* nanosleep, pause, sigsuspend, ... */
 	WM_STATE_OTHER = 7,      /* any other blocked state */
-	WM_NR_STATES = 8,
+	WM_STATE_YIELD = 8,      /* runnable after giving the CPU away with sched_yield(2) */
+	WM_NR_STATES = 9,
 };
 
 enum wm_limits {
@@ -73,6 +74,7 @@ struct wm_thread_data {
 	__u32 ns_tgid;    /* TGID in the agent's PID namespace */
 	__u32 waker;      /* in futex_wait: host TID of the thread whose FUTEX_WAKE woke it; 0 none yet / timeout */
 	__u64 nr_switches; /* times it left the CPU */
+	__u64 nr_yields;   /* of those, by sched_yield(2) while runnable */
 	__u64 gil_holder;  /* in gil_wait: who held the GIL at switch-out (as the process' thread states name it), 0 unknown */
 	__u64 futex_addr;  /* in futex_wait or gil_wait: the futex word (parked: the address parked on) */
 	__u16 futex_kind;  /* in futex_wait: enum wm_futex_kind */

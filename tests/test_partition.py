@@ -8,7 +8,7 @@ from conftest import Workload, attach, by_tid, share
 pytestmark = pytest.mark.needs_root
 
 WINDOW = 2.0
-STATES = ["running", "runqueue", "throttled", "gil_wait", "futex_wait", "io_wait", "sleep", "other"]
+STATES = ["running", "runqueue", "throttled", "gil_wait", "futex_wait", "io_wait", "sleep", "other", "yield"]
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,7 @@ def test_exposition_is_valid_and_complete(pinned_pair_agent):
         om = r.read().decode()
     assert "# TYPE waitmeter_thread_seconds counter" in om and "# UNIT waitmeter_thread_seconds seconds" in om
     assert om.endswith("# EOF\n")
-    for state in ["running", "runqueue", "throttled", "gil_wait", "futex_wait", "io_wait", "sleep", "other"]:
+    for state in ["running", "runqueue", "throttled", "gil_wait", "futex_wait", "io_wait", "sleep", "other", "yield"]:
         assert f'waitmeter_thread_seconds_total{{pid="{w.pid}",comm="main",thread="spin-a",state="{state}"}}' in text
     for hook in HOOKS:
         assert f'waitmeter_probe_attached{{probe="{hook}",variant="tp_btf"}} 1' in text

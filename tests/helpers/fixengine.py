@@ -5,31 +5,21 @@ it once, run an acceptor and an initiator, end both by PID.
       f.acceptor.pid, f.metrics_url, f.processor_tids()
 """
 import contextlib
-import os
-import select
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
+from java import maven_jar, stop, threads, wait_line
+
 SOURCE = Path(__file__).resolve().parent.parent / "workloads" / "fixengine"
 JAR = SOURCE / "target" / "fixengine.jar"
 
 
 def build():
-    """The workload's jar, built with Maven when a source is newer than it (the first build
-    downloads QuickFIX/J and the plugins from Maven Central)."""
-    sources = [SOURCE / "pom.xml", *SOURCE.rglob("*.java")]
-    if JAR.exists() and all(s.stat().st_mtime <= JAR.stat().st_mtime for s in sources):
-        return JAR
-    mvn = shutil.which("mvn")
-    if not mvn:
-        raise RuntimeError("no mvn here: install Maven (Debian: maven) to build tests/workloads/fixengine")
-    cp = subprocess.run([mvn, "-q", "-B", "package", "-DskipTests"], cwd=SOURCE, capture_output=True, text=True, timeout=900)
-    if cp.returncode != 0 or not JAR.exists():
-        raise RuntimeError(f"mvn package failed in {SOURCE}:\n{(cp.stdout + cp.stderr)[-3000:]}")
-    return JAR
+    """The workload's jar, built with Maven when a source is newer than it."""
+    return maven_jar(SOURCE, "fixengine")
 
 
 def free_port():
@@ -38,44 +28,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_line(proc, want, timeout):
-    """Read the process' stdout until a line equal to `want`; fail with what it printed."""
-    end, seen = time.monotonic() + timeout, []
-    while time.monotonic() < end:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            seen.append(line.rstrip())
-            if line.strip() == want:
-                return
-        elif proc.poll() is not None:
-            break
-    raise RuntimeError(f"no {want!r} from {proc.args}: {seen[-20:]}")
-
-
-def stop(proc):
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
 class FixPair:
     def __init__(self, acceptor, initiator, metrics_url):
         self.acceptor, self.initiator, self.metrics_url = acceptor, initiator, metrics_url
 
     def threads(self):
         """comm -> TIDs of the acceptor's threads."""
-        out = {}
-        for t in os.listdir(f"/proc/{self.acceptor.pid}/task"):
-            with contextlib.suppress(OSError):
-                out.setdefault(Path(f"/proc/{self.acceptor.pid}/task/{t}/comm").read_text().strip(), []).append(int(t))
-        return out
+        return threads(self.acceptor.pid)
 
     def processor_tids(self):
         """The acceptor's message-processing thread ("QFJ Message Processor", cut to 15 characters)."""

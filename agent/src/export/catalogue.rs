@@ -39,7 +39,7 @@ pub const THREAD_SECONDS: Metric = Metric {
     kind: Kind::Counter,
     unit: Some("seconds"),
     labels: &["pid", "comm", "thread", "state"],
-    help: "Wall time of a process' threads by state of the time model (running, runqueue, throttled, gil_wait, futex_wait, io_wait, sleep, other); the states of a thread sum to the time it existed. Threads with the same name are summed (the busiest apart as NAME#busiest when it is far busier); past the per-process label bound (given to the busiest names) they are summed as thread=\"other\".",
+    help: "Wall time of a process' threads by state of the time model (running, runqueue, throttled, gil_wait, futex_wait, io_wait, sleep, other, yield: runnable after sched_yield, not waiting); the states of a thread sum to the time it existed. Threads with the same name are summed (the busiest apart as NAME#busiest when it is far busier); past the per-process label bound (given to the busiest names) they are summed as thread=\"other\".",
 };
 
 pub const GIL_WAIT_SECONDS: Metric = Metric {

@@ -688,6 +688,7 @@ mod tests {
             gil_hold: None,
             futex: vec![],
             runqueue_by: Default::default(),
+            yields: 0,
         }
     }
 

@@ -82,6 +82,8 @@ pub struct ThreadSample {
     pub futex: Vec<super::blame::FutexWait>,
     /// run-queue wait by what had the CPU meanwhile -> ns
     pub runqueue_by: std::collections::BTreeMap<super::blame::Preemptor, u64>,
+    /// times it gave the CPU away with sched_yield(2) (each began a `yield` stretch)
+    pub yields: u64,
 }
 
 impl ThreadSample {
@@ -108,6 +110,7 @@ impl ThreadSample {
     pub fn since(&self, earlier: &ThreadSample) -> ThreadSample {
         let mut d = self.clone();
         d.times = self.times.since(&earlier.times);
+        d.yields = self.yields.saturating_sub(earlier.yields);
         for (holder, ns) in d.gil_by_holder.iter_mut() {
             *ns = ns.saturating_sub(earlier.gil_by_holder.get(holder).copied().unwrap_or(0));
         }
@@ -161,19 +164,20 @@ mod tests {
             gil_hold: None,
             futex: vec![],
             runqueue_by: Default::default(),
+            yields: 0,
         }
     }
 
     #[test]
     fn open_interval_goes_to_current_state() {
-        let t = Times::at([10, 0, 0, 0, 0, 0, 0, 0], State::Sleep as u32, 100, 150);
+        let t = Times::at([10, 0, 0, 0, 0, 0, 0, 0, 0], State::Sleep as u32, 100, 150);
         assert_eq!(t.get(State::Running), 10);
         assert_eq!(t.get(State::Sleep), 50);
         assert_eq!(t.total(), 60);
         // a clock that did not move adds nothing, never underflows
-        assert_eq!(Times::at([1; 8], 0, 200, 100).total(), 8);
+        assert_eq!(Times::at([1; NR_STATES], 0, 200, 100).total(), NR_STATES as u64);
         // an unknown ABI state is charged to other
-        assert_eq!(Times::at([0; 8], 99, 0, 5).get(State::Other), 5);
+        assert_eq!(Times::at([0; NR_STATES], 99, 0, 5).get(State::Other), 5);
     }
 
     #[test]
@@ -185,15 +189,16 @@ mod tests {
         t.0[State::Throttled.index()] = 1;
         t.0[State::GilWait.index()] = 4;
         t.0[State::Sleep.index()] = 100; // idle time does not count
+        t.0[State::Yield.index()] = 50; // nor runnable time after a sched_yield
         assert_eq!(t.waiting(), 6);
         assert_eq!(t.wait_ratio(), Some(0.75));
     }
 
     #[test]
     fn window_subtracts_only_the_same_thread() {
-        let a = sample([100, 0, 0, 0, 0, 0, 0, 0], 0, 100);
-        let b = sample([150, 20, 0, 0, 0, 0, 0, 0], 0, 170);
-        assert_eq!(window(Some(&a), &b).0, [50, 20, 0, 0, 0, 0, 0, 0]);
+        let a = sample([100, 0, 0, 0, 0, 0, 0, 0, 0], 0, 100);
+        let b = sample([150, 20, 0, 0, 0, 0, 0, 0, 0], 0, 170);
+        assert_eq!(window(Some(&a), &b).0, [50, 20, 0, 0, 0, 0, 0, 0, 0]);
         // a reused TID is a new thread: its window is all of it
         let c = ThreadSample { start_ns: 120, ..b.clone() };
         assert_eq!(window(Some(&a), &c), c.times);
@@ -203,16 +208,16 @@ mod tests {
     #[test]
     fn a_sample_since_an_earlier_one_has_only_what_came_after() {
         use crate::model::blame::{FutexWait, Preemptor};
-        let mut a = sample([100, 10, 0, 5, 0, 0, 0, 0], 0, 100);
+        let mut a = sample([100, 10, 0, 5, 0, 0, 0, 0, 0], 0, 100);
         a.gil_by_holder.insert(9, 5);
         a.futex.push(FutexWait { addr: 0x10, waker: 9, ns: 7 });
         a.runqueue_by.insert(Preemptor::Idle, 10);
-        let mut b = sample([150, 30, 0, 5, 4, 0, 0, 0], 0, 170);
+        let mut b = sample([150, 30, 0, 5, 4, 0, 0, 0, 0], 0, 170);
         b.gil_by_holder.insert(9, 5);
         b.futex.push(FutexWait { addr: 0x10, waker: 9, ns: 11 });
         b.runqueue_by.insert(Preemptor::Idle, 30);
         let d = b.since(&a);
-        assert_eq!(d.times.0, [50, 20, 0, 0, 4, 0, 0, 0]);
+        assert_eq!(d.times.0, [50, 20, 0, 0, 4, 0, 0, 0, 0]);
         assert!(d.gil_by_holder.is_empty());
         assert_eq!(d.futex, [FutexWait { addr: 0x10, waker: 9, ns: 4 }]);
         assert_eq!(d.runqueue_by.get(&Preemptor::Idle), Some(&20));

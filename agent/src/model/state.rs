@@ -24,14 +24,26 @@ pub enum State {
     Sleep = 6,
     /// any other blocked state
     Other = 7,
+    /// runnable after giving the CPU away with sched_yield(2) (a spin-then-yield
+    /// wait strategy): idle by choice, not waiting
+    Yield = 8,
 }
 
-pub const NR_STATES: usize = 8;
+pub const NR_STATES: usize = 9;
 
 impl State {
     /// All states, in ABI order (index == discriminant).
-    pub const ALL: [State; NR_STATES] =
-        [State::Running, State::Runqueue, State::Throttled, State::GilWait, State::FutexWait, State::IoWait, State::Sleep, State::Other];
+    pub const ALL: [State; NR_STATES] = [
+        State::Running,
+        State::Runqueue,
+        State::Throttled,
+        State::GilWait,
+        State::FutexWait,
+        State::IoWait,
+        State::Sleep,
+        State::Other,
+        State::Yield,
+    ];
 
     /// The stable name used in JSON keys and the `state` label.
     pub const fn name(self) -> &'static str {
@@ -44,6 +56,7 @@ impl State {
             State::IoWait => "io_wait",
             State::Sleep => "sleep",
             State::Other => "other",
+            State::Yield => "yield",
         }
     }
 

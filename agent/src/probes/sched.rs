@@ -38,6 +38,7 @@ const _: () = {
     assert!(State::IoWait as u32 == wm_state::WM_STATE_IO_WAIT.0);
     assert!(State::Sleep as u32 == wm_state::WM_STATE_SLEEP.0);
     assert!(State::Other as u32 == wm_state::WM_STATE_OTHER.0);
+    assert!(State::Yield as u32 == wm_state::WM_STATE_YIELD.0);
     assert!(NR_STATES == wm_state::WM_NR_STATES.0 as usize);
     assert!(syscalls::MAX_SYSCALLS == wm_limits::WM_MAX_SYSCALLS.0 as usize);
 };
@@ -456,6 +457,7 @@ impl SchedProbe {
                     gil_hold: None,
                     futex: vec![],
                     runqueue_by: Default::default(),
+                    yields: t.nr_yields,
                 },
                 gil_holder: (t.state == State::GilWait as u32).then_some(t.gil_holder),
             });
@@ -493,6 +495,7 @@ impl SchedProbe {
                         gil_hold: None,
                         futex: vec![],
                         runqueue_by: Default::default(),
+                        yields: r.t.nr_yields,
                     },
                 )
             })
@@ -585,7 +588,7 @@ mod tests {
     fn disagreement(t: &wm_thread_data) -> Option<String> {
         let closed: u64 = t.ns.iter().sum();
         let state = State::from_index(t.state as usize)?;
-        let blocked = !matches!(state, State::Running | State::Runqueue | State::Throttled);
+        let blocked = !matches!(state, State::Running | State::Runqueue | State::Throttled | State::Yield);
         let why = if t.since < t.start || closed != t.since - t.start {
             "sum(ns) != since - start"
         } else if t.gil_holder != 0 && state != State::GilWait {

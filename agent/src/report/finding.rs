@@ -162,6 +162,22 @@ pub enum Kind {
     },
     /// "…": findings the verdict's line cap left out (`-v` lists them)
     More { findings: usize },
+    /// "yielding:": threads runnable after sched_yield(2) much of their time (a spin-then-yield
+    /// wait strategy): idle by choice, not waiting; what their spinning cost in CPU
+    Yielding {
+        count: usize,
+        /// the first few, most yield time first
+        threads: Vec<ThreadRef>,
+        /// their summed `yield` time, and how often they gave the CPU away
+        #[serde(rename = "yield_s", serialize_with = "seconds")]
+        yield_ns: u64,
+        yields: u64,
+        /// their summed running time (the spinning's cost) and the window
+        #[serde(rename = "running_s", serialize_with = "seconds")]
+        running_ns: u64,
+        #[serde(rename = "window_s", serialize_with = "seconds")]
+        window_ns: u64,
+    },
 }
 
 /// A thread a finding names: its TID, and its name when it is one of the report's threads.
@@ -259,7 +275,7 @@ impl Kind {
     /// nothing for "healthy".
     pub fn explains_ns(&self) -> u64 {
         match self {
-            Kind::Healthy { .. } | Kind::IdleThreads { .. } | Kind::More { .. } => 0,
+            Kind::Healthy { .. } | Kind::IdleThreads { .. } | Kind::More { .. } | Kind::Yielding { .. } => 0,
             Kind::SaturatedThread { busy_ns, .. } => *busy_ns,
             Kind::GilStarvation { victim, .. }
             | Kind::GilWait { victim, .. }
@@ -284,6 +300,7 @@ impl Kind {
             Kind::AgeRisingCpuIdle { .. } | Kind::AgeRisingCpuBusy { .. } => 4,
             Kind::LockConvoy { .. } => 5,
             Kind::GilWait { .. } | Kind::RunQueueSaturation { .. } | Kind::CpuQuota { .. } | Kind::Blocked { .. } => 6,
+            Kind::Yielding { .. } => 6,
             Kind::IdleThreads { .. } => 7,
             Kind::More { .. } => 8,
         }
@@ -303,7 +320,7 @@ impl Kind {
 
     /// The kind is about lost or busy time (not the all-clear, the idle summary or the cap).
     pub fn is_problem(&self) -> bool {
-        !matches!(self, Kind::Healthy { .. } | Kind::IdleThreads { .. } | Kind::More { .. })
+        !matches!(self, Kind::Healthy { .. } | Kind::IdleThreads { .. } | Kind::More { .. } | Kind::Yielding { .. })
             && !matches!(self, Kind::Blocked { idle: true, .. })
     }
 }
@@ -319,6 +336,7 @@ fn what(state: State) -> &'static str {
         State::Sleep => "asleep",
         State::Other => "blocked (other)",
         State::Running => "running",
+        State::Yield => "yielding the CPU (sched_yield)",
     }
 }
 
@@ -497,6 +515,20 @@ impl fmt::Display for Kind {
                 )
             }
             Kind::More { findings } => write!(f, "… and {findings} more finding{}; -v lists them", if *findings == 1 { "" } else { "s" }),
+            Kind::Yielding { count, threads, yield_ns, yields, running_ns, window_ns } => {
+                let mut names: Vec<String> = threads.iter().map(|t| t.or_a_thread()).collect();
+                if *count > names.len() {
+                    names.push(format!("{} more", count - names.len()));
+                }
+                let (n, them) = if *count == 1 { ("1 thread".to_string(), "it") } else { (format!("{count} threads"), "them") };
+                write!(
+                    f,
+                    "yielding: {n} ({}) gave the CPU away {yields} times with sched_yield and spent {:.1} s runnable after it: a spin-then-yield wait strategy, idle by choice, not waiting (their spinning used {:.2} CPU; a thread queued behind {them} shows as run-queue wait)",
+                    names.join(", "),
+                    secs(*yield_ns),
+                    *running_ns as f64 / (*window_ns).max(1) as f64,
+                )
+            }
             Kind::GilStarvation { victim, holder, age, cpu } => {
                 let holder = holder.as_ref().and_then(|h| match &h.culprit {
                     Culprit::Thread(ThreadRef { tid, name: Some(name) }) => Some((name, tid)),

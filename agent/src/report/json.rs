@@ -42,6 +42,10 @@ pub struct JsonThread {
     /// the age of what this thread handled (waitmeter_client samples), if any
     #[serde(skip_serializing_if = "Option::is_none")]
     pub age: Option<JsonAge>,
+    /// times the thread gave the CPU away with sched_yield(2) (its `yield` time
+    /// followed them); absent when it never did
+    #[serde(skip_serializing_if = "is_zero")]
+    pub yields: u64,
     /// GIL hold times, with --gil-probe uprobe only
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gil_hold: Option<JsonHold>,
@@ -257,6 +261,10 @@ fn wait_sites(w: &crate::model::stacks::WaitStacks) -> Vec<JsonSite> {
         .collect()
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
@@ -323,6 +331,7 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
             .collect(),
         runqueue_by_preemptor: row.runqueue_by.iter().map(|(p, ns)| (p.key(), round6(secs(*ns)))).collect(),
         age: row.age.as_ref().map(|a| age(None, a, None, None)),
+        yields: row.yields,
         gil_hold: row.gil_hold.map(|h| JsonHold {
             count: h.count,
             total_s: round6(secs(h.sum_ns)),

@@ -39,6 +39,8 @@ pub struct ThreadRow {
     pub runqueue_by: BTreeMap<Preemptor, u64>,
     /// the age of what this thread handled (waitmeter_client samples)
     pub age: Option<AgeSummary>,
+    /// times it gave the CPU away with sched_yield(2)
+    pub yields: u64,
 }
 
 /// CPUs of the machine.
@@ -132,6 +134,7 @@ impl ThreadRow {
             futex: s.futex.clone(),
             runqueue_by: s.runqueue_by.clone(),
             age: None,
+            yields: s.yields,
         }
     }
 }

@@ -18,6 +18,7 @@ fn style(s: State) -> (&'static str, char, &'static str) {
         State::IoWait => ("IO", 'i', "36"),
         State::Sleep => ("SLEEP", '.', "90"),
         State::Other => ("OTHER", 'o', "37"),
+        State::Yield => ("YIELD", 'y', "94"),
     }
 }
 
@@ -68,8 +69,14 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
-pub fn legend(color: bool) -> String {
-    State::ALL
+/// The states the table shows: all but `yield`, and `yield` when a thread yielded.
+pub fn shown_states(rows: &[ThreadRow]) -> Vec<State> {
+    let yielded = rows.iter().any(|t| t.times.get(State::Yield) > 0);
+    State::ALL.into_iter().filter(|s| *s != State::Yield || yielded).collect()
+}
+
+pub fn legend(color: bool, states: &[State]) -> String {
+    states
         .iter()
         .map(|s| {
             let (_, glyph, code) = style(*s);
@@ -132,8 +139,8 @@ pub fn plain_line(r: &ProcessReport, at_s: f64, age: Option<&str>) -> String {
 
 /// The table's full width: every state column, the bar, the culprit.
 pub const FULL_WIDTH: usize = 145;
-/// Below this width the bar goes; below `NARROW_WIDTH` the state columns go and a shorter bar stays.
-pub const NO_BAR_WIDTH: usize = 113;
+/// Below `FULL_WIDTH` the bar goes; below this the state columns go and a shorter bar stays
+/// (a `yield` column adds 6 to both).
 pub const NARROW_WIDTH: usize = 100;
 
 /// The terminal's width in columns (stdout), when it is one.
@@ -155,19 +162,22 @@ fn by_impact(rows: &[ThreadRow]) -> Vec<&ThreadRow> {
 /// percent, wait ratio, bar, top culprit; narrower, the bar goes, then the state columns (the
 /// bar, shorter, shows them).
 pub fn table_fit(r: &ProcessReport, color: bool, width: usize) -> String {
-    let (states, bar_width) = if width >= FULL_WIDTH {
+    let shown = shown_states(&r.threads);
+    // each state column past the usual eight (yield) widens the table
+    let extra = 6 * shown.len().saturating_sub(8);
+    let (states, bar_width) = if width >= FULL_WIDTH + extra {
         (true, BAR_WIDTH)
-    } else if width >= NO_BAR_WIDTH || width >= NARROW_WIDTH {
+    } else if width >= NARROW_WIDTH + extra {
         (true, 0)
     } else {
         (false, width.saturating_sub(39 + 4 + 12).clamp(8, BAR_WIDTH))
     };
-    let fixed = 25 + if states { 6 * State::ALL.len() } else { 0 } + 14 + if bar_width > 0 { 2 + bar_width } else { 0 };
+    let fixed = 25 + if states { 6 * shown.len() } else { 0 } + 14 + if bar_width > 0 { 2 + bar_width } else { 0 };
     let culprit_width = width.saturating_sub(fixed + 2).clamp(6, 24);
     let mut out = String::new();
     let _ = write!(out, "{:>7}  {:<16}", "TID", "THREAD");
     if states {
-        for s in State::ALL {
+        for &s in &shown {
             let _ = write!(out, " {:>5}", style(s).0);
         }
     }
@@ -181,7 +191,7 @@ pub fn table_fit(r: &ProcessReport, color: bool, width: usize) -> String {
         let name = if t.exited { format!("{}†", truncate(&t.name, 15)) } else { truncate(&t.name, 16) };
         let _ = write!(out, "{:>7}  {:<16}", t.tid, name);
         if states {
-            for s in State::ALL {
+            for &s in &shown {
                 let pct = if total > 0 { 100.0 * t.times.get(s) as f64 / total as f64 } else { 0.0 };
                 if pct == 0.0 {
                     let _ = write!(out, " {:>5}", "-");
@@ -213,15 +223,14 @@ pub fn report_fit(r: &ProcessReport, color: bool, width: usize) -> String {
         r.threads.len()
     );
     out.push_str(&table_fit(r, color, width));
-    let line = format!("  {}   († exited)", legend(false));
+    let shown = shown_states(&r.threads);
+    let line = format!("  {}   († exited)", legend(false, &shown));
     if line.chars().count() <= width {
-        let _ = writeln!(out, "  {}   († exited)", legend(color));
+        let _ = writeln!(out, "  {}   († exited)", legend(color, &shown));
     } else {
         // two lines: the first four states, then the rest
-        let half =
-            |range: std::ops::Range<usize>| legend(color).split("  ").skip(range.start).take(range.len()).collect::<Vec<_>>().join("  ");
-        let _ = writeln!(out, "  {}", half(0..4));
-        let _ = writeln!(out, "  {}   († exited)", half(4..8));
+        let _ = writeln!(out, "  {}", legend(color, &shown[..4]));
+        let _ = writeln!(out, "  {}   († exited)", legend(color, &shown[4..]));
     }
     if let Some(e) = r.exited_after_ns {
         let _ = writeln!(out, "process {} exited {:.1} s into the window; the report covers the time it ran", r.pid, secs(e));
@@ -359,6 +368,22 @@ mod tests {
         // 120: the state columns, no bar
         let medium = table_fit(&r, false, 120);
         assert!(medium.contains("FUTEX") && !medium.contains("STATES"), "{medium}");
+        assert!(!report_fit(&r, false, FULL_WIDTH).contains("YIELD"));
+    }
+
+    #[test]
+    fn a_yield_column_only_when_a_thread_yielded_and_it_still_fits() {
+        let mut r = full_report();
+        r.threads[0].times.0[State::Yield.index()] = 1_000_000_000;
+        for width in [80, 100, 106, 120, FULL_WIDTH, FULL_WIDTH + 6] {
+            let text = report_fit(&r, false, width);
+            for line in text.lines().take_while(|l| !l.starts_with("verdict:")) {
+                assert!(line.chars().count() <= width, "{width}: {} chars: {line}", line.chars().count());
+            }
+            assert!(text.contains("y yield"), "{text}");
+        }
+        assert!(table_fit(&r, false, FULL_WIDTH + 6).contains("YIELD  WAIT") && table_fit(&r, false, FULL_WIDTH + 6).contains("STATES"));
+        assert!(table_fit(&r, false, 106).contains("YIELD") && !table_fit(&r, false, 105).contains("YIELD"));
     }
 
     #[test]

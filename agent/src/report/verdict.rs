@@ -170,6 +170,7 @@ fn idle_threads(rows: &[ThreadRow], convoy: &[u32], window_ns: u64) -> std::coll
             r.times.total() > 0
                 && share_of(r, State::Running) < IDLE_RUNNING_SHARE
                 && (r.times.waiting() as f64) < WAITING_SHARE * r.times.total() as f64
+                && share_of(r, State::Yield) < WAITING_SHARE
                 && !convoy.contains(&r.tid)
         })
         .map(|r| r.tid)
@@ -183,6 +184,26 @@ fn idle_threads(rows: &[ThreadRow], convoy: &[u32], window_ns: u64) -> std::coll
         }
     }
     candidates.into_iter().filter(|tid| (waited_on.get(tid).copied().unwrap_or(0) as f64) < IDLE_BLAME_SHARE * window_ns as f64).collect()
+}
+
+/// Threads runnable after sched_yield(2) for `WAITING_SHARE` of their time or more, in one
+/// finding: a spin-then-yield wait strategy. Their runnable time is not a wait (they gave the
+/// CPU away); the line says so, and what their spinning cost.
+fn yielding(rows: &[ThreadRow], window_ns: u64) -> Option<Kind> {
+    let mut yielders: Vec<&ThreadRow> =
+        rows.iter().filter(|r| present(r, window_ns) && share_of(r, State::Yield) >= WAITING_SHARE).collect();
+    if yielders.is_empty() {
+        return None;
+    }
+    yielders.sort_by_key(|r| (std::cmp::Reverse(r.times.get(State::Yield)), r.tid));
+    Some(Kind::Yielding {
+        count: yielders.len(),
+        threads: yielders.iter().take(IDLE_NAMED).map(|r| ThreadRef { tid: r.tid, name: Some(r.name.clone()) }).collect(),
+        yield_ns: yielders.iter().map(|r| r.times.get(State::Yield)).sum(),
+        yields: yielders.iter().map(|r| r.yields).sum(),
+        running_ns: yielders.iter().map(|r| r.times.get(State::Running)).sum(),
+        window_ns,
+    })
 }
 
 /// Every finding of the window, ranked (`rank`): the JSON `findings`, and with `-v` the verdict.
@@ -251,9 +272,11 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
         }
     }
 
-    // healthy: no thread waited or saturated (blocked threads may be idle or contended),
-    // and the age (if any) is fine
-    let quiet = out.iter().all(|k| matches!(k, Kind::Blocked { .. }));
+    out.extend(yielding(rows, report.duration_ns));
+
+    // healthy: no thread waited or saturated (blocked threads may be idle or contended;
+    // yielding ones idle by choice), and the age (if any) is fine
+    let quiet = out.iter().all(|k| matches!(k, Kind::Blocked { .. } | Kind::Yielding { .. }));
     if quiet && !bad_age && !rows.is_empty() {
         out.push(Kind::Healthy { age: age.clone(), window_ns: report.duration_ns, waiting_share: WAITING_SHARE });
     }
@@ -279,7 +302,7 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
 fn rank(a: &Kind, b: &Kind) -> std::cmp::Ordering {
     let tier = |k: &Kind| match k {
         Kind::Healthy { .. } => 0,
-        Kind::Blocked { .. } => 2,
+        Kind::Blocked { .. } | Kind::Yielding { .. } => 2,
         Kind::IdleThreads { .. } | Kind::More { .. } => 3,
         _ => 1,
     };
@@ -1206,5 +1229,34 @@ mod typed {
         let rows = vec![row(1, "spin", &[(State::Running, 2 * S), (State::Runqueue, 3 * S), (State::IoWait, 5 * S)])];
         let f = findings_of(rows, 10 * S, 4.0, Some((1.0, 9.0, true)));
         assert_eq!(kinds(&f), ["run_queue_saturation"]);
+    }
+
+    #[test]
+    fn yielding_threads_are_one_line_and_not_waiting() {
+        // three spin-then-yield consumers on one CPU, and (the victim) a thread queued behind them
+        let consumer = |tid: u32| {
+            let mut r =
+                row(tid, &format!("md-consumer-{tid}"), &[(State::Running, S / 10), (State::Yield, 9 * S), (State::Runqueue, S / 10)]);
+            r.yields = 40_000;
+            r
+        };
+        let mut pricer = row(9, "pricer", &[(State::Running, 6 * S), (State::Runqueue, 4 * S)]);
+        pricer.runqueue_by.insert(crate::model::blame::Preemptor::Thread(1), 4 * S);
+        let all = every_finding_of(vec![consumer(1), consumer(2), consumer(3), pricer], 10 * S);
+        assert_eq!(kinds(&all), ["run_queue_saturation", "yielding"], "{all:?}");
+        let line = all[1].to_string();
+        assert!(
+            line.starts_with(
+                "yielding: 3 threads (md-consumer-1 (1), md-consumer-2 (2), md-consumer-3 (3)) gave the CPU away 120000 times"
+            ),
+            "{line}"
+        );
+        assert!(line.contains("27.0 s runnable after it") && line.contains("used 0.03 CPU"), "{line}");
+        // alone they are healthy, and not idle: the yield line says what they are
+        let alone = every_finding_of(vec![consumer(1), consumer(2), consumer(3)], 10 * S);
+        assert_eq!(kinds(&alone), ["healthy", "yielding"], "{alone:?}");
+        // the control: the same time in the run queue is waiting
+        let spinner = row(4, "spinner", &[(State::Running, S), (State::Runqueue, 9 * S)]);
+        assert_eq!(kinds(&every_finding_of(vec![spinner], 10 * S)), ["run_queue_saturation"]);
     }
 }
