@@ -27,11 +27,43 @@ pub struct Finding {
     /// (`Kind::quotes_age`), when an age source is joined
     #[serde(skip_serializing_if = "Option::is_none")]
     pub age: Option<AgeFacts>,
+    /// the threads others waited behind (a GIL holder, a lock's releasers, a waker) that were
+    /// themselves throttled or queued for a CPU a large share of their time (linked findings)
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub culprits_off_cpu: Vec<OffCpu>,
+}
+
+/// A culprit thread kept off the CPU: throttled by the cgroup's quota or queued for a CPU.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OffCpu {
+    pub thread: ThreadRef,
+    #[serde(rename = "throttled_s", serialize_with = "seconds")]
+    pub throttled_ns: u64,
+    #[serde(rename = "runqueue_s", serialize_with = "seconds")]
+    pub runqueue_ns: u64,
+    /// (throttled + runqueue) / the time it existed in the window
+    #[serde(serialize_with = "ratio")]
+    pub share: f64,
+}
+
+impl fmt::Display for OffCpu {
+    /// "worker0 (12) 31% of its time (throttled 0.61 s, queued for a CPU 0.02 s)"
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let mut parts = vec![];
+        // what rounds to 0.00 s is left out
+        if self.throttled_ns >= 5_000_000 {
+            parts.push(format!("throttled {:.2} s", secs(self.throttled_ns)));
+        }
+        if self.runqueue_ns >= 5_000_000 {
+            parts.push(format!("queued for a CPU {:.2} s", secs(self.runqueue_ns)));
+        }
+        write!(f, "{} {:.0}% of its time ({})", self.thread.or_thread_tid(), 100.0 * self.share, parts.join(", "))
+    }
 }
 
 impl From<Kind> for Finding {
     fn from(kind: Kind) -> Self {
-        Finding { explains_ns: kind.explains_ns(), kind, code: None, age: None }
+        Finding { explains_ns: kind.explains_ns(), kind, code: None, age: None, culprits_off_cpu: vec![] }
     }
 }
 
@@ -458,7 +490,17 @@ fn waiting(f: &mut fmt::Formatter, kind: &str, victim: &ThreadTime, behind: &str
 
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let line = format!("{}{}", self.kind, growth(&self.age));
+        let mut line = self.kind.to_string();
+        if !self.culprits_off_cpu.is_empty() {
+            let who: Vec<String> = self.culprits_off_cpu.iter().map(ToString::to_string).collect();
+            line = format!(
+                "{}. Kept off the CPU {}: {}: a holder that cannot run keeps every thread behind it waiting",
+                line.trim_end_matches('.'),
+                if who.len() == 1 { "itself" } else { "themselves" },
+                who.join(", ")
+            );
+        }
+        let line = format!("{line}{}", growth(&self.age));
         match &self.code {
             Some(c) => write!(f, "{}. {c}", line.trim_end_matches('.')),
             None => f.write_str(&line),

@@ -1,7 +1,7 @@
 //! The verdict's rules: which findings a window's rows show, ranked by the wall time
 //! they explain, idle threads summarised. Pure, unit-tested; the findings are typed
 //! values (`finding.rs`), put in words only when rendered (docs/verdicts.md).
-use super::finding::{AgeFacts, Behind, CpuUse, Culprit, Finding, Kind, PeriodSignature, ThreadRef, ThreadTime};
+use super::finding::{AgeFacts, Behind, CpuUse, Culprit, Finding, Kind, OffCpu, PeriodSignature, ThreadRef, ThreadTime};
 use super::{ProcessReport, ThreadRow};
 use crate::model::blame::{self, Preemptor, CONVOY_SHARE, CONVOY_WAITERS};
 use crate::model::state::State;
@@ -186,6 +186,33 @@ fn idle_threads(rows: &[ThreadRow], convoy: &[u32], window_ns: u64) -> std::coll
     candidates.into_iter().filter(|tid| (waited_on.get(tid).copied().unwrap_or(0) as f64) < IDLE_BLAME_SHARE * window_ns as f64).collect()
 }
 
+/// A culprit thread (a GIL holder, a lock's releasers, a waker) counts as kept off the CPU
+/// when it was throttled or queued for a CPU this share of its time or more.
+pub const OFF_CPU_SHARE: f64 = 0.20;
+
+/// The threads a finding's victims waited behind that were themselves throttled or queued
+/// (`OFF_CPU_SHARE`): the link between a wait and the CPU limit behind it.
+fn culprits_off_cpu(kind: &Kind, rows: &[ThreadRow]) -> Vec<OffCpu> {
+    let thread = |b: &Option<Behind>| match b {
+        Some(Behind { culprit: Culprit::Thread(t), .. }) => vec![t.tid],
+        _ => vec![],
+    };
+    let tids = match kind {
+        Kind::GilStarvation { holder, .. } | Kind::GilWait { holder, .. } => thread(holder),
+        Kind::Blocked { waker, idle: false, .. } => thread(waker),
+        Kind::LockConvoy { wakers, .. } => wakers.iter().map(|t| t.tid).collect(),
+        _ => vec![],
+    };
+    tids.into_iter()
+        .filter_map(|tid| rows.iter().find(|r| r.tid == tid && !r.exited).or_else(|| rows.iter().find(|r| r.tid == tid)))
+        .filter_map(|r| {
+            let (throttled_ns, runqueue_ns) = (r.times.get(State::Throttled), r.times.get(State::Runqueue));
+            let share = (throttled_ns + runqueue_ns) as f64 / r.times.total().max(1) as f64;
+            (share >= OFF_CPU_SHARE).then(|| OffCpu { thread: thread_ref(r.tid, rows), throttled_ns, runqueue_ns, share })
+        })
+        .collect()
+}
+
 /// Threads runnable after sched_yield(2) for `WAITING_SHARE` of their time or more, in one
 /// finding: a spin-then-yield wait strategy. Their runnable time is not a wait (they gave the
 /// CPU away); the line says so, and what their spinning cost.
@@ -290,6 +317,7 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
             if f.kind.is_problem() && !f.kind.quotes_age() {
                 f.age = age.clone();
             }
+            f.culprits_off_cpu = culprits_off_cpu(&f.kind, rows);
             f
         })
         .collect()
@@ -833,7 +861,7 @@ mod pins {
         "ranking: starvation, throttling, convoy, then per thread",
         &[
             "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12); message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s); CPU 2.7 of 3 cores: this is waiting, not working. Move processor to its own process",
-            "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 5.0 s, woken by w1 (1), w2 (2), w3 (3): they take turns on one lock; message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s)",
+            "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 5.0 s, woken by w1 (1), w2 (2), w3 (3): they take turns on one lock. Kept off the CPU themselves: w1 (1) 20% of its time (throttled 1.00 s), w2 (2) 20% of its time (throttled 1.00 s), w3 (3) 20% of its time (throttled 1.00 s): a holder that cannot run keeps every thread behind it waiting; message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s)",
             "CPU quota throttling: the cgroup /svc (quota 3.00 cores) was throttled in 40 periods, 2.00 s; its threads lost 3.00 s runnable but throttled; message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s): raise the quota or lower the parallelism",
         ],
     ),
@@ -922,7 +950,7 @@ mod typed {
 
     /// `f` is `kind`, explains `explains_ns` and reads `text`.
     fn check(f: &Finding, kind: Kind, explains_ns: u64, text: &str) {
-        assert_eq!(*f, Finding { kind, explains_ns, code: None, age: None });
+        assert_eq!(*f, Finding { kind, explains_ns, code: None, age: None, culprits_off_cpu: vec![] });
         assert_eq!(f.to_string(), text);
     }
 
@@ -963,7 +991,10 @@ mod typed {
         r.cpu_limit_cores = 4.0;
         let all = all_findings(&r);
         let gil_wait = Kind::GilWait { victim, wait_ratio: 0.94, holder: thread(12, "processor", 9.3 / 9.4) };
-        assert_eq!(all[1], Finding { kind: gil_wait, explains_ns: 9_400_000_000, code: None, age: Some(facts(1.0, 3.0, true)) });
+        assert_eq!(
+            all[1],
+            Finding { kind: gil_wait, explains_ns: 9_400_000_000, code: None, age: Some(facts(1.0, 3.0, true)), culprits_off_cpu: vec![] }
+        );
         assert_eq!(all.len(), 2);
     }
 
@@ -974,7 +1005,7 @@ mod typed {
         let f = findings_of(vec![victim], 10 * S, 4.0, None);
         let holder = Some(Behind { culprit: Culprit::Thread(ThreadRef { tid: 77, name: None }), share: 1.0 });
         let kind = Kind::GilWait { victim: time(11, "ingest", State::GilWait, 3 * S, 10 * S), wait_ratio: 0.3, holder };
-        assert_eq!(f, [Finding { kind, explains_ns: 3 * S, code: None, age: None }]);
+        assert_eq!(f, [Finding { kind, explains_ns: 3 * S, code: None, age: None, culprits_off_cpu: vec![] }]);
         assert!(f[0].to_string().contains(", 100% of it behind a thread (77), wait ratio 0.30"), "{}", f[0]);
     }
 
@@ -993,8 +1024,8 @@ mod typed {
         assert_eq!(
             f,
             [
-                Finding { kind: a, explains_ns: 5 * S, code: None, age: None },
-                Finding { kind: c, explains_ns: 3 * S, code: None, age: None }
+                Finding { kind: a, explains_ns: 5 * S, code: None, age: None, culprits_off_cpu: vec![] },
+                Finding { kind: c, explains_ns: 3 * S, code: None, age: None, culprits_off_cpu: vec![] }
             ]
         );
         assert!(f[0].to_string().contains("(50%), mostly behind pid 99 (hog) (80%), wait ratio 0.50"), "{}", f[0]);
@@ -1060,6 +1091,50 @@ mod typed {
     }
 
     #[test]
+    fn a_throttled_releaser_or_gil_holder_is_named_in_the_finding() {
+        // a convoy whose releasers w2 and w3 were throttled 30% and 10% of their time
+        let rows: Vec<ThreadRow> = (1..=3)
+            .map(|i| {
+                let throttled = [0, 3 * S / 2, S / 2][i as usize - 1];
+                let mut r = row(
+                    i,
+                    &format!("w{i}"),
+                    &[(State::FutexWait, 3 * S), (State::Running, 2 * S - throttled), (State::Throttled, throttled)],
+                );
+                r.futex.push(FutexWait { addr: 0xabc, waker: if i == 3 { 2 } else { i + 1 }, ns: 3 * S });
+                r
+            })
+            .collect();
+        let f = every_finding_of(rows, 5 * S);
+        assert_eq!(kinds(&f)[0], "lock_convoy");
+        // w2 only: w3's 10% is below OFF_CPU_SHARE
+        assert_eq!(
+            f[0].culprits_off_cpu,
+            [OffCpu { thread: named(2, "w2"), throttled_ns: 3 * S / 2, runqueue_ns: 0, share: 0.3 }],
+            "{:?}",
+            f[0]
+        );
+        assert!(
+            f[0].to_string().ends_with("they take turns on one lock. Kept off the CPU itself: w2 (2) 30% of its time (throttled 1.50 s): a holder that cannot run keeps every thread behind it waiting"),
+            "{}",
+            f[0]
+        );
+        // the GIL holder throttled and queued
+        let mut rows = starving();
+        rows[1].times = row(12, "processor", &[(State::Running, 6 * S), (State::Throttled, 3 * S), (State::Runqueue, S)]).times;
+        let f = every_finding_of(rows, 10 * S);
+        let gil = f.iter().find(|f| matches!(f.kind, Kind::GilWait { .. })).unwrap();
+        assert_eq!(gil.culprits_off_cpu.len(), 1);
+        assert!(
+            gil.to_string().contains("Kept off the CPU itself: processor (12) 40% of its time (throttled 3.00 s, queued for a CPU 1.00 s)"),
+            "{gil}"
+        );
+        // the control: a holder that ran all the time
+        let f = every_finding_of(starving(), 10 * S);
+        assert!(f.iter().all(|f| f.culprits_off_cpu.is_empty()), "{f:?}");
+    }
+
+    #[test]
     fn cpu_quota_throttling() {
         let rows: Vec<ThreadRow> =
             (1..=2).map(|i| row(i, &format!("w{i}"), &[(State::Running, 3 * S), (State::Throttled, 2 * S)])).collect();
@@ -1094,7 +1169,7 @@ mod typed {
             cpu: CpuUse { used_cores: 0.1, limit_cores: 4.0 },
             longest_wait: Some(time(1, "worker", State::IoWait, 9 * S, 10 * S)),
         };
-        assert_eq!(f[0], Finding { kind, explains_ns: 9 * S, code: None, age: None });
+        assert_eq!(f[0], Finding { kind, explains_ns: 9 * S, code: None, age: None, culprits_off_cpu: vec![] });
     }
 
     #[test]
