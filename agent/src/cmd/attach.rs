@@ -51,12 +51,17 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     let mut live: Vec<ThreadSample> = vec![];
     let mut drawn_lines = 0usize;
     let mut exited_at: Option<u64> = None;
+    // sampled every PEAK_STEP_NS for the bursts (model::peaks), drawn every --interval
+    let step_ns = crate::model::peaks::PEAK_STEP_NS.min(tick_ns);
+    let mut next_step = t0 + step_ns;
     let mut next_tick = t0 + tick_ns;
+    let mut exits_since_tick: Vec<ThreadSample> = vec![];
     let mut ages = AgeSources::new(&age)?;
+    let mut peaks = crate::model::peaks::PeakTracker::default();
     let plain_lines = args.output == Output::Text && !live_view;
     let mut end;
     loop {
-        let deadline = (t0 + window_ns).min(next_tick);
+        let deadline = (t0 + window_ns).min(next_step);
         while monotonic_ns() < deadline && !stop_requested() && session.targets().all(|t| t.exited_ns.is_none()) {
             std::thread::sleep(Duration::from_millis(50).min(Duration::from_nanos(deadline.saturating_sub(monotonic_ns()))));
             ages.poll(monotonic_ns());
@@ -68,6 +73,17 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         end = exited_at.unwrap_or(snap.at_ns);
         let new_exits: Vec<ThreadSample> = snap.exited.into_values().flatten().collect();
         live = snap.live.into_values().flatten().collect();
+        for s in live.iter().chain(new_exits.iter()) {
+            peaks.add(s, t0);
+        }
+        exits_since_tick.extend(new_exits.iter().cloned());
+        exited.extend(new_exits);
+        let done = exited_at.is_some() || stop_requested() || snap.at_ns >= t0 + window_ns;
+        next_step += step_ns;
+        if snap.at_ns < next_tick && !done {
+            continue;
+        }
+        let new_exits = std::mem::take(&mut exits_since_tick);
         if live_view || plain_lines {
             // the last interval: each thread's change since the previous tick
             let rows: Vec<ThreadRow> = live
@@ -108,9 +124,8 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
             }
         }
         last = live.iter().map(|s| (s.host_tid, s.clone())).collect();
-        exited.extend(new_exits);
         next_tick += tick_ns;
-        if exited_at.is_some() || stop_requested() || snap.at_ns >= t0 + window_ns {
+        if done {
             break;
         }
     }
@@ -121,7 +136,11 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     let rows: Vec<ThreadRow> = live
         .iter()
         .chain(exited.iter())
-        .map(|s| ThreadRow { age: ages.thread(target.pid, s.tid, t0), ..ThreadRow::from_sample(s, s.times, s.existed_ns()) })
+        .map(|s| ThreadRow {
+            age: ages.thread(target.pid, s.tid, t0),
+            peaks: peaks.of(s.host_tid, s.start_ns),
+            ..ThreadRow::from_sample(s, s.times, s.existed_ns())
+        })
         .collect();
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
     // as of the end: a free-threaded build's GIL can be switched on meanwhile

@@ -5,6 +5,7 @@ pub mod blame;
 pub mod hist;
 pub mod labels;
 pub mod partition;
+pub mod peaks;
 pub mod stacks;
 pub mod state;
 pub mod syscalls;

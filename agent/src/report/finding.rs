@@ -194,6 +194,28 @@ pub enum Kind {
     },
     /// "…": findings the verdict's line cap left out (`-v` lists them)
     More { findings: usize },
+    /// "burst:": a thread's worst interval was nearly all waiting, though its window share
+    /// was below the thresholds (a stall the window's average hides)
+    Burst {
+        thread: ThreadRef,
+        #[serde(serialize_with = "state_name")]
+        state: State,
+        /// the worst interval: its share in `state`, when it began, its length
+        #[serde(serialize_with = "ratio")]
+        share: f64,
+        #[serde(rename = "at_s", serialize_with = "seconds")]
+        at_ns: u64,
+        #[serde(rename = "interval_s", serialize_with = "seconds")]
+        interval_ns: u64,
+        /// the longest run of intervals at least half in `state`
+        #[serde(rename = "stretch_s", serialize_with = "seconds")]
+        stretch_ns: u64,
+        /// the thread's share of the whole window in `state`
+        #[serde(serialize_with = "ratio")]
+        window_share: f64,
+        #[serde(rename = "window_s", serialize_with = "seconds")]
+        window_ns: u64,
+    },
     /// "yielding:": threads runnable after sched_yield(2) much of their time (a spin-then-yield
     /// wait strategy): idle by choice, not waiting; what their spinning cost in CPU
     Yielding {
@@ -318,6 +340,7 @@ impl Kind {
             Kind::AgeRisingCpuIdle { longest_wait, .. } => longest_wait.as_ref().map_or(0, |w| w.ns),
             Kind::AgeRisingCpuBusy { busiest, .. } => busiest.as_ref().map_or(0, |w| w.ns),
             Kind::LockConvoy { wait_ns, .. } => *wait_ns,
+            Kind::Burst { stretch_ns, share, interval_ns, .. } => (*stretch_ns).max((share * *interval_ns as f64) as u64),
         }
     }
 
@@ -332,7 +355,7 @@ impl Kind {
             Kind::AgeRisingCpuIdle { .. } | Kind::AgeRisingCpuBusy { .. } => 4,
             Kind::LockConvoy { .. } => 5,
             Kind::GilWait { .. } | Kind::RunQueueSaturation { .. } | Kind::CpuQuota { .. } | Kind::Blocked { .. } => 6,
-            Kind::Yielding { .. } => 6,
+            Kind::Yielding { .. } | Kind::Burst { .. } => 6,
             Kind::IdleThreads { .. } => 7,
             Kind::More { .. } => 8,
         }
@@ -557,6 +580,24 @@ impl fmt::Display for Kind {
                 )
             }
             Kind::More { findings } => write!(f, "… and {findings} more finding{}; -v lists them", if *findings == 1 { "" } else { "s" }),
+            Kind::Burst { thread, state, share, at_ns, interval_ns, stretch_ns, window_share, window_ns } => {
+                let stretch = if *stretch_ns > *interval_ns {
+                    format!(" ({:.1} s in a row at half or more)", secs(*stretch_ns))
+                } else {
+                    String::new()
+                };
+                write!(
+                    f,
+                    "burst: thread {} was {} {:.0}% of the {:.1} s at {:.1} s{stretch}, though {:.0}% of the {:.1} s window: a stall the window's average hides",
+                    thread.or_a_thread(),
+                    what(*state),
+                    100.0 * share,
+                    secs(*interval_ns),
+                    secs(*at_ns),
+                    100.0 * window_share,
+                    secs(*window_ns),
+                )
+            }
             Kind::Yielding { count, threads, yield_ns, yields, running_ns, window_ns } => {
                 let mut names: Vec<String> = threads.iter().map(|t| t.or_a_thread()).collect();
                 if *count > names.len() {

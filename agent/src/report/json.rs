@@ -46,6 +46,10 @@ pub struct JsonThread {
     /// followed them); absent when it never did
     #[serde(skip_serializing_if = "is_zero")]
     pub yields: u64,
+    /// the worst interval (`attach --interval`, 1 s) in each waiting or blocked state it was in:
+    /// `{state: {share, at_s, interval_s, stretch_s}}`; absent when not followed interval by interval
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peaks: Option<BTreeMap<&'static str, JsonPeak>>,
     /// GIL hold times, with --gil-probe uprobe only
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gil_hold: Option<JsonHold>,
@@ -134,6 +138,21 @@ pub struct JsonHold {
     pub p50_s: Option<f64>,
     pub p99_s: Option<f64>,
 }
+
+/// A thread's worst interval in one state (`model::peaks::Peak`).
+#[derive(Serialize, Debug)]
+pub struct JsonPeak {
+    /// the share of the interval spent in the state
+    pub share: f64,
+    /// when the interval began, after the window opened, and its length
+    pub at_s: f64,
+    pub interval_s: f64,
+    /// the longest run of consecutive intervals at least half in the state
+    pub stretch_s: f64,
+}
+
+/// The states whose peaks the JSON carries: the waits, and the blocked states a stall shows in.
+pub const PEAK_STATES: [State; 5] = [State::Runqueue, State::Throttled, State::GilWait, State::FutexWait, State::IoWait];
 
 #[derive(Serialize, Debug)]
 pub struct JsonReport {
@@ -332,6 +351,24 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
         runqueue_by_preemptor: row.runqueue_by.iter().map(|(p, ns)| (p.key(), round6(secs(*ns)))).collect(),
         age: row.age.as_ref().map(|a| age(None, a, None, None)),
         yields: row.yields,
+        peaks: row.peaks.as_ref().map(|p| {
+            PEAK_STATES
+                .into_iter()
+                .filter(|s| p.get(*s).ns > 0)
+                .map(|s| {
+                    let k = p.get(s);
+                    (
+                        s.name(),
+                        JsonPeak {
+                            share: round4(k.share()),
+                            at_s: round6(secs(k.at_ns)),
+                            interval_s: round6(secs(k.len_ns)),
+                            stretch_s: round6(secs(k.stretch_ns)),
+                        },
+                    )
+                })
+                .collect()
+        }),
         gil_hold: row.gil_hold.map(|h| JsonHold {
             count: h.count,
             total_s: round6(secs(h.sum_ns)),

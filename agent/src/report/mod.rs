@@ -41,6 +41,8 @@ pub struct ThreadRow {
     pub age: Option<AgeSummary>,
     /// times it gave the CPU away with sched_yield(2)
     pub yields: u64,
+    /// its worst interval in each state (None: not followed interval by interval)
+    pub peaks: Option<crate::model::peaks::Peaks>,
 }
 
 /// CPUs of the machine.
@@ -135,6 +137,7 @@ impl ThreadRow {
             runqueue_by: s.runqueue_by.clone(),
             age: None,
             yields: s.yields,
+            peaks: None,
         }
     }
 }

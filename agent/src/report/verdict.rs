@@ -172,6 +172,7 @@ fn idle_threads(rows: &[ThreadRow], convoy: &[u32], window_ns: u64) -> std::coll
                 && (r.times.waiting() as f64) < WAITING_SHARE * r.times.total() as f64
                 && share_of(r, State::Yield) < WAITING_SHARE
                 && !convoy.contains(&r.tid)
+                && burst(r, window_ns).is_none()
         })
         .map(|r| r.tid)
         .collect();
@@ -184,6 +185,47 @@ fn idle_threads(rows: &[ThreadRow], convoy: &[u32], window_ns: u64) -> std::coll
         }
     }
     candidates.into_iter().filter(|tid| (waited_on.get(tid).copied().unwrap_or(0) as f64) < IDLE_BLAME_SHARE * window_ns as f64).collect()
+}
+
+/// A worst interval this much in a waiting state is a burst (when the window's share is not a
+/// finding already).
+pub const BURST_SHARE: f64 = 0.8;
+
+/// The thread a per-thread finding is about, and the state of its wait (None: all of it).
+fn victim_of(k: &Kind) -> Option<(u32, Option<State>)> {
+    match k {
+        Kind::GilStarvation { victim, .. }
+        | Kind::GilWait { victim, .. }
+        | Kind::RunQueueSaturation { victim, .. }
+        | Kind::CpuQuota { victim, .. }
+        | Kind::Blocked { victim, .. } => Some((victim.thread.tid, Some(victim.state))),
+        Kind::SaturatedThread { thread, .. } => Some((thread.tid, None)),
+        _ => None,
+    }
+}
+
+/// The worst waiting interval of a thread, when it was nearly all waiting though the window's
+/// share was below `WAITING_SHARE`.
+fn burst(r: &ThreadRow, window_ns: u64) -> Option<Kind> {
+    let peaks = r.peaks.as_ref()?;
+    if !present(r, window_ns) {
+        return None;
+    }
+    [State::GilWait, State::Runqueue, State::Throttled]
+        .into_iter()
+        .map(|s| (s, peaks.get(s)))
+        .filter(|(s, p)| p.share() >= BURST_SHARE && share_of(r, *s) < WAITING_SHARE)
+        .max_by_key(|(_, p)| (p.stretch_ns, p.ns))
+        .map(|(state, p)| Kind::Burst {
+            thread: ThreadRef { tid: r.tid, name: Some(r.name.clone()) },
+            state,
+            share: p.share(),
+            at_ns: p.at_ns,
+            interval_ns: p.len_ns,
+            stretch_ns: p.stretch_ns,
+            window_share: share_of(r, state),
+            window_ns,
+        })
 }
 
 /// A culprit thread (a GIL holder, a lock's releasers, a waker) counts as kept off the CPU
@@ -300,6 +342,12 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
     }
 
     out.extend(yielding(rows, report.duration_ns));
+    // a stall inside the window, unless a finding names that thread's wait in that state
+    // already (or the thread as saturated)
+    let named: Vec<(u32, Option<State>)> = out.iter().filter_map(victim_of).collect();
+    out.extend(rows.iter().filter(|r| !named.contains(&(r.tid, None))).filter_map(|r| {
+        burst(r, report.duration_ns).filter(|k| !matches!(k, Kind::Burst { state, .. } if named.contains(&(r.tid, Some(*state)))))
+    }));
 
     // healthy: no thread waited or saturated (blocked threads may be idle or contended;
     // yielding ones idle by choice), and the age (if any) is fine
@@ -1333,5 +1381,32 @@ mod typed {
         // the control: the same time in the run queue is waiting
         let spinner = row(4, "spinner", &[(State::Running, S), (State::Runqueue, 9 * S)]);
         assert_eq!(kinds(&every_finding_of(vec![spinner], 10 * S)), ["run_queue_saturation"]);
+    }
+
+    #[test]
+    fn a_stall_the_window_hides_is_a_burst_and_not_idle() {
+        use crate::model::peaks::{Peak, Peaks};
+        let with_peak = |mut r: ThreadRow, s: State, share: f64, stretch: u64| {
+            let mut p = Peaks::default();
+            p.0[s.index()] = Peak { ns: (share * S as f64) as u64, len_ns: S, at_ns: 3 * S, stretch_ns: stretch };
+            r.peaks = Some(p);
+            r
+        };
+        // 1.5 s of GIL wait in 10 s, all in a row; the rest of the time it blocks on I/O
+        let ingest = row(2, "ingest", &[(State::GilWait, 3 * S / 2), (State::IoWait, 8 * S), (State::Running, S / 2)]);
+        let f = every_finding_of(vec![with_peak(ingest.clone(), State::GilWait, 0.99, 3 * S / 2)], 10 * S);
+        assert_eq!(kinds(&f), ["burst", "blocked"], "{f:?}");
+        assert_eq!(
+            f[0].to_string(),
+            "burst: thread ingest (2) was waiting for the Python GIL 99% of the 1.0 s at 3.0 s (1.5 s in a row at half or more), though 15% of the 10.0 s window: a stall the window's average hides"
+        );
+        assert_eq!(f[0].explains_ns, 3 * S / 2);
+        assert!(matches!(f[1].kind, Kind::Blocked { idle: false, .. }), "a thread with a burst is not idle: {:?}", f[1]);
+        // controls: a worst second below BURST_SHARE; a wait the window already reports
+        let f = every_finding_of(vec![with_peak(ingest, State::GilWait, 0.6, 0)], 10 * S);
+        assert!(!kinds(&f).contains(&"burst".to_string()), "{f:?}");
+        let waiting = row(3, "w", &[(State::GilWait, 5 * S), (State::Running, 5 * S)]);
+        let f = every_finding_of(vec![with_peak(waiting, State::GilWait, 1.0, 2 * S)], 10 * S);
+        assert_eq!(kinds(&f), ["gil_wait"], "{f:?}");
     }
 }
