@@ -80,6 +80,13 @@ def test_yielding_consumers_alone_are_healthy():
     yielding = next(f for f in report["findings"] if f["kind"] == "yielding")
     assert 0.8 <= yielding["running_s"] / yielding["window_s"] <= 1.05, yielding
     assert not any(f["kind"] in ("run_queue_saturation", "saturated_thread") for f in report["findings"]), report["findings"]
+    # the environment: the one CPU taskset allowed, the machine's clock source (read by the vDSO
+    # here: no clock_source line; the other case needs a machine on hpet and is a unit test)
+    env = report["environment"]
+    clocksource = open("/sys/devices/system/clocksource/clocksource0/current_clocksource").read().strip()
+    assert env["cpus_allowed"] == str(os.cpu_count() - 1) and env["clocksource"] == clocksource, env
+    assert env["clock_vdso"] == (clocksource in ("tsc", "kvm-clock")), env
+    assert env["clock_vdso"] is False or not any(f["kind"] == "clock_source" for f in report["findings"]), report["findings"]
 
 
 def test_busy_spinning_consumers_make_every_thread_on_the_cpu_wait():

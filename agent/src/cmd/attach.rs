@@ -149,6 +149,7 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         ProcessReport::new(target.pid, target.comm.clone(), python, end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows)
             .with_allowed_cpus(crate::report::allowed_cpus(target.pid))
             .with_start(start_unix_ns)
+            .with_environment(crate::report::environment::read(target.pid))
             .with_verdict(VerdictOptions { all: all_findings, age_slo_s: args.age_slo });
     let report = match &target.cgroup {
         Some(cg) => {

@@ -216,6 +216,9 @@ pub enum Kind {
         #[serde(rename = "window_s", serialize_with = "seconds")]
         window_ns: u64,
     },
+    /// "clock source:": the kernel's clock source is one the vDSO cannot read, so every
+    /// clock_gettime and gettimeofday is a system call (the doctor check of the environment)
+    ClockSource { clocksource: String },
     /// "yielding:": threads runnable after sched_yield(2) much of their time (a spin-then-yield
     /// wait strategy): idle by choice, not waiting; what their spinning cost in CPU
     Yielding {
@@ -329,7 +332,7 @@ impl Kind {
     /// nothing for "healthy".
     pub fn explains_ns(&self) -> u64 {
         match self {
-            Kind::Healthy { .. } | Kind::IdleThreads { .. } | Kind::More { .. } | Kind::Yielding { .. } => 0,
+            Kind::Healthy { .. } | Kind::IdleThreads { .. } | Kind::More { .. } | Kind::Yielding { .. } | Kind::ClockSource { .. } => 0,
             Kind::SaturatedThread { busy_ns, .. } => *busy_ns,
             Kind::GilStarvation { victim, .. }
             | Kind::GilWait { victim, .. }
@@ -355,7 +358,7 @@ impl Kind {
             Kind::AgeRisingCpuIdle { .. } | Kind::AgeRisingCpuBusy { .. } => 4,
             Kind::LockConvoy { .. } => 5,
             Kind::GilWait { .. } | Kind::RunQueueSaturation { .. } | Kind::CpuQuota { .. } | Kind::Blocked { .. } => 6,
-            Kind::Yielding { .. } | Kind::Burst { .. } => 6,
+            Kind::Yielding { .. } | Kind::Burst { .. } | Kind::ClockSource { .. } => 6,
             Kind::IdleThreads { .. } => 7,
             Kind::More { .. } => 8,
         }
@@ -375,8 +378,10 @@ impl Kind {
 
     /// The kind is about lost or busy time (not the all-clear, the idle summary or the cap).
     pub fn is_problem(&self) -> bool {
-        !matches!(self, Kind::Healthy { .. } | Kind::IdleThreads { .. } | Kind::More { .. } | Kind::Yielding { .. })
-            && !matches!(self, Kind::Blocked { idle: true, .. })
+        !matches!(
+            self,
+            Kind::Healthy { .. } | Kind::IdleThreads { .. } | Kind::More { .. } | Kind::Yielding { .. } | Kind::ClockSource { .. }
+        ) && !matches!(self, Kind::Blocked { idle: true, .. })
     }
 }
 
@@ -580,6 +585,10 @@ impl fmt::Display for Kind {
                 )
             }
             Kind::More { findings } => write!(f, "… and {findings} more finding{}; -v lists them", if *findings == 1 { "" } else { "s" }),
+            Kind::ClockSource { clocksource } => write!(
+                f,
+                "clock source: the kernel reads time from {clocksource}, which the vDSO cannot use: every clock_gettime and gettimeofday is a system call (about 1 µs instead of 25 ns); expected tsc (dmesg: look for 'clocksource' and 'TSC unstable')"
+            ),
             Kind::Burst { thread, state, share, at_ns, interval_ns, stretch_ns, window_share, window_ns } => {
                 let stretch = if *stretch_ns > *interval_ns {
                     format!(" ({:.1} s in a row at half or more)", secs(*stretch_ns))

@@ -164,6 +164,9 @@ pub struct JsonReport {
     pub started_unix_s: Option<f64>,
     /// Python interpreter facts; null for a non-Python process
     pub python: Option<PythonInfo>,
+    /// the facts that decide waits: clock source, allowed and isolated CPUs
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<super::environment::Environment>,
     /// the CPU cgroup: quota and throttling over the window; null when not found
     pub cgroup: Option<JsonCgroup>,
     pub threads: Vec<JsonThread>,
@@ -388,6 +391,7 @@ pub fn report(r: &ProcessReport) -> JsonReport {
         duration_s: round6(secs(r.duration_ns)),
         started_unix_s: r.started_unix_ns.map(|n| round6(n as f64 / 1e9)),
         python: r.python.clone(),
+        environment: r.environment.clone(),
         cgroup: r.cgroup.as_ref().map(|c| JsonCgroup {
             path: c.path.clone(),
             quota_cores: c.quota_cores,

@@ -1,6 +1,7 @@
 //! The attach report: per-thread partition of one process over the window,
 //! with a plain-words verdict; rendered as text (live and final) or JSON.
 pub mod code;
+pub mod environment;
 pub mod finding;
 #[cfg(test)]
 mod fixtures;
@@ -192,6 +193,8 @@ pub struct ProcessReport {
     pub stacks: Option<crate::model::stacks::WaitStacks>,
     /// how the verdict is drawn
     pub verdict: VerdictOptions,
+    /// the machine's and the process' facts that decide waits (None: not read)
+    pub environment: Option<environment::Environment>,
 }
 
 /// How the verdict is drawn from a report.
@@ -233,6 +236,7 @@ impl ProcessReport {
             cpu_limit_cores: online_cpus(),
             stacks: None,
             verdict: VerdictOptions::default(),
+            environment: None,
         }
     }
 
@@ -263,6 +267,12 @@ impl ProcessReport {
     /// Add the wait stacks.
     pub fn with_stacks(mut self, stacks: Option<crate::model::stacks::WaitStacks>) -> Self {
         self.stacks = stacks;
+        self
+    }
+
+    /// Add the environment's facts.
+    pub fn with_environment(mut self, e: environment::Environment) -> Self {
+        self.environment = Some(e);
         self
     }
 

@@ -211,6 +211,27 @@ pub fn table_fit(r: &ProcessReport, color: bool, width: usize) -> String {
     out
 }
 
+/// "CPUs 0-1 allowed; clocksource tsc (vDSO); no isolated CPUs"
+pub fn environment_line(e: &super::environment::Environment) -> String {
+    let mut parts = vec![];
+    if let Some(c) = &e.cpus_allowed {
+        parts.push(format!("CPUs {c} allowed"));
+    }
+    match (&e.clocksource, e.clock_vdso) {
+        (Some(c), Some(true)) => parts.push(format!("clocksource {c} (vDSO)")),
+        (Some(c), _) => parts.push(format!("clocksource {c} (clock reads are syscalls)")),
+        _ => {}
+    }
+    match e.isolated_cpus.as_deref() {
+        Some(i) if !i.is_empty() => parts.push(format!("isolated CPUs {i}")),
+        _ => parts.push("no isolated CPUs".into()),
+    }
+    if let Some(n) = e.nohz_full.as_deref().filter(|n| !n.is_empty() && *n != "(null)") {
+        parts.push(format!("nohz_full {n}"));
+    }
+    format!("environment: {}", parts.join("; "))
+}
+
 /// The final report: header, table, legend, verdict; its table in `width` columns (the verdict's lines wrap as the terminal wraps them).
 pub fn report_fit(r: &ProcessReport, color: bool, width: usize) -> String {
     let mut out = String::new();
@@ -222,6 +243,9 @@ pub fn report_fit(r: &ProcessReport, color: bool, width: usize) -> String {
         secs(r.duration_ns),
         r.threads.len()
     );
+    if let Some(e) = &r.environment {
+        let _ = writeln!(out, "{}", environment_line(e));
+    }
     out.push_str(&table_fit(r, color, width));
     let shown = shown_states(&r.threads);
     let line = format!("  {}   († exited)", legend(false, &shown));

@@ -342,6 +342,9 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
     }
 
     out.extend(yielding(rows, report.duration_ns));
+    if let Some(e) = report.environment.as_ref().filter(|e| e.clock_vdso == Some(false)) {
+        out.push(Kind::ClockSource { clocksource: e.clocksource.clone().unwrap_or_default() });
+    }
     // a stall inside the window, unless a finding names that thread's wait in that state
     // already (or the thread as saturated)
     let named: Vec<(u32, Option<State>)> = out.iter().filter_map(victim_of).collect();
@@ -351,7 +354,7 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
 
     // healthy: no thread waited or saturated (blocked threads may be idle or contended;
     // yielding ones idle by choice), and the age (if any) is fine
-    let quiet = out.iter().all(|k| matches!(k, Kind::Blocked { .. } | Kind::Yielding { .. }));
+    let quiet = out.iter().all(|k| matches!(k, Kind::Blocked { .. } | Kind::Yielding { .. } | Kind::ClockSource { .. }));
     if quiet && !bad_age && !rows.is_empty() {
         out.push(Kind::Healthy { age: age.clone(), window_ns: report.duration_ns, waiting_share: WAITING_SHARE });
     }
@@ -378,7 +381,7 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
 fn rank(a: &Kind, b: &Kind) -> std::cmp::Ordering {
     let tier = |k: &Kind| match k {
         Kind::Healthy { .. } => 0,
-        Kind::Blocked { .. } | Kind::Yielding { .. } => 2,
+        Kind::Blocked { .. } | Kind::Yielding { .. } | Kind::ClockSource { .. } => 2,
         Kind::IdleThreads { .. } | Kind::More { .. } => 3,
         _ => 1,
     };
@@ -1408,5 +1411,19 @@ mod typed {
         let waiting = row(3, "w", &[(State::GilWait, 5 * S), (State::Running, 5 * S)]);
         let f = every_finding_of(vec![with_peak(waiting, State::GilWait, 1.0, 2 * S)], 10 * S);
         assert_eq!(kinds(&f), ["gil_wait"], "{f:?}");
+    }
+
+    #[test]
+    fn a_clock_source_the_vdso_cannot_read_is_said_and_tsc_is_not() {
+        use crate::report::environment::{vdso_capable, Environment};
+        let env = |cs: &str| Environment { clocksource: Some(cs.into()), clock_vdso: Some(vdso_capable(cs)), ..Default::default() };
+        let rows = || vec![row(1, "main", &[(State::Running, S), (State::Sleep, 9 * S)])];
+        let mut r = ProcessReport::new(1, "svc".into(), None, 10 * S, None, rows()).with_environment(env("hpet"));
+        r.cpu_limit_cores = 4.0;
+        let f = all_findings(&r);
+        assert_eq!(kinds(&f), ["healthy", "clock_source"], "{f:?}");
+        assert!(f[1].to_string().starts_with("clock source: the kernel reads time from hpet, which the vDSO cannot use"), "{}", f[1]);
+        let r = ProcessReport::new(1, "svc".into(), None, 10 * S, None, rows()).with_environment(env("tsc"));
+        assert_eq!(kinds(&all_findings(&r)), ["healthy"]);
     }
 }

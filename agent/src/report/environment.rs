@@ -1,0 +1,75 @@
+//! The facts of the machine and the process that decide waits, read once per report: the
+//! clock source (whether the vDSO can serve clock_gettime without a syscall), the CPUs the
+//! process may use, the CPUs isolated from the scheduler.
+use serde::Serialize;
+
+/// Clock sources the x86-64 and arm64 vDSOs read in user space; with any other
+/// (`hpet`, `acpi_pm`, `jiffies`) clock_gettime and gettimeofday enter the kernel.
+pub const VDSO_CLOCKSOURCES: [&str; 4] = ["tsc", "kvm-clock", "hyperv_clocksource_tsc_page", "arch_sys_counter"];
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Environment {
+    /// /sys/devices/system/clocksource/clocksource0/current_clocksource; null: unreadable
+    pub clocksource: Option<String>,
+    /// the vDSO serves clock reads from it (`VDSO_CLOCKSOURCES`); null: unknown
+    pub clock_vdso: Option<bool>,
+    /// the CPUs the process may run on (its main thread's Cpus_allowed_list: affinity within its cpuset)
+    pub cpus_allowed: Option<String>,
+    /// CPUs isolated from the scheduler's load balancing (isolcpus=); null or "" when none
+    pub isolated_cpus: Option<String>,
+    /// CPUs without the scheduler tick (nohz_full=)
+    pub nohz_full: Option<String>,
+}
+
+/// A sysfs or procfs line, trimmed; None when absent or empty-and-meaningless is not ours to judge.
+fn first_line(path: &str) -> Option<String> {
+    // bounded: these files are one short line
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(text.lines().next().unwrap_or("").trim().chars().take(256).collect())
+}
+
+/// The value of `key:` in /proc/PID/status.
+fn status_field(pid: u32, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(':')).map(|v| v.trim().chars().take(256).collect()))
+}
+
+/// The environment of process `pid`, as far as it can be read.
+pub fn read(pid: u32) -> Environment {
+    let clocksource = first_line("/sys/devices/system/clocksource/clocksource0/current_clocksource");
+    Environment {
+        clock_vdso: clocksource.as_deref().map(vdso_capable),
+        clocksource,
+        cpus_allowed: status_field(pid, "Cpus_allowed_list"),
+        isolated_cpus: first_line("/sys/devices/system/cpu/isolated"),
+        nohz_full: first_line("/sys/devices/system/cpu/nohz_full"),
+    }
+}
+
+/// The vDSO reads this clock source in user space.
+pub fn vdso_capable(clocksource: &str) -> bool {
+    VDSO_CLOCKSOURCES.contains(&clocksource)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_machine_and_process_are_read() {
+        let e = read(std::process::id());
+        let mine = status_field(std::process::id(), "Cpus_allowed_list").unwrap();
+        assert_eq!(e.cpus_allowed.as_deref(), Some(mine.as_str()));
+        assert!(mine.chars().all(|c| c.is_ascii_digit() || c == ',' || c == '-'), "{mine}");
+        if let Some(cs) = &e.clocksource {
+            assert_eq!(e.clock_vdso, Some(vdso_capable(cs)));
+        }
+        assert_eq!(read(u32::MAX).cpus_allowed, None);
+    }
+
+    #[test]
+    fn hpet_and_acpi_pm_are_not_read_by_the_vdso() {
+        assert!(vdso_capable("tsc") && vdso_capable("kvm-clock"));
+        assert!(!vdso_capable("hpet") && !vdso_capable("acpi_pm") && !vdso_capable("jiffies"));
+    }
+}
