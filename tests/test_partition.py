@@ -1,9 +1,10 @@
 """The time partition on workloads whose states are known (issue: foundation, tests 1-7)."""
+import subprocess
 import time
 
 import pytest
 
-from conftest import Workload, attach, by_tid, share
+from conftest import BUILD, ROOT, Workload, attach, by_tid, share
 
 pytestmark = pytest.mark.needs_root
 
@@ -121,3 +122,25 @@ def test_process_that_exits_mid_attach_gets_a_partial_report(workload_bin):
         total = sum(t["seconds"].values())
         assert abs(total - t["existed_s"]) <= 0.01 * max(t["existed_s"], 0.01), t
         assert t["existed_s"] <= report["exited_after_s"] + 0.05
+
+
+@pytest.mark.parametrize("mode", ["vdso", "syscall"])
+def test_running_is_split_into_user_and_kernel_time(mode):
+    """Where the time on the CPU goes (issue 15): a thread that reads the clock in a loop.
+    Through the vDSO it stays in user mode; as a real syscall (what every clock read costs
+    when the clock source is one the vDSO cannot read) most of its running is kernel time.
+    The split covers the window's running time to within /proc's 10 ms ticks."""
+    BUILD.mkdir(exist_ok=True)
+    exe = BUILD / "clockloop"
+    subprocess.run(["cc", "-O2", "-pthread", "-o", str(exe), str(ROOT / "tests" / "workloads" / "clockloop.c")], check=True, timeout=120)
+    with Workload(exe, mode) as w:
+        report, _ = attach(w.pid, 2.0)
+    t = by_tid(report)[w.tids["reader"]]
+    running = t["seconds"]["running"]
+    assert running >= 0.5, t
+    assert abs(t["user_s"] + t["system_s"] - running) <= 0.05 + 0.05 * running, t
+    kernel = t["system_s"] / (t["user_s"] + t["system_s"])
+    if mode == "vdso":
+        assert kernel <= 0.1, t
+    else:
+        assert kernel >= 0.5, t

@@ -15,6 +15,9 @@ pub struct TaskStat {
     pub flags: u64,
     /// clock ticks after boot; identifies a process across PID reuse
     pub starttime: u64,
+    /// CPU time in user and in kernel mode, in clock ticks (`clock_ticks_per_s`)
+    pub utime: u64,
+    pub stime: u64,
 }
 
 impl TaskStat {
@@ -37,7 +40,26 @@ pub fn parse_stat(s: &str) -> Option<TaskStat> {
         ppid: rest.get(1)?.parse().ok()?,
         flags: rest.get(6)?.parse().ok()?,
         starttime: rest.get(19)?.parse().ok()?,
+        utime: rest.get(11)?.parse().ok()?,
+        stime: rest.get(12)?.parse().ok()?,
     })
+}
+
+/// Clock ticks a second (USER_HZ) of /proc's CPU times.
+pub fn clock_ticks_per_s() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if n > 0 {
+        n as u64
+    } else {
+        100
+    }
+}
+
+/// User and kernel CPU time of each thread of `pid` now, in ns (TID -> (user, system)).
+pub fn thread_cpu_ns(pid: u32) -> std::collections::HashMap<u32, (u64, u64)> {
+    let per_tick = 1_000_000_000 / clock_ticks_per_s();
+    tasks(pid).into_iter().filter_map(|tid| task_stat(pid, tid).map(|s| (tid, (s.utime * per_tick, s.stime * per_tick)))).collect()
 }
 
 /// A syscall a task is blocked in: its number and first argument.
@@ -142,6 +164,7 @@ mod tests {
         assert_eq!(s.state, 'S');
         assert_eq!(s.ppid, 4100);
         assert_eq!(s.starttime, 987654);
+        assert_eq!((s.utime, s.stime), (12, 3));
         assert!(!s.is_kernel_thread());
         let w = parse_stat(STAT_WEIRD).unwrap();
         assert_eq!(w.comm, "a) b (c)");

@@ -35,6 +35,8 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     session.attach(args.pid)?;
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
     let t0 = target.attached_ns;
+    // user and kernel CPU time of the threads at the start (the split of `running`)
+    let cpu_at_start = crate::procfs::thread_cpu_ns(args.pid);
     // the wall-clock time of t0 (the profile's and the report's start)
     let unix_now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
     let start_unix_ns = unix_now_ns - monotonic_ns().saturating_sub(t0) as i64;
@@ -133,10 +135,18 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         emit(&format!("\x1b[{drawn_lines}A\x1b[J"));
     }
 
+    let cpu_at_end = crate::procfs::thread_cpu_ns(args.pid);
+    let split = |s: &ThreadSample| {
+        let end = cpu_at_end.get(&s.tid).filter(|_| !s.exited)?;
+        // a thread that started in the window counts from zero
+        let start = if s.start_ns > t0 { (0, 0) } else { *cpu_at_start.get(&s.tid)? };
+        Some((end.0.saturating_sub(start.0), end.1.saturating_sub(start.1)))
+    };
     let rows: Vec<ThreadRow> = live
         .iter()
         .chain(exited.iter())
         .map(|s| ThreadRow {
+            cpu_split: split(s),
             age: ages.thread(target.pid, s.tid, t0),
             peaks: peaks.of(s.host_tid, s.start_ns),
             ..ThreadRow::from_sample(s, s.times, s.existed_ns())

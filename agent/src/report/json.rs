@@ -50,6 +50,12 @@ pub struct JsonThread {
     /// `{state: {share, at_s, interval_s, stretch_s}}`; absent when not followed interval by interval
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peaks: Option<BTreeMap<&'static str, JsonPeak>>,
+    /// its CPU time in the window in user and in kernel mode (/proc's ticks, 10 ms each);
+    /// absent for a thread that exited before the end
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_s: Option<f64>,
     /// GIL hold times, with --gil-probe uprobe only
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gil_hold: Option<JsonHold>,
@@ -354,6 +360,8 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
         runqueue_by_preemptor: row.runqueue_by.iter().map(|(p, ns)| (p.key(), round6(secs(*ns)))).collect(),
         age: row.age.as_ref().map(|a| age(None, a, None, None)),
         yields: row.yields,
+        user_s: row.cpu_split.map(|(u, _)| round6(secs(u))),
+        system_s: row.cpu_split.map(|(_, k)| round6(secs(k))),
         peaks: row.peaks.as_ref().map(|p| {
             PEAK_STATES
                 .into_iter()

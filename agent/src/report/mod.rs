@@ -44,6 +44,9 @@ pub struct ThreadRow {
     pub yields: u64,
     /// its worst interval in each state (None: not followed interval by interval)
     pub peaks: Option<crate::model::peaks::Peaks>,
+    /// its CPU time in the window in user and in kernel mode, ns, at /proc's clock-tick
+    /// resolution (None: not read, or it exited before the end)
+    pub cpu_split: Option<(u64, u64)>,
 }
 
 /// CPUs of the machine.
@@ -139,6 +142,7 @@ impl ThreadRow {
             age: None,
             yields: s.yields,
             peaks: None,
+            cpu_split: None,
         }
     }
 }
