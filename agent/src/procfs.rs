@@ -45,15 +45,20 @@ pub fn parse_stat(s: &str) -> Option<TaskStat> {
     })
 }
 
-/// Clock ticks a second (USER_HZ) of /proc's CPU times.
-pub fn clock_ticks_per_s() -> u64 {
+/// A positive sysconf(3) value, else `default`.
+pub fn sysconf_or(name: libc::c_int, default: u64) -> u64 {
     // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let n = unsafe { libc::sysconf(name) };
     if n > 0 {
         n as u64
     } else {
-        100
+        default
     }
+}
+
+/// Clock ticks a second (USER_HZ) of /proc's CPU times.
+pub fn clock_ticks_per_s() -> u64 {
+    sysconf_or(libc::_SC_CLK_TCK, 100)
 }
 
 /// User and kernel CPU time of each thread of `pid` now, in ns (TID -> (user, system)).

@@ -674,22 +674,8 @@ mod tests {
     fn sample(tid: u32, comm: &str, start: u64, running: u64, exited: bool) -> ThreadSample {
         let mut t = Times::default();
         t.0[State::Running.index()] = running;
-        ThreadSample {
-            tid,
-            host_tid: tid + 1000,
-            pid: 10,
-            comm: comm.into(),
-            py_name: None,
-            start_ns: start,
-            at_ns: start + running,
-            exited,
-            times: t,
-            gil_by_holder: Default::default(),
-            gil_hold: None,
-            futex: vec![],
-            runqueue_by: Default::default(),
-            yields: 0,
-        }
+        let base = crate::model::partition::test_sample(tid, t, start + running);
+        ThreadSample { host_tid: tid + 1000, pid: 10, comm: comm.into(), start_ns: start, exited, ..base }
     }
 
     fn value(text: &str, thread: &str, state: &str) -> Option<f64> {

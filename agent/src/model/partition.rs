@@ -145,27 +145,34 @@ pub fn window(prev: Option<&ThreadSample>, cur: &ThreadSample) -> Times {
     }
 }
 
+/// A thread with nothing measured yet, for tests of the model: TID `tid` (host TID the same),
+/// PID 1, started at 0.
+#[cfg(test)]
+pub fn test_sample(tid: u32, times: Times, at_ns: u64) -> ThreadSample {
+    ThreadSample {
+        tid,
+        host_tid: tid,
+        pid: 1,
+        comm: "t".into(),
+        py_name: None,
+        start_ns: 0,
+        at_ns,
+        exited: false,
+        times,
+        gil_by_holder: Default::default(),
+        gil_hold: None,
+        futex: vec![],
+        runqueue_by: Default::default(),
+        yields: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn sample(times: [u64; NR_STATES], start: u64, at: u64) -> ThreadSample {
-        ThreadSample {
-            tid: 7,
-            host_tid: 70,
-            pid: 1,
-            comm: "t".into(),
-            py_name: None,
-            start_ns: start,
-            at_ns: at,
-            exited: false,
-            times: Times(times),
-            gil_by_holder: Default::default(),
-            gil_hold: None,
-            futex: vec![],
-            runqueue_by: Default::default(),
-            yields: 0,
-        }
+        ThreadSample { tid: 7, host_tid: 70, start_ns: start, ..test_sample(7, Times(times), at) }
     }
 
     #[test]

@@ -123,22 +123,7 @@ mod tests {
         let mut t = Times::default();
         t.0[State::GilWait.index()] = gil;
         t.0[State::Running.index()] = running;
-        ThreadSample {
-            tid: 1,
-            host_tid: 1,
-            pid: 1,
-            comm: "t".into(),
-            py_name: None,
-            start_ns: 0,
-            at_ns: at,
-            exited: false,
-            times: t,
-            gil_by_holder: Default::default(),
-            gil_hold: None,
-            futex: vec![],
-            runqueue_by: Default::default(),
-            yields: 0,
-        }
+        crate::model::partition::test_sample(1, t, at)
     }
 
     #[test]

@@ -51,13 +51,7 @@ pub struct ThreadRow {
 
 /// CPUs of the machine.
 pub fn online_cpus() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    if n > 0 {
-        n as f64
-    } else {
-        1.0
-    }
+    crate::procfs::sysconf_or(libc::_SC_NPROCESSORS_ONLN, 1) as f64
 }
 
 /// CPUs process `pid` may run on (its main thread's affinity, which its cpuset bounds).
