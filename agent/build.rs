@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 /// Probe families; each has `bpf/<stem>.bpf.c`, `bpf/<stem>.h` and `src/probes/<stem>.rs`.
-const PROBES: &[&str] = &["sched", "gil", "pypark"];
+const PROBES: &[&str] = &["sched", "gil", "pypark", "syscalls"];
 
 fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("..");
@@ -42,6 +42,7 @@ fn main() {
     }
     println!("cargo:rerun-if-changed={}", bpf.join("core_fixes.bpf.h").display());
     println!("cargo:rerun-if-changed={}", bpf.join("parked.bpf.h").display());
+    println!("cargo:rerun-if-changed={}", bpf.join("watched.bpf.h").display());
     println!("cargo:rerun-if-changed={}", bpf.join("stacks.bpf.h").display());
     println!("cargo:rerun-if-changed={}", bpf.join("stacks.h").display());
     println!("cargo:rerun-if-env-changed=WAITMETER_CLANG");

@@ -61,6 +61,8 @@ def tools_for(kind, names):
         "waitmeter-uprobe": lambda: h.Waitmeter("waitmeter-uprobe", "--gil-probe", "uprobe"),
         "waitmeter-nolock": lambda: h.Waitmeter("waitmeter-nolock", "--lock-probe", "none"),
         "waitmeter-nostacks": lambda: h.Waitmeter("waitmeter-nostacks", "--stacks", "none"),
+        "waitmeter-syscalls": lambda: h.Waitmeter("waitmeter-syscalls", "--syscalls", "on"),
+        "waitmeter-syscalls-elsewhere": lambda: h.Waitmeter("waitmeter-syscalls-elsewhere", "--syscalls", "on", elsewhere=True),
         "py-spy": lambda: h.PySpy("py-spy"),
         "py-spy-nonblocking": lambda: h.PySpy("py-spy-nonblocking", nonblocking=True),
         "bpftrace-gil": lambda: h.Bpftrace("bpftrace-gil", h.bpftrace_gil_script),
@@ -74,6 +76,8 @@ TOOL_NOTES = {
     "waitmeter": "waitmeter run, default (futex GIL method), scraped every 2 s",
     "waitmeter-uprobe": "waitmeter run --gil-probe uprobe (take_gil/drop_gil uprobes)",
     "waitmeter-nolock": "waitmeter run --lock-probe none (no parking-lot uprobes on 3.13+)",
+    "waitmeter-syscalls": "waitmeter run --syscalls on (the syscall probe: every syscall of the machine enters it)",
+    "waitmeter-syscalls-elsewhere": "waitmeter run --syscalls on watching another process (an idle sleep): what the probe costs the rest of the machine",
     "waitmeter-nostacks": "waitmeter run --stacks none (no wait stacks, no holder sampler: the default's cost of stacks is the difference)",
     "py-spy": "py-spy record --rate 100 (blocking: pauses the target per sample)",
     "py-spy-nonblocking": "py-spy record --rate 100 --nonblocking",
@@ -477,6 +481,10 @@ def overhead_scenarios(args):
                                      storm_workload("contended", 8000000, 4), tools_for("c", c_tools), [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], rr, 120)
     sc["churn"] = Overhead("churn", "thread churn: 20k threads created and joined, 4 at a time",
                            storm_workload("churn", 20000, 4), tools_for("c", c_tools), [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], rr, 120)
+    sc["syscalls"] = Overhead("syscalls", "syscall storm: one thread makes 5M getppid() syscalls (the syscall probe's worst case)",
+                              storm_workload("syscalls", 5000000), tools_for("c", ["none", "waitmeter", "waitmeter-syscalls", "waitmeter-syscalls-elsewhere"]),
+                              [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], rr, 120,
+                              stats_tools=("waitmeter-syscalls",))
     secs = 3 if quick else 5
     sc["sched-10k"] = Overhead("sched-10k", f"the agent's own cost at ~10k scheduler events/s: a pipe ping-pong paced to 2,000 round trips/s, {secs} s",
                                storm_workload("paced", 2000, secs), tools_for("c", ["none", "waitmeter"]),

@@ -397,15 +397,22 @@ class Waitmeter(Tool):
     SCRAPE_S seconds as Prometheus would (more often than Prometheus' usual 15 s)."""
     SCRAPE_S = 2.0
 
-    def __init__(self, name="waitmeter", *extra):
-        self.name, self.extra = name, extra
+    def __init__(self, name="waitmeter", *extra, elsewhere=False):
+        """`elsewhere`: watch an idle process of its own instead of the workload (what the
+        agent's machine-wide hooks cost the processes it does not watch)."""
+        self.name, self.extra, self.elsewhere = name, extra, elsewhere
+        self.other = None
 
     def start(self, workload):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/metrics"
         self.log = tmpfile(f"waitmeter-{self.port}.log")
+        pid = workload.pid
+        if self.elsewhere:
+            self.other = spawn(["sleep", "600"])
+            pid = self.other.pid
         with open(self.log, "w") as log:
-            self.proc = spawn([WAITMETER, "run", "--pid", workload.pid, "--listen", f"127.0.0.1:{self.port}", *self.extra],
+            self.proc = spawn([WAITMETER, "run", "--pid", pid, "--listen", f"127.0.0.1:{self.port}", *self.extra],
                               stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 20
         ok = False
@@ -438,6 +445,9 @@ class Waitmeter(Tool):
             self._stop.set()
         if self.proc:
             reap(self.proc, signal.SIGTERM, timeout=10)
+        if self.other:
+            reap(self.other, signal.SIGKILL, timeout=5)
+            self.other = None
 
 
 class PySpy(Tool):

@@ -63,18 +63,8 @@ enum wm_futex_kind _wm_futex_kind = WM_FUTEX_WORD;
 enum wm_stat _wm_stat = WM_STAT_THREAD_MAP_FULL;
 enum wm_limits _wm_limits = WM_MAX_SYSCALLS;
 
-/*
- * Bit `tgid` set = process watched. The first check of every event, so an
- * array (the lookup is inlined by the verifier) rather than a hash. User space
- * sets and clears bits with atomic operations on its mmap of the array.
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, WM_WATCH_WORDS);
-	__type(key, __u32);
-	__type(value, __u64);
-} watched_bits SEC(".maps");
+/* bit `tgid` set = process watched */
+#include "watched.bpf.h"
 
 /* host TGID -> flags (unused yet): the watched processes, enumerable */
 struct {
@@ -156,14 +146,6 @@ static __always_inline void count_in(void *counters, __u32 key)
 static __always_inline void count_loss(enum wm_stat stat)
 {
 	count_in(&stats, stat);
-}
-
-static __always_inline bool is_watched(__u32 tgid)
-{
-	__u32 word = tgid / 64;
-	__u64 *bits = bpf_map_lookup_elem(&watched_bits, &word);
-
-	return bits && (*bits >> (tgid % 64)) & 1;
 }
 
 static __always_inline void set_watched(__u32 tgid)

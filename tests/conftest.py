@@ -58,14 +58,19 @@ def pytest_runtest_setup(item):
         pytest.skip(f"skipping: {reason}")
 
 
+def build_c(name, *flags, out=None):
+    """tests/workloads/NAME.c compiled into tests/.build/(out or NAME) with `flags` (default -O2)."""
+    BUILD.mkdir(exist_ok=True)
+    exe = BUILD / (out or name)
+    src = ROOT / "tests" / "workloads" / f"{name}.c"
+    subprocess.run(["cc", *(flags or ("-O2",)), "-Wall", "-pthread", "-o", str(exe), str(src)], check=True, timeout=120)
+    return exe
+
+
 @pytest.fixture(scope="session")
 def workload_bin():
     """tests/workloads/threads.c, compiled once per run."""
-    BUILD.mkdir(exist_ok=True)
-    out = BUILD / "threads"
-    src = ROOT / "tests" / "workloads" / "threads.c"
-    subprocess.run(["cc", "-O2", "-Wall", "-pthread", "-o", str(out), str(src)], check=True, timeout=120)
-    return out
+    return build_c("threads")
 
 
 class Lines:

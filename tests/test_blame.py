@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, ROOT, WAITMETER, Guard, Lines, Workload, attach, by_tid, share
+from conftest import ROOT, WAITMETER, Guard, Lines, Workload, attach, build_c, by_tid, share
 from test_gil import pyenv_python
 
 pytestmark = pytest.mark.needs_root
@@ -18,11 +18,7 @@ CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
 
 @pytest.fixture(scope="module")
 def mutex_bin():
-    BUILD.mkdir(exist_ok=True)
-    out = BUILD / "mutex_contend"
-    src = ROOT / "tests" / "workloads" / "mutex_contend.c"
-    subprocess.run(["cc", "-O2", "-Wall", "-pthread", "-o", str(out), str(src)], check=True, timeout=120)
-    return out
+    return build_c("mutex_contend")
 
 
 def test_mutex_waits_match_the_programs_own_clock(mutex_bin):
@@ -142,11 +138,7 @@ def test_runqueue_wait_names_the_other_process(workload_bin):
 
 @pytest.fixture(scope="module")
 def convoy_bin():
-    BUILD.mkdir(exist_ok=True)
-    out = BUILD / "stack_convoy_blame"
-    src = ROOT / "tests" / "workloads" / "stack_convoy.c"
-    subprocess.run(["cc", "-O1", "-pthread", "-o", str(out), str(src)], check=True, timeout=120)
-    return out
+    return build_c("stack_convoy", "-O1", out="stack_convoy_blame")
 
 
 def convoy_of(report):

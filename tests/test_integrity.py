@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import BUILD, ROOT, WAITMETER, Guard, Lines, Workload, attach, by_tid, free_port, wait_http
+from conftest import WAITMETER, Guard, Lines, Workload, attach, build_c, by_tid, free_port, wait_http
 
 pytestmark = pytest.mark.needs_root
 
@@ -25,11 +25,7 @@ SELF = ("waitmeter_http_", "waitmeter_bpf_map_entries", "waitmeter_watched_threa
 
 
 def build(name):
-    out = BUILD / name
-    BUILD.mkdir(exist_ok=True)
-    subprocess.run(["cc", "-O2", "-Wall", "-pthread", "-o", str(out), str(ROOT / "tests" / "workloads" / f"{name}.c")],
-                   check=True, timeout=120)
-    return out
+    return build_c(name)
 
 
 def parse(text):

@@ -1,10 +1,9 @@
 """The time partition on workloads whose states are known (issue: foundation, tests 1-7)."""
-import subprocess
 import time
 
 import pytest
 
-from conftest import BUILD, ROOT, Workload, attach, by_tid, share
+from conftest import Workload, attach, build_c, by_tid, share
 
 pytestmark = pytest.mark.needs_root
 
@@ -133,10 +132,7 @@ def test_running_is_split_into_user_and_kernel_time(mode):
     at most the time the thread existed. (It should equal running; on a loaded CI machine a
     syscall loop read 1.98 s of /proc CPU time against 1.72 s running and 0.28 s runqueue:
     an open question, see the note on issue 15.)"""
-    BUILD.mkdir(exist_ok=True)
-    exe = BUILD / "clockloop"
-    subprocess.run(["cc", "-O2", "-pthread", "-o", str(exe), str(ROOT / "tests" / "workloads" / "clockloop.c")], check=True, timeout=120)
-    with Workload(exe, mode) as w:
+    with Workload(build_c("clockloop"), mode) as w:
         report, _ = attach(w.pid, 2.0)
     t = by_tid(report)[w.tids["reader"]]
     running = t["seconds"]["running"]

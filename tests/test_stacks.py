@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, ROOT, WAITMETER, Guard, Workload, attach, by_tid, free_port, prometheus, wait_http
+from conftest import ROOT, WAITMETER, Guard, Workload, attach, build_c, by_tid, free_port, prometheus, wait_http
 from test_gil import installed_python, stripped_env
 from test_prometheus import query
 
@@ -27,7 +27,6 @@ pytestmark = pytest.mark.needs_root
 
 HOLDER = ROOT / "tests" / "workloads" / "gil_holder.py"
 STARVE = ROOT / "tests" / "workloads" / "gil_starve.py"
-CONVOY = ROOT / "tests" / "workloads" / "stack_convoy.c"
 GO = shutil.which("go") or "/usr/local/go/bin/go"
 
 INTERPRETERS = ["3.9", "3.11", "3.12", "3.13", "3.14", "3.15"]
@@ -224,10 +223,7 @@ def test_the_profile_is_read_by_go_pprof(tmp_path):
 def test_a_c_mutex_convoy_names_the_c_functions():
     """A C program whose workers take turns on one mutex in append_record();
     built with frame pointers: the victims' stacks and the wakers' name it."""
-    BUILD.mkdir(exist_ok=True)
-    exe = BUILD / "stack_convoy"
-    subprocess.run(["cc", "-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", str(exe), str(CONVOY)], check=True, timeout=120)
-    with Workload(exe) as w:
+    with Workload(build_c("stack_convoy", "-O1", "-g", "-fno-omit-frame-pointer")) as w:
         report, _ = attach(w.pid, 2.0)
     victims = [s for s in report["wait_sites"] if s["state"] == "futex_wait" and s["role"] == "victim"]
     wakers = [s for s in report["wait_sites"] if s["state"] == "futex_wait" and s["role"] == "waker"]

@@ -95,6 +95,14 @@ pub enum Stacks {
     None,
 }
 
+/// Whether each thread's syscalls are counted (docs/probes/syscalls.md).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Syscalls {
+    /// count calls and time per thread and syscall (a probe on every syscall of the machine)
+    On,
+    Off,
+}
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
     Text,
@@ -128,6 +136,10 @@ pub struct ProbeArgs {
     /// Per CPU, samples a second that take a GIL holder's native stack (its C function) while others wait behind it; 0: off
     #[arg(long, value_name = "HZ", default_value_t = 499, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub holder_sample_hz: u32,
+    /// Count each thread's syscalls, calls and time (the clock-syscall check): on by default for
+    /// attach, off for run (it probes every syscall of the machine)
+    #[arg(long, value_enum)]
+    pub syscalls: Option<Syscalls>,
 }
 
 fn stack_interval(s: &str) -> Result<f64, String> {

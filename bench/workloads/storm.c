@@ -12,12 +12,15 @@
 //   storm contended N THREADS   THREADS threads share one pthread mutex, N lock/unlock
 //                               in all, as much work inside as outside (a futex storm)
 //   storm churn N [PAR]         create and join N threads that exit at once, PAR at a time
+//   storm syscalls N            one thread makes N getppid() syscalls (the cheapest there is:
+//                               the syscall probe's worst case, its cost all overhead)
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,7 +93,7 @@ static void *nothing(void *arg)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: storm pipe|paced|mutex|contended|churn N [ARG]\n");
+		fprintf(stderr, "usage: storm pipe|paced|mutex|contended|churn|syscalls N [ARG]\n");
 		return 2;
 	}
 	const char *mode = argv[1];
@@ -158,6 +161,9 @@ int main(int argc, char **argv)
 			for (int i = 0; i < par; i++)
 				pthread_join(ts[i], NULL);
 		}
+	} else if (!strcmp(mode, "syscalls")) {
+		for (ops = 0; ops < n; ops++)
+			syscall(SYS_getppid);
 	} else {
 		fprintf(stderr, "unknown mode %s\n", mode);
 		return 2;

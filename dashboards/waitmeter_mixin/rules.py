@@ -115,6 +115,18 @@ def alert_rules():
             f" word {{{{ $labels.futex }}}} over 5 minutes, with {c['waiters']} or more distinct waiters: a lock convoy.",
         ),
         (
+            "WaitmeterClockSyscalls",
+            'sum without (syscall) (rate(waitmeter_process_syscalls_total{syscall=~"clock_gettime|gettimeofday|time"}[5m]))'
+            f" >= {a['clockSyscalls']['perSecond']}",
+            a["clockSyscalls"]["for"],
+            "info",
+            "A process reads the clock with real system calls at a high rate.",
+            f"Process {{{{ $labels.comm }}}} (pid {{{{ $labels.pid }}}}){pod} made {{{{ $value | humanize }}}} clock"
+            f" syscalls a second over 5 minutes (threshold {a['clockSyscalls']['perSecond']}): each costs a kernel entry"
+            " (about 1 µs) that the vDSO answers in 25 ns when it can read the clock source. Check the node's clock"
+            " source (expected tsc) or code that bypasses the vDSO.",
+        ),
+        (
             "WaitmeterAgentDown",
             f"(up{{{CFG['agentSelector']}}} == 0) or absent(up{{{CFG['agentSelector']}}})",
             a["agentDown"]["for"],

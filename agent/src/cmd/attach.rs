@@ -11,6 +11,7 @@ use crate::cli::{AttachArgs, Output};
 use crate::clock::monotonic_ns;
 use crate::model::partition::{secs, window, ThreadSample};
 use crate::model::throttle::{self, Stretch};
+use crate::probes::syscalls::SyscallProbe;
 use crate::report::{json, text, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling, VerdictOptions};
 use crate::session::{Session, Target};
 use crate::usage;
@@ -33,6 +34,18 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     };
     let mut session = Session::start(&session_options(&args.probe, false, true))?;
     session.attach(args.pid)?;
+    // each thread's syscalls (on unless --syscalls off); without them the report lacks only them
+    let syscall_probe = match args.probe.syscalls.unwrap_or(crate::cli::Syscalls::On) {
+        crate::cli::Syscalls::Off => None,
+        crate::cli::Syscalls::On => match SyscallProbe::load(session.probe(), args.probe.max_threads.saturating_mul(8).max(32_768)) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                log::warn!("no syscall counts: {e:#} (--syscalls off to not try)");
+                None
+            }
+        },
+    };
+    let mut syscalls = crate::model::syscalls::Tally::default();
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
     let t0 = target.attached_ns;
     // user and kernel CPU time of the threads at the start (the split of `running`)
@@ -77,6 +90,15 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         live = snap.live.into_values().flatten().collect();
         for s in live.iter().chain(new_exits.iter()) {
             peaks.add(s, t0);
+        }
+        // the counts are cumulative: read when threads exit (theirs are final, then deleted
+        // from the map) and at the end
+        if let (Some(p), false) = (&syscall_probe, new_exits.is_empty()) {
+            let reading = p.read();
+            let alive: std::collections::HashSet<u32> = live.iter().map(|s| s.host_tid).collect();
+            let gone: Vec<u32> = reading.iter().map(|r| r.host_tid).filter(|t| !alive.contains(t)).collect();
+            syscalls.note(reading.into_iter().map(|r| (r.host_tid, r.nr, r.calls, r.ns)));
+            p.forget(&gone);
         }
         exits_since_tick.extend(new_exits.iter().cloned());
         exited.extend(new_exits);
@@ -136,6 +158,9 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     }
 
     let cpu_at_end = crate::procfs::thread_cpu_ns(args.pid);
+    if let Some(p) = &syscall_probe {
+        syscalls.note(p.read().into_iter().map(|r| (r.host_tid, r.nr, r.calls, r.ns)));
+    }
     let split = |s: &ThreadSample| {
         let end = cpu_at_end.get(&s.tid).filter(|_| !s.exited)?;
         // a thread that started in the window counts from zero
@@ -147,6 +172,7 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         .chain(exited.iter())
         .map(|s| ThreadRow {
             cpu_split: split(s),
+            syscalls: syscalls.of(s.host_tid),
             age: ages.thread(target.pid, s.tid, t0),
             peaks: peaks.of(s.host_tid, s.start_ns),
             ..ThreadRow::from_sample(s, s.times, s.existed_ns())
@@ -188,6 +214,13 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         }
         None => report,
     };
+    if let Some(p) = &syscall_probe {
+        for (reason, n) in p.lost() {
+            if n > 0 {
+                log::warn!("{n} syscalls were not counted ({reason}): raise --max-threads for a larger map");
+            }
+        }
+    }
     let report = report.with_age(ages.process(target.pid, t0)).with_stacks(session.wait_stacks(target.id));
     if let (Some((path, file)), Some(stacks)) = (profile_file.as_mut(), report.stacks.as_ref()) {
         let names: HashMap<u32, String> = report.threads.iter().map(|t| (t.tid, t.name.clone())).collect();

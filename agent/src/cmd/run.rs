@@ -16,6 +16,7 @@ use crate::export::push::{self, Pusher, PROFILE_NAME};
 use crate::export::recorder::{Captures, Proc, Pull, Recorder};
 use crate::export::web::Web;
 use crate::probes::sched::{HOLDER_SAMPLER, VARIANT};
+use crate::probes::syscalls::{SyscallProbe, SYSCALL_HOOKS};
 use crate::session::{Session, Snapshot};
 
 /// The hooks the sched probe attaches; each has a `waitmeter_probe_attached` series.
@@ -195,8 +196,21 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if args.all {
         session.discover()?;
     }
-    let attached = session.probe().attached();
+    // each process' syscalls, only when asked (a probe on every syscall of the machine)
+    let syscall_probe = match args.probe.syscalls {
+        Some(crate::cli::Syscalls::On) => Some(
+            SyscallProbe::load(session.probe(), args.probe.max_threads.saturating_mul(8).max(32_768))
+                .map_err(|e| crate::usage!("{e:#}: run without --syscalls on"))?,
+        ),
+        _ => None,
+    };
+    let mut syscall_totals = crate::model::syscalls::ProcessTotals::default();
+    let mut attached = session.probe().attached();
     let mut expected = SCHED_HOOKS.to_vec();
+    if syscall_probe.is_some() {
+        attached.extend(SYSCALL_HOOKS.iter().map(|h| h.to_string()));
+        expected.extend(SYSCALL_HOOKS);
+    }
     if args.probe.stacks == crate::cli::Stacks::All && args.probe.holder_sample_hz > 0 {
         expected.push(HOLDER_SAMPLER);
     }
@@ -233,15 +247,28 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 let mut lost = session.probe().lost();
                 lost.extend(session.python_lost());
                 lost.extend(session.stacks_lost());
+                let mut maps = session.map_entries();
+                if let Some(p) = &syscall_probe {
+                    let target_of: HashMap<u32, u64> = session.targets().map(|t| (t.host_pid, t.id)).collect();
+                    let live: std::collections::HashSet<u32> = snap.live.values().flatten().map(|s| s.host_tid).collect();
+                    let reading = p.read().into_iter().filter_map(|r| Some((*target_of.get(&r.host_tgid)?, r.host_tid, r.nr, r.calls)));
+                    let gone = syscall_totals.update(reading, |tid| live.contains(&tid));
+                    if !gone.is_empty() {
+                        p.forget(&gone);
+                    }
+                    lost.extend(p.lost().map(|(reason, n)| ("syscalls", reason, n)));
+                    maps.push(("syscalls", "syscall_counts", p.entries()));
+                }
                 let status = AgentStatus {
                     attached: attached.clone(),
                     expected: expected.clone(),
                     variant,
                     lost,
-                    maps: session.map_entries(),
+                    maps,
                     http_codes: endpoint.stats.codes(),
                     http_drops: endpoint.stats.drops(),
                     pushes: pushing.as_ref().map(|p| p.pusher.stats.by_result()).unwrap_or_default(),
+                    syscalls: syscall_totals.series(),
                 };
                 let mut cgroups: Vec<CgroupInfo> = vec![];
                 for t in session.targets().filter(|t| t.exited_ns.is_none()) {
@@ -320,6 +347,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 warned_all_gone = true;
             }
             let gone: Vec<u64> = session.forget_exited(now.saturating_sub(EXITED_RETENTION_NS)).iter().map(|t| t.id).collect();
+            for id in &gone {
+                syscall_totals.forget(*id);
+            }
             exporter.forget(&gone);
         }
     }

@@ -154,6 +154,14 @@ pub const THREAD_WAIT_RATIO: Metric = Metric {
     help: "waiting / (waiting + running) of a thread over the agent's last 60 s (a window of the agent's clock, moved every 10 s: the same for every scraper), where waiting = runqueue + throttled + gil_wait (absent when the thread neither ran nor waited). For other windows use the recording rule waitmeter:thread_wait_ratio:rate5m.",
 };
 
+pub const PROCESS_SYSCALLS: Metric = Metric {
+    base: "waitmeter_process_syscalls",
+    kind: Kind::Counter,
+    unit: None,
+    labels: &["pid", "comm", "syscall"],
+    help: "System calls made by a process' threads (those that returned), with `run --syscalls on` only: the clock reads by name (syscall=\"clock_gettime\", \"gettimeofday\", \"time\": calls the vDSO answers in user space when it can read the clock source, so a high rate means it cannot, or the code bypasses it), the rest as syscall=\"other\". `attach` lists each thread's syscalls by name.",
+};
+
 pub const AGE_SCRAPE_ERRORS: Metric = Metric {
     base: "waitmeter_age_scrape_errors",
     kind: Kind::Counter,
@@ -213,7 +221,7 @@ pub const EVENTS_LOST: Metric = Metric {
     kind: Kind::Counter,
     unit: None,
     labels: &["probe", "reason"],
-    help: "Kernel events that could not be recorded, by probe and reason (thread_map_full, holds_map_full: raise --max-threads; exit_ringbuf_full: a thread's final record was lost; blame_map_full: a GIL wait was not charged to its holder; probe stacks: a wait not charged to its stacks). Any increase means the numbers are incomplete.",
+    help: "Kernel events that could not be recorded, by probe and reason (thread_map_full, holds_map_full: raise --max-threads; exit_ringbuf_full: a thread's final record was lost; blame_map_full: a GIL wait was not charged to its holder; probe stacks: a wait not charged to its stacks; probe syscalls: a syscall not counted, syscall_map_full or task_storage_failed). Any increase means the numbers are incomplete.",
 };
 
 pub const BPF_MAP_ENTRIES: Metric = Metric {
@@ -258,6 +266,7 @@ pub const ALL: &[&Metric] = &[
     &PROCESS_CPU_LIMIT_CORES,
     &APP_AGE_SECONDS,
     &THREAD_WAIT_RATIO,
+    &PROCESS_SYSCALLS,
     &AGE_SCRAPE_ERRORS,
     &AGE_SOURCE_ERRORS,
     &AGE_CLIENT_REJECTED,

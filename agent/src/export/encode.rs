@@ -60,6 +60,7 @@ pub struct Exposition {
     pub cgroup_quota: Vec<(Labels, f64)>,
     pub cpu_limit: Vec<(Labels, f64)>,
     pub wait_ratio: Vec<(Labels, f64)>,
+    pub process_syscalls: Vec<(Labels, f64)>,
     pub app_age: Vec<(Labels, f64)>,
     pub age_scrape_errors: Vec<(Labels, f64)>,
     pub age_errors: Vec<(Labels, f64)>,
@@ -152,6 +153,7 @@ impl Collector for Exposition {
         gauges(&mut enc, &catalogue::APP_AGE_SECONDS, &self.app_age)?;
         counters(&mut enc, &catalogue::AGE_SCRAPE_ERRORS, &self.age_scrape_errors)?;
         gauges(&mut enc, &catalogue::THREAD_WAIT_RATIO, &self.wait_ratio)?;
+        counters(&mut enc, &catalogue::PROCESS_SYSCALLS, &self.process_syscalls)?;
         counters(&mut enc, &catalogue::AGE_SOURCE_ERRORS, &self.age_errors)?;
         counters(&mut enc, &catalogue::AGE_CLIENT_REJECTED, &self.age_client_rejected)?;
         counters(&mut enc, &catalogue::HTTP_REQUESTS, &self.http_requests)?;

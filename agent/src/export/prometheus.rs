@@ -83,6 +83,8 @@ pub struct AgentStatus {
     pub http_drops: Vec<(&'static str, u64)>,
     /// profile pushes by result (empty: no pushing)
     pub pushes: Vec<(&'static str, u64)>,
+    /// (target, syscall label, calls): `run --syscalls on` only
+    pub syscalls: Vec<(u64, String, u64)>,
 }
 
 /// A thread's cumulative numbers, summed into the series they label: the
@@ -621,6 +623,15 @@ impl Exporter {
         let http_requests = status.http_codes.iter().map(|(c, n)| (vec![("code".to_string(), c.to_string())], *n as f64)).collect();
         let http_dropped = status.http_drops.iter().map(|(r, n)| (vec![("reason".to_string(), r.to_string())], *n as f64)).collect();
         let profile_pushes = status.pushes.iter().map(|(r, n)| (vec![("result".to_string(), r.to_string())], *n as f64)).collect();
+        let process_syscalls = status
+            .syscalls
+            .iter()
+            .filter_map(|(target, syscall, n)| {
+                let p = by_id.get(target)?;
+                let labels = [("pid", p.pid.to_string()), ("comm", p.comm.clone()), ("syscall", syscall.clone())];
+                Some((labels.into_iter().map(|(k, v)| (k.to_string(), v)).collect(), *n as f64))
+            })
+            .collect();
         let exposition = Exposition {
             thread_seconds,
             gil_seconds,
@@ -636,6 +647,7 @@ impl Exporter {
             cgroup_quota,
             cpu_limit,
             wait_ratio,
+            process_syscalls,
             app_age,
             age_scrape_errors,
             age_errors,
@@ -700,6 +712,7 @@ mod tests {
             http_codes: vec![(200, 7), (401, 2)],
             http_drops: vec![("head_timeout", 64), ("evicted", 0)],
             pushes: vec![],
+            syscalls: vec![(1, "clock_gettime".into(), 42), (1, "other".into(), 7)],
         };
         let mut e = Exporter::new(1, false);
         let mut snap = Snapshot::default();
@@ -722,6 +735,8 @@ mod tests {
         assert!(text.contains("waitmeter_http_requests_total{code=\"401\"} 2"), "{text}");
         assert!(text.contains("waitmeter_http_connections_dropped_total{reason=\"head_timeout\"} 64"), "{text}");
         assert!(text.contains("# TYPE waitmeter_thread_seconds counter"), "{text}");
+        assert!(text.contains("waitmeter_process_syscalls_total{pid=\"10\",comm=\"svc\",syscall=\"clock_gettime\"} 42"), "{text}");
+        assert!(text.contains("waitmeter_process_syscalls_total{pid=\"10\",comm=\"svc\",syscall=\"other\"} 7"), "{text}");
 
         // thread 2 exits: its time stays in the "worker" series
         let mut exits = BTreeMap::new();

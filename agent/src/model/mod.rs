@@ -8,5 +8,6 @@ pub mod partition;
 pub mod peaks;
 pub mod stacks;
 pub mod state;
+pub mod syscall_names;
 pub mod syscalls;
 pub mod throttle;

@@ -76,6 +76,124 @@ pub const CLASSIFIED: &[(u32, &str, State)] = &[
     (441, "epoll_pwait2", State::IoWait),
 ];
 
+/// Counted under this number: any number out of range (ABI: WM_SYS_NR_OTHER of bpf/syscalls.h).
+pub const NR_OTHER: u32 = 512;
+
+/// Clock reads that the vDSO answers in user space when it can read the clock source: as
+/// syscalls, each costs a kernel entry (about 1 µs with an HPET or ACPI PM timer instead of 25 ns).
+#[cfg(target_arch = "x86_64")]
+pub const CLOCK_READS: &[u32] = &[228 /* clock_gettime */, 96 /* gettimeofday */, 201 /* time */];
+
+/// A syscall's name: "syscall_N" for a number the table does not know, "other" for the bucket
+/// of numbers out of range.
+pub fn name(nr: u32) -> String {
+    if nr == NR_OTHER {
+        return "other".to_string();
+    }
+    match super::syscall_names::NAMES.binary_search_by_key(&nr, |(n, _)| *n) {
+        Ok(i) => super::syscall_names::NAMES[i].1.to_string(),
+        Err(_) => format!("syscall_{nr}"),
+    }
+}
+
+/// One thread's calls of one syscall in the window: how many returned, and the time from entry
+/// to return summed (in the kernel, blocked time included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyscallCount {
+    pub nr: u32,
+    pub calls: u64,
+    pub ns: u64,
+}
+
+/// The syscalls of the watched threads, as of the probe's last reading: host TID -> its
+/// syscalls, most calls first. The probe's counts are cumulative per thread, so the latest
+/// reading of a thread is its total; a thread that is gone keeps its last reading.
+#[derive(Debug, Default)]
+pub struct Tally {
+    by_tid: std::collections::HashMap<u32, std::collections::BTreeMap<u32, SyscallCount>>,
+}
+
+impl Tally {
+    /// Note one reading: (host TID, number, calls, ns) each, cumulative.
+    pub fn note(&mut self, reading: impl IntoIterator<Item = (u32, u32, u64, u64)>) {
+        for (tid, nr, calls, ns) in reading {
+            self.by_tid.entry(tid).or_default().insert(nr, SyscallCount { nr, calls, ns });
+        }
+    }
+
+    /// A thread's syscalls, most calls first (then most time, then by number).
+    pub fn of(&self, host_tid: u32) -> Vec<SyscallCount> {
+        let mut v: Vec<SyscallCount> = self.by_tid.get(&host_tid).map(|m| m.values().copied().collect()).unwrap_or_default();
+        v.sort_by_key(|c| (std::cmp::Reverse(c.calls), std::cmp::Reverse(c.ns), c.nr));
+        v
+    }
+}
+
+/// Of a thread's syscalls, the clock reads (`CLOCK_READS`) summed: (calls, ns).
+pub fn clock_reads(counts: &[SyscallCount]) -> (u64, u64) {
+    counts.iter().filter(|c| CLOCK_READS.contains(&c.nr)).fold((0, 0), |(n, t), c| (n + c.calls, t + c.ns))
+}
+
+/// The bucket a syscall is counted in by the metrics: a clock read by its own number, the
+/// rest `NR_OTHER` (a bounded `syscall` label: four values).
+pub fn metric_bucket(nr: u32) -> u32 {
+    if CLOCK_READS.contains(&nr) {
+        nr
+    } else {
+        NR_OTHER
+    }
+}
+
+/// Per watched process (by session target id), its threads' syscalls since it was watched, in
+/// the metric's buckets (`metric_bucket`): monotonic counters, whatever threads come and go.
+#[derive(Debug, Default)]
+pub struct ProcessTotals {
+    /// the final counts of threads that are gone, folded
+    folded: std::collections::BTreeMap<(u64, u32), u64>,
+    /// folded plus the live threads' counts, as of the last update
+    current: std::collections::BTreeMap<(u64, u32), u64>,
+}
+
+impl ProcessTotals {
+    /// Take a reading: (target, host TID, number, calls) each, cumulative per thread. The counts
+    /// of threads for which `live` is false are final: they are folded, and their TIDs
+    /// returned for the probe to delete (after which they are never read again).
+    pub fn update(&mut self, reading: impl IntoIterator<Item = (u64, u32, u32, u64)>, live: impl Fn(u32) -> bool) -> Vec<u32> {
+        let mut current = self.folded.clone();
+        let mut gone = vec![];
+        for (target, tid, nr, calls) in reading {
+            let key = (target, metric_bucket(nr));
+            if live(tid) {
+                *current.entry(key).or_default() += calls;
+            } else {
+                *self.folded.entry(key).or_default() += calls;
+                *current.entry(key).or_default() += calls;
+                gone.push(tid);
+            }
+        }
+        // a counter never goes back (a thread read twice while exiting, a reading short of one)
+        for (k, was) in &self.current {
+            let v = current.entry(*k).or_default();
+            *v = (*v).max(*was);
+        }
+        self.current = current;
+        gone.sort_unstable();
+        gone.dedup();
+        gone
+    }
+
+    /// (target, bucket's name, calls) of every series.
+    pub fn series(&self) -> Vec<(u64, String, u64)> {
+        self.current.iter().map(|((t, nr), n)| (*t, name(*nr), *n)).collect()
+    }
+
+    /// Forget a process that is gone.
+    pub fn forget(&mut self, target: u64) {
+        self.folded.retain(|k, _| k.0 != target);
+        self.current.retain(|k, _| k.0 != target);
+    }
+}
+
 /// The state of a thread blocked in syscall `nr`.
 pub fn syscall_state(nr: u32) -> State {
     CLASSIFIED.iter().find(|(n, _, _)| *n == nr).map(|(_, _, s)| *s).unwrap_or(State::Other)
@@ -138,6 +256,8 @@ mod tests {
         assert_eq!(nrs.len(), CLASSIFIED.len());
         assert_eq!(names.len(), CLASSIFIED.len());
         assert!(CLASSIFIED.iter().all(|c| (c.0 as usize) < MAX_SYSCALLS));
+        // the classification's names are the kernel's
+        assert!(CLASSIFIED.iter().all(|c| name(c.0) == c.1), "a classified syscall is misnamed");
     }
 
     #[test]
@@ -160,5 +280,54 @@ mod tests {
         assert_eq!(syscall_state(35), State::Sleep);
         assert_eq!(syscall_state(61), State::Other); // wait4
         assert_eq!(syscall_state(10_000), State::Other);
+    }
+
+    #[test]
+    fn names_are_the_kernels_and_the_table_is_sorted() {
+        let names = crate::model::syscall_names::NAMES;
+        assert!(names.windows(2).all(|w| w[0].0 < w[1].0), "NAMES must be ascending for the binary search");
+        assert_eq!(name(0), "read");
+        assert_eq!(name(228), "clock_gettime");
+        assert_eq!(name(96), "gettimeofday");
+        assert_eq!(name(455), "futex_wait");
+        assert_eq!(name(511), "syscall_511");
+        assert_eq!(name(NR_OTHER), "other");
+        assert_eq!(NR_OTHER as usize, MAX_SYSCALLS);
+    }
+
+    #[test]
+    fn a_tally_keeps_the_last_cumulative_reading_and_sorts_by_calls() {
+        let mut t = Tally::default();
+        t.note([(7, 228, 10, 1_000), (7, 0, 3, 9_000_000)]);
+        t.note([(7, 228, 25, 2_500), (8, 1, 1, 10)]);
+        assert_eq!(t.of(7), [SyscallCount { nr: 228, calls: 25, ns: 2_500 }, SyscallCount { nr: 0, calls: 3, ns: 9_000_000 }]);
+        assert_eq!(t.of(8).len(), 1);
+        assert!(t.of(9).is_empty());
+        assert_eq!(clock_reads(&t.of(7)), (25, 2_500));
+        let both = [SyscallCount { nr: 96, calls: 4, ns: 40 }, SyscallCount { nr: 228, calls: 6, ns: 60 }];
+        assert_eq!(clock_reads(&both), (10, 100));
+    }
+
+    #[test]
+    fn process_totals_fold_exited_threads_and_never_go_back() {
+        let mut t = ProcessTotals::default();
+        // thread 7 of target 1 reads the clock; thread 8 reads files
+        let gone = t.update([(1, 7, 228, 100), (1, 8, 0, 5), (1, 8, 1, 2)], |_| true);
+        assert!(gone.is_empty());
+        assert_eq!(t.series(), [(1, "clock_gettime".to_string(), 100), (1, "other".to_string(), 7)]);
+        // 8 exits after more reads: folded, returned to be deleted
+        let gone = t.update([(1, 7, 228, 150), (1, 8, 0, 9), (1, 8, 1, 2)], |tid| tid == 7);
+        assert_eq!(gone, [8]);
+        assert_eq!(t.series(), [(1, "clock_gettime".to_string(), 150), (1, "other".to_string(), 11)]);
+        // deleted: no longer read, still counted
+        t.update([(1, 7, 228, 160)], |_| true);
+        assert_eq!(t.series(), [(1, "clock_gettime".to_string(), 160), (1, "other".to_string(), 11)]);
+        // a reading that lacks a live thread's entry (deleted by mistake) does not go back
+        t.update([], |_| true);
+        assert_eq!(t.series()[0].2, 160);
+        t.forget(1);
+        assert!(t.series().is_empty());
+        assert_eq!(metric_bucket(96), 96);
+        assert_eq!(metric_bucket(0), NR_OTHER);
     }
 }

@@ -6,6 +6,7 @@ pub mod gil;
 pub mod pypark;
 pub mod sched;
 pub mod stacks;
+pub mod syscalls;
 
 use std::mem::MaybeUninit;
 use std::path::Path;

@@ -227,6 +227,12 @@ impl SchedProbe {
         &self.skel.maps.parked
     }
 
+    /// The `watched_bits` map (bit TGID set = watched), which every probe
+    /// that filters by process shares with this one (bpf/watched.bpf.h).
+    pub fn watched_bits_map(&self) -> &libbpf_rs::MapMut<'static> {
+        &self.skel.maps.watched_bits
+    }
+
     /// The maps of the wait stacks (bpf/stacks.bpf.h), which live in this
     /// probe's object: `probes::stacks` reads and configures them.
     pub(crate) fn stack_maps(&self) -> super::stacks::Maps<'_> {

@@ -219,6 +219,23 @@ pub enum Kind {
     /// "clock source:": the kernel's clock source is one the vDSO cannot read, so every
     /// clock_gettime and gettimeofday is a system call (the doctor check of the environment)
     ClockSource { clocksource: String },
+    /// "clock syscalls:": a thread read the clock with real syscalls (clock_gettime,
+    /// gettimeofday, time) at a high rate, and they took a share of its time: what the vDSO
+    /// answers in ~25 ns in user space cost a kernel entry each (the syscall probe)
+    ClockSyscalls {
+        thread: ThreadRef,
+        /// the calls, per second of the thread's time in the window, and the time inside them
+        calls: u64,
+        #[serde(serialize_with = "rounded")]
+        per_s: f64,
+        #[serde(rename = "kernel_s", serialize_with = "seconds")]
+        kernel_ns: u64,
+        #[serde(rename = "running_s", serialize_with = "seconds")]
+        running_ns: u64,
+        /// the machine's clock source, and whether the vDSO can read it (None: not known)
+        clocksource: Option<String>,
+        vdso: Option<bool>,
+    },
     /// "yielding:": threads runnable after sched_yield(2) much of their time (a spin-then-yield
     /// wait strategy): idle by choice, not waiting; what their spinning cost in CPU
     Yielding {
@@ -344,6 +361,7 @@ impl Kind {
             Kind::AgeRisingCpuBusy { busiest, .. } => busiest.as_ref().map_or(0, |w| w.ns),
             Kind::LockConvoy { wait_ns, .. } => *wait_ns,
             Kind::Burst { stretch_ns, share, interval_ns, .. } => (*stretch_ns).max((share * *interval_ns as f64) as u64),
+            Kind::ClockSyscalls { kernel_ns, .. } => *kernel_ns,
         }
     }
 
@@ -358,7 +376,7 @@ impl Kind {
             Kind::AgeRisingCpuIdle { .. } | Kind::AgeRisingCpuBusy { .. } => 4,
             Kind::LockConvoy { .. } => 5,
             Kind::GilWait { .. } | Kind::RunQueueSaturation { .. } | Kind::CpuQuota { .. } | Kind::Blocked { .. } => 6,
-            Kind::Yielding { .. } | Kind::Burst { .. } | Kind::ClockSource { .. } => 6,
+            Kind::Yielding { .. } | Kind::Burst { .. } | Kind::ClockSource { .. } | Kind::ClockSyscalls { .. } => 6,
             Kind::IdleThreads { .. } => 7,
             Kind::More { .. } => 8,
         }
@@ -382,6 +400,16 @@ impl Kind {
             self,
             Kind::Healthy { .. } | Kind::IdleThreads { .. } | Kind::More { .. } | Kind::Yielding { .. } | Kind::ClockSource { .. }
         ) && !matches!(self, Kind::Blocked { idle: true, .. })
+    }
+}
+
+/// A count or a rate as people say it: "850", "12k", "1.3M".
+fn human_rate(x: f64) -> String {
+    match x {
+        x if x >= 1e6 => format!("{:.1}M", x / 1e6),
+        x if x >= 1e4 => format!("{:.0}k", x / 1e3),
+        x if x >= 1e3 => format!("{:.1}k", x / 1e3),
+        x => format!("{x:.0}"),
     }
 }
 
@@ -605,6 +633,27 @@ impl fmt::Display for Kind {
                     secs(*at_ns),
                     100.0 * window_share,
                     secs(*window_ns),
+                )
+            }
+            Kind::ClockSyscalls { thread, calls, per_s, kernel_ns, running_ns, clocksource, vdso } => {
+                let why = match (clocksource, vdso) {
+                    (Some(cs), Some(false)) => format!(
+                        "the kernel reads time from {cs}, which the vDSO cannot use, so every clock read is a system call (about 1 µs instead of 25 ns); expected tsc (dmesg: look for 'clocksource' and 'TSC unstable')"
+                    ),
+                    (Some(cs), Some(true)) => format!(
+                        "the clock source ({cs}) is one the vDSO reads in user space, so this code makes the syscall itself (syscall(2), a static or old C library, a seccomp filter or a runtime that bypasses the vDSO): call clock_gettime through the C library"
+                    ),
+                    _ => "either the clock source is one the vDSO cannot read or this code bypasses the vDSO".to_string(),
+                };
+                write!(
+                    f,
+                    "clock syscalls: thread {} read the clock with {} system calls ({}/s), {:.2} s inside them, {:.0}% of its {:.2} s running: {why}",
+                    thread.or_a_thread(),
+                    human_rate(*calls as f64),
+                    human_rate(*per_s),
+                    secs(*kernel_ns),
+                    100.0 * *kernel_ns as f64 / (*running_ns).max(1) as f64,
+                    secs(*running_ns),
                 )
             }
             Kind::Yielding { count, threads, yield_ns, yields, running_ns, window_ns } => {

@@ -56,6 +56,10 @@ pub struct JsonThread {
     pub user_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system_s: Option<f64>,
+    /// its most frequent syscalls (at most `TOP_SYSCALLS`, most calls first); absent when not
+    /// counted (`run` without --syscalls) or none returned
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub syscalls: Vec<JsonSyscall>,
     /// GIL hold times, with --gil-probe uprobe only
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gil_hold: Option<JsonHold>,
@@ -143,6 +147,21 @@ pub struct JsonHold {
     pub total_s: f64,
     pub p50_s: Option<f64>,
     pub p99_s: Option<f64>,
+}
+
+/// Syscalls listed per thread in the JSON.
+pub const TOP_SYSCALLS: usize = 8;
+
+/// One syscall of a thread over the window (`model::syscalls::SyscallCount`).
+#[derive(Serialize, Debug)]
+pub struct JsonSyscall {
+    pub name: String,
+    pub nr: u32,
+    /// calls that returned in the window, and per second of the thread's time in it
+    pub calls: u64,
+    pub per_s: f64,
+    /// entry to return, summed: in the kernel, blocked time included
+    pub seconds: f64,
 }
 
 /// A thread's worst interval in one state (`model::peaks::Peak`).
@@ -362,6 +381,18 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
         yields: row.yields,
         user_s: row.cpu_split.map(|(u, _)| round6(secs(u))),
         system_s: row.cpu_split.map(|(_, k)| round6(secs(k))),
+        syscalls: row
+            .syscalls
+            .iter()
+            .take(TOP_SYSCALLS)
+            .map(|c| JsonSyscall {
+                name: crate::model::syscalls::name(c.nr),
+                nr: c.nr,
+                calls: c.calls,
+                per_s: round4(c.calls as f64 / secs(row.times.total()).max(1e-9)),
+                seconds: round6(secs(c.ns)),
+            })
+            .collect(),
         peaks: row.peaks.as_ref().map(|p| {
             PEAK_STATES
                 .into_iter()

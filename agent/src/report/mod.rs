@@ -47,6 +47,8 @@ pub struct ThreadRow {
     /// its CPU time in the window in user and in kernel mode, ns, at /proc's clock-tick
     /// resolution (None: not read, or it exited before the end)
     pub cpu_split: Option<(u64, u64)>,
+    /// its syscalls in the window, most calls first (empty: not counted; the syscall probe)
+    pub syscalls: Vec<crate::model::syscalls::SyscallCount>,
 }
 
 /// CPUs of the machine.
@@ -137,6 +139,7 @@ impl ThreadRow {
             yields: s.yields,
             peaks: None,
             cpu_split: None,
+            syscalls: vec![],
         }
     }
 }

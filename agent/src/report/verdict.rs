@@ -4,6 +4,7 @@
 use super::finding::{AgeFacts, Behind, CpuUse, Culprit, Finding, Kind, OffCpu, PeriodSignature, ThreadRef, ThreadTime};
 use super::{ProcessReport, ThreadRow};
 use crate::model::blame::{self, Preemptor, CONVOY_SHARE, CONVOY_WAITERS};
+use crate::model::partition::secs;
 use crate::model::state::State;
 
 /// A thread is reported when this share of its time was involuntary waiting.
@@ -228,6 +229,31 @@ fn burst(r: &ThreadRow, window_ns: u64) -> Option<Kind> {
         })
 }
 
+/// Clock reads by syscall are a finding from this rate (per second of the thread's time) ...
+pub const CLOCK_SYSCALL_RATE: f64 = 1000.0;
+/// ... when the time inside them is this share of the thread's running time or more.
+pub const CLOCK_SYSCALL_SHARE: f64 = 0.05;
+
+/// A thread that read the clock through real syscalls often enough for them to cost a share
+/// of its running time (the syscall probe's counts; none without it).
+fn clock_syscalls(r: &ThreadRow, env: Option<&super::environment::Environment>, window_ns: u64) -> Option<Kind> {
+    if !present(r, window_ns) {
+        return None;
+    }
+    let (calls, kernel_ns) = crate::model::syscalls::clock_reads(&r.syscalls);
+    let per_s = calls as f64 / secs(r.times.total()).max(1e-9);
+    let running_ns = r.times.get(State::Running);
+    (per_s >= CLOCK_SYSCALL_RATE && kernel_ns as f64 >= CLOCK_SYSCALL_SHARE * running_ns as f64).then(|| Kind::ClockSyscalls {
+        thread: ThreadRef { tid: r.tid, name: Some(r.name.clone()) },
+        calls,
+        per_s,
+        kernel_ns,
+        running_ns,
+        clocksource: env.and_then(|e| e.clocksource.clone()),
+        vdso: env.and_then(|e| e.clock_vdso),
+    })
+}
+
 /// A culprit thread (a GIL holder, a lock's releasers, a waker) counts as kept off the CPU
 /// when it was throttled or queued for a CPU this share of its time or more.
 pub const OFF_CPU_SHARE: f64 = 0.20;
@@ -342,9 +368,12 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
     }
 
     out.extend(yielding(rows, report.duration_ns));
-    if let Some(e) = report.environment.as_ref().filter(|e| e.clock_vdso == Some(false)) {
+    let clock: Vec<Kind> = rows.iter().filter_map(|r| clock_syscalls(r, report.environment.as_ref(), report.duration_ns)).collect();
+    // the clock source alone, when no thread's clock syscalls say it already
+    if let Some(e) = report.environment.as_ref().filter(|e| e.clock_vdso == Some(false) && clock.is_empty()) {
         out.push(Kind::ClockSource { clocksource: e.clocksource.clone().unwrap_or_default() });
     }
+    out.extend(clock);
     // a stall inside the window, unless a finding names that thread's wait in that state
     // already (or the thread as saturated)
     let named: Vec<(u32, Option<State>)> = out.iter().filter_map(victim_of).collect();
@@ -1425,5 +1454,40 @@ mod typed {
         assert!(f[1].to_string().starts_with("clock source: the kernel reads time from hpet, which the vDSO cannot use"), "{}", f[1]);
         let r = ProcessReport::new(1, "svc".into(), None, 10 * S, None, rows()).with_environment(env("tsc"));
         assert_eq!(kinds(&all_findings(&r)), ["healthy"]);
+    }
+
+    #[test]
+    fn clock_reads_by_syscall_are_a_finding_that_names_the_cause() {
+        use crate::model::syscalls::SyscallCount;
+        use crate::report::environment::{vdso_capable, Environment};
+        let env = |cs: &str| Environment { clocksource: Some(cs.into()), clock_vdso: Some(vdso_capable(cs)), ..Default::default() };
+        // 2M clock_gettime syscalls in 10 s, 0.9 s inside them, of 4 s running; sleeps the rest
+        let reader = |calls: u64, ns: u64| ThreadRow {
+            syscalls: vec![SyscallCount { nr: 228, calls, ns }, SyscallCount { nr: 0, calls: 10, ns: 5 * S }],
+            ..row(1, "reader", &[(State::Running, 4 * S), (State::Sleep, 6 * S)])
+        };
+        let report = |r: ThreadRow, cs: &str| {
+            let mut p = ProcessReport::new(1, "svc".into(), None, 10 * S, None, vec![r]).with_environment(env(cs));
+            p.cpu_limit_cores = 4.0;
+            p
+        };
+        // the clock source the vDSO cannot read: said once, in the thread's finding
+        let f = all_findings(&report(reader(2_000_000, 900_000_000), "hpet"));
+        assert_eq!(kinds(&f), ["clock_syscalls"], "{f:?}");
+        let line = f[0].to_string();
+        assert!(line.starts_with("clock syscalls: thread reader (1) read the clock with 2.0M system calls (200k/s), 0.90 s inside them, 22% of its 4.00 s running: the kernel reads time from hpet"), "{line}");
+        assert_eq!(f[0].explains_ns, 900_000_000);
+        // tsc: the code bypasses the vDSO
+        let f = all_findings(&report(reader(2_000_000, 900_000_000), "tsc"));
+        assert!(
+            f[0].to_string().contains("the clock source (tsc) is one the vDSO reads in user space, so this code makes the syscall itself"),
+            "{}",
+            f[0]
+        );
+        // a few clock syscalls a second, or cheap ones, are nothing
+        assert_eq!(kinds(&all_findings(&report(reader(5_000, 100_000_000), "tsc"))), ["healthy"]);
+        assert_eq!(kinds(&all_findings(&report(reader(2_000_000, 100_000_000), "tsc"))), ["healthy"]);
+        // the read(2) time of the thread is not a clock read
+        assert_eq!(crate::model::syscalls::clock_reads(&reader(1, 1).syscalls), (1, 1));
     }
 }

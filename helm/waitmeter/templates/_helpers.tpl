@@ -262,6 +262,9 @@ The agent's command line.
 {{- if ne $a.stacks "all" }}
 - --stacks={{ $a.stacks }}
 {{- end }}
+{{- if $a.syscalls }}
+- --syscalls=on
+{{- end }}
 {{- if $a.tidLabels }}
 - --tid-labels
 {{- end }}
