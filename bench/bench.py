@@ -426,7 +426,7 @@ def first_answer(runs, out):
 GROUPS = {
     "gil": ["gil-3.11", "gil-3.12"],
     "pingpong": ["pingpong", "pingpong-unpinned", "pingpong-3.14"],
-    "storms": ["ctxswitch", "futex-uncontended", "futex-contended", "churn"],
+    "storms": ["ctxswitch", "futex-uncontended", "futex-contended", "churn", "syscalls"],
     "agent": ["sched-10k"],
     "accuracy": ["accuracy-gil", "accuracy-partition", "accuracy-throttle"],
     "latency": ["first-answer"],

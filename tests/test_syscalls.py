@@ -38,7 +38,7 @@ def test_a_forced_syscall_clock_loop_is_flagged_with_its_true_rate(clockloop):
     workload's own (per second, within 20%), and the verdict says what it costs and why
     (the machine's clock source is one the vDSO reads, so the code bypasses it)."""
     with Workload(clockloop, "syscall") as w:
-        report, _ = attach(w.pid, 3.0)
+        report, _ = attach(w.pid, 3.0, "--syscalls", "on")
         rate = read_rate(w)
     reader = by_tid(report)[w.tids["reader"]]
     top = reader["syscalls"][0]
@@ -65,17 +65,18 @@ def test_a_forced_syscall_clock_loop_is_flagged_with_its_true_rate(clockloop):
 def test_a_vdso_clock_loop_is_not_flagged(clockloop):
     """The control: the same loop through the vDSO makes no clock syscall at all."""
     with Workload(clockloop, "vdso") as w:
-        report, _ = attach(w.pid, 2.0)
+        report, _ = attach(w.pid, 2.0, "--syscalls", "on")
     reader = by_tid(report)[w.tids["reader"]]
     assert not any(s["name"] == "clock_gettime" for s in reader.get("syscalls", [])), reader
     assert not any(f["kind"] == "clock_syscalls" for f in report["findings"]), report["findings"]
     assert not any(v.startswith("clock syscalls:") for v in report["verdict"]), report["verdict"]
 
 
-def test_syscalls_off_counts_none(clockloop):
-    """--syscalls off: no probe, no counts, no finding."""
+@pytest.mark.parametrize("flag", [[], ["--syscalls", "off"]])
+def test_without_syscalls_on_none_are_counted(clockloop, flag):
+    """The default (and --syscalls off): no probe, no counts, no finding."""
     with Workload(clockloop, "syscall") as w:
-        report, _ = attach(w.pid, 1.0, "--syscalls", "off")
+        report, _ = attach(w.pid, 1.0, *flag)
     assert not any("syscalls" in t for t in report["threads"]), report["threads"]
     assert not any(f["kind"] == "clock_syscalls" for f in report["findings"])
 

@@ -136,8 +136,8 @@ pub struct ProbeArgs {
     /// Per CPU, samples a second that take a GIL holder's native stack (its C function) while others wait behind it; 0: off
     #[arg(long, value_name = "HZ", default_value_t = 499, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub holder_sample_hz: u32,
-    /// Count each thread's syscalls, calls and time (the clock-syscall check): on by default for
-    /// attach, off for run (it probes every syscall of the machine)
+    /// Count each thread's syscalls, calls and time (the clock-syscall check). Off by default:
+    /// the probe runs on every syscall of the machine (about 0.3 µs each for unwatched processes)
     #[arg(long, value_enum)]
     pub syscalls: Option<Syscalls>,
 }

@@ -1,13 +1,16 @@
 """Ground truth for bursts: an ingest thread that needs the GIL back after every short
 blocking call, and a batch thread that once, STALL_AT seconds after "ready", holds the GIL
-through one long C call (sum() over a range: a builtin loop that never lets go) of about
-STALL seconds; the rest of the time batch sleeps.
+through one blocking C call of STALL seconds (usleep(3) called through ctypes.PyDLL, which
+keeps the GIL: a C extension that blocks without releasing it); the rest of the time batch
+sleeps. The call's length is the C library's, not a calibration's (a sum() calibrated to
+1.5 s took 0.95 s on one machine and 2.6 s on another).
 
   python gil_stall.py STALL_AT STALL      (STALL 0: no stall, the control)
 
 Prints "tid <name> <native thread id>", then "ready", then "stall <start> <end>" (Unix
 times of the call) when it is done.
 """
+import ctypes
 import select
 import sys
 import threading
@@ -16,25 +19,13 @@ import time
 tids = {}
 
 
-def calibrate(seconds):
-    """A range whose sum() takes about `seconds` here."""
-    n, per = 2_000_000, float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        sum(range(n))
-        per = min(per, (time.perf_counter() - t0) / n)
-    return int(seconds / per)
-
-
 def batch(at, seconds):
     tids["batch"] = threading.get_native_id()
     time.sleep(at)
     if seconds > 0:
-        # Calibrated here, just before the call, so that it runs on the machine as it is
-        # then (a calibration at start-up, beside other start-ups, made a 1.5 s call 0.95 s).
-        n = calibrate(seconds)
+        libc = ctypes.PyDLL(None)  # PyDLL: the GIL is held through the call
         t0 = time.time()
-        sum(range(n))
+        libc.usleep(ctypes.c_uint(int(seconds * 1e6)))
         print("stall %.3f %.3f" % (t0, time.time()), flush=True)
     while True:
         time.sleep(1)

@@ -33,21 +33,25 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         None => None,
     };
     let mut session = Session::start(&session_options(&args.probe, false, true))?;
-    session.attach(args.pid)?;
-    // each thread's syscalls (on unless --syscalls off); without them the report lacks only them
-    let syscall_probe = match args.probe.syscalls.unwrap_or(crate::cli::Syscalls::On) {
-        crate::cli::Syscalls::Off => None,
-        crate::cli::Syscalls::On => match SyscallProbe::load(session.probe(), args.probe.max_threads.saturating_mul(8).max(32_768)) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                log::warn!("no syscall counts: {e:#} (--syscalls off to not try)");
-                None
-            }
-        },
+    // each thread's syscalls, when asked (--syscalls on: a probe on every syscall of the
+    // machine, docs/probes/syscalls.md). Loaded before the target is watched: the window
+    // starts when everything is in place
+    let syscall_probe = match args.probe.syscalls {
+        Some(crate::cli::Syscalls::On) => Some(
+            SyscallProbe::load(session.probe(), args.probe.max_threads.saturating_mul(8).max(32_768))
+                .map_err(|e| usage!("{e:#}: run without --syscalls on"))?,
+        ),
+        _ => None,
     };
+    session.attach(args.pid)?;
     let mut syscalls = crate::model::syscalls::Tally::default();
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
-    let t0 = target.attached_ns;
+    // The window opens now, with everything in place: what the threads did since they were
+    // seeded (while the agent attached its probes and read symbols, competing for the CPU) is
+    // a baseline, subtracted from every row
+    let base = session.sample();
+    let t0 = base.at_ns;
+    let base: HashMap<u32, ThreadSample> = base.live.into_values().flatten().map(|s| (s.host_tid, s)).collect();
     // user and kernel CPU time of the threads at the start (the split of `running`)
     let cpu_at_start = crate::procfs::thread_cpu_ns(args.pid);
     // the wall-clock time of t0 (the profile's and the report's start)
@@ -62,7 +66,7 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     let color = live_view && std::env::var_os("NO_COLOR").is_none();
 
     let mut exited: Vec<ThreadSample> = vec![];
-    let mut last: HashMap<u32, ThreadSample> = HashMap::new();
+    let mut last: HashMap<u32, ThreadSample> = base.clone();
     let mut live: Vec<ThreadSample> = vec![];
     let mut drawn_lines = 0usize;
     let mut exited_at: Option<u64> = None;
@@ -73,6 +77,9 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     let mut exits_since_tick: Vec<ThreadSample> = vec![];
     let mut ages = AgeSources::new(&age)?;
     let mut peaks = crate::model::peaks::PeakTracker::default();
+    for s in base.values() {
+        peaks.add(s, t0);
+    }
     let plain_lines = args.output == Output::Text && !live_view;
     let mut end;
     loop {
@@ -170,12 +177,20 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     let rows: Vec<ThreadRow> = live
         .iter()
         .chain(exited.iter())
-        .map(|s| ThreadRow {
-            cpu_split: split(s),
-            syscalls: syscalls.of(s.host_tid),
-            age: ages.thread(target.pid, s.tid, t0),
-            peaks: peaks.of(s.host_tid, s.start_ns),
-            ..ThreadRow::from_sample(s, s.times, s.existed_ns())
+        .map(|s| {
+            // since the baseline (a thread that started in the window: all of it)
+            let w = match base.get(&s.host_tid).filter(|b| b.same_thread(s)) {
+                Some(b) => s.since(b),
+                None => s.clone(),
+            };
+            let existed = w.times.total();
+            ThreadRow {
+                cpu_split: split(s),
+                syscalls: syscalls.of(s.host_tid),
+                age: ages.thread(target.pid, s.tid, t0),
+                peaks: peaks.of(s.host_tid, s.start_ns),
+                ..ThreadRow::from_sample(&w, w.times, existed)
+            }
         })
         .collect();
     let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");

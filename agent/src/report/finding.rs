@@ -615,7 +615,7 @@ impl fmt::Display for Kind {
             Kind::More { findings } => write!(f, "… and {findings} more finding{}; -v lists them", if *findings == 1 { "" } else { "s" }),
             Kind::ClockSource { clocksource } => write!(
                 f,
-                "clock source: the kernel reads time from {clocksource}, which the vDSO cannot use: every clock_gettime and gettimeofday is a system call (about 1 µs instead of 25 ns); expected tsc (dmesg: look for 'clocksource' and 'TSC unstable')"
+                "clock source: the kernel reads time from {clocksource}, which the vDSO cannot use: every clock_gettime and gettimeofday is a system call (about 1 µs instead of 25 ns); expected tsc (dmesg: look for 'clocksource' and 'TSC unstable'; --syscalls on counts the process' clock syscalls)"
             ),
             Kind::Burst { thread, state, share, at_ns, interval_ns, stretch_ns, window_share, window_ns } => {
                 let stretch = if *stretch_ns > *interval_ns {

@@ -23,7 +23,6 @@ pub struct Target {
     pub host_pid: u32,
     pub comm: String,
     pub(super) starttime: u64,
-    pub attached_ns: u64,
     /// CLOCK_MONOTONIC ns at which the agent noticed it had exited
     pub exited_ns: Option<u64>,
     /// the CPython interpreter in it, if any
@@ -171,7 +170,6 @@ impl Session {
                 host_pid,
                 comm: sanitize(&stat.comm),
                 starttime: stat.starttime,
-                attached_ns: monotonic_ns(),
                 exited_ns: None,
                 python: py,
                 same_pidns: procfs::pidns_ino(pid) == Some(self.pidns_ino),
