@@ -48,7 +48,11 @@ def test_mutex_waits_match_the_programs_own_clock(mutex_bin):
     for tid, (lock_s, _) in truth.items():
         t = threads[tid]
         assert t["exited"] is True
-        assert abs(t["seconds"]["futex_wait"] - lock_s) <= 0.10 * max(lock_s, 0.05), (tid, lock_s, t["seconds"])
+        # the program's clock around pthread_mutex_lock holds the blocked time and, after the
+        # wake-up, the wait for a CPU (runqueue, large on a loaded 2-CPU machine): futex_wait is
+        # within 10% of it, or with the runqueue time it covers it
+        fw, rq = t["seconds"]["futex_wait"], t["seconds"]["runqueue"]
+        assert fw <= 1.1 * lock_s + 0.005 and lock_s <= 1.1 * (fw + rq) + 0.005, (tid, lock_s, t["seconds"])
         wakers = {int(k) for k in t["futex_wait_by_waker"] if k != "timeout"}
         assert wakers <= set(truth) - {tid}, (tid, t["futex_wait_by_waker"])
         if lock_s > 0.05:  # glibc's mutex is not fair: a thread may barely wait
