@@ -23,8 +23,8 @@ def mutex_bin():
 
 def test_mutex_waits_match_the_programs_own_clock(mutex_bin):
     """4 threads contend on one pthread mutex for 1.5 s, each timing its own
-    pthread_mutex_lock calls: futex_wait per thread within 10% of that, on that
-    mutex, woken by the other threads."""
+    pthread_mutex_lock calls: futex_wait per thread within 10% of that (with the
+    wait for a CPU after the wake-up), on that mutex, woken by the other threads."""
     with Workload(mutex_bin, 4, 1.5, 1000, stdin=subprocess.PIPE) as w:
         agent = subprocess.Popen([str(WAITMETER), "attach", "--pid", str(w.pid), "--duration", "3", "--output", "json"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -62,7 +62,13 @@ def test_mutex_waits_match_the_programs_own_clock(mutex_bin):
     assert int(top["addr"], 16) == addr
     waited = {tid for tid, (lock_s, _) in truth.items() if lock_s > 0.05}
     assert waited <= set(top["waiters"]) <= set(truth) and set(top["wakers"]) <= set(truth), (top, truth)
-    assert top["wait_s"] >= 0.9 * sum(lock_s for lock_s, _ in truth.values())
+    # the futex's total is its waiters' futex_wait, and it covers the program's clock as each
+    # thread's did: with the waiters' runqueue time (CI: 3.75 s futex_wait against 4.17 s by the
+    # program's clock on a loaded machine)
+    lock_total = sum(lock_s for lock_s, _ in truth.values())
+    rq_total = sum(threads[tid]["seconds"]["runqueue"] for tid in truth)
+    assert top["wait_s"] <= 1.1 * lock_total + 0.02, (top, lock_total)
+    assert lock_total <= 1.1 * (top["wait_s"] + rq_total) + 0.02, (top, lock_total, rq_total)
     assert any(v.startswith(f"lock convoy on futex {hex(addr)}: {len(top['waiters'])} threads") for v in report["verdict"]), report["verdict"]
 
 
