@@ -164,13 +164,21 @@ def run_known_holds(minor, *agent_args):
 @pytest.mark.parametrize("minor", [8, 11, 12, 13, "3.14", "3.15", "3.14t"])
 def test_gil_wait_matches_known_holds(minor):
     """A C extension holds the GIL for exactly 50 ms, 20 times; the waiter's
-    measured GIL wait, blamed on the holder, equals the total held (5%)."""
+    measured GIL wait, blamed on the holder, equals the total held (5%), less
+    the waiter's waits for a CPU between its timeouts on a loaded machine."""
     pid, held_s, text = run_known_holds(minor)
     m = re.search(rf'waitmeter_gil_wait_seconds_total{{pid="{pid}",thread="waiter",holder="holder"}} (\S+)', text)
     assert m, text
     measured = float(m.group(1))
-    print(f"3.{minor}" if isinstance(minor, int) else minor, f"GIL wait blamed on the holder {measured:.4f} s, held {held_s:.4f} s")
-    assert abs(measured - held_s) <= 0.05 * held_s, (measured, held_s)
+    # the waiter wakes at each 5 ms timeout and waits again; on a loaded machine it waits for
+    # a CPU (runqueue) before it does, and that part of the hold is not a GIL wait
+    rq = re.search(rf'^waitmeter_thread_seconds_total{{(?=[^}}]*pid="{pid}")(?=[^}}]*thread="waiter")(?=[^}}]*state="runqueue")[^}}]*}} (\S+)$',
+                   text, re.M)
+    assert rq, text
+    runqueue = float(rq.group(1))
+    print(f"3.{minor}" if isinstance(minor, int) else minor,
+          f"GIL wait blamed on the holder {measured:.4f} s (runqueue {runqueue:.4f} s), held {held_s:.4f} s")
+    assert measured <= 1.05 * held_s and measured + runqueue >= 0.95 * held_s, (measured, runqueue, held_s)
 
 
 @pytest.mark.parametrize("minor", [8, 12])
