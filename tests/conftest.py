@@ -15,6 +15,7 @@ Every test has a time limit (tests/pytest.ini); a longer one raises its own with
 import contextlib
 import json
 import os
+import re
 import select
 import shutil
 import socket
@@ -169,6 +170,15 @@ def attach(pid, duration=2.0, *extra, check=True):
         raise AssertionError(f"{cmd} exited {cp.returncode}: {cp.stderr}")
     report = json.loads(cp.stdout) if cp.stdout.strip() else None
     return report, cp
+
+
+def metric(text, name, **labels):
+    """The value of the series of `name` whose labels include `labels` (None: absent)."""
+    for line in text.splitlines():
+        m = re.match(rf"{name}\{{(.*)\}} (\S+)$", line)
+        if m and all(f'{k}="{v}"' in m.group(1) for k, v in labels.items()):
+            return float(m.group(2))
+    return None
 
 
 def by_tid(report):

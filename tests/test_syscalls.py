@@ -4,14 +4,13 @@ probe (bpf/syscalls.bpf.c), and the finding for clock reads that are real syscal
 
 Ground truth: tests/workloads/clockloop.c counts its own clock reads and prints the count
 every second; its main thread makes one write(2) and one clock_nanosleep(2) a second."""
-import re
 import subprocess
 import time
 import urllib.request
 
 import pytest
 
-from conftest import WAITMETER, Lines, Workload, attach, build_c, by_tid, free_port, stop, wait_http
+from conftest import WAITMETER, Lines, Workload, attach, build_c, by_tid, free_port, metric, stop, wait_http
 
 pytestmark = pytest.mark.needs_root
 
@@ -79,15 +78,6 @@ def test_without_syscalls_on_none_are_counted(clockloop, flag):
         report, _ = attach(w.pid, 1.0, *flag)
     assert not any("syscalls" in t for t in report["threads"]), report["threads"]
     assert not any(f["kind"] == "clock_syscalls" for f in report["findings"])
-
-
-def metric(text, name, **labels):
-    """The value of the series of `name` whose labels include `labels` (None: absent)."""
-    for line in text.splitlines():
-        m = re.match(rf"{name}\{{(.*)\}} (\S+)$", line)
-        if m and all(f'{k}="{v}"' in m.group(1) for k, v in labels.items()):
-            return float(m.group(2))
-    return None
 
 
 def test_run_counts_the_clock_syscalls_of_each_process(clockloop):
