@@ -757,7 +757,9 @@ static __always_inline int on_exit(struct task_struct *p)
 		rec->fsbase = p->thread.fsbase;
 		__builtin_memcpy(&rec->t, &last, sizeof(rec->t));
 		BPF_CORE_READ_STR_INTO(&rec->comm, p, comm);
-		bpf_ringbuf_submit(rec, 0);
+		/* no wakeup: the agent drains the ring on its own tick (a wakeup
+		 * per exit would cost a system call per exit under churn) */
+		bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
 	} else {
 		count_loss(WM_STAT_EXIT_RINGBUF_FULL);
 	}

@@ -32,7 +32,7 @@ enum wm_limits {
 	/* default map sizes; the agent resizes them before load */
 	WM_DEFAULT_MAX_THREADS = 16384,
 	WM_DEFAULT_MAX_PROCS = 4096,
-	WM_EXIT_RINGBUF_BYTES = 262144,
+	WM_EXIT_RINGBUF_BYTES = 262144, /* the agent sets --exit-buffer-kib (default 4 MiB) */
 	WM_COMM_LEN = 16,
 	/* deepest PID-namespace nesting searched when translating PIDs */
 	WM_MAX_PIDNS_LEVELS = 8,

@@ -114,11 +114,28 @@ def rss_kib(pid):
 BLAME_MAPS = ("gil_blame", "futex_blame", "preempt_blame")
 
 
-def blame_entries():
-    """Every blame entry in the kernel: {(map, key): value}, keys and values as JSON text."""
+def agent_maps(agent_pid, names):
+    """{map name: map id} of the maps of these names that the agent holds (other
+    agents on the machine have maps of the same names)."""
+    held = set()
+    for fd in os.listdir(f"/proc/{agent_pid}/fdinfo"):
+        try:
+            with open(f"/proc/{agent_pid}/fdinfo/{fd}") as f:
+                held |= {int(l.split()[1]) for l in f if l.startswith("map_id:")}
+        except OSError:
+            pass
+    cp = subprocess.run(["bpftool", "-j", "map", "show"], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    return {m["name"]: m["id"] for m in json.loads(cp.stdout) if m.get("name") in names and m["id"] in held}
+
+
+def blame_entries(agent_pid):
+    """Every blame entry of the agent's maps: {(map, key): value}, keys and values as JSON text."""
     out = {}
+    ids = agent_maps(agent_pid, BLAME_MAPS)
+    assert set(ids) == set(BLAME_MAPS), ids
     for name in BLAME_MAPS:
-        cp = subprocess.run(["bpftool", "-j", "map", "dump", "name", name], capture_output=True, text=True, timeout=60)
+        cp = subprocess.run(["bpftool", "-j", "map", "dump", "id", str(ids[name])], capture_output=True, text=True, timeout=60)
         assert cp.returncode == 0, cp.stderr
         for e in json.loads(cp.stdout):
             out[(name, json.dumps(e["formatted"]["key"], sort_keys=True))] = json.dumps(e["formatted"]["value"], sort_keys=True)
@@ -184,11 +201,11 @@ def test_blame_moved_out_of_the_kernel_is_still_counted():
             w.proc.stdin.flush()
             while not w.readline(90, "the churn to end").startswith("done"):
                 pass
-            first = blame_entries()
+            first = blame_entries(agent.pid)
             before = per_thread(parse(scrape(port)), "waitmeter_futex_wait_seconds_total")["churn"]
             main_before = [k for k in first if k[0] == "futex_blame" and waiter(k) == w.pid]
             time.sleep(SETTLE_GAP_S)
-            last = blame_entries()
+            last = blame_entries(agent.pid)
             m = parse(scrape(port))
     after, moved = entries(m), per_thread(m, "waitmeter_futex_wait_seconds_total")["churn"]
     main_after = [k for k in last if k[0] == "futex_blame" and waiter(k) == w.pid]
@@ -231,7 +248,8 @@ def test_ten_minutes_of_churn_leave_the_maps_at_their_idle_size(reused_tids):
     port = free_port()
     minutes = float(os.environ.get("WAITMETER_CHURN_MINUTES", "10"))
     with Workload(churn_bin, minutes * 60, 20, 2500, 25, stdin=subprocess.PIPE) as w:
-        agent = run_agent(w.pid, port)
+        # a small exit ring, so that the bursts overflow it (the default 4 MiB holds them)
+        agent = run_agent(w.pid, port, "--exit-buffer-kib", "256")
         with Guard(agent):
             time.sleep(12)
             idle = entries(parse(scrape(port)))
@@ -249,12 +267,12 @@ def test_ten_minutes_of_churn_leave_the_maps_at_their_idle_size(reused_tids):
             # entries of lost exits go after two cleaning passes (5 s apart), quiet
             # blame after one more; memory once the 60 s windows moved past the churn
             settle = time.monotonic() + 150
-            last = blame_entries()
+            last = blame_entries(agent.pid)
             while True:
                 time.sleep(SETTLE_GAP_S)
                 m = parse(scrape(port))
                 after = entries(m)
-                first, last = last, blame_entries()
+                first, last = last, blame_entries(agent.pid)
                 stale, quiet = dead_waiters(w.pid, last), quiet_entries(first, last)
                 end_rss = rss_kib(agent.pid)
                 if (not stale and not quiet and at_idle(idle, after) and end_rss <= idle_rss + RSS_SLACK_KIB) \
@@ -283,3 +301,99 @@ def test_ten_minutes_of_churn_leave_the_maps_at_their_idle_size(reused_tids):
         runq_state = total("waitmeter_thread_seconds_total", thread, "runqueue")
         assert total("waitmeter_futex_wait_seconds_total", thread) <= futex_state * 1.01 + 0.01, thread
         assert total("waitmeter_runqueue_wait_seconds_total", thread) <= runq_state * 1.01 + 0.01, thread
+
+
+def sched_losses(m):
+    """{reason: count} of the sched and stacks probes' events lost for lack of
+    room (a stack walk that failed, native_stack_failed, is not about room)."""
+    return {re.search(r'reason="([^"]+)"', l).group(1): v for (n, l), v in m.items()
+            if n == "waitmeter_bpf_events_lost_total" and re.search(r'probe="(sched|stacks)"', l)
+            and "native_stack_failed" not in l}
+
+
+def churn_to_end(w, timeout=120):
+    """Start the churn and wait for its end: the threads it made."""
+    w.proc.stdin.write("go\n")
+    w.proc.stdin.flush()
+    made = None
+    while True:
+        line = w.readline(timeout, "the churn to end")
+        if line.startswith("waves"):
+            made = int(line.split()[3])
+        if line.startswith("done"):
+            return made
+
+
+def test_bursts_of_exits_under_run_lose_nothing_and_leave_no_entry():
+    """Issue 16: waves of short-lived threads and bursts of 2,500 that exit at
+    once, under `run` with its defaults: no exit record and no blame is lost
+    (the exit ring holds the bursts, blame whose waker or preemptor exited
+    moves out of the kernel at the exit), and seconds after the churn no kernel
+    entry of an exited thread is left, without waiting for the collector."""
+    churn_bin = build("churn")
+    port = free_port()
+    with Workload(churn_bin, 12, 20, 2500, 10, stdin=subprocess.PIPE) as w:
+        agent = run_agent(w.pid, port)
+        with Guard(agent):
+            time.sleep(3)
+            idle = entries(parse(scrape(port)))
+            made = churn_to_end(w)
+            time.sleep(1.5)
+            m = parse(scrape(port))
+            after = entries(m)
+            stale = dead_waiters(w.pid, blame_entries(agent.pid))
+    lost = sched_losses(m)
+    print(f"{made} threads; maps idle {idle}, after {after}; lost {lost}")
+    assert made >= 5000, f"the churn made only {made} threads"
+    assert lost and not any(lost.values()), lost
+    assert at_idle(idle, after), (idle, after)
+    assert not stale, f"{len(stale)} blame entries of exited threads, e.g. {stale[:5]}"
+
+
+def test_bursts_of_exits_lose_no_thread_and_account_for_each():
+    """`attach` over bursts of exits: every thread the program made is in the
+    report as exited, each one's states add up to the time it existed, and no
+    event was lost (`events_lost` empty)."""
+    churn_bin = build("churn")
+    with Workload(churn_bin, 3, 20, 2500, 10, stdin=subprocess.PIPE) as w:
+        result = {}
+        t = threading.Thread(target=lambda: result.update(r=attach(w.pid, 6.0)))
+        t.start()
+        time.sleep(1.5)
+        made = churn_to_end(w)
+        t.join()
+    report, cp = result["r"]
+    exited = [th for th in report["threads"] if th["exited"]]
+    print(f"{made} threads made, {len(exited)} reported exited; lost {report['events_lost']}")
+    assert report["events_lost"] == [], (report["events_lost"], cp.stderr[-2000:])
+    assert made >= 2500 and len(exited) == made, (made, len(exited))
+    for th in exited:
+        total = sum(th["seconds"].values())
+        assert abs(total - th["existed_s"]) <= 0.001 + 0.01 * th["existed_s"], th
+
+
+def test_unwatched_processes_leave_no_map_entry():
+    """Issue 16: a process that is not watched churns threads beside a
+    watched one: none of its threads gets an entry in any kernel map."""
+    churn_bin = build("churn")
+    port = free_port()
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        with Workload(churn_bin, 4, 20, 500, 10, stdin=subprocess.PIPE) as w:
+            agent = run_agent(sleeper.pid, port)
+            with Guard(agent):
+                time.sleep(2)
+                idle = entries(parse(scrape(port)))
+                made = churn_to_end(w)
+                m = parse(scrape(port))
+                after = entries(m)
+                blame = blame_entries(agent.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    print(f"{made} unwatched threads; maps idle {idle}, after {after}; blame entries {len(blame)}")
+    assert made >= 1000, made
+    assert after["threads"] == idle["threads"] == 1, (idle, after)
+    assert all(after[k] == 0 for k in BLAME_MAPS), after
+    assert not blame, list(blame)[:5]
+    assert not any(sched_losses(m).values()), sched_losses(m)

@@ -50,6 +50,7 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     // seeded (while the agent attached its probes and read symbols, competing for the CPU) is
     // a baseline, subtracted from every row
     let base = session.sample();
+    let lost_at_start = session.lost();
     let t0 = base.at_ns;
     let base: HashMap<u32, ThreadSample> = base.live.into_values().flatten().map(|s| (s.host_tid, s)).collect();
     // user and kernel CPU time of the threads at the start (the split of `running`)
@@ -236,7 +237,18 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
             }
         }
     }
-    let report = report.with_age(ages.process(target.pid, t0)).with_stacks(session.wait_stacks(target.id));
+    let lost: Vec<_> = session
+        .lost()
+        .into_iter()
+        .map(|(probe, reason, n)| {
+            let before = lost_at_start.iter().find(|l| l.0 == probe && l.1 == reason).map_or(0, |l| l.2);
+            (probe, reason, n.saturating_sub(before))
+        })
+        .collect();
+    for (probe, reason, n) in lost.iter().filter(|l| l.2 > 0) {
+        log::warn!("{n} {probe} events were lost ({reason}): the numbers are incomplete; {}", lost_remedy(reason));
+    }
+    let report = report.with_age(ages.process(target.pid, t0)).with_stacks(session.wait_stacks(target.id)).with_events_lost(lost);
     if let (Some((path, file)), Some(stacks)) = (profile_file.as_mut(), report.stacks.as_ref()) {
         let names: HashMap<u32, String> = report.threads.iter().map(|t| (t.tid, t.name.clone())).collect();
         let builder = crate::export::profile::pprof(stacks, &names, start_unix_ns, end.saturating_sub(t0) as i64);
@@ -277,4 +289,16 @@ fn python_info(session: &Session, target: &Target) -> Option<PythonInfo> {
             .first()
             .and_then(|g| crate::python::switch_interval_us(&crate::python::memory::Process::new(target.pid), *g)),
     })
+}
+
+/// What to do about events lost for `reason` (`waitmeter_bpf_events_lost_total`'s reasons).
+fn lost_remedy(reason: &str) -> &'static str {
+    match reason {
+        "exit_ringbuf_full" => "raise --exit-buffer-kib (thread exits came faster than they were read)",
+        "throttle_ringbuf_full" => "throttled stretches came faster than they were read",
+        "thread_map_full" | "holds_map_full" | "parked_map_full" | "syscall_map_full" => "raise --max-threads",
+        "blame_map_full" | "futex_map_full" | "preempt_map_full" => "more waiter/culprit pairs at once than the blame maps hold",
+        "wait_stack_map_full" | "py_stack_map_full" => "more distinct wait stacks than the stack maps hold: raise --stack-interval",
+        _ => "see docs/runbook.md",
+    }
 }

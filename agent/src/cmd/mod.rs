@@ -35,6 +35,7 @@ pub fn session_options(p: &ProbeArgs, follow_forks: bool, keep_stacks: bool) -> 
         btf: p.btf.clone(),
         max_threads: p.max_threads,
         max_procs: p.max_processes,
+        exit_buffer_bytes: p.exit_buffer_kib * 1024,
         follow_forks,
         gil_uprobes: p.gil_probe == crate::cli::GilProbe::Uprobe,
         lock_uprobes: p.lock_probe == crate::cli::LockProbe::Uprobe,

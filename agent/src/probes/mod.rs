@@ -1,6 +1,7 @@
 //! Loading, configuring and attaching the BPF probes, and reading their maps.
 //! Each probe family has `bpf/<stem>.bpf.c`, `bpf/<stem>.h`, `<stem>.rs` here
 //! and `docs/probes/<stem>.md`.
+pub mod batch;
 pub mod cpu_clock;
 pub mod gil;
 pub mod pypark;

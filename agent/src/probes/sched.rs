@@ -18,6 +18,8 @@ use crate::model::partition::{ThreadSample, Times};
 use crate::model::state::{State, NR_STATES};
 use crate::model::syscalls;
 
+use super::batch;
+
 pub(super) mod skel {
     #![allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
     include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
@@ -86,6 +88,8 @@ pub type ThrottleRecord = (u32, u32, u64, u64);
 pub struct SchedOptions {
     pub max_threads: u32,
     pub max_procs: u32,
+    /// size of the `exits` ring buffer in bytes (a power of 2 pages)
+    pub exit_buffer_bytes: u32,
     pub btf: Option<PathBuf>,
     pub follow_forks: bool,
     /// inode of the agent's PID namespace
@@ -185,6 +189,7 @@ fn open_and_load(opts: &SchedOptions) -> Result<SchedSkel<'static>> {
     open.maps.threads.set_max_entries(opts.max_threads)?;
     open.maps.parked.set_max_entries(opts.max_threads)?;
     open.maps.watched.set_max_entries(opts.max_procs)?;
+    open.maps.exits.set_max_entries(opts.exit_buffer_bytes)?;
     open.load().map_err(anyhow::Error::from)
 }
 
@@ -385,68 +390,73 @@ impl SchedProbe {
 
     /// Move the blame entries whose keys `pick` chooses out of the kernel
     /// maps: each is looked up and deleted in one step, so a wait charged to
-    /// it meanwhile is in the value returned, or in a new entry.
+    /// it meanwhile is in the value returned, or in a new entry. A key that is
+    /// not there is skipped.
     pub fn take_blame(&self, pick: &BlamePick) -> (Vec<GilRecord>, Vec<FutexRecord>, Vec<PreemptRecord>) {
-        fn take<K: Copy, V: Copy, R>(map: &libbpf_rs::MapMut, pick: impl Fn(K) -> bool, rec: impl Fn(K, V) -> R) -> Vec<R> {
-            let keys: Vec<Vec<u8>> = map.keys().filter(|k| from_bytes::<K>(k).is_some_and(&pick)).collect();
-            keys.iter().filter_map(|k| Some(rec(from_bytes::<K>(k)?, from_bytes::<V>(&map.lookup_and_delete(k).ok()??)?))).collect()
+        fn take<K: Copy, V: Copy, R>(map: &libbpf_rs::MapMut, keys: impl Iterator<Item = K>, rec: impl Fn(K, V) -> R) -> Vec<R> {
+            keys.filter_map(|k| Some(rec(k, from_bytes::<V>(&map.lookup_and_delete(as_bytes(&k)).ok()??)?))).collect()
         }
         let m = &self.skel.maps;
         (
-            take::<wm_blame_key, u64, _>(
-                &m.gil_blame,
-                |k| pick.gil.contains(&((k.tid, k.gen), k.holder)),
-                |k, ns| ((k.tid, k.gen), k.holder, ns),
-            ),
-            take::<wm_futex_key, u64, _>(
-                &m.futex_blame,
-                |k| pick.futex.contains(&((k.tid, k.gen), k.waker, word(&k))),
-                |k, ns| ((k.tid, k.gen), k.waker, word(&k), ns),
-            ),
+            take::<wm_blame_key, u64, _>(&m.gil_blame, pick.gil.iter().map(|(w, h)| gil_key(*w, *h)), |k, ns| {
+                ((k.tid, k.gen), k.holder, ns)
+            }),
+            take::<wm_futex_key, u64, _>(&m.futex_blame, pick.futex.iter().map(|(w, by, word)| futex_key(*w, *by, *word)), |k, ns| {
+                ((k.tid, k.gen), k.waker, word(&k), ns)
+            }),
             take::<wm_preempt_key, wm_preempt, _>(
                 &m.preempt_blame,
-                |k| pick.preempt.contains(&((k.tid, k.gen), k.by_tid, k.by_tgid)),
+                pick.preempt.iter().map(|(w, by, tgid)| preempt_key(*w, *by, *tgid)),
                 |k, v| ((k.tid, k.gen), k.by_tid, k.by_tgid, comm_of(&v), v.ns),
             ),
         )
     }
 
+    /// Drop the blame entries of these records (read from the maps before):
+    /// those of waiters that exited, whose values are final. Returns how many
+    /// were deleted.
+    pub fn delete_blame(&self, gil: &[GilRecord], futex: &[FutexRecord], preempt: &[PreemptRecord]) -> usize {
+        let m = &self.skel.maps;
+        let g: Vec<wm_blame_key> = gil.iter().map(|(w, h, _)| gil_key(*w, *h)).collect();
+        let f: Vec<wm_futex_key> = futex.iter().map(|(w, by, word, _)| futex_key(*w, *by, *word)).collect();
+        let p: Vec<wm_preempt_key> = preempt.iter().map(|(w, by, tgid, _, _)| preempt_key(*w, *by, *tgid)).collect();
+        batch::delete(&m.gil_blame, &g) + batch::delete(&m.futex_blame, &f) + batch::delete(&m.preempt_blame, &p)
+    }
+
     /// Drop the blame entries of the thread incarnations `gone` says are gone
     /// (reported, or lost); returns how many entries were deleted.
     pub fn forget_blame(&self, gone: impl Fn(Incarnation) -> bool) -> usize {
-        fn purge<K: Copy>(map: &libbpf_rs::MapMut, of: impl Fn(K) -> Incarnation, gone: &impl Fn(Incarnation) -> bool) -> usize {
-            let keys: Vec<Vec<u8>> = map.keys().filter(|k| from_bytes::<K>(k).is_some_and(|k| gone(of(k)))).collect();
-            keys.iter().filter(|k| map.delete(k).is_ok()).count()
+        fn purge<K: Copy, V: Copy>(map: &libbpf_rs::MapMut, of: impl Fn(K) -> Incarnation, gone: &impl Fn(Incarnation) -> bool) -> usize {
+            let keys: Vec<K> = batch::dump::<K, V>(map, MapFlags::ANY).into_iter().map(|(k, _)| k).filter(|k| gone(of(*k))).collect();
+            batch::delete(map, &keys)
         }
-        purge::<wm_blame_key>(&self.skel.maps.gil_blame, |k| (k.tid, k.gen), &gone)
-            + purge::<wm_futex_key>(&self.skel.maps.futex_blame, |k| (k.tid, k.gen), &gone)
-            + purge::<wm_preempt_key>(&self.skel.maps.preempt_blame, |k| (k.tid, k.gen), &gone)
+        purge::<wm_blame_key, u64>(&self.skel.maps.gil_blame, |k| (k.tid, k.gen), &gone)
+            + purge::<wm_futex_key, u64>(&self.skel.maps.futex_blame, |k| (k.tid, k.gen), &gone)
+            + purge::<wm_preempt_key, wm_preempt>(&self.skel.maps.preempt_blame, |k| (k.tid, k.gen), &gone)
     }
 
     /// Entries in each kernel map that grows with threads: (map, entries).
     pub fn occupancy(&self) -> Vec<(&'static str, usize)> {
         let m = &self.skel.maps;
         vec![
-            ("threads", m.threads.keys().count()),
-            ("gil_blame", m.gil_blame.keys().count()),
-            ("futex_blame", m.futex_blame.keys().count()),
-            ("preempt_blame", m.preempt_blame.keys().count()),
-            ("watched", m.watched.keys().count()),
-            ("gil_words", m.gil_words.keys().count()),
+            ("threads", batch::count::<u32, wm_thread>(&m.threads)),
+            ("gil_blame", batch::count::<wm_blame_key, u64>(&m.gil_blame)),
+            ("futex_blame", batch::count::<wm_futex_key, u64>(&m.futex_blame)),
+            ("preempt_blame", batch::count::<wm_preempt_key, wm_preempt>(&m.preempt_blame)),
+            ("watched", batch::count::<u32, u32>(&m.watched)),
+            ("gil_words", batch::count::<wm_gil_key, wm_gil>(&m.gil_words)),
         ]
     }
 
     /// Every live watched thread, sampled now. `comm` is left empty for the
     /// caller to fill from /proc.
     pub fn live_threads(&self) -> Vec<LiveThread> {
-        let keys: Vec<Vec<u8>> = self.skel.maps.threads.keys().collect();
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            let Some(host_tid) = key.get(..4).and_then(|k| k.try_into().ok()).map(u32::from_ne_bytes) else {
-                continue;
-            };
-            let Some(t) = self.read_thread(&key) else { continue };
-            let now = monotonic_ns();
+        // every entry copied under its lock (one consistent copy each), in a few calls
+        let entries = batch::dump::<u32, wm_thread>(&self.skel.maps.threads, MapFlags::LOCK);
+        let now = monotonic_ns();
+        let mut out = Vec::with_capacity(entries.len());
+        for (host_tid, t) in entries {
+            let t = t.d;
             out.push(LiveThread {
                 host_tgid: t.tgid,
                 sample: ThreadSample {
@@ -559,12 +569,27 @@ fn comm_of(v: &wm_preempt) -> String {
 
 /// Every (key, value) of a hash map of ABI structs.
 fn entries<K: Copy, V: Copy>(map: &libbpf_rs::MapMut) -> Vec<(K, V)> {
-    map.keys()
-        .filter_map(|k| {
-            let v = map.lookup(&k, MapFlags::ANY).ok()??;
-            Some((from_bytes::<K>(&k)?, from_bytes::<V>(&v)?))
-        })
-        .collect()
+    batch::dump(map, MapFlags::ANY)
+}
+
+fn gil_key(w: Incarnation, holder: u64) -> wm_blame_key {
+    wm_blame_key { tid: w.0, gen: w.1, holder }
+}
+
+/// The kernel's key of a futex blame record (the inverse of `word`).
+fn futex_key(w: Incarnation, waker: u32, word: u64) -> wm_futex_key {
+    let parked = word & crate::model::blame::PARKED != 0;
+    wm_futex_key {
+        tid: w.0,
+        gen: w.1,
+        waker,
+        addr: word & !crate::model::blame::PARKED,
+        kind: if parked { wm_futex_kind::WM_FUTEX_PARKED.0 } else { wm_futex_kind::WM_FUTEX_WORD.0 },
+    }
+}
+
+fn preempt_key(w: Incarnation, by_tid: u32, by_tgid: u32) -> wm_preempt_key {
+    wm_preempt_key { tid: w.0, gen: w.1, by_tid, by_tgid }
 }
 
 /// Map the `watched_bits` array (BPF_F_MMAPABLE) into our address space, for
@@ -625,6 +650,7 @@ mod tests {
         let probe = SchedProbe::load(&SchedOptions {
             max_threads: 1024,
             max_procs: 16,
+            exit_buffer_bytes: 1 << 18,
             btf: None,
             follow_forks: false,
             pidns_ino,

@@ -220,6 +220,17 @@ pub struct JsonReport {
     /// first, at most HOLD_SITES entries; absent without stacks or GIL
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gil_holds_by_function: Option<Vec<JsonHoldSite>>,
+    /// kernel events lost during the window (the numbers are incomplete by
+    /// them), by probe and reason as `waitmeter_bpf_events_lost_total` names
+    /// them; empty when nothing was lost
+    pub events_lost: Vec<JsonLost>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct JsonLost {
+    pub probe: &'static str,
+    pub reason: &'static str,
+    pub count: u64,
 }
 
 /// Entries of `gil_holds_by_function`.
@@ -466,6 +477,7 @@ pub fn report(r: &ProcessReport) -> JsonReport {
         exited_after_s: r.exited_after_ns.map(|n| round6(secs(n))),
         wait_sites: r.stacks.as_ref().map(wait_sites),
         gil_holds_by_function: r.stacks.as_ref().and_then(|w| holds_by_function(r, w)),
+        events_lost: r.events_lost.iter().map(|(probe, reason, count)| JsonLost { probe, reason, count: *count }).collect(),
     }
 }
 

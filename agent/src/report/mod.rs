@@ -196,6 +196,8 @@ pub struct ProcessReport {
     pub verdict: VerdictOptions,
     /// the machine's and the process' facts that decide waits (None: not read)
     pub environment: Option<environment::Environment>,
+    /// events lost during the window, by probe and reason (non-zero only)
+    pub events_lost: Vec<(&'static str, &'static str, u64)>,
 }
 
 /// How the verdict is drawn from a report.
@@ -238,7 +240,14 @@ impl ProcessReport {
             stacks: None,
             verdict: VerdictOptions::default(),
             environment: None,
+            events_lost: vec![],
         }
+    }
+
+    /// Events lost during the window: (probe, reason, count), zeros left out.
+    pub fn with_events_lost(mut self, lost: Vec<(&'static str, &'static str, u64)>) -> Self {
+        self.events_lost = lost.into_iter().filter(|l| l.2 > 0).collect();
+        self
     }
 
     /// Add the cgroup's numbers.

@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::sample::Blame;
+use super::settle::Kernel;
 use super::Session;
 use crate::clock::monotonic_ns;
 use crate::model::partition::ThreadSample;
@@ -32,12 +33,17 @@ pub(super) struct Lifetime {
 
 impl Session {
     /// Forget the blame entries and GIL holds of threads that exited (their
-    /// final samples are taken).
-    pub(super) fn forget_threads(&mut self, gone: &HashSet<Incarnation>) {
+    /// final samples are taken from `kernel`, read after their exit records:
+    /// it holds every entry they will ever have).
+    pub(super) fn forget_threads(&mut self, gone: &HashSet<Incarnation>, kernel: &Kernel) {
         if gone.is_empty() {
             return;
         }
-        self.probe.forget_blame(|w| gone.contains(&w));
+        self.probe.delete_blame(
+            &kernel.gil.iter().filter(|r| gone.contains(&r.0)).copied().collect::<Vec<_>>(),
+            &kernel.futex.iter().filter(|r| gone.contains(&r.0)).copied().collect::<Vec<_>>(),
+            &kernel.preempt.iter().filter(|r| gone.contains(&r.0)).cloned().collect::<Vec<_>>(),
+        );
         self.settle.forget(|w| gone.contains(w));
         self.forget_holds(&gone.iter().map(|w| w.0).collect::<Vec<u32>>());
     }

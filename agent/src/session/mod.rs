@@ -33,6 +33,8 @@ pub struct SessionOptions {
     pub btf: Option<std::path::PathBuf>,
     pub max_threads: u32,
     pub max_procs: u32,
+    /// size of the exit ring buffer (a power of 2)
+    pub exit_buffer_bytes: u32,
     /// watch the children a watched process forks (`run --all`)
     pub follow_forks: bool,
     /// attach the precise GIL probe (uprobes) to Python targets with symbols
@@ -83,6 +85,7 @@ impl Session {
         let probe = SchedProbe::load(&SchedOptions {
             max_threads: opts.max_threads,
             max_procs: opts.max_procs,
+            exit_buffer_bytes: opts.exit_buffer_bytes,
             btf: opts.btf.clone(),
             follow_forks: opts.follow_forks,
             pidns_ino,
@@ -152,6 +155,14 @@ impl Session {
         let mut out: Vec<_> = self.probe.occupancy().into_iter().map(|(m, n)| ("sched", m, n)).collect();
         out.push(("gil", "holds", self.gil_probes.values().map(|g| g.tids().len()).sum()));
         out
+    }
+
+    /// Every event lost so far, by every probe of the session: (probe, reason, count).
+    pub fn lost(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let mut lost = self.probe.lost();
+        lost.extend(self.python_lost());
+        lost.extend(self.stacks_lost());
+        lost
     }
 
     /// Events lost by the Python probes: (probe, reason, count).

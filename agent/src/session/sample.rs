@@ -49,7 +49,10 @@ impl Session {
                 out.entry(t.id).or_default().push(s);
             }
         }
-        self.forget_threads(&gone);
+        self.note_exits_for_stacks(&out);
+        self.forget_threads(&gone, &blame.kernel);
+        let exited = gone.iter().map(|w| w.0).collect();
+        self.settle.counterparts_gone(&self.probe, &blame.kernel, exited, &gone);
         out
     }
 

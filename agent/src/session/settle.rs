@@ -33,6 +33,8 @@ pub(super) struct Settle {
     settled: HashMap<Incarnation, Settled>,
     /// wait merged into GONE because a waiter had KEEP counterparts already (ns)
     merged_ns: u64,
+    /// host TIDs of the threads that exited at the previous drain of exits
+    gone_before: HashSet<u32>,
 }
 
 /// Settled wait of one waiter, keyed like the kernel's entries.
@@ -83,6 +85,38 @@ impl Settle {
         self.prev_gil = gil.into_iter().filter(|(k, _)| !pick.gil.contains(k)).collect();
         self.prev_futex = futex.into_iter().filter(|(k, _)| !pick.futex.contains(k)).collect();
         self.prev_preempt = preempt.into_iter().filter(|(k, _)| !pick.preempt.contains(k)).collect();
+        self.fold(g, f, p);
+    }
+
+    /// At a drain of exits: move out of the kernel the entries of live
+    /// waiters whose counterpart (the waker, or what had the CPU) exited at
+    /// this drain or the previous one: they stop growing, and under thread
+    /// churn (a thread joining thousands of short-lived workers, each of which
+    /// wakes it once) they would fill the maps long before the quiet pass. The
+    /// previous drain's too: the wait a thread ended as it exited is charged
+    /// when its waiter next runs, which can be after that drain read the maps.
+    /// `kernel` is what this drain read; `waiters_gone` exited themselves
+    /// (their entries are deleted).
+    pub(super) fn counterparts_gone(
+        &mut self,
+        probe: &SchedProbe,
+        kernel: &Kernel,
+        exited: HashSet<u32>,
+        waiters_gone: &HashSet<Incarnation>,
+    ) {
+        let before = std::mem::replace(&mut self.gone_before, exited);
+        let gone = |tid: &u32| *tid != 0 && *tid != GONE && (self.gone_before.contains(tid) || before.contains(tid));
+        let pick = BlamePick {
+            gil: Default::default(),
+            futex: kernel.futex.iter().filter(|r| gone(&r.1) && !waiters_gone.contains(&r.0)).map(|r| (r.0, r.1, r.2)).collect(),
+            preempt: kernel.preempt.iter().filter(|r| gone(&r.1) && !waiters_gone.contains(&r.0)).map(|r| (r.0, r.1, r.2)).collect(),
+        };
+        if pick.futex.is_empty() && pick.preempt.is_empty() {
+            return;
+        }
+        let (g, f, p) = probe.take_blame(&pick);
+        self.prev_futex.retain(|k, _| !pick.futex.contains(k));
+        self.prev_preempt.retain(|k, _| !pick.preempt.contains(k));
         self.fold(g, f, p);
     }
 

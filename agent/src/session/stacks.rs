@@ -9,8 +9,9 @@ use super::resolve::HolderResolver;
 use super::{Session, Target};
 use crate::clock::monotonic_ns;
 use crate::model::partition::ThreadSample;
-use crate::model::stacks::{Key, Role, WaitStacks};
+use crate::model::stacks::{Key, Lengths, Role, WaitStacks};
 use crate::model::state::State;
+use crate::probes::stacks::RawWait;
 use crate::python::layout::GilLocation;
 use crate::stacks::{python, Join, Namer, Options};
 
@@ -28,11 +29,25 @@ pub(super) struct StackState {
     py: HashMap<u64, (python::Target, HashMap<u32, u64>, u64)>,
     /// drained waits whose thread was no longer known (exported as a loss)
     unattributed: u64,
+    /// threads that exited since the last drain, (host TID, incarnation) ->
+    /// (target id, TID): their waits are in the kernel map until it
+    pub(super) exits_since_drain: HashMap<(u32, u32), (u64, u32)>,
+    /// drained waits of threads not known yet (one that exited after this
+    /// sample read the exits): tried again at the next drain, then lost
+    pending: Vec<(RawWait, u64, Lengths)>,
 }
 
 impl StackState {
     pub(super) fn new(opts: Options) -> StackState {
-        StackState { opts, namer: Namer::default(), stores: HashMap::new(), py: HashMap::new(), unattributed: 0 }
+        StackState {
+            opts,
+            namer: Namer::default(),
+            stores: HashMap::new(),
+            py: HashMap::new(),
+            unattributed: 0,
+            exits_since_drain: HashMap::new(),
+            pending: vec![],
+        }
     }
 }
 
@@ -117,21 +132,26 @@ impl Session {
         let Some(mut st) = self.stacks.take() else { return };
         self.refresh_tstates(&mut st);
         let maps = self.probe.stack_maps();
-        let mut drained = maps.drain_waits();
+        let retried = st.pending.len();
+        let mut drained = std::mem::take(&mut st.pending);
+        drained.extend(maps.drain_waits());
         if !st.opts.keep {
             // only the GIL holds by function (a metric) are named
             drained.retain(|(w, _, l)| w.state == State::GilWait && w.role == Role::Holder && l.waits > 0);
         }
-        let whose: HashMap<(u32, u32), (u64, u32)> = live
-            .iter()
-            .chain(exited.iter())
-            .flat_map(|(id, v)| v.iter().map(move |s| ((s.host_tid, s.start_ns as u32), (*id, s.tid))))
-            .collect();
+        let mut whose: HashMap<(u32, u32), (u64, u32)> = std::mem::take(&mut st.exits_since_drain);
+        whose.extend(
+            live.iter().chain(exited.iter()).flat_map(|(id, v)| v.iter().map(move |s| ((s.host_tid, s.start_ns as u32), (*id, s.tid)))),
+        );
         let mut resolver = HolderResolver::default();
         let now = monotonic_ns();
-        for (w, ns, lengths) in drained {
+        for (i, (w, ns, lengths)) in drained.into_iter().enumerate() {
             let Some((id, victim)) = whose.get(&(w.tid, w.gen)).copied() else {
-                st.unattributed += 1;
+                if i < retried {
+                    st.unattributed += 1;
+                } else {
+                    st.pending.push((w, ns, lengths));
+                }
                 continue;
             };
             let Some(t) = self.targets.get(&id) else { continue };
@@ -157,6 +177,22 @@ impl Session {
             st.namer.trimmed(true, true);
         }
         self.stacks = Some(st);
+    }
+
+    /// Note the threads that exited (drained between two drains of the wait
+    /// stacks): the next drain attributes their waits.
+    pub(super) fn note_exits_for_stacks(&mut self, exited: &BTreeMap<u64, Vec<ThreadSample>>) {
+        if let Some(st) = self.stacks.as_mut() {
+            st.exits_since_drain
+                .extend(exited.iter().flat_map(|(id, v)| v.iter().map(move |s| ((s.host_tid, s.start_ns as u32), (*id, s.tid)))));
+        }
+    }
+
+    /// Threads that exited since the wait stacks were last drained: under
+    /// thread churn, drain them sooner than every few seconds (each exited
+    /// thread left a few entries in the kernel map, which would fill).
+    pub fn exits_since_stack_drain(&self) -> usize {
+        self.stacks.as_ref().map_or(0, |st| st.exits_since_drain.len())
     }
 
     /// Drop the store of a target that is forgotten.
