@@ -153,6 +153,8 @@ impl Settle {
     /// Forget the settled entries of waiters that are gone.
     pub(super) fn forget(&mut self, gone: impl Fn(&Incarnation) -> bool) {
         self.settled.retain(|w, _| !gone(w));
+        // under churn it held the workers gone without an exit record until the collector
+        crate::shrink::shrink(&mut self.settled);
     }
 
     /// Waiters with settled entries.
