@@ -157,6 +157,15 @@ static __always_inline void set_watched(__u32 tgid)
 		__sync_fetch_and_or(bits, 1ULL << (tgid % 64));
 }
 
+static __always_inline void clear_watched(__u32 tgid)
+{
+	__u32 word = tgid / 64;
+	__u64 *bits = bpf_map_lookup_elem(&watched_bits, &word);
+
+	if (bits)
+		__sync_fetch_and_and(bits, ~(1ULL << (tgid % 64)));
+}
+
 /* The number of `pid` in the agent's PID namespace, 0 if not visible there. */
 static __always_inline __u32 ns_nr(struct pid *pid)
 {
@@ -742,6 +751,15 @@ static __always_inline int on_exit(struct task_struct *p)
 
 	if (!is_watched(tgid))
 		return 0;
+	/* the last thread of its process (sched_process_exit fires after
+	 * signal->live is decremented): the process is no longer watched. A child
+	 * followed at fork that exits before the agent's discovery would keep its
+	 * `watched` entry, and a later process reusing its PID would be watched. */
+	if (p->signal->live.counter == 0) {
+		tid = tgid;
+		bpf_map_delete_elem(&watched, &tid);
+		clear_watched(tgid);
+	}
 	tid = p->pid;
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t)

@@ -639,7 +639,7 @@ def test_client_auth_type_decides_the_probes(auth_type):
         assert probe["tcpSocket"] == {"port": "metrics"} and "httpGet" not in probe
 
 
-DEFAULT_ARGS = ["run", "--all", "--listen=0.0.0.0:9747", "--max-threads=16384", "--max-processes=4096",
+DEFAULT_ARGS = ["run", "--all", "--listen=0.0.0.0:9747", "--max-threads=16384", "--max-processes=4096", "--exit-buffer-kib=4096",
                 "--max-thread-labels=20", "--gil-probe=futex"]
 
 
@@ -654,7 +654,7 @@ def test_custom_command_line():
     c = agent(render("custom-args-values.yaml"))
     assert c["image"] == "registry.example.com/waitmeter:0.1.0-static"
     assert c["args"] == ["run", "--all", "--listen=0.0.0.0:9800", "--max-threads=65536", "--max-processes=8192",
-                         "--max-thread-labels=50", "--gil-probe=uprobe", "--stacks=python", "--syscalls=on", "--tid-labels", "-v",
+                         "--exit-buffer-kib=16384", "--max-thread-labels=50", "--gil-probe=uprobe", "--stacks=python", "--syscalls=on", "--tid-labels", "-v",
                          "--btf=/btf/vmlinux.btf", "--pyroscope-url=http://pyroscope.monitoring:4040",
                          "--pyroscope-interval=30", "--pyroscope-service=checkout", "--pyroscope-tenant=team-a",
                          "--pyroscope-label=cluster=prod", "-v"]

@@ -397,3 +397,27 @@ def test_unwatched_processes_leave_no_map_entry():
     assert all(after[k] == 0 for k in BLAME_MAPS), after
     assert not blame, list(blame)[:5]
     assert not any(sched_losses(m).values()), sched_losses(m)
+
+
+def test_short_lived_children_under_run_all_leave_no_watched_entry():
+    """Issue 16: under `run --all` every child a watched process forks is
+    watched from its fork, by the kernel. Children that exit before the
+    agent's discovery round (a shell script's commands) must not leave their
+    `watched` entry behind: the map would fill, and a later process reusing
+    the PID would be watched though nobody forked it from a watched one."""
+    port = free_port()
+    agent = subprocess.Popen([str(WAITMETER), "run", "--all", "--listen", f"127.0.0.1:{port}"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with Guard(agent):
+        Lines(agent, agent.stderr).until(lambda l: "serving" in l, 30, "the agent to serve")
+        wait_http(f"http://127.0.0.1:{port}/metrics")
+        time.sleep(2)
+        idle = entries(parse(scrape(port)))
+        # this test's process is watched (it existed at the agent's start): its children are followed
+        for _ in range(300):
+            subprocess.run(["/bin/true"], check=True)
+        time.sleep(1)
+        after = entries(parse(scrape(port)))
+    print(f"watched: {idle['watched']:.0f} before, {after['watched']:.0f} after 300 short-lived children")
+    # other processes of the machine may come and go meanwhile: far fewer than 300
+    assert after["watched"] <= idle["watched"] + 20, (idle, after)

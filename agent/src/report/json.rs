@@ -35,7 +35,8 @@ pub struct JsonThread {
     pub wait_ratio: Option<f64>,
     /// holder TID -> seconds of gil_wait ("unknown": the GIL was free or unreadable at the wait's start)
     pub gil_wait_by_holder: BTreeMap<String, f64>,
-    /// futex_wait per waker TID ("timeout": ended by a timeout or signal), closed waits only
+    /// futex_wait per waker TID ("timeout": ended by a timeout or signal; "other": wakers beyond
+    /// the 64 kept by name per thread, exited or quiet), closed waits only
     pub futex_wait_by_waker: BTreeMap<String, f64>,
     /// run-queue wait per what had the CPU: a TID of this process, "pid N (comm)", or "idle"
     pub runqueue_by_preemptor: BTreeMap<String, f64>,
@@ -385,7 +386,14 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
         futex_wait_by_waker: row
             .futex_by_waker()
             .iter()
-            .map(|(tid, ns)| (if *tid == 0 { "timeout".to_string() } else { tid.to_string() }, round6(secs(*ns))))
+            .map(|(tid, ns)| {
+                let who = match *tid {
+                    0 => "timeout".to_string(),
+                    crate::model::blame::GONE => "other".to_string(),
+                    t => t.to_string(),
+                };
+                (who, round6(secs(*ns)))
+            })
             .collect(),
         runqueue_by_preemptor: row.runqueue_by.iter().map(|(p, ns)| (p.key(), round6(secs(*ns)))).collect(),
         age: row.age.as_ref().map(|a| age(None, a, None, None)),

@@ -257,6 +257,7 @@ The agent's command line.
 - --listen={{ $listen }}:{{ $a.port }}
 - --max-threads={{ int64 $a.maxThreads }}
 - --max-processes={{ int64 $a.maxProcesses }}
+- --exit-buffer-kib={{ int64 $a.exitBufferKib }}
 - --max-thread-labels={{ int64 $a.maxThreadLabels }}
 - --gil-probe={{ $a.gilProbe }}
 {{- if ne $a.stacks "all" }}
