@@ -1,7 +1,7 @@
 """waitmeter benchmarks: overhead and accuracy, side by side with peers.
 
-  make bench                           the default run (~15-20 min)
-  make bench BENCH_ARGS=--quick        fewer rounds and scenarios (~5 min)
+  make bench                           the default run (~20-25 min)
+  make bench BENCH_ARGS=--quick        fewer rounds and scenarios (~7 min)
   make bench BENCH_ARGS="--only pingpong,accuracy --rounds 3"
   make bench BENCH_ARGS="--churn-minutes 10"   also: 10 min of thread churn under run --all
   make bench BENCH_ARGS="--only long --soak-minutes 60"   only the 1-hour soak
@@ -933,7 +933,7 @@ def final_summary(out, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer rounds and scenarios (~5 min)")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and scenarios (~7 min)")
     ap.add_argument("--only", help="comma-separated scenarios or groups: " + ", ".join(list(GROUPS) + ALL))
     ap.add_argument("--rounds", type=int, help="interleaved rounds per overhead scenario")
     ap.add_argument("--output", default=str(RESULTS / "latest.json"), help="results JSON (default: %(default)s)")
