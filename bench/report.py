@@ -35,8 +35,8 @@ MIN_RUNS = 100  # runs/s under which a hook's average is too thin to mark (as be
 def per_event_costs(d):
     for name, c in d.get("per_event_costs", {}).items():
         print(f"**{name}** — watched: `{c['watched']}`, unwatched: `{c['unwatched']}`; ns per run (runs/s) in each "
-              "tool's bpf_stats run; `floor`: an empty program on the same hook (bench/floor/), the kernel's dispatch "
-              "and the stats' own accounting\n")
+              "tool's bpf_stats run; `floor`: an empty program on the same hook (bench/floor/): the call into a "
+              "program and the stats' own clock reads\n")
         print("| hook | " + " | ".join(c["tools"]) + " | watched − floor | unwatched − floor |")
         print("| --- | " + " | ".join("---" for _ in c["tools"]) + " | --- | --- |")
         for hook, cells in c["hooks"].items():

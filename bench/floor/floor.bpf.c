@@ -2,9 +2,9 @@
 /*
  * The floor of a scheduler probe: empty programs on the hooks waitmeter's sched
  * probe uses (bpf/sched.bpf.c), of the same kind (tp_btf). With bpf_stats on,
- * their ns per run is what the kernel's dispatch to a BPF program and the stats'
- * own accounting cost on this machine, the part of waitmeter's per-event figure
- * that no program can avoid. The names are the hooks' (waitmeter's are the
+ * their ns per run is what the call into a program and the stats' own clock
+ * reads cost on this machine: the part of waitmeter's per-event figure that no
+ * program can avoid. The names are the hooks' (waitmeter's are the
  * hooks' + "_btf"), so both map to the same row of the bench's table.
  *
  * No headers needed: an empty program reads neither its context nor any type.
