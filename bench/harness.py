@@ -510,7 +510,11 @@ class Floor(Tool):
         self.name = name
 
     def start(self, workload):
-        obj = build_bpf("floor.bpf.o", BENCH / "floor" / "floor.bpf.c")
+        self.proc = None
+        try:
+            obj = build_bpf("floor.bpf.o", BENCH / "floor" / "floor.bpf.c")
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise RuntimeError(f"floor: cannot build bench/floor/floor.bpf.c: {e}") from e
         self.log = tmpfile(f"floor-{workload.pid}.log")
         with open(self.log, "w") as log:
             self.proc = spawn([sys.executable, BENCH / "floor" / "floor.py", obj], stdout=log, stderr=subprocess.STDOUT)
