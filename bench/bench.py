@@ -1,8 +1,10 @@
 """waitmeter benchmarks: overhead and accuracy, side by side with peers.
 
-  make bench                           the default run (~15-20 min)
-  make bench BENCH_ARGS=--quick        fewer rounds and scenarios (~5 min)
+  make bench                           the default run (~20-25 min)
+  make bench BENCH_ARGS=--quick        fewer rounds and scenarios (~7 min)
   make bench BENCH_ARGS="--only pingpong,accuracy --rounds 3"
+  make bench BENCH_ARGS="--churn-minutes 10"   also: 10 min of thread churn under run --all
+  make bench BENCH_ARGS="--only long --soak-minutes 60"   only the 1-hour soak
 
 Each overhead scenario runs its workload with no tool, then with each tool,
 interleaved in the same run (none, tool1, tool2, ..., none, tool1, ...), and
@@ -16,6 +18,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,6 +37,13 @@ TARGETS = {
     "peak_rss_mib": 64.0,
     "accuracy": 0.02,
     "first_answer_s": 1.0,
+    "sidecar_slowdown": 0.03,       # the switch storm (pinned ping-pong) under run --all, default mode
+    "switch_watched_ns": 150.0,     # sched_switch per run on a watched task (bpf_stats)
+    "unwatched_over_floor_ns": 30.0,  # per run on an unwatched task, over the empty program's
+    "agent_cpu_idle": 0.002,        # of one core when nothing watched switches
+    "churn_exit_rate": 20000.0,     # thread exits/s the long churn must reach
+    "churn_agent_cpu": 0.05,        # agent process, of one core, under that churn
+    "rss_growth_mib": 4.0,          # churn, soak: RSS at the end over RSS after the first minute
 }
 
 
@@ -63,6 +73,11 @@ def tools_for(kind, names):
         "waitmeter-nostacks": lambda: h.Waitmeter("waitmeter-nostacks", "--stacks", "none"),
         "waitmeter-syscalls": lambda: h.Waitmeter("waitmeter-syscalls", "--syscalls", "on"),
         "waitmeter-syscalls-elsewhere": lambda: h.Waitmeter("waitmeter-syscalls-elsewhere", "--syscalls", "on", elsewhere=True),
+        "waitmeter-elsewhere": lambda: h.Waitmeter("waitmeter-elsewhere", elsewhere=True),
+        "waitmeter-all": lambda: h.Waitmeter("waitmeter-all", all_processes=True),
+        "waitmeter-all-nostacks": lambda: h.Waitmeter("waitmeter-all-nostacks", "--stacks", "none", all_processes=True),
+        "waitmeter-all-uprobe": lambda: h.Waitmeter("waitmeter-all-uprobe", "--gil-probe", "uprobe", all_processes=True),
+        "floor": lambda: h.Floor("floor"),
         "py-spy": lambda: h.PySpy("py-spy"),
         "py-spy-nonblocking": lambda: h.PySpy("py-spy-nonblocking", nonblocking=True),
         "bpftrace-gil": lambda: h.Bpftrace("bpftrace-gil", h.bpftrace_gil_script),
@@ -79,6 +94,11 @@ TOOL_NOTES = {
     "waitmeter-syscalls": "waitmeter run --syscalls on (the syscall probe: every syscall of the machine enters it)",
     "waitmeter-syscalls-elsewhere": "waitmeter run --syscalls on watching another process (an idle sleep): what the probe costs the rest of the machine",
     "waitmeter-nostacks": "waitmeter run --stacks none (no wait stacks, no holder sampler: the default's cost of stacks is the difference)",
+    "waitmeter-all": "waitmeter run --all (the sidecar's mode: every process of the PID namespace, the bench's own included)",
+    "waitmeter-all-nostacks": "waitmeter run --all --stacks none",
+    "waitmeter-all-uprobe": "waitmeter run --all --gil-probe uprobe (take_gil/drop_gil uprobes in every Python process)",
+    "waitmeter-elsewhere": "waitmeter run watching another process (an idle sleep): the workload is unwatched, the hooks still run",
+    "floor": "empty tp_btf programs on the sched probe's hooks (bench/floor/): the per-event floor, for bpf_stats",
     "py-spy": "py-spy record --rate 100 (blocking: pauses the target per sample)",
     "py-spy-nonblocking": "py-spy record --rate 100 --nonblocking",
     "bpftrace-gil": "bpftrace: uprobe+uretprobe on take_gil, time per thread",
@@ -106,11 +126,14 @@ def storm_workload(*args):
 class Overhead:
     """An overhead scenario: one workload, several tools, interleaved rounds."""
 
-    def __init__(self, name, title, make, tools, metrics, rounds, timeout, target=None, stats_tools=("waitmeter",)):
+    def __init__(self, name, title, make, tools, metrics, rounds, timeout, target=None, stats_tools=("waitmeter",),
+                 costs=None):
         self.name, self.title, self.make, self.tools = name, title, make, tools
         self.metrics = metrics  # [(key, label, higher_is_better)]; the first is the one slowdown is computed on
         self.rounds, self.timeout, self.target = rounds, timeout, target  # target: (key in TARGETS, tool name)
         self.stats_tools = stats_tools
+        # (watched tool, unwatched tool): a per-event cost table against the "floor" tool's bpf_stats run
+        self.costs = costs
 
 
 def run_overhead(sc, out):
@@ -147,7 +170,64 @@ def run_overhead(sc, out):
     out[sc.name] = {"title": sc.title, "kind": "overhead", "rounds": sc.rounds, "runs": runs, "bpf_stats": bpf,
                     "summary": summary, "errors": errors, "metric": sc.metrics[0][0],
                     "higher_is_better": sc.metrics[0][2], "target": sc.target}
+    if sc.costs:
+        costs = per_event_costs(sc, bpf)
+        out.setdefault("per_event_costs", {})[sc.name] = costs
+        print_costs(costs)
     return out[sc.name]
+
+
+# ---------------------------------------------------------------- per-event cost against the floor
+
+HOOKS = ["sched_switch", "sched_wakeup", "sched_waking", "sched_wakeup_new", "sched_process_exit"]
+
+
+def hook_of(prog):
+    """The hook a program runs on, by name: waitmeter's are the hook + "_btf", the floor's the hook."""
+    return prog[:-4] if prog.endswith("_btf") else prog
+
+
+def per_event_costs(sc, bpf):
+    """ns per run of every program of each tool's bpf_stats run, by hook, with the empty
+    program's (floor) beside it, and the watched/unwatched tools' figures over it."""
+    watched, unwatched = sc.costs
+    tools = [t.name for t in sc.tools if t.name in bpf]
+    hooks = {}
+    for tool in tools:
+        for prog, v in (bpf[tool].get("bpf_progs") or {}).items():
+            if v["runs_per_s"] > 0:
+                hooks.setdefault(hook_of(prog), {})[tool] = {"ns_per_run": v["ns_per_run"], "runs_per_s": v["runs_per_s"]}
+    order = [k for k in HOOKS if k in hooks] + sorted(k for k in hooks if k not in HOOKS)
+    over = {}
+    for hook in order:
+        floor = hooks[hook].get("floor", {}).get("ns_per_run")
+        row = {"floor_ns": floor}
+        for side, tool in (("watched", watched), ("unwatched", unwatched)):
+            v = hooks[hook].get(tool)
+            if v:
+                row[f"{side}_ns"] = v["ns_per_run"]
+                row[f"{side}_runs_per_s"] = v["runs_per_s"]
+                if floor is not None:
+                    row[f"{side}_over_floor_ns"] = v["ns_per_run"] - floor
+        over[hook] = row
+    return {"tools": tools, "watched": watched, "unwatched": unwatched, "hooks": {k: hooks[k] for k in order},
+            "over_floor": over}
+
+
+def print_costs(c):
+    print(f"   per-event cost, ns per run (bpf_stats runs; watched: {c['watched']}, unwatched: {c['unwatched']}, "
+          f"floor: the empty program on the same hook):")
+    print(f"   {'hook':<20}" + "".join(f"{t:>24}" for t in c["tools"]) + f"{'watched-floor':>15}{'unwatched-floor':>17}")
+    for hook, cells in c["hooks"].items():
+        o = c["over_floor"][hook]
+        print(f"   {hook:<20}" + "".join(
+            f"{(format(cells[t]['ns_per_run'], '.0f') + ' (' + format(cells[t]['runs_per_s'], ',.0f') + '/s)') if t in cells else '-':>24}"
+            for t in c["tools"])
+              + f"{ns(o.get('watched_over_floor_ns')):>15}{ns(o.get('unwatched_over_floor_ns')):>17}")
+
+
+def ns(v):
+    return "-" if v is None else f"{v:+.0f}"
 
 
 def slowdown(value, base, higher_is_better):
@@ -160,6 +240,7 @@ def slowdown(value, base, higher_is_better):
 def summarize(sc, runs, bpf):
     key, _, hib = sc.metrics[0]
     base_by_round = {r["round"]: r[key] for r in runs.get("none", [])}
+    floor_by_round = {r["round"]: r[key] for r in runs.get("floor", [])}
     summary = {}
     for name, rs in runs.items():
         s = {"n": len(rs)}
@@ -176,6 +257,9 @@ def summarize(sc, runs, bpf):
             cpu_base = {r["round"]: r.get(cpu_key) for r in runs.get("none", [])}
             s["cpu_slowdown"] = median([slowdown(r.get(cpu_key), cpu_base.get(r["round"]), False) for r in rs])
             s["slowdown_of_medians"] = slowdown(s[key], summary.get("none", {}).get(key), hib)
+            if floor_by_round and name != "floor":
+                # against the empty programs' run of the same round: what the tool adds over the bare hooks
+                s["slowdown_vs_floor"] = median([slowdown(r[key], floor_by_round.get(r["round"]), hib) for r in rs])
             s["tool_cpu_per_s"] = median([r.get("tool_cpu_per_s") for r in rs])
             s["tool_peak_rss_mib"] = max([r["tool_peak_rss_mib"] for r in rs if r.get("tool_peak_rss_mib")], default=None)
             lost = [r.get("events_lost") for r in rs if r.get("events_lost") is not None]
@@ -229,6 +313,9 @@ def print_overhead(sc, summary):
             if "cpu_met" in s:
                 line += f" (CPU: {verdict(s['cpu_met'])})"
         print(line)
+    if any("slowdown_vs_floor" in s for s in summary.values()):
+        print("   against the floor (empty programs on the same hooks) of the same round: " + ", ".join(
+            f"{name} {pct(s['slowdown_vs_floor'])}" for name, s in summary.items() if "slowdown_vs_floor" in s))
     for name, s in summary.items():
         if s.get("events_lost"):
             print(f"   {name}: events lost in the worst run: "
@@ -421,15 +508,207 @@ def first_answer(runs, out):
     out["first-answer"] = {"kind": "latency", "rows": rows}
 
 
+# ---------------------------------------------------------------- long runs: churn and soak
+
+LOST = "waitmeter_bpf_events_lost_total"
+MAPS = "waitmeter_bpf_map_entries"
+
+
+def agent_sample(tool, t0):
+    """The agent's RSS, CPU, lost events by reason and map entries now, and the namespace's live threads."""
+    text = tool.scrape()
+    return {"t_s": round(time.monotonic() - t0, 1), "rss_mib": h.vm_rss_mib(tool.pid), "cpu_s": h.cpu_seconds(tool.pid),
+            "lost": {k: v for k, v in h.metric_by(text, LOST, "probe", "reason").items() if v},
+            "maps": h.metric_by(text, MAPS, "probe", "map"), "threads": h.live_threads()}
+
+
+def idle_level(tool, n=4):
+    """The agent's idle level before the work starts: n samples 1 s apart (its discovery rounds
+    run meanwhile), each map at the highest it reached (the namespace's own jobs move it)."""
+    t0 = time.monotonic()
+    xs = []
+    for _ in range(n):
+        time.sleep(1)
+        xs.append(agent_sample(tool, t0))
+    idle = dict(xs[-1])
+    idle["maps"] = {m: max(x["maps"].get(m, 0) for x in xs) for m in xs[-1]["maps"]}
+    return idle
+
+
+def maps_back(idle, now):
+    """Maps whose entries exceed their idle level by more than the namespace's thread growth
+    (run --all watches every thread of the namespace, other jobs' too): {map: (idle, now)}."""
+    slack = max(0, now["threads"] - idle["threads"])
+    return {m: (idle["maps"].get(m, 0), v) for m, v in now["maps"].items() if v > idle["maps"].get(m, 0) + slack}
+
+
+def sample_for(tool, t0, secs, every, timeline, label):
+    """Sample the agent every `every` s until `secs` s after t0."""
+    while True:
+        left = secs - (time.monotonic() - t0)
+        if left <= 0:
+            return
+        time.sleep(min(every, left))
+        try:
+            timeline.append(agent_sample(tool, t0))
+        except OSError as e:
+            print(f"   {label}: scrape failed at {time.monotonic() - t0:.0f} s: {e}", flush=True)
+            continue
+        x = timeline[-1]
+        print(f"   {label} {x['t_s']:>6.0f} s: RSS {x['rss_mib']:.1f} MiB, maps "
+              + ", ".join(f"{k} {v:.0f}" for k, v in x["maps"].items())
+              + (", lost " + ", ".join(f"{k} {v:.0f}" for k, v in x["lost"].items()) if x["lost"] else ""), flush=True)
+
+
+def after_stop(tool, t0, idle, wait_s=15):
+    """Samples after the work stopped until the maps are back to idle (or wait_s s)."""
+    stop = time.monotonic()
+    while True:
+        x = agent_sample(tool, t0)
+        x["after_stop_s"] = round(time.monotonic() - stop, 1)
+        if not maps_back(idle, x) or time.monotonic() - stop >= wait_s:
+            return x
+        time.sleep(1)
+
+
+def slope_per_hour(points):
+    """Least-squares slope of [(t_s, y)] per hour; None under two points."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mt, my = sum(t for t, _ in points) / n, sum(y for _, y in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    return sum((t - mt) * (y - my) for t, y in points) / var * 3600 if var else None
+
+
+def churn_long(minutes, rate, out):
+    secs = minutes * 60
+    print(f"\n== churn-long: thread churn under run --all for {minutes} min: 2 creator threads, "
+          f"{'paced to ' + format(rate, ',') + ' exits/s' if rate else 'unpaced'}; the agent sampled every 10 s")
+    storm = h.build_c("storm", h.BENCH / "workloads" / "storm.c")
+    w = h.Workload([storm, "churnfor", secs, 2, rate])
+    tool = h.Waitmeter("waitmeter-all", all_processes=True)
+    timeline = []
+    try:
+        with h.BpfStats():
+            tool.start(w)
+            idle = idle_level(tool)
+            t0, cpu0, progs0 = time.monotonic(), h.cpu_seconds(tool.pid), h.bpf_progs(tool.pid)
+            w.go()
+            sample_for(tool, t0, secs, 10, timeline, "churn")
+            res = w.result(60)
+            end = agent_sample(tool, t0)
+            elapsed = end["t_s"]
+            progs = h.bpf_delta(progs0, h.bpf_progs(tool.pid), elapsed)
+            peak = h.peak_rss_mib(tool.pid)
+            w.close()  # the churn is over: its process goes too
+            after = after_stop(tool, t0, idle)
+    except RuntimeError as e:
+        print(f"   churn-long: error: {e}")
+        out["churn-long"] = {"kind": "long", "error": str(e)}
+        return
+    finally:
+        tool.stop()
+        if w.proc.returncode is None:
+            w.close()
+    # RSS "at the start": after the first minute (after a quarter of the run if shorter than 4 min)
+    first = next((x for x in timeline if x["t_s"] >= min(60, secs / 4)), end)
+    r = {"kind": "long", "minutes": minutes, "paced_rate": rate, "exits": res["ops"], "seconds": res["seconds"],
+         "exit_rate": res["ops"] / res["seconds"], "workload_cpu_s": res["cpu_s"],
+         "agent_cpu": (end["cpu_s"] - cpu0) / elapsed,
+         "bpf_cpu": sum(v["cpu_share"] for v in progs.values()), "bpf_progs": progs,
+         "rss_start_mib": first["rss_mib"], "rss_start_t_s": first["t_s"], "rss_end_mib": end["rss_mib"],
+         "peak_rss_mib": peak,
+         "lost_end": end["lost"], "lost_after": after["lost"], "maps_idle": idle["maps"], "maps_end": end["maps"],
+         "maps_after": after["maps"], "after_stop_s": after["after_stop_s"],
+         "threads": {"idle": idle["threads"], "end": end["threads"], "after": after["threads"]},
+         "maps_left": maps_back(idle, after), "idle": idle, "end": end, "after": after, "timeline": timeline}
+    r["met"] = {"exit_rate": r["exit_rate"] >= TARGETS["churn_exit_rate"],
+                "lost": not sum(after["lost"].values()),
+                "maps": not r["maps_left"],
+                "agent_cpu": r["agent_cpu"] <= TARGETS["churn_agent_cpu"],
+                "rss": r["rss_end_mib"] - r["rss_start_mib"] <= TARGETS["rss_growth_mib"]}
+    out["churn-long"] = r
+    print(f"   {res['ops']:,} exits in {res['seconds']:.0f} s: {r['exit_rate']:,.0f}/s (≥ 20k: {verdict(r['met']['exit_rate'])}); "
+          f"agent process {pct(r['agent_cpu'], False)} of a core (≤ 5%: {verdict(r['met']['agent_cpu'])}), "
+          f"BPF {pct(r['bpf_cpu'], False)}")
+    print(f"   RSS {r['rss_start_mib']:.1f} MiB at {r['rss_start_t_s']:.0f} s, {r['rss_end_mib']:.1f} MiB at the end "
+          f"(≤ +4 MiB: {verdict(r['met']['rss'])}); lost: "
+          + (", ".join(f"{k} {v:.0f}" for k, v in after["lost"].items()) or "none") + f" ({verdict(r['met']['lost'])})")
+    print("   map entries idle / end of churn / " + f"{after['after_stop_s']:.0f} s after: "
+          + ", ".join(f"{m} {idle['maps'].get(m, 0):.0f}/{end['maps'].get(m, 0):.0f}/{v:.0f}" for m, v in after["maps"].items())
+          + f" (namespace threads {idle['threads']}/{end['threads']}/{after['threads']}; back to idle: {verdict(r['met']['maps'])})",
+          flush=True)
+
+
+def soak(minutes, out):
+    secs = minutes * 60
+    every = min(60, max(10, secs / 6))
+    print(f"\n== soak: a mixed workload under run --all for {minutes} min, the agent sampled every {every:.0f} s")
+    storm = h.build_c("storm", h.BENCH / "workloads" / "storm.c")
+    parts = [("churn 2,000 exits/s", [storm, "churnfor", secs, 1, 2000]),
+             ("futex storm: 4 threads, one mutex held across 50 us sleeps", [storm, "futexfor", secs, 4])]
+    py = h.pyenv_python(12)
+    if py:
+        parts.insert(0, ("ingest/processor GIL workload, Python 3.12", [py, h.BENCH / "workloads" / "ingest.py", secs, "--items", 20000]))
+    ws, timeline = [], []
+    tool = h.Waitmeter("waitmeter-all", all_processes=True)
+    try:
+        for _, cmd in parts:
+            ws.append(h.Workload(cmd))
+        tool.start(ws[0])
+        idle = idle_level(tool)
+        t0, cpu0 = time.monotonic(), h.cpu_seconds(tool.pid)
+        for w in ws:
+            w.go()
+        sample_for(tool, t0, secs, every, timeline, "soak")
+        results = [w.result(120) for w in ws]
+        end = agent_sample(tool, t0)
+        for w in ws:
+            w.close()
+        after = after_stop(tool, t0, idle)
+    except (RuntimeError, OSError) as e:
+        print(f"   soak: error: {e}")
+        out["soak"] = {"kind": "long", "error": str(e)}
+        return
+    finally:
+        tool.stop()
+        for w in ws:
+            if w.proc.returncode is None:
+                w.close()
+    steady = [x for x in timeline + [end] if x["t_s"] >= min(60, secs / 4)] or [end]
+    maps = sorted({m for x in steady for m in x["maps"]})
+    r = {"kind": "long", "minutes": minutes, "workloads": [label for label, _ in parts], "results": results,
+         "agent_cpu": (end["cpu_s"] - cpu0) / end["t_s"],
+         "rss_first_mib": steady[0]["rss_mib"], "rss_first_t_s": steady[0]["t_s"], "rss_last_mib": end["rss_mib"],
+         "rss_slope_mib_per_h": slope_per_hour([(x["t_s"], x["rss_mib"]) for x in steady]),
+         "maps": {m: {"idle": idle["maps"].get(m, 0), "first": steady[0]["maps"].get(m, 0), "last": end["maps"].get(m, 0),
+                      "after": after["maps"].get(m, 0),
+                      "slope_per_h": slope_per_hour([(x["t_s"], x["maps"].get(m, 0)) for x in steady])} for m in maps},
+         "lost": after["lost"], "maps_left": maps_back(idle, after), "after_stop_s": after["after_stop_s"],
+         "idle": idle, "end": end, "after": after, "timeline": timeline}
+    r["met"] = {"rss": r["rss_last_mib"] - r["rss_first_mib"] <= TARGETS["rss_growth_mib"], "maps": not r["maps_left"]}
+    out["soak"] = r
+    print(f"   RSS {r['rss_first_mib']:.1f} MiB at {r['rss_first_t_s']:.0f} s, {r['rss_last_mib']:.1f} MiB at the end, slope "
+          f"{fmt(r['rss_slope_mib_per_h'])} MiB/h (≤ +4 MiB: {verdict(r['met']['rss'])}); agent process {pct(r['agent_cpu'], False)} of a core")
+    for m, v in r["maps"].items():
+        print(f"   {m}: idle {v['idle']:.0f}, first {v['first']:.0f}, last {v['last']:.0f}, after {v['after']:.0f}, "
+              f"slope {fmt(v['slope_per_h'])}/h")
+    print("   lost events by reason: " + (", ".join(f"{k} {v:.0f}" for k, v in r["lost"].items()) or "none")
+          + f"; maps back to idle {r['after_stop_s']:.0f} s after: {verdict(r['met']['maps'])}", flush=True)
+
+
 # ---------------------------------------------------------------- plan
 
 GROUPS = {
     "gil": ["gil-3.11", "gil-3.12"],
     "pingpong": ["pingpong", "pingpong-unpinned", "pingpong-3.14"],
+    "sidecar": ["pingpong-all"],
     "storms": ["ctxswitch", "futex-uncontended", "futex-contended", "churn", "syscalls"],
-    "agent": ["sched-10k"],
+    "agent": ["sched-10k", "idle"],
     "accuracy": ["accuracy-gil", "accuracy-partition", "accuracy-throttle"],
     "latency": ["first-answer"],
+    "long": ["churn-long", "soak"],  # only with --churn-minutes / --soak-minutes
 }
 ALL = [s for g in GROUPS.values() for s in g]
 
@@ -458,6 +737,16 @@ def overhead_scenarios(args):
             python_workload(py, "pingpong.py", 60000, "--cpu", 1), tools_for("py", pp_tools),
             [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], R or (3 if quick else 5), timeout=120,
             target=("pingpong_slowdown", "waitmeter"), stats_tools=("waitmeter", "waitmeter-nostacks", "waitmeter-uprobe"))
+        # the sidecar's mode: run --all watches every process, this one and the bench's own included
+        sc["pingpong-all"] = Overhead(
+            "pingpong-all", "GIL ping-pong (the switch storm), 60k round trips, Python 3.12, pinned to CPU 1, under run --all",
+            python_workload(py, "pingpong.py", 60000, "--cpu", 1),
+            tools_for("py", ["none", "waitmeter-all", "waitmeter-all-nostacks", "waitmeter-all-uprobe", "waitmeter",
+                             "waitmeter-elsewhere", "floor"]),
+            [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], R or (3 if quick else 7), timeout=120,
+            target=("sidecar_slowdown", "waitmeter-all"),
+            stats_tools=("waitmeter-all", "waitmeter-all-nostacks", "waitmeter-all-uprobe", "waitmeter", "waitmeter-elsewhere", "floor"),
+            costs=("waitmeter-all", "waitmeter-elsewhere"))
         sc["pingpong-unpinned"] = Overhead(
             "pingpong-unpinned", "GIL ping-pong, 60k round trips, Python 3.12, unpinned (cross-CPU hand-offs: noisy)",
             python_workload(py, "pingpong.py", 60000), tools_for("py", pp_tools),
@@ -480,7 +769,9 @@ def overhead_scenarios(args):
     sc["futex-contended"] = Overhead("futex-contended", "contended pthread_mutex: 4 threads, 8M lock/unlock in all (futex storm)",
                                      storm_workload("contended", 8000000, 4), tools_for("c", c_tools), [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], rr, 120)
     sc["churn"] = Overhead("churn", "thread churn: 20k threads created and joined, 4 at a time",
-                           storm_workload("churn", 20000, 4), tools_for("c", c_tools), [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], rr, 120)
+                           storm_workload("churn", 20000, 4), tools_for("c", c_tools + ["waitmeter-elsewhere", "floor"]),
+                           [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], rr, 120,
+                           stats_tools=("waitmeter", "waitmeter-elsewhere", "floor"), costs=("waitmeter", "waitmeter-elsewhere"))
     sc["syscalls"] = Overhead("syscalls", "syscall storm: one thread makes 5M getppid() syscalls (the syscall probe's worst case)",
                               storm_workload("syscalls", 5000000), tools_for("c", ["none", "waitmeter", "waitmeter-syscalls", "waitmeter-syscalls-elsewhere"]),
                               [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], rr, 120,
@@ -489,6 +780,13 @@ def overhead_scenarios(args):
     sc["sched-10k"] = Overhead("sched-10k", f"the agent's own cost at ~10k scheduler events/s: a pipe ping-pong paced to 2,000 round trips/s, {secs} s",
                                storm_workload("paced", 2000, secs), tools_for("c", ["none", "waitmeter"]),
                                [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], R or (2 if quick else 3), 60)
+    idle_secs = 5 if quick else 10
+    # no baseline: a sleeping workload has no speed to lose; the figure is the agent's own CPU
+    sc["idle"] = Overhead("idle", f"the agent's own cost on a quiet machine: a process sleeping {idle_secs} s; "
+                          "run --all (the namespace's other processes are watched too) and run --pid of an idle sleep",
+                          storm_workload("idle", idle_secs), tools_for("c", ["waitmeter-all", "waitmeter-elsewhere"]),
+                          [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], R or (2 if quick else 3), idle_secs + 30,
+                          stats_tools=("waitmeter-all", "waitmeter-elsewhere"))
     return sc
 
 
@@ -531,6 +829,61 @@ def final_summary(out, args):
         add(f"GIL ping-pong pinned: time slowdown, waitmeter default (≤ 5%; baseline noise ±{pct(noise, False)})",
             pct(s.get("slowdown")), s.get("met"))
         add("GIL ping-pong pinned: CPU time, waitmeter default (≤ 5%)", pct(s.get("cpu_slowdown")), s.get("cpu_met"))
+    if "pingpong-all" in out:
+        sm = out["pingpong-all"]["summary"]
+        noise = sm.get("none", {}).get("noise")
+        for tool, what in (("waitmeter-all", "default"), ("waitmeter-all-nostacks", "--stacks none"),
+                           ("waitmeter-all-uprobe", "--gil-probe uprobe")):
+            if tool in sm:
+                s = sm[tool]
+                target = tool == "waitmeter-all"
+                add(f"switch storm (pinned ping-pong) under run --all, {what}: time slowdown"
+                    + (f" (≤ 3%; baseline noise ±{pct(noise, False)})" if target else " (reported)"),
+                    pct(s.get("slowdown")), s.get("met") if target else None)
+                if target:
+                    add("switch storm under run --all, default: CPU time (≤ 3%)", pct(s.get("cpu_slowdown")), s.get("cpu_met"))
+                    if s.get("slowdown_vs_floor") is not None:
+                        add("switch storm under run --all, default: time against the floor's runs (empty programs "
+                            "on the same hooks; reported)", pct(s["slowdown_vs_floor"]), None)
+    for name, c in out.get("per_event_costs", {}).items():
+        o = c["over_floor"].get("sched_switch", {})
+        if o.get("watched_ns") is not None:
+            add(f"{name}: sched_switch per run on a watched task ({c['watched']}, bpf_stats; floor "
+                f"{fmt(o.get('floor_ns'))} ns) (≤ 150 ns)", f"{o['watched_ns']:.0f} ns", o["watched_ns"] <= TARGETS["switch_watched_ns"])
+        for hook, o in c["over_floor"].items():
+            # only hooks the unwatched side and the floor both saw often enough to average
+            if o.get("unwatched_over_floor_ns") is not None and min(o["unwatched_runs_per_s"],
+                                                                    c["hooks"][hook]["floor"]["runs_per_s"]) >= 100:
+                add(f"{name}: {hook} per run on an unwatched task over the empty program's "
+                    f"({fmt(o['unwatched_ns'])} − {fmt(o['floor_ns'])} ns) (≤ 30 ns)",
+                    f"{o['unwatched_over_floor_ns']:+.0f} ns", o["unwatched_over_floor_ns"] <= TARGETS["unwatched_over_floor_ns"])
+    if "idle" in out:
+        for tool, s in out["idle"]["summary"].items():
+            total = s.get("agent_total_cpu_share")
+            if total is not None:
+                what = ("run --all on a quiet machine (every process of the namespace watched: the bench's, other jobs')"
+                        if tool == "waitmeter-all" else "nothing watched switches (run --pid of an idle sleep)")
+                add(f"agent CPU, {what} (process {pct(s.get('tool_cpu_per_s'), False)} + BPF "
+                    f"{pct(s.get('bpf_cpu_share'), False)} at {fmt(s.get('bpf_runs_per_s'))} runs/s) (≤ 0.2% of a core)",
+                    pct(total, False), total <= TARGETS["agent_cpu_idle"])
+    c = out.get("churn-long")
+    if c and "met" in c:
+        m = c["met"]
+        add(f"churn-long ({c['minutes']} min): thread exits/s (≥ 20k)", f"{c['exit_rate']:,.0f}", m["exit_rate"])
+        add("churn-long: events lost (0)", f"{sum(c['lost_after'].values()):.0f}", m["lost"])
+        add(f"churn-long: map entries back to idle {c['after_stop_s']:.0f} s after the churn", "yes" if m["maps"] else
+            ", ".join(f"{k} {a:.0f}→{b:.0f}" for k, (a, b) in c["maps_left"].items()), m["maps"])
+        add(f"churn-long: agent process CPU (≤ 5% of a core; BPF {pct(c['bpf_cpu'], False)} beside it)",
+            pct(c["agent_cpu"], False), m["agent_cpu"])
+        add(f"churn-long: RSS end − start ({c['rss_start_mib']:.1f} → {c['rss_end_mib']:.1f} MiB) (≤ 4 MiB)",
+            f"{c['rss_end_mib'] - c['rss_start_mib']:+.1f} MiB", m["rss"])
+    c = out.get("soak")
+    if c and "met" in c:
+        add(f"soak ({c['minutes']} min): RSS last − first ({c['rss_first_mib']:.1f} → {c['rss_last_mib']:.1f} MiB) (≤ 4 MiB)",
+            f"{c['rss_last_mib'] - c['rss_first_mib']:+.1f} MiB", c["met"]["rss"])
+        add("soak: map entries back to idle after the run", "yes" if c["met"]["maps"] else
+            ", ".join(f"{k} {a:.0f}→{b:.0f}" for k, (a, b) in c["maps_left"].items()), c["met"]["maps"])
+        add("soak: events lost, by reason (reported)", ", ".join(f"{k} {v:.0f}" for k, v in c["lost"].items()) or "0", None)
     if "sched-10k" in out:
         s = out["sched-10k"]["summary"].get("waitmeter", {})
         total, runs = s.get("agent_total_cpu_share"), s.get("bpf_runs_per_s")
@@ -580,15 +933,24 @@ def final_summary(out, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer rounds and scenarios (~5 min)")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and scenarios (~7 min)")
     ap.add_argument("--only", help="comma-separated scenarios or groups: " + ", ".join(list(GROUPS) + ALL))
     ap.add_argument("--rounds", type=int, help="interleaved rounds per overhead scenario")
     ap.add_argument("--output", default=str(RESULTS / "latest.json"), help="results JSON (default: %(default)s)")
+    ap.add_argument("--churn-minutes", type=float, default=0,
+                    help="also run churn-long: thread churn under run --all for this many minutes (default 0: skipped; the issue's figure: 10)")
+    ap.add_argument("--churn-rate", type=int, default=25000,
+                    help="churn-long's thread exits/s, paced (0: as fast as 2 creator threads go; default %(default)s)")
+    ap.add_argument("--soak-minutes", type=float, default=0,
+                    help="also run soak: a mixed workload under run --all for this many minutes (default 0: skipped; e.g. 60)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: run as root (the probes need CAP_BPF and CAP_PERFMON)")
     if not h.WAITMETER.exists():
         sys.exit(f"bench: {h.WAITMETER} is not built (make build)")
+    if not shutil.which("bpftool"):
+        print("bench: no bpftool (make setup installs it): BPF programs will be named by id, and the per-event "
+              "cost tables cannot tell the hooks apart", file=sys.stderr)
     wanted = ALL
     if args.only:
         wanted = []
@@ -623,6 +985,16 @@ def main():
                 accuracy_throttle(out)
             elif name == "first-answer":
                 first_answer(3 if args.quick else 5, out)
+            elif name == "churn-long":
+                if args.churn_minutes > 0:
+                    churn_long(args.churn_minutes, args.churn_rate, out)
+                elif args.only:
+                    print("\n== churn-long: skipped (give --churn-minutes N)")
+            elif name == "soak":
+                if args.soak_minutes > 0:
+                    soak(args.soak_minutes, out)
+                elif args.only:
+                    print("\n== soak: skipped (give --soak-minutes N)")
             else:
                 print(f"\n== {name}: skipped (its interpreter is not installed)")
         final_summary(out, args)

@@ -12,6 +12,7 @@ import re
 import select
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -139,6 +140,34 @@ def peak_rss_mib(pid):
     return None
 
 
+def vm_rss_mib(pid):
+    """VmRSS (resident set now) in MiB; None if gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def live_threads():
+    """Threads of the user-space processes of this PID namespace (kernel threads left out):
+    what `run --all` watches, to tell a map's growth from the namespace's."""
+    n = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if not int(fields[6]) & 0x00200000:  # PF_KTHREAD
+            n += int(fields[17])
+    return n
+
+
 def machine_ctxt():
     """Context switches since boot, all CPUs (/proc/stat ctxt)."""
     for line in Path("/proc/stat").read_text().splitlines():
@@ -200,6 +229,16 @@ def bpf_progs(owner_pid):
     return progs
 
 
+def bpf_delta(progs0, progs1, elapsed):
+    """{prog name: {runs_per_s, ns_per_run, cpu_share}} between two bpf_progs() readings."""
+    per = {}
+    for name, (c1, n1) in progs1.items():
+        c0, n0 = progs0.get(name, (0, 0))
+        per[name] = {"runs_per_s": (c1 - c0) / elapsed, "ns_per_run": (n1 - n0) / (c1 - c0) if c1 > c0 else 0.0,
+                     "cpu_share": (n1 - n0) / 1e9 / elapsed}
+    return per
+
+
 # ---------------------------------------------------------------- cgroups
 
 def make_cgroup(name, quota_us, period_us=100000):
@@ -248,6 +287,16 @@ def build_c(name, src):
     out = BUILD / name
     if not out.exists() or out.stat().st_mtime < Path(src).stat().st_mtime:
         subprocess.run(["cc", "-O2", "-Wall", "-pthread", "-o", str(out), str(src)], check=True)
+    return out
+
+
+def build_bpf(name, src):
+    """A BPF object from C (clang-19, as the agent's build.rs; WAITMETER_CLANG overrides)."""
+    BUILD.mkdir(exist_ok=True)
+    out = BUILD / name
+    if not out.exists() or out.stat().st_mtime < Path(src).stat().st_mtime:
+        clang = os.environ.get("WAITMETER_CLANG", "clang-19")
+        subprocess.run([clang, "-target", "bpf", "-O2", "-g", "-Wall", "-c", str(src), "-o", str(out)], check=True)
     return out
 
 
@@ -397,22 +446,25 @@ class Waitmeter(Tool):
     SCRAPE_S seconds as Prometheus would (more often than Prometheus' usual 15 s)."""
     SCRAPE_S = 2.0
 
-    def __init__(self, name="waitmeter", *extra, elsewhere=False):
+    def __init__(self, name="waitmeter", *extra, elsewhere=False, all_processes=False):
         """`elsewhere`: watch an idle process of its own instead of the workload (what the
-        agent's machine-wide hooks cost the processes it does not watch)."""
-        self.name, self.extra, self.elsewhere = name, extra, elsewhere
+        agent's machine-wide hooks cost the processes it does not watch).
+        `all_processes`: `run --all`, the sidecar's mode: every process of the PID namespace."""
+        self.name, self.extra, self.elsewhere, self.all_processes = name, extra, elsewhere, all_processes
         self.other = None
 
     def start(self, workload):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/metrics"
         self.log = tmpfile(f"waitmeter-{self.port}.log")
-        pid = workload.pid
+        target = ["--pid", workload.pid]
         if self.elsewhere:
             self.other = spawn(["sleep", "600"])
-            pid = self.other.pid
+            target = ["--pid", self.other.pid]
+        elif self.all_processes:
+            target = ["--all"]
         with open(self.log, "w") as log:
-            self.proc = spawn([WAITMETER, "run", "--pid", pid, "--listen", f"127.0.0.1:{self.port}", *self.extra],
+            self.proc = spawn([WAITMETER, "run", *target, "--listen", f"127.0.0.1:{self.port}", *self.extra],
                               stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 20
         ok = False
@@ -448,6 +500,29 @@ class Waitmeter(Tool):
         if self.other:
             reap(self.other, signal.SIGKILL, timeout=5)
             self.other = None
+
+
+class Floor(Tool):
+    """Empty tp_btf programs on the sched probe's hooks (bench/floor/), held by a small
+    loader: with bpf_stats, the floor under waitmeter's per-event cost on each hook."""
+
+    def __init__(self, name="floor"):
+        self.name = name
+
+    def start(self, workload):
+        self.proc = None
+        try:
+            obj = build_bpf("floor.bpf.o", BENCH / "floor" / "floor.bpf.c")
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise RuntimeError(f"floor: cannot build bench/floor/floor.bpf.c: {e}") from e
+        self.log = tmpfile(f"floor-{workload.pid}.log")
+        with open(self.log, "w") as log:
+            self.proc = spawn([sys.executable, BENCH / "floor" / "floor.py", obj], stdout=log, stderr=subprocess.STDOUT)
+        self.started(wait_for_text(self.log, "floor: attached", self.proc, 20), "floor")
+
+    def stop(self):
+        if self.proc:
+            reap(self.proc, signal.SIGTERM, timeout=10)
 
 
 class PySpy(Tool):
@@ -534,6 +609,18 @@ def metric_value(text, name, **labels):
     return None
 
 
+def metric_by(text, name, *labels):
+    """{"v1/v2": value} of a metric's series, keyed by the values of `labels`."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(\w+)\{(.*)\} (\S+)$", line)
+        if m and m.group(1) == name:
+            have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+            key = "/".join(have.get(k, "") for k in labels)
+            out[key] = out.get(key, 0.0) + float(m.group(3))
+    return out
+
+
 def metric_sum(text, name):
     total = 0.0
     for line in text.splitlines():
@@ -579,11 +666,7 @@ def run_once(make_workload, tool, timeout, bpf_stats=False):
                 except OSError:
                     pass
             if bpf_stats and progs0 is not None:
-                per = {}
-                for name, (c1, n1) in progs1.items():
-                    c0, n0 = progs0.get(name, (0, 0))
-                    per[name] = {"runs_per_s": (c1 - c0) / elapsed, "ns_per_run": (n1 - n0) / (c1 - c0) if c1 > c0 else 0.0,
-                                 "cpu_share": (n1 - n0) / 1e9 / elapsed}
+                per = bpf_delta(progs0, progs1, elapsed)
                 out["bpf_progs"] = per
                 out["bpf_runs_per_s"] = sum(p["runs_per_s"] for p in per.values())
                 out["bpf_cpu_share"] = sum(p["cpu_share"] for p in per.values())

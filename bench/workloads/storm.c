@@ -14,6 +14,14 @@
 //   storm churn N [PAR]         create and join N threads that exit at once, PAR at a time
 //   storm syscalls N            one thread makes N getppid() syscalls (the cheapest there is:
 //                               the syscall probe's worst case, its cost all overhead)
+//   storm idle SECS             sleeps SECS s (a quiet machine: the agent's idle cost)
+//   storm churnfor SECS CREATORS [RATE]
+//                               CREATORS threads each create and join threads that exit at
+//                               once, 4 at a time, for SECS s; RATE > 0 paces the exits to
+//                               RATE/s in all (ops: threads that exited)
+//   storm futexfor SECS THREADS THREADS threads take turns on one mutex held across a 50 us
+//                               sleep, for SECS s: every lock blocks in futex_wait (a paced
+//                               futex storm; ops: locks taken)
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -90,10 +98,75 @@ static void *nothing(void *arg)
 	return arg;
 }
 
+static double until;     // churnfor, futexfor: stop at this now_s()
+static long per_creator; // churnfor: exits/s of one creator (0: as fast as it can)
+static long done;        // ops of all threads (atomic adds)
+
+static void sleep_until(struct timespec *next, long add_ns)
+{
+	next->tv_nsec += add_ns;
+	while (next->tv_nsec >= 1000000000L) {
+		next->tv_nsec -= 1000000000L;
+		next->tv_sec++;
+	}
+	clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, next, NULL);
+}
+
+static void *creator(void *arg)
+{
+	enum { PAR = 4 };
+	pthread_t ts[PAR];
+	struct timespec next;
+	long n = 0;
+	(void)arg;
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	while (now_s() < until) {
+		for (int i = 0; i < PAR; i++)
+			if (pthread_create(&ts[i], NULL, nothing, NULL))
+				die("pthread_create");
+		for (int i = 0; i < PAR; i++)
+			pthread_join(ts[i], NULL);
+		n += PAR;
+		if (per_creator > 0)
+			sleep_until(&next, 1000000000L * PAR / per_creator);
+	}
+	__atomic_fetch_add(&done, n, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+static void *sleepy_locker(void *arg)
+{
+	static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+	struct timespec hold = {0, 50000};
+	long n = 0;
+	(void)arg;
+	while (now_s() < until) {
+		pthread_mutex_lock(&m);
+		nanosleep(&hold, NULL);
+		pthread_mutex_unlock(&m);
+		n++;
+	}
+	__atomic_fetch_add(&done, n, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+// k threads running fn until `until`; returns the ops they added up
+static long for_a_while(void *(*fn)(void *), int k)
+{
+	pthread_t *ts = calloc(k, sizeof(*ts));
+	for (int i = 0; i < k; i++)
+		if (pthread_create(&ts[i], NULL, fn, NULL))
+			die("pthread_create");
+	for (int i = 0; i < k; i++)
+		pthread_join(ts[i], NULL);
+	free(ts);
+	return done;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: storm pipe|paced|mutex|contended|churn|syscalls N [ARG]\n");
+		fprintf(stderr, "usage: storm pipe|paced|mutex|contended|churn|syscalls|idle|churnfor|futexfor N [ARG [ARG]]\n");
 		return 2;
 	}
 	const char *mode = argv[1];
@@ -164,6 +237,15 @@ int main(int argc, char **argv)
 	} else if (!strcmp(mode, "syscalls")) {
 		for (ops = 0; ops < n; ops++)
 			syscall(SYS_getppid);
+	} else if (!strcmp(mode, "idle")) {
+		struct timespec ts = {n, 0};
+		nanosleep(&ts, NULL);
+	} else if (!strcmp(mode, "churnfor") || !strcmp(mode, "futexfor")) {
+		int k = arg > 0 ? (int)arg : 2;
+		long rate = argc > 4 ? atol(argv[4]) : 0;
+		per_creator = rate > 0 ? (rate + k - 1) / k : 0;
+		until = t0 + n;
+		ops = for_a_while(!strcmp(mode, "churnfor") ? creator : sleepy_locker, k);
 	} else {
 		fprintf(stderr, "unknown mode %s\n", mode);
 		return 2;
