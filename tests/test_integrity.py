@@ -188,13 +188,14 @@ def per_thread(metrics, name, state=None):
 def test_blame_moved_out_of_the_kernel_is_still_counted():
     """Waves of threads queue on a mutex and are joined: the main thread's
     futex blame (one entry per worker that woke it, at its exit) leaves the
-    kernel maps once it stops growing, and none of it is lost on the way: the
+    kernel maps when the worker's exit is drained, and none of it is lost on the way: the
     exported blame does not drop when it moves (the steady threads only add
     to it), and the kernel keeps no entry that stopped growing."""
     churn_bin = build("churn")
     port = free_port()
     with Workload(churn_bin, 15, 20, 2, 10 ** 9, stdin=subprocess.PIPE) as w:
-        with Guard(run_agent(w.pid, port)):
+        agent = run_agent(w.pid, port)
+        with Guard(agent):
             time.sleep(6)
             idle = entries(parse(scrape(port)))
             w.proc.stdin.write("go\n")
@@ -213,8 +214,10 @@ def test_blame_moved_out_of_the_kernel_is_still_counted():
           f"{len(main_after)}; futex blame of the main and steady threads {before:.6f} s -> {moved:.6f} s")
     assert at_idle(idle, after), (idle, after)
     assert not quiet_entries(first, last), quiet_entries(first, last)[:5]
-    # the main thread had one entry per worker of the last seconds; they moved out
-    assert len(main_before) >= 50 and len(main_after) <= 4, (len(main_before), len(main_after))
+    # the main thread gets an entry per worker that woke it (at its exit): they move out of
+    # the kernel at the drain of the worker's exit (issue 16), not seconds later, so at most
+    # the last drain's are still there as the churn ends, and none after
+    assert len(main_before) <= 100 and len(main_after) <= 4, (len(main_before), len(main_after))
     assert moved >= before, (before, moved)
 
 

@@ -29,59 +29,83 @@ fn opts(elem_flags: MapFlags) -> libbpf_sys::bpf_map_batch_opts {
 /// (`MapFlags::LOCK`: each value copied under its spin lock). A map whose
 /// kernel does not batch (before 5.6) is read entry by entry.
 pub fn dump<K: Copy, V: Copy>(map: &impl MapCore, elem_flags: MapFlags) -> Vec<(K, V)> {
+    batched(map, elem_flags, false)
+}
+
+/// Every (key, value) of a hash map, each looked up and deleted in one step
+/// (`BPF_MAP_LOOKUP_AND_DELETE_BATCH`): what the BPF side adds meanwhile is
+/// in the value taken or in a new entry. Entry by entry before Linux 5.6.
+pub fn drain<K: Copy, V: Copy>(map: &impl MapCore) -> Vec<(K, V)> {
+    batched(map, MapFlags::ANY, true)
+}
+
+thread_local! {
+    /// The key and value buffers of `batched`, reused call after call: a
+    /// whole-map read several times a second must not allocate (and fault in)
+    /// fresh pages each time.
+    static BUFFERS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+fn batched<K: Copy, V: Copy>(map: &impl MapCore, elem_flags: MapFlags, delete: bool) -> Vec<(K, V)> {
     let (ks, vs) = (size_of::<K>(), size_of::<V>());
     debug_assert_eq!((map.key_size() as usize, map.value_size() as usize), (ks, vs), "{}", map.name().to_string_lossy());
     let fd = map.as_fd().as_raw_fd();
     let mut out = Vec::new();
     let mut cap = BATCH;
-    let (mut keys, mut values) = (vec![0u8; cap * ks], vec![0u8; cap * vs]);
-    // the position between calls, opaque (a bucket index for hash maps)
-    let (mut token_in, mut token_out) = ([0u8; 8], [0u8; 8]);
-    let mut first = true;
-    loop {
-        let mut count = cap as u32;
-        let o = opts(elem_flags);
-        let in_batch = if first { std::ptr::null_mut() } else { token_in.as_mut_ptr().cast() };
-        // SAFETY: the buffers hold `count` keys and values of the map's sizes
-        // (checked above); the tokens are at least the 4 bytes a hash map uses.
-        let rc = unsafe {
-            libbpf_sys::bpf_map_lookup_batch(
-                fd,
-                in_batch,
-                token_out.as_mut_ptr().cast(),
-                keys.as_mut_ptr().cast(),
-                values.as_mut_ptr().cast(),
-                &mut count,
-                &o,
-            )
-        };
-        let got = (count as usize).min(cap);
-        out.extend((0..got).filter_map(|i| Some((from_bytes::<K>(&keys[i * ks..])?, from_bytes::<V>(&values[i * vs..])?))));
-        match -rc {
-            0 => {}
-            libc::ENOENT => return out,
-            libc::ENOSPC if got == 0 && cap < MAX_BATCH => {
-                cap *= 2;
-                keys.resize(cap * ks, 0);
-                values.resize(cap * vs, 0);
-                continue;
+    BUFFERS.with_borrow_mut(|(keys, values)| {
+        keys.resize(cap * ks, 0);
+        values.resize(cap * vs, 0);
+        // the position between calls, opaque (a bucket index for hash maps)
+        let (mut token_in, mut token_out) = ([0u8; 8], [0u8; 8]);
+        let mut first = true;
+        loop {
+            let mut count = cap as u32;
+            let o = opts(elem_flags);
+            let in_batch = if first { std::ptr::null_mut() } else { token_in.as_mut_ptr().cast() };
+            let call = if delete { libbpf_sys::bpf_map_lookup_and_delete_batch } else { libbpf_sys::bpf_map_lookup_batch };
+            // SAFETY: the buffers hold `count` keys and values of the map's sizes
+            // (checked above); the tokens are at least the 4 bytes a hash map uses.
+            let rc = unsafe {
+                call(fd, in_batch, token_out.as_mut_ptr().cast(), keys.as_mut_ptr().cast(), values.as_mut_ptr().cast(), &mut count, &o)
+            };
+            let got = (count as usize).min(cap);
+            out.extend((0..got).filter_map(|i| Some((from_bytes::<K>(&keys[i * ks..])?, from_bytes::<V>(&values[i * vs..])?))));
+            match -rc {
+                0 => {}
+                libc::ENOENT => break,
+                libc::ENOSPC if got == 0 && cap < MAX_BATCH => {
+                    cap *= 2;
+                    keys.resize(cap * ks, 0);
+                    values.resize(cap * vs, 0);
+                    continue;
+                }
+                libc::EINVAL | libc::ENOTSUP | libc::EOPNOTSUPP if first => {
+                    out = by_key(map, elem_flags, delete);
+                    break;
+                }
+                e => {
+                    log::debug!("batch read of {} failed: {}", map.name().to_string_lossy(), std::io::Error::from_raw_os_error(e));
+                    break;
+                }
             }
-            libc::EINVAL | libc::ENOTSUP | libc::EOPNOTSUPP if first => return dump_by_key(map, elem_flags),
-            e => {
-                log::debug!("batch read of {} failed: {}", map.name().to_string_lossy(), std::io::Error::from_raw_os_error(e));
-                return out;
-            }
+            token_in = token_out;
+            first = false;
         }
-        token_in = token_out;
-        first = false;
-    }
+        // a bucket that needed a bigger batch does not keep its memory
+        if keys.capacity() + values.capacity() > 1 << 20 {
+            *keys = Vec::new();
+            *values = Vec::new();
+        }
+    });
+    out
 }
 
-/// The fallback of `dump`: two system calls per entry.
-fn dump_by_key<K: Copy, V: Copy>(map: &impl MapCore, elem_flags: MapFlags) -> Vec<(K, V)> {
-    map.keys()
+/// The fallback of `batched`: two system calls per entry.
+fn by_key<K: Copy, V: Copy>(map: &impl MapCore, elem_flags: MapFlags, delete: bool) -> Vec<(K, V)> {
+    let keys: Vec<Vec<u8>> = map.keys().collect();
+    keys.into_iter()
         .filter_map(|k| {
-            let v = map.lookup(&k, elem_flags).ok()??;
+            let v = if delete { map.lookup_and_delete(&k).ok()?? } else { map.lookup(&k, elem_flags).ok()?? };
             Some((from_bytes::<K>(&k)?, from_bytes::<V>(&v)?))
         })
         .collect()
@@ -166,5 +190,12 @@ mod tests {
         assert_eq!(left.len(), (n / 2) as usize);
         assert!(left.iter().all(|(k, _)| k.a % 2 == 1));
         assert_eq!(delete::<Key>(&map, &[]), 0);
+        // a drain takes what is left, once
+        let mut drained = drain::<Key, u64>(&map);
+        drained.sort_by_key(|(k, _)| k.a);
+        let mut left = left;
+        left.sort_by_key(|(k, _)| k.a);
+        assert_eq!(drained, left);
+        assert_eq!(count::<Key, u64>(&map), 0);
     }
 }

@@ -139,12 +139,9 @@ impl Maps<'_> {
     /// looked up and deleted in one step, so time added meanwhile is in the
     /// value taken or in a new entry.
     pub fn drain_waits(&self) -> Vec<(RawWait, u64, Lengths)> {
-        let keys: Vec<Vec<u8>> = self.waits.keys().collect();
-        let mut out = Vec::with_capacity(keys.len());
-        for k in keys {
-            let Some(key) = from_bytes::<wm_wait_stack_key>(&k) else { continue };
-            let Ok(Some(v)) = self.waits.lookup_and_delete(&k) else { continue };
-            let Some(v) = from_bytes::<wm_wait_stack_val>(&v) else { continue };
+        let drained = super::batch::drain::<wm_wait_stack_key, wm_wait_stack_val>(self.waits);
+        let mut out = Vec::with_capacity(drained.len());
+        for (key, v) in drained {
             let lengths = Lengths {
                 waits: u64::from(v.waits),
                 sum_ns: v.held_ns,
