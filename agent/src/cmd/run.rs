@@ -248,9 +248,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                         cpu_limit_cores: t.cgroup.as_ref().and_then(|c| c.quota()?.cores()).map_or(online, |q| q.min(online)),
                     })
                     .collect();
-                let mut lost = session.probe().lost();
-                lost.extend(session.python_lost());
-                lost.extend(session.stacks_lost());
+                let mut lost = session.lost();
                 let mut maps = session.map_entries();
                 if let Some(p) = &syscall_probe {
                     let target_of: HashMap<u32, u64> = session.targets().map(|t| (t.host_pid, t.id)).collect();

@@ -166,7 +166,7 @@ impl Session {
     }
 
     /// Events lost by the Python probes: (probe, reason, count).
-    pub fn python_lost(&self) -> [(&'static str, &'static str, u64); 2] {
+    fn python_lost(&self) -> [(&'static str, &'static str, u64); 2] {
         [("gil", "holds_map_full", self.gil_probes.values().map(|g| g.lost()).sum()), ("pypark", "parked_map_full", self.parks.lost())]
     }
 

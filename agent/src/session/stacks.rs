@@ -225,7 +225,7 @@ impl Session {
 
     /// Stack events lost: in the kernel, and waits drained after their
     /// thread was forgotten (`thread_gone`): (probe, reason, count).
-    pub fn stacks_lost(&self) -> Vec<(&'static str, &'static str, u64)> {
+    pub(super) fn stacks_lost(&self) -> Vec<(&'static str, &'static str, u64)> {
         let Some(st) = &self.stacks else { return vec![] };
         let mut lost: Vec<_> = self.probe.stack_maps().lost().into_iter().map(|(r, n)| ("stacks", r, n)).collect();
         lost.push(("stacks", "thread_gone", st.unattributed));
