@@ -94,6 +94,9 @@ def test_run_counts_the_clock_syscalls_of_each_process(clockloop):
             url = f"http://127.0.0.1:{port}/metrics"
             wait_http(url)
             read_rate(sys_w, 1)  # the workload's lines so far, consumed
+            # past the endpoint's 1 s render cache (wait_http's scrape filled it as the agent
+            # started): the first reading below is rendered now, as its time t0 says
+            time.sleep(1.1)
 
             def scrape():
                 with urllib.request.urlopen(url, timeout=10) as r:
