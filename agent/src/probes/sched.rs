@@ -423,18 +423,6 @@ impl SchedProbe {
         batch::delete(&m.gil_blame, &g) + batch::delete(&m.futex_blame, &f) + batch::delete(&m.preempt_blame, &p)
     }
 
-    /// Drop the blame entries of the thread incarnations `gone` says are gone
-    /// (reported, or lost); returns how many entries were deleted.
-    pub fn forget_blame(&self, gone: impl Fn(Incarnation) -> bool) -> usize {
-        fn purge<K: Copy, V: Copy>(map: &libbpf_rs::MapMut, of: impl Fn(K) -> Incarnation, gone: &impl Fn(Incarnation) -> bool) -> usize {
-            let keys: Vec<K> = batch::dump::<K, V>(map, MapFlags::ANY).into_iter().map(|(k, _)| k).filter(|k| gone(of(*k))).collect();
-            batch::delete(map, &keys)
-        }
-        purge::<wm_blame_key, u64>(&self.skel.maps.gil_blame, |k| (k.tid, k.gen), &gone)
-            + purge::<wm_futex_key, u64>(&self.skel.maps.futex_blame, |k| (k.tid, k.gen), &gone)
-            + purge::<wm_preempt_key, wm_preempt>(&self.skel.maps.preempt_blame, |k| (k.tid, k.gen), &gone)
-    }
-
     /// Entries in each kernel map that grows with threads: (map, entries).
     pub fn occupancy(&self) -> Vec<(&'static str, usize)> {
         let m = &self.skel.maps;

@@ -39,13 +39,19 @@ impl Session {
         if gone.is_empty() {
             return;
         }
+        self.delete_blame_of(kernel, gone);
+        self.settle.forget(|w| gone.contains(w));
+        self.forget_holds(&gone.iter().map(|w| w.0).collect::<Vec<u32>>());
+    }
+
+    /// Delete the kernel's blame entries of these waiters, as `kernel` (this
+    /// sample's reading) has them: waiters that are gone get no new entries.
+    fn delete_blame_of(&self, kernel: &Kernel, gone: &HashSet<Incarnation>) -> usize {
         self.probe.delete_blame(
             &kernel.gil.iter().filter(|r| gone.contains(&r.0)).copied().collect::<Vec<_>>(),
             &kernel.futex.iter().filter(|r| gone.contains(&r.0)).copied().collect::<Vec<_>>(),
             &kernel.preempt.iter().filter(|r| gone.contains(&r.0)).cloned().collect::<Vec<_>>(),
-        );
-        self.settle.forget(|w| gone.contains(w));
-        self.forget_holds(&gone.iter().map(|w| w.0).collect::<Vec<u32>>());
+        )
     }
 
     /// Forget the GIL hold histograms of these threads, in every precise GIL probe.
@@ -92,7 +98,7 @@ impl Session {
         lt.orphan_holds = orphan_holds;
         let mut collected = ghosts.len() as u64;
         if !dead.is_empty() {
-            collected += self.probe.forget_blame(|w| dead.contains(&w)) as u64;
+            collected += self.delete_blame_of(&blame.kernel, &dead) as u64;
             self.settle.forget(|w| dead.contains(w));
         }
         if !dead_holds.is_empty() {

@@ -11,6 +11,7 @@ use crate::clock::monotonic_ns;
 use crate::model::partition::ThreadSample;
 use crate::model::stacks::{Key, Lengths, Role, WaitStacks};
 use crate::model::state::State;
+use crate::probes::sched::{incarnation, Incarnation};
 use crate::probes::stacks::RawWait;
 use crate::python::layout::GilLocation;
 use crate::stacks::{python, Join, Namer, Options};
@@ -31,7 +32,7 @@ pub(super) struct StackState {
     unattributed: u64,
     /// threads that exited since the last drain, (host TID, incarnation) ->
     /// (target id, TID): their waits are in the kernel map until it
-    pub(super) exits_since_drain: HashMap<(u32, u32), (u64, u32)>,
+    exits_since_drain: HashMap<Incarnation, (u64, u32)>,
     /// drained waits of threads not known yet (one that exited after this
     /// sample read the exits): tried again at the next drain, then lost
     pending: Vec<(RawWait, u64, Lengths)>,
@@ -49,6 +50,12 @@ impl StackState {
             pending: vec![],
         }
     }
+}
+
+/// Each thread of samples by target, as a drained wait names it (its
+/// incarnation), with its target id and TID in the agent's namespace.
+fn whose_threads(by_target: &BTreeMap<u64, Vec<ThreadSample>>) -> impl Iterator<Item = (Incarnation, (u64, u32))> + '_ {
+    by_target.iter().flat_map(|(id, v)| v.iter().map(move |s| (incarnation(s.host_tid, s.start_ns), (*id, s.tid))))
 }
 
 /// How the frames of a target's interpreter are read, when its version is known.
@@ -139,10 +146,8 @@ impl Session {
             // only the GIL holds by function (a metric) are named
             drained.retain(|(w, _, l)| w.state == State::GilWait && w.role == Role::Holder && l.waits > 0);
         }
-        let mut whose: HashMap<(u32, u32), (u64, u32)> = std::mem::take(&mut st.exits_since_drain);
-        whose.extend(
-            live.iter().chain(exited.iter()).flat_map(|(id, v)| v.iter().map(move |s| ((s.host_tid, s.start_ns as u32), (*id, s.tid)))),
-        );
+        let mut whose: HashMap<Incarnation, (u64, u32)> = std::mem::take(&mut st.exits_since_drain);
+        whose.extend(whose_threads(live).chain(whose_threads(exited)));
         let mut resolver = HolderResolver::default();
         let now = monotonic_ns();
         for (i, (w, ns, lengths)) in drained.into_iter().enumerate() {
@@ -183,8 +188,7 @@ impl Session {
     /// stacks): the next drain attributes their waits.
     pub(super) fn note_exits_for_stacks(&mut self, exited: &BTreeMap<u64, Vec<ThreadSample>>) {
         if let Some(st) = self.stacks.as_mut() {
-            st.exits_since_drain
-                .extend(exited.iter().flat_map(|(id, v)| v.iter().map(move |s| ((s.host_tid, s.start_ns as u32), (*id, s.tid)))));
+            st.exits_since_drain.extend(whose_threads(exited));
         }
     }
 
