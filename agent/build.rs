@@ -44,6 +44,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", bpf.join("parked.bpf.h").display());
     println!("cargo:rerun-if-changed={}", bpf.join("watched.bpf.h").display());
     println!("cargo:rerun-if-changed={}", bpf.join("stacks.bpf.h").display());
+    println!("cargo:rerun-if-changed={}", bpf.join("sweep.bpf.h").display());
     println!("cargo:rerun-if-changed={}", bpf.join("stacks.h").display());
     println!("cargo:rerun-if-env-changed=WAITMETER_CLANG");
 }

@@ -54,6 +54,9 @@ struct wm_throttle _wm_throttle = {};
 struct wm_wait_stack_key _wm_wait_stack_key = {};
 struct wm_py_stack _wm_py_stack = {};
 struct wm_py_walk _wm_py_walk = {};
+
+enum wm_sweep_limits _wm_sweep_limits = WM_SWEEP_OUT;
+struct wm_sweep_args _wm_sweep_args = {};
 enum wm_role _wm_role = WM_ROLE_VICTIM;
 enum wm_stack_stat _wm_stack_stat = WM_STACK_STAT_NATIVE_FAILED;
 enum wm_stack_limits _wm_stack_limits = WM_PY_MAX_FRAMES;
@@ -133,6 +136,9 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } stats SEC(".maps");
+
+/* moving the blame of exited threads out at a drain of exits: `sweep` */
+#include "sweep.bpf.h"
 
 /* counters[key] += 1, in a per-CPU array of counters */
 static __always_inline void count_in(void *counters, __u32 key)

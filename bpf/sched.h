@@ -191,6 +191,51 @@ struct wm_blame_key {
 	__u64 holder;     /* the holder's id as its thread state names it; 0 unknown */
 };
 
+/*
+ * The sweep of the blame maps at a drain of exits (bpf/sweep.bpf.h): the
+ * agent runs the `sweep` program and reads what it moved out of the maps in
+ * `sweep_out`.
+ */
+enum wm_sweep_limits {
+	WM_SWEEP_OUT = 4096,        /* entries of each kind one run moves out (a power of 2) */
+};
+
+/* The sweep's input (its context). */
+struct wm_sweep_args {
+	__u32 gil;        /* walk gil_blame too (a Python target is watched) */
+	__u32 _pad;
+};
+
+/* Each moved entry, and whether its waiter exited (else: its counterpart). */
+struct wm_swept_gil {
+	struct wm_blame_key k;
+	__u64 ns;            /* the waiter exited: all of them */
+};
+
+struct wm_swept_futex {
+	struct wm_futex_key k;
+	__u64 ns;
+	__u32 waiter_gone;
+	__u32 _pad;
+};
+
+struct wm_swept_preempt {
+	struct wm_preempt_key k;
+	struct wm_preempt v;
+	__u32 waiter_gone;
+	__u32 _pad;
+};
+
+struct wm_sweep_out {
+	__u32 n_gil;
+	__u32 n_futex;
+	__u32 n_preempt;
+	__u32 more;       /* an output was full: run again */
+	struct wm_swept_gil gil[WM_SWEEP_OUT];
+	struct wm_swept_futex futex[WM_SWEEP_OUT];
+	struct wm_swept_preempt preempt[WM_SWEEP_OUT];
+};
+
 /* Which stacks a wait is charged to (`stacks` of the configuration). */
 enum wm_stacks_mode {
 	WM_STACKS_NATIVE = 1, /* native user stacks (frame pointers) */

@@ -5,7 +5,9 @@ mod cli;
 mod clock;
 mod cmd;
 mod error;
+
 mod export;
+mod idhash;
 mod model;
 mod probes;
 mod procfs;
@@ -38,14 +40,18 @@ impl log::Log for StderrLog {
 }
 
 fn main() {
-    // Buffers of 128 KiB and more (whole-map reads under thread churn) come
-    // from mmap and go back to the system when freed. glibc would otherwise
-    // raise this threshold after the first such free and carve them from the
-    // heap, which a burst of threads then leaves fragmented (RSS stays up).
+    // Fixed allocator thresholds (glibc adjusts them on its own otherwise, and
+    // a burst of threads then leaves the heap fragmented: RSS stays up).
+    // Buffers up to 4 MiB (whole-map reads and the samples of a drain of
+    // exits, under thread churn) come from the heap and are reused from drain
+    // to drain: from mmap, each would be mapped, faulted in page by page and
+    // unmapped again ten times a second. The heap's free top is kept up to
+    // 8 MiB between drains and given back every few seconds (malloc_trim).
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only tunes the allocator; called before any thread starts.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 8 << 20);
     }
     let cli = cli::Cli::parse();
     let level = match cli.verbose {

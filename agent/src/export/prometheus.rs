@@ -1,6 +1,7 @@
 //! Prometheus exposition of the session, built at scrape time from fresh map
 //! reads: the label bookkeeping (bounded thread, holder, waker and preemptor
 //! labels; exited threads folded into their series). `encode.rs` writes the text.
+use crate::idhash::IdMap;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use super::encode::{Exposition, Labels};
@@ -28,11 +29,15 @@ pub const MAX_FUNCTION_LABELS: usize = 10;
 /// How long the series of an exited process are still served.
 pub const EXITED_RETENTION_NS: u64 = 300 * 1_000_000_000;
 
+/// A label value, shared: every exited thread's numbers are added under its
+/// series' labels, and a clone is a count, not a copy (thread churn).
+type Label = std::sync::Arc<str>;
+
 /// One `waitmeter_thread_seconds_total` series family (without `state`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct SeriesKey {
     target: u64,
-    thread: String,
+    thread: Label,
     tid: Option<u32>,
 }
 
@@ -93,12 +98,12 @@ pub struct AgentStatus {
 struct Totals {
     times: BTreeMap<SeriesKey, Times>,
     /// (waiter series, holder label) -> GIL wait ns
-    gil: BTreeMap<(SeriesKey, String), u64>,
+    gil: BTreeMap<(SeriesKey, Label), u64>,
     holds: BTreeMap<SeriesKey, HoldHist>,
     /// (waiter series, waker label) -> futex wait ns
-    futex: BTreeMap<(SeriesKey, String), u64>,
+    futex: BTreeMap<(SeriesKey, Label), u64>,
     /// (waiter series, preemptor label) -> run-queue ns
-    runqueue: BTreeMap<(SeriesKey, String), u64>,
+    runqueue: BTreeMap<(SeriesKey, Label), u64>,
 }
 
 impl Totals {
@@ -118,7 +123,7 @@ pub struct Exporter {
     tid_labels: bool,
     books: HashMap<u64, LabelBook>,
     /// (target, host TID, start) -> label
-    thread_labels: HashMap<(u64, u32, u64), String>,
+    thread_labels: IdMap<(u64, u32, u64), Label>,
     /// exited threads' numbers
     folded: Totals,
     /// per target: bounded labels for preempting processes
@@ -129,7 +134,7 @@ pub struct Exporter {
     /// (oldest first; the first is the baseline of the wait ratio)
     windows: VecDeque<(u64, BTreeMap<SeriesKey, Times>)>,
     /// (target, TID) -> thread label, for naming GIL holders (also after they exit)
-    tid_labels_by_target: HashMap<(u64, u32), String>,
+    tid_labels_by_target: IdMap<(u64, u32), Label>,
     /// (target, holder label, function label) -> the GIL holds ended there
     gil_functions: BTreeMap<(u64, String, String), Lengths>,
     /// per target: bounded labels for the holders' functions
@@ -141,6 +146,9 @@ pub struct Exporter {
     busy: HashMap<Incarnation, (u64, u64, f64)>,
     /// (target, name) -> the thread of that name labelled `NAME#busiest`
     apart: HashMap<(u64, String), Incarnation>,
+    /// target -> thread name -> its label, for threads not labelled apart, until the
+    /// target's labels are next given by impact (thread churn: one lookup per exit)
+    name_labels: HashMap<u64, HashMap<String, Label>>,
     /// target -> when its labels were last given by impact
     rebalanced_at: HashMap<u64, u64>,
     /// (target, name) -> when the name lost its own label (`drop_demoted`)
@@ -149,6 +157,9 @@ pub struct Exporter {
 
 /// A thread incarnation: (target, host TID, start).
 type Incarnation = (u64, u32, u64);
+
+/// Thread names whose labels are remembered per process between two rebalances.
+const MAX_NAME_LABELS: usize = 4096;
 
 /// Labels are given by impact at most this often per process.
 pub const REBALANCE_EVERY_NS: u64 = 1_000_000_000;
@@ -164,17 +175,18 @@ impl Exporter {
             max_labels,
             tid_labels,
             books: HashMap::new(),
-            thread_labels: HashMap::new(),
+            thread_labels: IdMap::default(),
             folded: Totals::default(),
             preemptor_books: HashMap::new(),
             words: FutexWords::default(),
             windows: VecDeque::new(),
-            tid_labels_by_target: HashMap::new(),
+            tid_labels_by_target: IdMap::default(),
             gil_functions: BTreeMap::new(),
             function_books: HashMap::new(),
             baselines: HashMap::new(),
             busy: HashMap::new(),
             apart: HashMap::new(),
+            name_labels: HashMap::new(),
             rebalanced_at: HashMap::new(),
             demoted: HashMap::new(),
         }
@@ -191,16 +203,42 @@ impl Exporter {
     }
 
     fn key(&mut self, target: u64, s: &ThreadSample) -> SeriesKey {
+        self.key_of(target, s, true)
+    }
+
+    /// The series of a thread; `remember`: keep its label for later calls
+    /// (not for a thread folded at its exit: nothing asks again).
+    fn key_of(&mut self, target: u64, s: &ThreadSample, remember: bool) -> SeriesKey {
         let id = (target, s.host_tid, s.start_ns);
+        let apart = || self.apart.values().any(|a| *a == id);
         let thread = match self.thread_labels.get(&id) {
             Some(l) => l.clone(),
-            None => {
-                let name = self.label_name(target, s);
-                let book = self.books.entry(target).or_insert_with(|| LabelBook::new(self.max_labels));
-                let l = book.label(&name).to_string();
-                self.thread_labels.insert(id, l.clone());
-                l
-            }
+            None => match self.name_labels.get(&target).and_then(|m| m.get(s.name())).filter(|_| !apart()) {
+                Some(l) => {
+                    let l = l.clone();
+                    if remember {
+                        self.thread_labels.insert(id, l.clone());
+                    }
+                    l
+                }
+                None => {
+                    let name = self.label_name(target, s);
+                    let book = self.books.entry(target).or_insert_with(|| LabelBook::new(self.max_labels));
+                    let l: Label = book.label(&name).into();
+                    if !apart() {
+                        let m = self.name_labels.entry(target).or_default();
+                        if m.len() >= MAX_NAME_LABELS {
+                            // unique names (worker-1, worker-2, ...): a cache of no use
+                            m.clear();
+                        }
+                        m.insert(s.name().to_string(), l.clone());
+                    }
+                    if remember {
+                        self.thread_labels.insert(id, l.clone());
+                    }
+                    l
+                }
+            },
         };
         self.tid_labels_by_target.insert((target, s.tid), thread.clone());
         SeriesKey { target, thread, tid: self.tid_labels.then_some(s.tid) }
@@ -257,6 +295,7 @@ impl Exporter {
             for s in threads {
                 *impact.entry(self.label_name(target, s)).or_default() += rate[&(target, s.host_tid, s.start_ns)];
             }
+            self.name_labels.remove(&target);
             let book = self.books.entry(target).or_insert_with(|| LabelBook::new(self.max_labels));
             for name in book.rebalance(&impact) {
                 if book.owns(&name) {
@@ -265,12 +304,12 @@ impl Exporter {
                     self.demoted.insert((target, name), now);
                 }
             }
-            let labels: Vec<(Incarnation, String)> = threads
+            let labels: Vec<(Incarnation, Label)> = threads
                 .iter()
                 .map(|s| {
                     let name = self.label_name(target, s);
                     let book = self.books.entry(target).or_insert_with(|| LabelBook::new(self.max_labels));
-                    ((target, s.host_tid, s.start_ns), book.label(&name).to_string())
+                    ((target, s.host_tid, s.start_ns), book.label(&name).into())
                 })
                 .collect();
             if labels.iter().all(|(id, l)| self.thread_labels.get(id).is_none_or(|old| old == l)) {
@@ -301,46 +340,45 @@ impl Exporter {
         let due: Vec<(u64, String)> = self.demoted.iter().filter(|(_, at)| **at + WINDOW_SPAN_NS <= now).map(|(k, _)| k.clone()).collect();
         for (target, name) in due {
             self.demoted.remove(&(target, name.clone()));
-            let gone = |k: &SeriesKey| k.target == target && k.thread == name;
+            let gone = |k: &SeriesKey| k.target == target && *k.thread == *name;
             let f = &mut self.folded;
             f.times.retain(|k, _| !gone(k));
             f.holds.retain(|k, _| !gone(k));
-            f.gil.retain(|(k, by), _| !(gone(k) || k.target == target && *by == name));
-            f.futex.retain(|(k, by), _| !(gone(k) || k.target == target && *by == name));
-            f.runqueue.retain(|(k, by), _| !(gone(k) || k.target == target && *by == name));
+            f.gil.retain(|(k, by), _| !(gone(k) || k.target == target && **by == *name));
+            f.futex.retain(|(k, by), _| !(gone(k) || k.target == target && **by == *name));
+            f.runqueue.retain(|(k, by), _| !(gone(k) || k.target == target && **by == *name));
             for (_, w) in self.windows.iter_mut() {
                 w.retain(|k, _| !gone(k));
             }
         }
     }
 
-    fn holder_label(&self, target: u64, holder: u32) -> String {
+    fn holder_label(&self, target: u64, holder: u32) -> Label {
         if holder == 0 {
-            return "unknown".to_string();
+            return "unknown".into();
         }
-        self.tid_labels_by_target.get(&(target, holder)).cloned().unwrap_or_else(|| "unknown".to_string())
+        self.tid_labels_by_target.get(&(target, holder)).cloned().unwrap_or_else(|| "unknown".into())
     }
 
     /// A waker's thread label; "timeout" when no thread woke the waiter,
     /// "other" for a thread that is not one of the process' (another process).
-    fn waker_label(&self, target: u64, waker: u32) -> String {
+    fn waker_label(&self, target: u64, waker: u32) -> Label {
         if waker == 0 {
-            return "timeout".to_string();
+            return "timeout".into();
         }
-        self.tid_labels_by_target.get(&(target, waker)).cloned().unwrap_or_else(|| "other".to_string())
+        self.tid_labels_by_target.get(&(target, waker)).cloned().unwrap_or_else(|| "other".into())
     }
 
     /// What had the CPU while a thread waited in the run queue: a thread of the
     /// process (its label), "idle", or "process:<comm>" for another process
     /// (bounded per process like thread labels; the rest "other").
-    fn preemptor_label(&mut self, target: u64, p: &Preemptor) -> String {
+    fn preemptor_label(&mut self, target: u64, p: &Preemptor) -> Label {
         match p {
-            Preemptor::Thread(tid) => self.tid_labels_by_target.get(&(target, *tid)).cloned().unwrap_or_else(|| "other".to_string()),
-            Preemptor::Idle => "idle".to_string(),
+            Preemptor::Thread(tid) => self.tid_labels_by_target.get(&(target, *tid)).cloned().unwrap_or_else(|| "other".into()),
+            Preemptor::Idle => "idle".into(),
             Preemptor::Process { comm, .. } => {
                 let book = self.preemptor_books.entry(target).or_insert_with(|| LabelBook::new(self.max_labels));
-                let label = book.label(&format!("process:{}", sanitize(comm))).to_string();
-                label
+                book.label(&format!("process:{}", sanitize(comm))).into()
             }
         }
     }
@@ -384,13 +422,13 @@ impl Exporter {
             let holder = self.holder_label(target, k.blamed);
             let book = self.function_books.entry(target).or_insert_with(|| LabelBook::new(MAX_FUNCTION_LABELS));
             let function = book.label(&function).to_string();
-            self.gil_functions.entry((target, holder, function)).or_default().add(l);
+            self.gil_functions.entry((target, holder.to_string(), function)).or_default().add(l);
         }
     }
 
     /// A thread's label (by its TID as the agent sees it), once labelled.
     pub fn thread_label(&self, target: u64, tid: u32) -> Option<String> {
-        self.tid_labels_by_target.get(&(target, tid)).cloned()
+        self.tid_labels_by_target.get(&(target, tid)).map(|l| l.to_string())
     }
 
     /// Fold the final samples of exited threads into their series (once each).
@@ -398,13 +436,19 @@ impl Exporter {
         let mut folded = std::mem::take(&mut self.folded);
         for (target, threads) in exits {
             for s in threads {
-                let k = self.key(*target, s);
-                let counted = self.counted(*target, s);
-                self.add(&mut folded, *target, &k, &counted);
-                self.words.fold_exit(*target, s);
+                let k = self.key_of(*target, s, false);
                 let id = (*target, s.host_tid, s.start_ns);
+                let since;
+                let counted = match self.baselines.remove(&id) {
+                    Some(b) => {
+                        since = s.since(&b);
+                        &since
+                    }
+                    None => s,
+                };
+                self.add(&mut folded, *target, &k, counted);
+                self.words.fold_exit(*target, s);
                 self.thread_labels.remove(&id);
-                self.baselines.remove(&id);
                 self.busy.remove(&id);
             }
         }
@@ -415,6 +459,7 @@ impl Exporter {
     pub fn forget(&mut self, targets: &[u64]) {
         for t in targets {
             self.books.remove(t);
+            self.name_labels.remove(t);
             self.folded.forget(*t);
             self.preemptor_books.remove(t);
             self.words.forget(*t);
@@ -577,7 +622,7 @@ impl Exporter {
         }
         for (pid, tid, age) in &ages.threads {
             let Some(p) = procs.iter().find(|p| p.pid == *pid) else { continue };
-            let thread = self.tid_labels_by_target.get(&(p.id, *tid)).cloned().unwrap_or_else(|| "unknown".to_string());
+            let thread = self.tid_labels_by_target.get(&(p.id, *tid)).map_or_else(|| "unknown".to_string(), |l| l.to_string());
             app_age.push((vec![("pid".to_string(), pid.to_string()), ("thread".to_string(), thread)], *age));
         }
         let age_errors = match &ages.errors {
@@ -671,7 +716,7 @@ fn series_labels(p: &ProcessInfo, k: &SeriesKey, comm: bool, extra: &[(&str, &st
     if comm {
         labels.push(("comm".to_string(), p.comm.clone()));
     }
-    labels.push(("thread".to_string(), k.thread.clone()));
+    labels.push(("thread".to_string(), k.thread.to_string()));
     labels.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
     if let Some(tid) = k.tid {
         labels.push(("tid".to_string(), tid.to_string()));
@@ -862,6 +907,8 @@ mod tests {
         assert_eq!(after[4..], idle[4..]);
         assert_eq!(after, after_twice);
         assert!(after[3].1 <= super::super::futex_words::MAX_FOLDED_WORDS + 10, "{after:?}");
+        // one label remembered per thread name (main, holder, worker), not per thread
+        assert!(e.name_labels.values().map(|m| m.len()).sum::<usize>() <= 3, "{:?}", e.name_labels);
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod gil;
 pub mod pypark;
 pub mod sched;
 pub mod stacks;
+pub mod sweep;
 pub mod syscalls;
 
 use std::mem::MaybeUninit;

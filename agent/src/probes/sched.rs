@@ -71,7 +71,28 @@ pub fn incarnation(host_tid: u32, start_ns: u64) -> Incarnation {
 /// (with `model::blame::PARKED` if parked on), ns).
 pub type FutexRecord = (Incarnation, u32, u64, u64);
 /// A run-queue wait charged to what had the CPU: (waiter, by host TID, by host TGID, comm, ns).
-pub type PreemptRecord = (Incarnation, u32, u32, String, u64);
+pub type PreemptRecord = (Incarnation, u32, u32, Comm, u64);
+
+/// A task's `comm` as the kernel keeps it (up to 15 bytes, NUL-padded): a
+/// copy, not an allocation, for every run-queue blame entry read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Comm([u8; 16]);
+
+impl Comm {
+    /// The first 15 bytes of `name`.
+    pub fn new(name: &str) -> Comm {
+        let mut c = [0u8; 16];
+        let n = name.len().min(15);
+        c[..n].copy_from_slice(&name.as_bytes()[..n]);
+        Comm(c)
+    }
+
+    /// As text (invalid UTF-8 replaced).
+    pub fn text(&self) -> String {
+        let n = self.0.iter().position(|c| *c == 0).unwrap_or(self.0.len());
+        String::from_utf8_lossy(&self.0[..n]).into_owned()
+    }
+}
 /// A GIL wait charged to the holder: (waiter, holder id, ns).
 pub type GilRecord = (Incarnation, u64, u64);
 /// The keys of blame entries to move out of the kernel (`take_blame`):
@@ -118,6 +139,10 @@ pub struct SchedProbe {
     bits: &'static [AtomicU64],
     /// threads user space could not seed because `threads` was full
     seed_lost: std::cell::Cell<u64>,
+    /// `sweep_out`, mapped (probes/sweep.rs)
+    sweep_out: super::sweep::SweepOut,
+    /// the `sweep` program is loaded
+    sweeps: bool,
 }
 
 /// The `probe` label of the holder sampler's CPU clocks.
@@ -159,7 +184,7 @@ pub(super) fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
 
 /// A futex blame key's address as the model has it: a parking-lot address
 /// carries `model::blame::PARKED`.
-fn word(k: &wm_futex_key) -> u64 {
+pub(super) fn word(k: &wm_futex_key) -> u64 {
     if k.kind == wm_futex_kind::WM_FUTEX_PARKED.0 {
         k.addr | crate::model::blame::PARKED
     } else {
@@ -167,7 +192,7 @@ fn word(k: &wm_futex_key) -> u64 {
     }
 }
 
-fn open_and_load(opts: &SchedOptions) -> Result<SchedSkel<'static>> {
+fn open_and_load(opts: &SchedOptions, sweep: bool) -> Result<SchedSkel<'static>> {
     // The skeleton borrows its object storage for as long as it lives: the
     // whole run of the agent. One allocation per load attempt.
     let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
@@ -190,14 +215,24 @@ fn open_and_load(opts: &SchedOptions) -> Result<SchedSkel<'static>> {
     open.maps.parked.set_max_entries(opts.max_threads)?;
     open.maps.watched.set_max_entries(opts.max_procs)?;
     open.maps.exits.set_max_entries(opts.exit_buffer_bytes)?;
+    open.progs.sweep.set_autoload(sweep);
     open.load().map_err(anyhow::Error::from)
 }
 
 impl SchedProbe {
     /// Load and attach. Nothing is watched until `watch()`.
     pub fn load(opts: &SchedOptions) -> Result<SchedProbe> {
-        let mut skel = open_and_load(opts)
-            .context("failed to load the scheduler probes (needs Linux 5.15 or later with BTF); rerun with -vv for libbpf's log")?;
+        // the sweep is an optimisation: a kernel that refuses its program
+        // gets the probes without it (the blame maps are read whole instead)
+        let (mut skel, sweeps) = match open_and_load(opts, true) {
+            Ok(skel) => (skel, true),
+            Err(e) => {
+                log::info!("the blame maps are read whole at each drain of exits: the sweep program did not load ({e:#})");
+                let skel = open_and_load(opts, false)
+                    .context("failed to load the scheduler probes (needs Linux 5.15 or later with BTF); rerun with -vv for libbpf's log")?;
+                (skel, false)
+            }
+        };
         let suffix = "_btf";
         let mut links = Vec::new();
         for prog in skel.object().progs_mut() {
@@ -213,6 +248,7 @@ impl SchedProbe {
         let throttles = collect_into::<wm_throttle>(&mut rb, &skel.maps.throttles)?;
         let ringbuf = rb.build().context("failed to set up the exit ring buffer")?;
         let bits = map_bits(&skel.maps.watched_bits)?;
+        let sweep_out = super::sweep::SweepOut::map(&skel.maps.sweep_out)?;
         let mut samplers = vec![];
         if opts.holder_sample_hz > 0 {
             // without it the holders' stacks are their Python frames: worth a warning, not an exit
@@ -223,7 +259,7 @@ impl SchedProbe {
                 ),
             }
         }
-        Ok(SchedProbe { ringbuf, exits, throttles, links, samplers, skel, bits, seed_lost: Default::default() })
+        Ok(SchedProbe { ringbuf, exits, throttles, links, samplers, skel, bits, seed_lost: Default::default(), sweep_out, sweeps })
     }
 
     /// The `parked` map (host TID -> address parked on), which the pypark
@@ -250,6 +286,20 @@ impl SchedProbe {
             waits: &m.wait_stacks,
             stats: &m.stack_stats,
         }
+    }
+
+    /// Whether the blame maps can be swept at drains of exits (probes/sweep.rs).
+    pub fn sweeps(&self) -> bool {
+        self.sweeps
+    }
+
+    /// The sweep's program and output (probes/sweep.rs).
+    pub(super) fn sweep_prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+        &self.skel.progs.sweep
+    }
+
+    pub(super) fn sweep_out(&self) -> &super::sweep::SweepOut {
+        &self.sweep_out
     }
 
     /// Attached hooks (tracepoint names).
@@ -550,9 +600,8 @@ fn collect_into<T: Copy + 'static>(
 }
 
 /// The preemptor's process name of a run-queue entry.
-fn comm_of(v: &wm_preempt) -> String {
-    let comm: Vec<u8> = v.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
-    String::from_utf8_lossy(&comm).to_string()
+pub(super) fn comm_of(v: &wm_preempt) -> Comm {
+    Comm(v.comm.map(|c| c as u8))
 }
 
 /// Every (key, value) of a hash map of ABI structs.
@@ -560,12 +609,12 @@ fn entries<K: Copy, V: Copy>(map: &libbpf_rs::MapMut) -> Vec<(K, V)> {
     batch::dump(map, MapFlags::ANY)
 }
 
-fn gil_key(w: Incarnation, holder: u64) -> wm_blame_key {
+pub(super) fn gil_key(w: Incarnation, holder: u64) -> wm_blame_key {
     wm_blame_key { tid: w.0, gen: w.1, holder }
 }
 
 /// The kernel's key of a futex blame record (the inverse of `word`).
-fn futex_key(w: Incarnation, waker: u32, word: u64) -> wm_futex_key {
+pub(super) fn futex_key(w: Incarnation, waker: u32, word: u64) -> wm_futex_key {
     let parked = word & crate::model::blame::PARKED != 0;
     wm_futex_key {
         tid: w.0,
@@ -576,7 +625,7 @@ fn futex_key(w: Incarnation, waker: u32, word: u64) -> wm_futex_key {
     }
 }
 
-fn preempt_key(w: Incarnation, by_tid: u32, by_tgid: u32) -> wm_preempt_key {
+pub(super) fn preempt_key(w: Incarnation, by_tid: u32, by_tgid: u32) -> wm_preempt_key {
     wm_preempt_key { tid: w.0, gen: w.1, by_tid, by_tgid }
 }
 
@@ -594,6 +643,38 @@ fn map_bits(map: &libbpf_rs::MapMut<'_>) -> Result<&'static [AtomicU64]> {
     }
     // SAFETY: `len` bytes, page-aligned, valid for the life of the process.
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicU64>(), words) })
+}
+
+/// A sched probe for unit tests on the real kernel (None, with a line on
+/// stderr, without root and BTF). Nothing is watched.
+#[cfg(test)]
+pub(super) fn test_probe() -> Option<SchedProbe> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        eprintln!("skipped: loading the sched probe needs root and BTF");
+        return None;
+    }
+    let pidns_ino = crate::procfs::self_pidns_ino().expect("own PID namespace");
+    let probe = SchedProbe::load(&SchedOptions {
+        max_threads: 1024,
+        max_procs: 16,
+        exit_buffer_bytes: 1 << 18,
+        btf: None,
+        follow_forks: false,
+        pidns_ino,
+        translate_pids: pidns_ino != crate::procfs::INIT_PIDNS_INO,
+        stacks: 0,
+        stack_interval_ns: 0,
+        holder_sample_hz: 0,
+    })
+    .expect("load the sched probe");
+    Some(probe)
+}
+
+/// The blame maps, for tests that fill them by hand.
+#[cfg(test)]
+pub(super) fn test_blame_maps(p: &SchedProbe) -> [&libbpf_rs::MapMut<'static>; 3] {
+    [&p.skel.maps.gil_blame, &p.skel.maps.futex_blame, &p.skel.maps.preempt_blame]
 }
 
 #[cfg(test)]
@@ -629,25 +710,7 @@ mod tests {
     /// entries are read back; no copy may have fields that disagree.
     #[test]
     fn reads_are_never_torn_under_a_write_storm() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
-            eprintln!("skipped: loading the sched probe needs root and BTF");
-            return;
-        }
-        let pidns_ino = crate::procfs::self_pidns_ino().expect("own PID namespace");
-        let probe = SchedProbe::load(&SchedOptions {
-            max_threads: 1024,
-            max_procs: 16,
-            exit_buffer_bytes: 1 << 18,
-            btf: None,
-            follow_forks: false,
-            pidns_ino,
-            translate_pids: pidns_ino != crate::procfs::INIT_PIDNS_INO,
-            stacks: 0,
-            stack_interval_ns: 0,
-            holder_sample_hz: 0,
-        })
-        .expect("load the sched probe");
+        let Some(probe) = test_probe() else { return };
         let me = std::process::id();
         probe.watch(me).expect("watch this process");
         let stop = Arc::new(AtomicBool::new(false));

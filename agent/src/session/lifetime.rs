@@ -50,7 +50,7 @@ impl Session {
         self.probe.delete_blame(
             &kernel.gil.iter().filter(|r| gone.contains(&r.0)).copied().collect::<Vec<_>>(),
             &kernel.futex.iter().filter(|r| gone.contains(&r.0)).copied().collect::<Vec<_>>(),
-            &kernel.preempt.iter().filter(|r| gone.contains(&r.0)).cloned().collect::<Vec<_>>(),
+            &kernel.preempt.iter().filter(|r| gone.contains(&r.0)).copied().collect::<Vec<_>>(),
         )
     }
 

@@ -75,6 +75,9 @@ pub struct Session {
     settle: settle::Settle,
     /// wait stacks (None: off)
     stacks: Option<stacks::StackState>,
+    /// the probe sweeps the blame maps at drains of exits (probes/sweep.rs);
+    /// false after a failed sweep: the maps are read whole instead
+    sweeps: bool,
 }
 
 impl Session {
@@ -95,6 +98,7 @@ impl Session {
             holder_sample_hz: if opts.stacks.native && opts.stacks.python { opts.stacks.holder_hz } else { 0 },
         })?;
         Ok(Session {
+            sweeps: probe.sweeps(),
             probe,
             translate,
             self_pid: std::process::id(),

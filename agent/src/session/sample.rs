@@ -30,9 +30,28 @@ impl Session {
         if exits.is_empty() {
             return out;
         }
-        let blame = self.blame();
+        let gone: HashSet<Incarnation> = exits.iter().map(|(_, _, s)| incarnation(s.host_tid, s.start_ns)).collect();
+        let exited: HashSet<u32> = gone.iter().map(|w| w.0).collect();
+        // the exited threads' blame entries, and those of live threads they
+        // woke or preempted, moved out of the kernel in one run; else read
+        // from the whole maps
+        let swept = match self.sweeps {
+            true => match self.settle.sweep(&self.probe, &gone, self.targets.values().any(|t| t.python.is_some())) {
+                Ok(k) => Some(k),
+                Err(e) => {
+                    log::warn!("{e:#}: reading the blame maps whole at each drain of exits from now on");
+                    self.sweeps = false;
+                    None
+                }
+            },
+            false => None,
+        };
+        let swept_out = swept.is_some();
+        let blame = match swept {
+            Some(kernel) => self.blame_from(kernel, Some(&gone)),
+            None => self.blame(Some(&gone)),
+        };
         let mut resolver = HolderResolver::default();
-        let mut gone = HashSet::new();
         for (host_pid, fsbase, s) in &exits {
             if let Some(id) = self.by_host_pid(*host_pid).map(|t| t.id) {
                 self.targets.get_mut(&id).expect("found").fsbase_tids.insert(*fsbase, s.tid);
@@ -40,7 +59,6 @@ impl Session {
         }
         for (host_pid, _, mut s) in exits {
             let who = incarnation(s.host_tid, s.start_ns);
-            gone.insert(who);
             if let Some(t) = self.by_host_pid(host_pid) {
                 s.py_name = t.names.get(&s.tid).cloned();
                 s.gil_by_holder = resolver.resolve(self, t, blame.gil.get(&who).map(Vec::as_slice).unwrap_or(&[]), None);
@@ -50,9 +68,12 @@ impl Session {
             }
         }
         self.note_exits_for_stacks(&out);
-        self.forget_threads(&gone, &blame.kernel);
-        let exited = gone.iter().map(|w| w.0).collect();
-        self.settle.counterparts_gone(&self.probe, &blame.kernel, exited, &gone);
+        // swept: their entries are out of the kernel already
+        let none = Kernel::default();
+        self.forget_threads(&gone, if swept_out { &none } else { &blame.kernel });
+        if !swept_out {
+            self.settle.counterparts_gone(&self.probe, &blame.kernel, exited, &gone);
+        }
         out
     }
 
@@ -70,23 +91,28 @@ impl Session {
         }
     }
 
-    /// Every blame record and GIL hold histogram, by waiter, read once.
-    /// The kernel's entries and those moved out of it (`settle.rs`).
-    fn blame(&self) -> Blame {
-        let mut b = Blame {
-            kernel: Kernel { gil: self.probe.gil_blame(), futex: self.probe.futex_blame(), preempt: self.probe.preempt_blame() },
-            ..Default::default()
-        };
-        for (who, holder, ns) in &b.kernel.gil {
+    /// Every blame record and GIL hold histogram, by waiter, read once: the
+    /// kernel's entries and those moved out of it (`settle.rs`). By waiter
+    /// only for the waiters in `only` when given (the kernel's entries are
+    /// all read: under thread churn, the exits' are a few among many).
+    fn blame(&self, only: Option<&HashSet<Incarnation>>) -> Blame {
+        self.blame_from(Kernel { gil: self.probe.gil_blame(), futex: self.probe.futex_blame(), preempt: self.probe.preempt_blame() }, only)
+    }
+
+    /// The same, from kernel entries read (or swept) already.
+    fn blame_from(&self, kernel: Kernel, only: Option<&HashSet<Incarnation>>) -> Blame {
+        let mut b = Blame { kernel, ..Default::default() };
+        let wanted = |w: &Incarnation| only.is_none_or(|o| o.contains(w));
+        for (who, holder, ns) in b.kernel.gil.iter().filter(|r| wanted(&r.0)) {
             b.gil.entry(*who).or_default().push((*holder, *ns));
         }
-        for r in &b.kernel.futex {
+        for r in b.kernel.futex.iter().filter(|r| wanted(&r.0)) {
             b.futex.entry(r.0).or_default().push(*r);
         }
-        for r in &b.kernel.preempt {
-            b.preempt.entry(r.0).or_default().push(r.clone());
+        for r in b.kernel.preempt.iter().filter(|r| wanted(&r.0)) {
+            b.preempt.entry(r.0).or_default().push(*r);
         }
-        self.settle.add_to(&mut b);
+        self.settle.add_to(&mut b, only);
         b.holds = self.gil_probes.values().flat_map(|g| g.holds()).collect();
         b
     }
@@ -110,7 +136,7 @@ impl Session {
                 } else if *by_tgid == t.host_pid {
                     Preemptor::Thread(r.ns_tid(self, *by_tid))
                 } else {
-                    Preemptor::Process { pid: r.ns_tid(self, *by_tgid), comm: sanitize(comm) }
+                    Preemptor::Process { pid: r.ns_tid(self, *by_tgid), comm: sanitize(&comm.text()) }
                 };
                 *s.runqueue_by.entry(who).or_insert(0) += ns;
             }
@@ -172,7 +198,7 @@ impl Session {
         self.refresh_gil_enabled();
         let mut out: BTreeMap<u64, Vec<ThreadSample>> = BTreeMap::new();
         let watched: std::collections::HashSet<u32> = self.probe.watched().into_iter().collect();
-        let blame = self.blame();
+        let blame = self.blame(None);
         let mut resolver = HolderResolver::default();
         let mut seen = HashSet::new();
         let mut vanished = vec![];

@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::sample::Blame;
 use crate::model::blame::GONE;
-use crate::probes::sched::{BlamePick, FutexRecord, GilRecord, Incarnation, PreemptRecord, SchedProbe};
+use crate::probes::sched::{BlamePick, Comm, FutexRecord, GilRecord, Incarnation, PreemptRecord, SchedProbe};
 
 /// Counterparts of each kind kept by name per waiter.
 const KEEP: usize = 64;
@@ -35,7 +35,17 @@ pub(super) struct Settle {
     merged_ns: u64,
     /// host TIDs of the threads that exited at the previous drain of exits
     gone_before: HashSet<u32>,
+    /// swept entries of exited waiters whose exit record was not drained
+    /// yet: (the sweep that moved them, entries), until it is
+    early: HashMap<Incarnation, (u64, Kernel)>,
+    /// sweeps so far
+    sweeps: u64,
 }
+
+/// Sweeps that swept entries wait for their thread's exit record: it was on
+/// the ring already (the thread exited between the drain and the sweep),
+/// unless it was lost (counted as such).
+const EARLY_KEEP_SWEEPS: u64 = 2;
 
 /// Settled wait of one waiter, keyed like the kernel's entries.
 #[derive(Default)]
@@ -45,7 +55,7 @@ struct Settled {
     /// (waker host TID, word) -> ns
     futex: HashMap<(u32, u64), u64>,
     /// (by host TID, by host TGID) -> (comm, ns)
-    preempt: HashMap<(u32, u32), (String, u64)>,
+    preempt: HashMap<(u32, u32), (Comm, u64)>,
 }
 
 /// Add `ns` under `key`, or under `overflow` when `map` already has KEEP
@@ -120,6 +130,64 @@ impl Settle {
         self.fold(g, f, p);
     }
 
+    /// At a drain of exits, when the probe sweeps (`probes::sweep`): move out
+    /// of the kernel the entries of the waiters that exited (final: those of
+    /// `waiters`, this drain's, are returned; those of waiters whose exit
+    /// record is still on its way are kept for it) and, like
+    /// `counterparts_gone`, those of live waiters whose waker or preemptor
+    /// exited (settled here). Err: the sweep failed and moved nothing.
+    pub(super) fn sweep(&mut self, probe: &SchedProbe, waiters: &HashSet<Incarnation>, gil: bool) -> anyhow::Result<Kernel> {
+        let swept = probe.sweep(gil)?;
+        if !swept.futex_taken.is_empty() || !swept.preempt_taken.is_empty() {
+            let f: HashSet<_> = swept.futex_taken.iter().map(|r| (r.0, r.1, r.2)).collect();
+            let p: HashSet<_> = swept.preempt_taken.iter().map(|r| (r.0, r.1, r.2)).collect();
+            self.prev_futex.retain(|k, _| !f.contains(k));
+            self.prev_preempt.retain(|k, _| !p.contains(k));
+        }
+        self.fold(vec![], swept.futex_taken, swept.preempt_taken);
+        // the exited waiters' entries: this drain's, and those kept for it
+        self.sweeps += 1;
+        let now = self.sweeps;
+        let mut out = Kernel::default();
+        for w in waiters {
+            if let Some((_, k)) = self.early.remove(w) {
+                out.gil.extend(k.gil);
+                out.futex.extend(k.futex);
+                out.preempt.extend(k.preempt);
+            }
+        }
+        let early = |w: &Incarnation| !waiters.contains(w);
+        for r in swept.gil {
+            if early(&r.0) {
+                self.early.entry(r.0).or_insert_with(|| (now, Kernel::default())).1.gil.push(r);
+            } else {
+                out.gil.push(r);
+            }
+        }
+        for r in swept.futex {
+            if early(&r.0) {
+                self.early.entry(r.0).or_insert_with(|| (now, Kernel::default())).1.futex.push(r);
+            } else {
+                out.futex.push(r);
+            }
+        }
+        for r in swept.preempt {
+            if early(&r.0) {
+                self.early.entry(r.0).or_insert_with(|| (now, Kernel::default())).1.preempt.push(r);
+            } else {
+                out.preempt.push(r);
+            }
+        }
+        // kept too long: the exit record was lost (counted), or the thread was forgotten
+        let before = self.early.len();
+        self.early.retain(|_, (at, _)| now - *at < EARLY_KEEP_SWEEPS);
+        crate::shrink::shrink(&mut self.early);
+        if self.early.len() < before {
+            log::debug!("dropped the swept blame of {} threads whose exit record never came", before - self.early.len());
+        }
+        Ok(out)
+    }
+
     fn fold(&mut self, gil: Vec<GilRecord>, futex: Vec<FutexRecord>, preempt: Vec<PreemptRecord>) {
         let m = &mut self.merged_ns;
         for (w, holder, ns) in gil {
@@ -129,23 +197,26 @@ impl Settle {
             add(&mut self.settled.entry(w).or_default().futex, (waker, addr), (GONE, 0), m, ns, |v, ns| *v += ns, |_| 0);
         }
         for (w, by, tgid, comm, ns) in preempt {
-            let name = |merged: bool| (if merged { "other".to_string() } else { comm }, 0);
+            let name = |merged: bool| (if merged { Comm::new("other") } else { comm }, 0);
             add(&mut self.settled.entry(w).or_default().preempt, (by, tgid), (GONE, GONE), m, ns, |v, ns| v.1 += ns, name);
         }
     }
 
-    /// Add the settled entries to a sample's blame records.
-    pub(super) fn add_to(&self, b: &mut Blame) {
-        for (w, s) in &self.settled {
+    /// Add the settled entries to a sample's blame records (only those of
+    /// the waiters in `only` when given).
+    pub(super) fn add_to(&self, b: &mut Blame, only: Option<&HashSet<Incarnation>>) {
+        let settled: Box<dyn Iterator<Item = (&Incarnation, &Settled)>> = match only {
+            Some(o) if o.len() < self.settled.len() => Box::new(o.iter().filter_map(|w| Some((w, self.settled.get(w)?)))),
+            Some(o) => Box::new(self.settled.iter().filter(|(w, _)| o.contains(w))),
+            None => Box::new(self.settled.iter()),
+        };
+        for (w, s) in settled {
             b.gil.entry(*w).or_default().extend(s.gil.iter().map(|(h, ns)| (*h, *ns)));
             if !s.futex.is_empty() {
                 b.futex.entry(*w).or_default().extend(s.futex.iter().map(|((by, addr), ns)| (*w, *by, *addr, *ns)));
             }
             if !s.preempt.is_empty() {
-                b.preempt
-                    .entry(*w)
-                    .or_default()
-                    .extend(s.preempt.iter().map(|((by, tgid), (comm, ns))| (*w, *by, *tgid, comm.clone(), *ns)));
+                b.preempt.entry(*w).or_default().extend(s.preempt.iter().map(|((by, tgid), (comm, ns))| (*w, *by, *tgid, *comm, *ns)));
             }
         }
     }
@@ -195,20 +266,20 @@ mod tests {
         let mut s = Settle::default();
         let w = (7, 1);
         let futex: Vec<FutexRecord> = (0..KEEP as u32 + 10).map(|i| (w, 1000 + i, 0x1000 + i as u64 * 8, 5)).collect();
-        let preempt: Vec<PreemptRecord> = (0..KEEP as u32 + 3).map(|i| (w, 5000 + i, 5000 + i, format!("p{i}"), 2)).collect();
+        let preempt: Vec<PreemptRecord> = (0..KEEP as u32 + 3).map(|i| (w, 5000 + i, 5000 + i, Comm::new(&format!("p{i}")), 2)).collect();
         let gil: Vec<GilRecord> = (0..KEEP as u64 + 1).map(|h| (w, 0x7f00 + h, 3)).collect();
         s.fold(gil, futex, preempt);
         // a counterpart already kept keeps adding to its own entry
         s.fold(vec![(w, 0x7f00, 3)], vec![(w, 1000, 0x1000, 5)], vec![]);
         let mut b = Blame::default();
-        s.add_to(&mut b);
+        s.add_to(&mut b, None);
         let f = &b.futex[&w];
         assert_eq!(f.len(), KEEP + 1);
         assert_eq!(f.iter().map(|r| r.3).sum::<u64>(), 5 * (KEEP as u64 + 11));
         assert_eq!(f.iter().find(|r| r.1 == GONE).map(|r| (r.2, r.3)), Some((0, 50)));
         assert_eq!(f.iter().find(|r| r.1 == 1000).map(|r| r.3), Some(10));
         let p = &b.preempt[&w];
-        assert_eq!(p.iter().find(|r| r.1 == GONE).map(|r| (r.2, r.3.clone(), r.4)), Some((GONE, "other".to_string(), 6)));
+        assert_eq!(p.iter().find(|r| r.1 == GONE).map(|r| (r.2, r.3, r.4)), Some((GONE, Comm::new("other"), 6)));
         assert_eq!(b.gil[&w].iter().find(|r| r.0 == 0).map(|r| r.1), Some(3));
         assert_eq!(b.gil[&w].iter().map(|r| r.1).sum::<u64>(), 3 * (KEEP as u64 + 2));
         assert_eq!(s.entries(), (KEEP + 1 + KEEP + 1 + KEEP + 1, 50 + 6 + 3));

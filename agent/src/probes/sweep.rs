@@ -1,0 +1,141 @@
+//! The sweep of the blame maps at a drain of exits (`bpf/sweep.bpf.h`): the
+//! `sweep` program runs once (`BPF_PROG_RUN`) and moves the entries of
+//! exited threads out of the kernel into `sweep_out`, read here through its
+//! mmap. Under thread
+//! churn this replaced, at every drain, three whole-map reads and a
+//! lookup-and-delete system call per entry of a live waiter whose waker or
+//! preemptor exited (docs/probes/sched.md, "Thread churn").
+use std::os::fd::{AsFd, AsRawFd};
+use std::ptr::NonNull;
+
+use anyhow::{Context, Result};
+
+use super::sched::skel::types::{wm_sweep_args, wm_sweep_limits, wm_sweep_out};
+use super::sched::{FutexRecord, GilRecord, PreemptRecord, SchedProbe};
+
+/// The `sweep_out` array's value, mapped into the agent.
+pub(super) struct SweepOut(NonNull<wm_sweep_out>);
+
+impl SweepOut {
+    /// Map the `sweep_out` array (BPF_F_MMAPABLE, one value) for reading.
+    pub(super) fn map(map: &libbpf_rs::MapMut<'_>) -> Result<SweepOut> {
+        let len = size_of::<wm_sweep_out>();
+        // SAFETY: a shared read-only mapping of the map's value area, for the
+        // life of the process (the map is never closed before exit).
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("failed to mmap the sweep's output");
+        }
+        Ok(SweepOut(NonNull::new(ptr.cast()).context("mmap returned null")?))
+    }
+}
+
+/// What a sweep moved out of the kernel: the entries of waiters that exited
+/// (final), and those of live waiters that name a waker or preemptor that is
+/// not a watched thread any more (taken).
+#[derive(Default)]
+pub struct Swept {
+    pub gil: Vec<GilRecord>,
+    pub futex: Vec<FutexRecord>,
+    pub preempt: Vec<PreemptRecord>,
+    pub futex_taken: Vec<FutexRecord>,
+    pub preempt_taken: Vec<PreemptRecord>,
+}
+
+impl SchedProbe {
+    /// Move out of the blame maps the entries of the waiters that exited and,
+    /// of live waiters, those whose waker or preemptor exited (or is not
+    /// watched): one program run per `WM_SWEEP_OUT` entries of a kind.
+    /// `gil`: GIL waits too (a Python process is watched).
+    pub fn sweep(&self, gil: bool) -> Result<Swept> {
+        anyhow::ensure!(self.sweeps(), "the sweep program is not loaded");
+        let mut swept = Swept::default();
+        // a run stops a map's walk when its output is full; the next goes on
+        loop {
+            let mut args = wm_sweep_args { gil: gil as u32, _pad: 0 };
+            // SAFETY: the program reads its ABI struct from these bytes, and writes none.
+            let ctx = unsafe { std::slice::from_raw_parts_mut((&mut args as *mut wm_sweep_args).cast::<u8>(), size_of::<wm_sweep_args>()) };
+            let input = libbpf_rs::ProgramInput { context_in: Some(ctx), ..Default::default() };
+            let rc = self.sweep_prog().test_run(input).context("failed to run the sweep")?.return_value;
+            anyhow::ensure!(rc == 0, "the sweep program found no output buffer");
+            // SAFETY: the program has returned: nothing writes the value until the next run.
+            let o = unsafe { self.sweep_out().0.as_ref() };
+            let n = |n: u32| (n as usize).min(wm_sweep_limits::WM_SWEEP_OUT.0 as usize);
+            swept.gil.extend(o.gil[..n(o.n_gil)].iter().map(|e| ((e.k.tid, e.k.gen), e.k.holder, e.ns)));
+            for e in &o.futex[..n(o.n_futex)] {
+                let r = ((e.k.tid, e.k.gen), e.k.waker, super::sched::word(&e.k), e.ns);
+                if e.waiter_gone != 0 { &mut swept.futex } else { &mut swept.futex_taken }.push(r);
+            }
+            for e in &o.preempt[..n(o.n_preempt)] {
+                let r = ((e.k.tid, e.k.gen), e.k.by_tid, e.k.by_tgid, super::sched::comm_of(&e.v), e.v.ns);
+                if e.waiter_gone != 0 { &mut swept.preempt } else { &mut swept.preempt_taken }.push(r);
+            }
+            if o.more == 0 {
+                break;
+            }
+        }
+        log::debug!(
+            "sweep: moved {} gil, {} futex, {} preempt entries of exited waiters; took {} futex, {} preempt of live ones",
+            swept.gil.len(),
+            swept.futex.len(),
+            swept.preempt.len(),
+            swept.futex_taken.len(),
+            swept.preempt_taken.len()
+        );
+        Ok(swept)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sched::skel::types::wm_preempt;
+    use super::super::sched::{as_bytes, futex_key, gil_key, preempt_key, test_blame_maps, test_probe, Incarnation};
+    use super::*;
+    use crate::model::state::State;
+    use libbpf_rs::{MapCore, MapFlags};
+
+    #[test]
+    fn a_sweep_moves_the_exited_and_takes_what_names_them_and_nothing_else() {
+        let Some(probe) = test_probe() else { return };
+        let [gil, futex, preempt] = test_blame_maps(&probe);
+        // live threads: TIDs unused by real tasks' entries (nothing is watched)
+        let (live, other_live) = (4_000_001u32, 4_000_002u32);
+        probe.seed_thread(live, 1, live, 1, State::Running, 1_000);
+        probe.seed_thread(other_live, 1, other_live, 1, State::Running, 2_000);
+        let live_w: Incarnation = (live, 1_000);
+        let stale_w: Incarnation = (live, 999); // an earlier thread with the live one's TID
+        let (gone_tid, gone_w) = (4_000_100u32, (4_000_100u32, 7u32));
+        let put = |m: &libbpf_rs::MapMut, k: &[u8], v: &[u8]| m.update(k, v, MapFlags::ANY).expect("update");
+        let mut comm = [b'x' as _; 16];
+        comm[15] = 0;
+        let pv = |ns: u64| wm_preempt { ns, comm };
+        put(gil, as_bytes(&gil_key(gone_w, 0x7f00)), &5u64.to_ne_bytes());
+        put(gil, as_bytes(&gil_key(live_w, 0x7f00)), &6u64.to_ne_bytes());
+        put(futex, as_bytes(&futex_key(gone_w, other_live, 0x10)), &10u64.to_ne_bytes()); // waiter gone
+        put(futex, as_bytes(&futex_key(live_w, gone_tid, 0x20)), &20u64.to_ne_bytes()); // waker gone: taken
+        put(futex, as_bytes(&futex_key(live_w, other_live, 0x30)), &30u64.to_ne_bytes()); // both live: stays
+        put(futex, as_bytes(&futex_key(live_w, 0, 0x40)), &40u64.to_ne_bytes()); // timeout: stays
+        put(preempt, as_bytes(&preempt_key(stale_w, other_live, 1)), as_bytes(&pv(50))); // waiter gone (TID reused)
+        put(preempt, as_bytes(&preempt_key(live_w, 0, 0)), as_bytes(&pv(60))); // idle: stays
+        put(preempt, as_bytes(&preempt_key(live_w, gone_tid, 1)), as_bytes(&pv(70))); // preemptor gone: taken
+                                                                                      // more exited waiters' entries than one run moves: the next run goes on
+        let many = wm_sweep_limits::WM_SWEEP_OUT.0 + 100;
+        for i in 0..many {
+            put(preempt, as_bytes(&preempt_key((4_100_000 + i, 3), other_live, 1)), as_bytes(&pv(1)));
+        }
+
+        let s = probe.sweep(false).expect("sweep");
+        assert!(s.gil.is_empty(), "gil_blame is walked only when asked");
+        assert_eq!(s.futex, vec![(gone_w, other_live, 0x10, 10)]);
+        assert_eq!(s.futex_taken, vec![(live_w, gone_tid, 0x20, 20)]);
+        assert_eq!(s.preempt_taken.iter().map(|r| (r.0, r.1, r.4)).collect::<Vec<_>>(), vec![(live_w, gone_tid, 70)]);
+        assert_eq!(s.preempt.len(), many as usize + 1);
+        assert!(s.preempt.iter().any(|r| r.0 == stale_w && r.4 == 50 && r.3.text() == "xxxxxxxxxxxxxxx"));
+        let s = probe.sweep(true).expect("sweep with GIL waits");
+        assert_eq!(s.gil, vec![(gone_w, 0x7f00, 5)]);
+        assert!(s.futex.is_empty() && s.preempt.is_empty() && s.futex_taken.is_empty() && s.preempt_taken.is_empty());
+        // what stays: the live waiters' entries that name live threads, idle or no waker
+        let left = |m: &libbpf_rs::MapMut| m.keys().count();
+        assert_eq!((left(gil), left(futex), left(preempt)), (1, 2, 1));
+    }
+}
