@@ -41,6 +41,12 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 const volatile struct wm_sched_config cfg = {};
 
+/* Set by the agent while every wait stack is kept (`attach`; `run` while a
+ * profile is recorded or pushed). Clear, only what the GIL holders held is
+ * charged (waitmeter_gil_function_hold_seconds): no stack of a victim, a
+ * waker or a preemptor is taken or charged, to be drained and thrown away. */
+volatile __u32 stacks_all = 0;
+
 /* keep the ABI types in BTF so the skeleton exports them */
 struct wm_exit _wm_exit = {};
 struct wm_task_ids _wm_task_ids = {};
@@ -582,7 +588,13 @@ static __noinline void switch_out(void *ctx, bool preempt, struct task_struct *p
 		/* racy reads of the thread's own fields: only this thread's
 		 * switch-out and wakeups write them, and a stale value only
 		 * takes or skips one stack */
-		if (now - t->d.stack_at >= cfg.stack_interval_ns) {
+		if (!stacks_all) {
+			/* none: a wait that began now is not charged to a stack
+			 * taken before the agent asked for all of them again */
+			e.stack.native = -1;
+			e.stack.py = 0;
+			e.new_stack = true;
+		} else if (now - t->d.stack_at >= cfg.stack_interval_ns) {
 			own_stacks(ctx, tgid, tid, &e.stack);
 			e.new_stack = true;
 			*own = e.stack;
@@ -680,7 +692,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 		return 0;
 	/* the waker's stack as it wakes the thread (it is `current`), at most
 	 * once per interval per (thread, waker) */
-	if (cfg.stacks && t->d.state == WM_STATE_FUTEX_WAIT) {
+	if (cfg.stacks && stacks_all && t->d.state == WM_STATE_FUTEX_WAIT) {
 		now = bpf_ktime_get_ns();
 		if (t->d.waker_of != waker || now - t->d.waker_at >= cfg.stack_interval_ns) {
 			own_stacks(ctx, cur->tgid, waker, &stack);

@@ -240,14 +240,14 @@ static __always_inline void charge_stacks(__u32 tid, __u32 gen, __u32 state, __u
 
 	if (!cfg.stacks || !delta)
 		return;
-	if (has_stack(victim)) {
+	if (has_stack(victim) && stacks_all) {
 		key.role = WM_ROLE_VICTIM;
 		key.native = victim->native;
 		key.py = victim->py;
 		if (!add_wait(&key, delta, 0))
 			stack_loss(WM_STACK_STAT_WAIT_MAP_FULL);
 	}
-	if (culprit && has_stack(culprit)) {
+	if (culprit && has_stack(culprit) && (stacks_all || (state == WM_STATE_GIL_WAIT && role == WM_ROLE_HOLDER))) {
 		key.role = role;
 		key.native = culprit->native;
 		key.py = culprit->py;

@@ -193,6 +193,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let scheme = if endpoint.tls { "https" } else { "http" };
     // stacks are drained all along and kept only while a profile is recorded
     let mut session = Session::start(&session_options(&args.probe, args.all, false))?;
+    session.keep_stacks(pushing.is_some());
     let mut captures = Captures::default();
     for pid in &args.pid {
         session.attach(*pid)?;
@@ -322,6 +323,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     .reply
                     .send(Err(format!("busy: {} profiles are being recorded already: retry", crate::export::recorder::MAX_CAPTURES)));
             }
+            // from now: the kernel takes every wait stack while a profile is recorded
+            session.keep_stacks(true);
         }
         let due_push = pushing.as_ref().is_some_and(|p| now >= p.next_ns);
         if captures.next_due().is_some_and(|d| d <= now) || due_push {

@@ -288,6 +288,16 @@ impl SchedProbe {
         }
     }
 
+    /// Take and charge every wait stack (true), or only what GIL holders
+    /// held (`stacks_all` in bpf/sched.bpf.c).
+    pub fn set_stacks_all(&mut self, all: bool) {
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            // SAFETY: a u32 of the mmap'd .bss, which the BPF side only reads;
+            // volatile, so that the store is not elided.
+            unsafe { std::ptr::write_volatile(&mut bss.stacks_all, all as u32) };
+        }
+    }
+
     /// Whether the blame maps can be swept at drains of exits (probes/sweep.rs).
     pub fn sweeps(&self) -> bool {
         self.sweeps

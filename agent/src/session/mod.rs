@@ -97,7 +97,7 @@ impl Session {
             stack_interval_ns: opts.stacks.interval_ns,
             holder_sample_hz: if opts.stacks.native && opts.stacks.python { opts.stacks.holder_hz } else { 0 },
         })?;
-        Ok(Session {
+        let mut session = Session {
             sweeps: probe.sweeps(),
             probe,
             translate,
@@ -113,7 +113,9 @@ impl Session {
             lifetime: Default::default(),
             settle: Default::default(),
             stacks: opts.stacks.enabled().then(|| stacks::StackState::new(opts.stacks)),
-        })
+        };
+        session.keep_stacks(opts.stacks.keep);
+        Ok(session)
     }
 
     pub fn probe(&self) -> &SchedProbe {

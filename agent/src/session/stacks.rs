@@ -212,6 +212,8 @@ impl Session {
     pub fn keep_stacks(&mut self, keep: bool) {
         if let Some(st) = self.stacks.as_mut() {
             st.opts.keep = keep;
+            // and the kernel takes them (bpf/sched.bpf.c, `stacks_all`)
+            self.probe.set_stacks_all(keep);
         }
     }
 
