@@ -156,27 +156,18 @@ impl Settle {
                 out.preempt.extend(k.preempt);
             }
         }
-        let early = |w: &Incarnation| !waiters.contains(w);
+        // the others' exit records are still on their way: kept for them
+        fn keep(early: &mut HashMap<Incarnation, (u64, Kernel)>, w: Incarnation, now: u64) -> &mut Kernel {
+            &mut early.entry(w).or_insert_with(|| (now, Kernel::default())).1
+        }
         for r in swept.gil {
-            if early(&r.0) {
-                self.early.entry(r.0).or_insert_with(|| (now, Kernel::default())).1.gil.push(r);
-            } else {
-                out.gil.push(r);
-            }
+            if waiters.contains(&r.0) { &mut out.gil } else { &mut keep(&mut self.early, r.0, now).gil }.push(r);
         }
         for r in swept.futex {
-            if early(&r.0) {
-                self.early.entry(r.0).or_insert_with(|| (now, Kernel::default())).1.futex.push(r);
-            } else {
-                out.futex.push(r);
-            }
+            if waiters.contains(&r.0) { &mut out.futex } else { &mut keep(&mut self.early, r.0, now).futex }.push(r);
         }
         for r in swept.preempt {
-            if early(&r.0) {
-                self.early.entry(r.0).or_insert_with(|| (now, Kernel::default())).1.preempt.push(r);
-            } else {
-                out.preempt.push(r);
-            }
+            if waiters.contains(&r.0) { &mut out.preempt } else { &mut keep(&mut self.early, r.0, now).preempt }.push(r);
         }
         // kept too long: the exit record was lost (counted), or the thread was forgotten
         let before = self.early.len();
