@@ -47,6 +47,17 @@ pub enum Preemptor {
 }
 
 impl Preemptor {
+    /// What had the CPU for the waits merged past the preemptors kept by name
+    /// (`GONE` in the probe's records).
+    pub fn merged() -> Preemptor {
+        Preemptor::Process { pid: 0, comm: "other".into() }
+    }
+
+    /// Whether this is [`Preemptor::merged`].
+    pub fn is_merged(&self) -> bool {
+        matches!(self, Preemptor::Process { pid: 0, comm } if comm == "other")
+    }
+
     /// JSON key / label: "1234" for a thread of the process, "pid 42 (nginx)", "idle".
     pub fn key(&self) -> String {
         match self {

@@ -1,4 +1,5 @@
 //! Partition arithmetic: per-state nanoseconds of a thread, windows, ratios.
+use super::blame::GONE;
 use super::state::{State, NR_STATES};
 
 /// Nanoseconds per state, indexed by `State::index()`.
@@ -114,6 +115,9 @@ impl ThreadSample {
         for (holder, ns) in d.gil_by_holder.iter_mut() {
             *ns = ns.saturating_sub(earlier.gil_by_holder.get(holder).copied().unwrap_or(0));
         }
+        let total = |m: &std::collections::BTreeMap<u32, u64>| m.values().sum::<u64>();
+        let grew = total(&self.gil_by_holder).saturating_sub(total(&earlier.gil_by_holder));
+        conserve(d.gil_by_holder.iter_mut().map(|(h, ns)| (*h == 0, ns)), grew);
         d.gil_by_holder.retain(|_, ns| *ns > 0);
         d.gil_hold = match (&self.gil_hold, &earlier.gil_hold) {
             (Some(now), Some(then)) => Some(now.since(then)),
@@ -129,12 +133,42 @@ impl ThreadSample {
             w.ns -= taken;
             *left -= taken;
         }
+        let grew = self.futex.iter().map(|w| w.ns).sum::<u64>().saturating_sub(earlier.futex.iter().map(|w| w.ns).sum());
+        conserve(d.futex.iter_mut().map(|w| (w.waker == GONE, &mut w.ns)), grew);
         d.futex.retain(|w| w.ns > 0);
         for (p, ns) in d.runqueue_by.iter_mut() {
             *ns = ns.saturating_sub(earlier.runqueue_by.get(p).copied().unwrap_or(0));
         }
+        let grew = self.runqueue_by.values().sum::<u64>().saturating_sub(earlier.runqueue_by.values().sum());
+        conserve(d.runqueue_by.iter_mut().map(|(p, ns)| (p.is_merged(), ns)), grew);
         d.runqueue_by.retain(|_, ns| *ns > 0);
         d
+    }
+}
+
+/// Make the per-key differences of a split of wait (by holder, waker, what
+/// had the CPU) add up to what its total grew by. Between two samples a value
+/// can move from one key to another: blame settled out of the kernel past the
+/// counterparts kept by name is merged into one counterpart (`GONE`, "other",
+/// the unknown GIL holder: `session/settle.rs`), and a holder that exited may
+/// no longer resolve. Its old key then shows no growth and its new one the
+/// whole value, which the earlier sample counted already. The excess comes off
+/// the merged key first (where moved values land), then off the others.
+fn conserve<'a>(deltas: impl Iterator<Item = (bool, &'a mut u64)>, grew: u64) {
+    let mut deltas: Vec<(bool, &mut u64)> = deltas.collect();
+    let sum: u64 = deltas.iter().map(|(_, ns)| **ns).sum();
+    let mut excess = sum.saturating_sub(grew);
+    if excess == 0 {
+        return;
+    }
+    deltas.sort_by_key(|(merged, _)| !*merged);
+    for (_, ns) in deltas {
+        let cut = excess.min(*ns);
+        *ns -= cut;
+        excess -= cut;
+        if excess == 0 {
+            break;
+        }
     }
 }
 
@@ -228,5 +262,34 @@ mod tests {
         assert!(d.gil_by_holder.is_empty());
         assert_eq!(d.futex, [FutexWait { addr: 0x10, waker: 9, ns: 4 }]);
         assert_eq!(d.runqueue_by.get(&Preemptor::Idle), Some(&20));
+    }
+
+    #[test]
+    fn wait_that_moved_to_the_merged_counterpart_between_samples_counts_once() {
+        use crate::model::blame::{FutexWait, Preemptor, GONE};
+        // earlier: 30 behind thread 5, 10 behind 6, 4 behind holder 9, 7 woken by 8
+        let mut a = sample([100, 40, 0, 11, 4, 0, 0, 0, 0], 0, 100);
+        a.runqueue_by.insert(Preemptor::Thread(5), 30);
+        a.runqueue_by.insert(Preemptor::Thread(6), 10);
+        a.gil_by_holder.insert(9, 4);
+        a.futex.push(FutexWait { addr: 0x10, waker: 8, ns: 7 });
+        // now: 5, holder 9 and waker 8 exited and were merged (30 + 2 more, 4, 7 + 1
+        // more), 6 grew by 3, holder 3 and waker 2 appeared with 1 each
+        let mut b = sample([150, 46, 0, 13, 5, 0, 0, 0, 0], 0, 170);
+        b.runqueue_by.insert(Preemptor::merged(), 32);
+        b.runqueue_by.insert(Preemptor::Thread(6), 13);
+        b.runqueue_by.insert(Preemptor::Thread(7), 1);
+        b.gil_by_holder.insert(0, 4);
+        b.gil_by_holder.insert(3, 1);
+        b.futex.push(FutexWait { addr: 0, waker: GONE, ns: 8 });
+        b.futex.push(FutexWait { addr: 0x10, waker: 2, ns: 1 });
+        let d = b.since(&a);
+        assert_eq!(d.runqueue_by.values().sum::<u64>(), 6, "{:?}", d.runqueue_by);
+        assert_eq!(d.runqueue_by.get(&Preemptor::merged()), Some(&2));
+        assert_eq!(d.runqueue_by.get(&Preemptor::Thread(6)), Some(&3));
+        assert_eq!(d.gil_by_holder, [(3, 1)].into_iter().collect());
+        assert_eq!(d.futex, [FutexWait { addr: 0, waker: GONE, ns: 1 }, FutexWait { addr: 0x10, waker: 2, ns: 1 }]);
+        // blame never exceeds the state time it splits when the earlier did not
+        assert!(d.runqueue_by.values().sum::<u64>() <= d.times.0[1]);
     }
 }

@@ -29,12 +29,9 @@ mod target;
 
 pub use target::Target;
 
-/// Sweep the blame maps at drains of exits (probes/sweep.rs). Off: the
-/// fresh-clone CI's 10-minute churn test (exit records lost on purpose, TIDs
-/// reused) found run-queue blame 3% above the run-queue time it explains
-/// with it on (124.8 s against 120.9 s), a double count not found yet; the
-/// maps are read whole at each drain instead, as before.
-const SWEEP: bool = false;
+/// Sweep the blame maps at drains of exits (probes/sweep.rs); off, they are
+/// read whole at each drain (the path kept for kernels that refuse the sweep).
+const SWEEP: bool = true;
 
 pub struct SessionOptions {
     pub btf: Option<std::path::PathBuf>,

@@ -35,16 +35,18 @@ impl Session {
         // the exited threads' blame entries, and those of live threads they
         // woke or preempted, moved out of the kernel in one run; else read
         // from the whole maps
-        let swept = match self.sweeps {
-            true => match self.settle.sweep(&self.probe, &gone, self.targets.values().any(|t| t.python.is_some())) {
+        let swept = if self.sweeps {
+            let python = self.targets.values().any(|t| t.python.is_some());
+            match self.settle.sweep(&self.probe, &gone, python) {
                 Ok(k) => Some(k),
                 Err(e) => {
                     log::warn!("{e:#}: reading the blame maps whole at each drain of exits from now on");
                     self.sweeps = false;
                     None
                 }
-            },
-            false => None,
+            }
+        } else {
+            None
         };
         let swept_out = swept.is_some();
         let blame = match swept {
@@ -132,7 +134,7 @@ impl Session {
                 let who = if *by_tid == 0 {
                     Preemptor::Idle
                 } else if *by_tid == GONE {
-                    Preemptor::Process { pid: 0, comm: "other".into() }
+                    Preemptor::merged()
                 } else if *by_tgid == t.host_pid {
                     Preemptor::Thread(r.ns_tid(self, *by_tid))
                 } else {
