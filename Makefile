@@ -16,10 +16,10 @@ TOOLS   := $(CURDIR)/.tools/bin
 HELM    := $(TOOLS)/helm
 HELM_VERSION := v3.22.0
 export HELM
-# Debian packages: to build the agent; to test it (bpftool, Prometheus/promtool, capsh, unshare, openssl, venv,
+# Debian packages: to build the agent; to test it (bpftool, Prometheus/promtool, capsh, unshare, openssl, venv, groff,
 # Java and Maven for the QuickFIX/J workload of tests/test_verdicts.py)
 BUILD_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev
-TEST_PKGS  := bpftool prometheus libcap2-bin util-linux python3-venv openssl maven openjdk-17-jdk-headless
+TEST_PKGS  := bpftool prometheus libcap2-bin util-linux python3-venv openssl maven openjdk-17-jdk-headless groff-base
 # $(call apt,PACKAGES): install those not installed yet
 apt = @missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -91,9 +91,15 @@ fuzz: setup
 
 test: lint unit integration fuzz
 
-# Regenerate docs/metrics.md from the metric catalogue (a unit test fails when stale).
+# Regenerate docs/metrics.md from the metric catalogue, and the shell completions and man pages from
+# the command line (a unit test fails when any is stale).
 docs: build
 	$(AGENT) metrics-doc > docs/metrics.md
+	mkdir -p contrib/completions docs/man
+	$(AGENT) completions bash > contrib/completions/waitmeter.bash
+	$(AGENT) completions zsh > contrib/completions/_waitmeter
+	$(AGENT) completions fish > contrib/completions/waitmeter.fish
+	rm -f docs/man/*.1 && $(AGENT) man --dir docs/man
 
 # Regenerate the mixin (dashboards/*.json, rules) and the chart's copies with dashboards/mixin.py
 # (its modules: dashboards/waitmeter_mixin/).

@@ -2,7 +2,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::age::socket::{SocketConfig, DEFAULT_MODE};
 use crate::age::sources::DEFAULT_MAX_CLIENT_THREADS;
@@ -12,11 +12,13 @@ use crate::probes::sched::{DEFAULT_MAX_PROCS, DEFAULT_MAX_THREADS};
 
 const EXAMPLES: &str = "\
 Examples:
-  sudo waitmeter attach --pid 1234                      # 10 s, live table, then the report
+  sudo waitmeter attach -p 1234                         # 10 s, live table, then the report
   sudo waitmeter attach --pid 1234 --duration 30 --output json > waits.json
   sudo waitmeter run --pid 1234 --listen 127.0.0.1:9747 # Prometheus endpoint for one process
   sudo waitmeter run --all                              # every process in this PID namespace (pod sidecar)
 
+Every option can also be set in the environment: --max-threads N as WAITMETER_MAX_THREADS=N
+(the command line wins). Completions: `waitmeter completions bash|zsh|fish`; man pages: `waitmeter man`.
 Exit codes: 0 ok, 1 runtime failure, 2 bad usage or bad target.
 Needs CAP_BPF and CAP_PERFMON (or root) and a kernel with BTF (5.15 or later).";
 
@@ -59,9 +61,97 @@ Examples:
 Metrics: docs/metrics.md. Scrape http(s)://ADDR:PORT/metrics; GET /healthz answers 200 while the
 agent's main loop runs (for liveness probes; not behind basic auth).")]
     Run(Box<RunArgs>),
+    /// Print a shell's completion script (generated from this command line)
+    #[command(after_help = "\
+Examples:
+  waitmeter completions bash | sudo tee /etc/bash_completion.d/waitmeter
+  waitmeter completions zsh > \"${fpath[1]}/_waitmeter\"
+  waitmeter completions fish > ~/.config/fish/completions/waitmeter.fish")]
+    Completions {
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+    /// Print the man page (generated from this command line), or write every page to a directory
+    #[command(after_help = "\
+Examples:
+  waitmeter man | man -l -
+  sudo waitmeter man --dir /usr/local/share/man/man1")]
+    Man {
+        /// Write waitmeter.1, waitmeter-attach.1, ... into this directory instead
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Print docs/metrics.md, generated from the metric catalogue
     #[command(hide = true)]
     MetricsDoc,
+}
+
+/// Shells with completions (`waitmeter completions SHELL`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// The command line, with an environment variable for every option:
+/// `--max-threads` is also `WAITMETER_MAX_THREADS` (a container's env, a
+/// systemd unit's `Environment=`); the command line wins. --help, the
+/// completions and the man pages show them.
+pub fn command() -> clap::Command {
+    Cli::command().mut_subcommands(|c| if matches!(c.get_name(), "attach" | "run") { with_env(c) } else { c })
+}
+
+/// The environment variable of an option: WAITMETER_ and its long name in
+/// capitals, `-` and `.` as `_`.
+pub fn env_name(long: &str) -> String {
+    format!("WAITMETER_{}", long.to_ascii_uppercase().replace(['-', '.'], "_"))
+}
+
+fn with_env(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| {
+        let takes = matches!(a.get_action(), ArgAction::Set | ArgAction::Append | ArgAction::SetTrue);
+        match a.get_long() {
+            Some(long) if takes && long != "help" && long != "version" => {
+                let name = env_name(long);
+                a.env(name)
+            }
+            _ => a,
+        }
+    })
+}
+
+/// Parse this process' command line and environment; bad usage exits with
+/// clap's message and code 2, naming the environment variable when the bad
+/// value came from one.
+pub fn parse() -> Cli {
+    let matches = command().try_get_matches().unwrap_or_else(|e| {
+        if let Some(var) = from_env(&e, &command(), std::env::args_os()) {
+            crate::say!("waitmeter: the value below comes from the environment variable {var}: fix or unset it");
+        }
+        e.exit()
+    });
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// The environment variable a rejected value came from: the error names an
+/// option the command line does not give, whose variable is set.
+fn from_env(e: &clap::Error, cmd: &clap::Command, args: impl Iterator<Item = std::ffi::OsString>) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else { return None };
+    let long = arg.strip_prefix("--")?.split([' ', '=']).next()?;
+    let short = cmd
+        .get_subcommands()
+        .flat_map(|c| c.get_arguments())
+        .chain(cmd.get_arguments())
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_short());
+    let given = |a: &str| {
+        a == format!("--{long}") || a.starts_with(&format!("--{long}=")) || short.is_some_and(|c| a.starts_with(&format!("-{c}")))
+    };
+    let on_line = args.skip(1).any(|a| a.to_str().is_some_and(given));
+    let var = env_name(long);
+    (!on_line && std::env::var_os(&var).is_some()).then_some(var)
 }
 
 /// How GIL waits and holds are measured.
@@ -305,7 +395,7 @@ fn positive_seconds(s: &str) -> Result<f64, String> {
 #[derive(Args, Debug)]
 pub struct AttachArgs {
     /// Process to measure (a PID of this PID namespace)
-    #[arg(long, value_name = "PID")]
+    #[arg(short, long, value_name = "PID")]
     pub pid: u32,
     /// Length of the measurement window in seconds
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = positive_seconds)]
@@ -332,8 +422,8 @@ pub struct AttachArgs {
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("targets").required(true).args(["pid", "all"])))]
 pub struct RunArgs {
-    /// Process to measure; repeat for several
-    #[arg(long, value_name = "PID")]
+    /// Process to measure; repeat for several, or separate them with commas
+    #[arg(short, long, value_name = "PID", value_delimiter = ',')]
     pub pid: Vec<u32>,
     /// Every process of this PID namespace, following new processes and exits
     #[arg(long, conflicts_with = "pid")]
@@ -404,6 +494,13 @@ mod tests {
         assert!(Cli::try_parse_from(["waitmeter", "run"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "run", "--all", "--pid", "1"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "run", "--pid", "1", "--pid", "2"]).is_ok());
+        let Cmd::Run(r) = Cli::try_parse_from(["waitmeter", "run", "-p", "1,2", "-p", "3"]).unwrap().cmd else { panic!() };
+        assert_eq!(r.pid, [1, 2, 3]);
+        assert!(Cli::try_parse_from(["waitmeter", "run", "-p", "1,x"]).is_err());
+        let Cmd::Attach(a) = Cli::try_parse_from(["waitmeter", "attach", "-p", "7"]).unwrap().cmd else { panic!() };
+        assert_eq!(a.pid, 7);
+        assert_eq!(env_name("web.config.file"), "WAITMETER_WEB_CONFIG_FILE");
+        assert_eq!(env_name("max-threads"), "WAITMETER_MAX_THREADS");
         let Cmd::Run(r) = Cli::try_parse_from(["waitmeter", "run", "--all", "--web.config.file", "/w.yml"]).unwrap().cmd else { panic!() };
         assert_eq!(r.web_config_file.as_deref(), Some(std::path::Path::new("/w.yml")));
     }

@@ -17,8 +17,6 @@ mod session;
 mod shrink;
 mod stacks;
 
-use clap::Parser;
-
 /// Log lines on stderr, prefixed so they stand apart from a report.
 struct StderrLog(log::LevelFilter);
 
@@ -53,7 +51,7 @@ fn main() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 8 << 20);
     }
-    let cli = cli::Cli::parse();
+    let cli = cli::parse();
     let level = match cli.verbose {
         0 => log::LevelFilter::Warn,
         1 => log::LevelFilter::Info,
@@ -66,6 +64,12 @@ fn main() {
     let result = match &cli.cmd {
         cli::Cmd::Attach(a) => cmd::attach::attach(a, cli.verbose > 0),
         cli::Cmd::Run(r) => cmd::run::run(r),
+        cli::Cmd::Completions { shell } => {
+            cmd::emit_bytes(&cmd::generate::completions(*shell));
+            Ok(())
+        }
+        cli::Cmd::Man { dir: Some(dir) } => cmd::generate::write_man_pages(dir),
+        cli::Cmd::Man { dir: None } => cmd::generate::man_pages().map(|p| cmd::emit_bytes(&p[0].1)),
         cli::Cmd::MetricsDoc => {
             cmd::emit(&export::catalogue::markdown());
             Ok(())

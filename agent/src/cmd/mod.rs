@@ -1,5 +1,6 @@
 //! The commands: wiring of session, model, report and export.
 pub mod attach;
+pub mod generate;
 pub mod run;
 
 use std::io::Write;
@@ -54,8 +55,13 @@ pub fn session_options(p: &ProbeArgs, follow_forks: bool, keep_stacks: bool) -> 
 /// detaches the probes when the process exits); any other output error is one
 /// line and exit code 1. Never a panic.
 pub fn emit(text: &str) {
+    emit_bytes(text.as_bytes())
+}
+
+/// [`emit`] for bytes (a generated completion script or man page).
+pub fn emit_bytes(bytes: &[u8]) {
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }

@@ -1,0 +1,95 @@
+"""The command line's habits: -p, options from WAITMETER_* environment variables,
+shell completions and man pages that work in their real consumers (bash, groff)."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT, WAITMETER, Workload, which
+
+
+def run(*args, env=None):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("WAITMETER_")}
+    full.update(env or {})
+    cp = subprocess.run([str(WAITMETER), *map(str, args)], capture_output=True, text=True, timeout=60, env=full)
+    return cp.returncode, cp.stdout, cp.stderr.strip()
+
+
+@pytest.fixture(scope="module")
+def sleeper(workload_bin):
+    with Workload(workload_bin, "--sleep", 1) as w:
+        yield w
+
+
+@pytest.mark.needs_root
+def test_options_come_from_the_environment_and_the_command_line_wins(sleeper):
+    env = {"WAITMETER_PID": str(sleeper.pid), "WAITMETER_DURATION": "0.5", "WAITMETER_OUTPUT": "json"}
+    rc, out, err = run("attach", env=env)
+    assert rc == 0, err
+    report = json.loads(out)
+    assert report["pid"] == sleeper.pid and report["duration_s"] == pytest.approx(0.5, abs=0.3), report["duration_s"]
+    # a value on the command line is used, the environment's not even parsed
+    rc, out, err = run("attach", "-p", sleeper.pid, "--duration", "1.5", env={**env, "WAITMETER_DURATION": "soon"})
+    assert rc == 0, err
+    assert json.loads(out)["duration_s"] == pytest.approx(1.5, abs=0.3)
+
+
+def test_a_bad_value_from_the_environment_names_its_variable():
+    rc, _, err = run("attach", "-p", "1", env={"WAITMETER_DURATION": "soon"})
+    assert rc == 2
+    first = err.splitlines()[0]
+    assert first.startswith("waitmeter: ") and "WAITMETER_DURATION" in first and "unset" in first, err
+    assert "soon" in err and "--duration" in err, err
+    # the same value on the command line: clap's message alone
+    rc, _, err = run("attach", "-p", "1", "--duration", "soon")
+    assert rc == 2 and "WAITMETER_" not in err, err
+    # a variable of an option the subcommand does not have is ignored; a malformed PID is not
+    rc, _, err = run("run", env={"WAITMETER_PID": "12x"})
+    assert rc == 2 and "WAITMETER_PID" in err.splitlines()[0], err
+
+
+def test_help_names_the_variables():
+    for sub, var in (("attach", "WAITMETER_STACKS"), ("run", "WAITMETER_WEB_CONFIG_FILE")):
+        rc, out, _ = run(sub, "--help")
+        assert rc == 0 and f"[env: {var}=" in out and "-p, --pid" in out, out
+
+
+def bash_complete(line):
+    """What bash completes for `line` (the cursor at its end) with the shipped script."""
+    script = ROOT / "contrib" / "completions" / "waitmeter.bash"
+    words = line.split(" ")
+    prog = (f"source {script}\n"
+            f"COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}; COMP_LINE={line!r}; "
+            f"COMP_POINT={len(line)}\n"
+            f"_waitmeter waitmeter {words[-1]!r} {words[-2]!r}\n"
+            "printf '%s\\n' \"${COMPREPLY[@]}\"\n")
+    cp = subprocess.run(["bash", "--norc", "-c", prog], capture_output=True, text=True, timeout=30)
+    assert cp.returncode == 0, cp.stderr
+    return cp.stdout.split()
+
+
+def test_bash_completes_subcommands_options_and_values():
+    assert which("bash")
+    assert "attach" in bash_complete("waitmeter at")
+    assert bash_complete("waitmeter run --max-p") == ["--max-processes"]
+    assert set(bash_complete("waitmeter run --max-t")) == {"--max-threads", "--max-thread-labels"}
+    assert set(bash_complete("waitmeter attach --stacks ")) == {"all", "python", "native", "none"}
+    shells = {w for w in bash_complete("waitmeter completions ") if not w.startswith("-")}
+    assert shells == {"bash", "zsh", "fish"}, shells
+    # the script the binary prints is the one shipped
+    rc, out, _ = run("completions", "bash")
+    assert rc == 0 and out == (ROOT / "contrib" / "completions" / "waitmeter.bash").read_text()
+
+
+def test_man_pages_render_without_warnings(tmp_path):
+    assert which("groff"), "groff (groff-base) is installed by make setup"
+    rc, _, err = run("man", "--dir", tmp_path)
+    assert rc == 0, err
+    pages = sorted(p.name for p in tmp_path.iterdir())
+    assert pages == sorted(p.name for p in (ROOT / "docs" / "man").iterdir()), pages
+    for page in tmp_path.iterdir():
+        cp = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", str(page)], capture_output=True, text=True, timeout=30)
+        assert cp.returncode == 0 and not cp.stderr, (page.name, cp.stderr)
+    rc, _, err = run("man", "--dir", tmp_path / "no" / "such")
+    assert rc == 2 and "--dir" in err.splitlines()[-1], err
