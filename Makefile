@@ -19,7 +19,7 @@ export HELM
 # Debian packages: to build the agent; to test it (bpftool, Prometheus/promtool, capsh, unshare, openssl, venv, groff,
 # Java and Maven for the QuickFIX/J workload of tests/test_verdicts.py)
 BUILD_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev
-TEST_PKGS  := bpftool prometheus libcap2-bin util-linux python3-venv openssl maven openjdk-17-jdk-headless groff-base
+TEST_PKGS  := bpftool prometheus libcap2-bin util-linux python3-venv openssl maven openjdk-17-jdk-headless groff-base systemd
 # $(call apt,PACKAGES): install those not installed yet
 apt = @missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

@@ -44,7 +44,12 @@ def test_a_bad_value_from_the_environment_names_its_variable():
     # the same value on the command line: clap's message alone
     rc, _, err = run("attach", "-p", "1", "--duration", "soon")
     assert rc == 2 and "WAITMETER_" not in err, err
-    # a variable of an option the subcommand does not have is ignored; a malformed PID is not
+    # switches take 1/0, yes/no, on/off, true/false; false leaves run with nothing to watch
+    rc, _, err = run("run", env={"WAITMETER_ALL": "0"})
+    assert rc == 2 and "nothing to watch" in err, err
+    rc, _, err = run("run", "--listen", "nonsense", env={"WAITMETER_ALL": "yes"})
+    assert rc == 2 and "nonsense" in err and "nothing to watch" not in err, err
+    # a malformed PID
     rc, _, err = run("run", env={"WAITMETER_PID": "12x"})
     assert rc == 2 and "WAITMETER_PID" in err.splitlines()[0], err
 
@@ -93,3 +98,32 @@ def test_man_pages_render_without_warnings(tmp_path):
         assert cp.returncode == 0 and not cp.stderr, (page.name, cp.stderr)
     rc, _, err = run("man", "--dir", tmp_path / "no" / "such")
     assert rc == 2 and "--dir" in err.splitlines()[-1], err
+
+
+def test_the_systemd_unit_verifies_and_grants_only_the_three_capabilities(tmp_path):
+    """contrib/systemd/waitmeter.service: checked by systemd's own parser (any unknown key or bad
+    value is a message), an unprivileged user, exactly the capabilities that
+    test_errors.py::test_a_user_with_only_the_three_capabilities_measures_python runs with."""
+    assert which("systemd-analyze"), "systemd-analyze (systemd) is installed by make setup"
+    unit = (ROOT / "contrib" / "systemd" / "waitmeter.service").read_text()
+    keys = {}
+    for line in unit.splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            keys.setdefault(k.strip(), []).append(v.strip())
+    assert keys["DynamicUser"] == ["yes"] and "User" not in keys, keys
+    three = {"CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE"}
+    assert set(keys["AmbientCapabilities"][0].split()) == three and set(keys["CapabilityBoundingSet"][0].split()) == three
+    assert keys["ExecStart"] == ["/usr/local/bin/waitmeter run"] and "WAITMETER_ALL=true" in keys["Environment"][0]
+    # verify needs the binary where ExecStart names it
+    local = tmp_path / "waitmeter.service"
+    local.write_text(unit.replace("/usr/local/bin/waitmeter", str(WAITMETER)))
+    cp = subprocess.run(["systemd-analyze", "verify", "--man=no", str(local)], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0 and not cp.stderr.strip(), cp.stderr
+    # and it does catch a mistake
+    local.write_text(unit.replace("/usr/local/bin/waitmeter", str(WAITMETER)).replace("AmbientCapabilities", "AmbientCapability"))
+    cp = subprocess.run(["systemd-analyze", "verify", "--man=no", str(local)], capture_output=True, text=True, timeout=60)
+    assert "Unknown key" in cp.stderr, cp.stderr
+    # the environment the unit sets is one the agent takes
+    rc, out, _ = run("run", "--help")
+    assert rc == 0 and "WAITMETER_ALL" in out and "WAITMETER_LISTEN" in out

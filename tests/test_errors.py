@@ -1,9 +1,11 @@
 """Wrong use gets one clear line naming the cause and the fix, and exit code 2."""
+import json
 import subprocess
+import time
 
 import pytest
 
-from conftest import WAITMETER, Workload, free_port, which
+from conftest import ROOT, WAITMETER, Workload, free_port, which
 
 pytestmark = pytest.mark.needs_root
 
@@ -56,6 +58,59 @@ def test_not_root(sleeper):
     line = one_line(err)
     assert rc == 2
     assert "missing CAP_BPF and CAP_PERFMON (not root)" in line and "sudo" in line, line
+
+
+# The capabilities the agent needs, and nothing else (docs/deployment.md, "Without root").
+THREE = "+bpf,+perfmon,+sys_ptrace"
+
+
+def as_nobody(caps):
+    """Run as user nobody with exactly `caps` (effective, ambient and bounding: it can gain no other)."""
+    return ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", f"--inh-caps=-all,{caps}",
+            f"--ambient-caps=-all,{caps}", f"--bounding-set=-all,{caps}")
+
+
+@pytest.fixture(scope="module")
+def debian_gil():
+    """gil_holder.py under the distribution's python3 (a file user nobody can read, unlike pyenv's
+    under /root): ingest waits for the GIL behind processor."""
+    assert which("setpriv"), "setpriv (util-linux) is installed by make setup"
+    with Workload("/usr/bin/python3", ROOT / "tests" / "workloads" / "gil_holder.py", "same") as w:
+        time.sleep(0.5)
+        yield w
+
+
+def test_a_user_with_only_the_three_capabilities_measures_python(debian_gil):
+    w = debian_gil
+    cp = subprocess.run([*as_nobody(THREE), str(WAITMETER), "attach", "-p", str(w.pid), "--duration", "2", "--output", "json"],
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    # nothing it could not read (stack walks that fail on a build without frame pointers
+    # are counted, as under root)
+    assert "CAP_" not in cp.stderr and "cannot" not in cp.stderr, cp.stderr
+    r = json.loads(cp.stdout)
+    assert r["python"] and r["python"]["gil"] == "enabled", r["python"]
+    ingest = next(t for t in r["threads"] if t["tid"] == w.tids["ingest"])
+    gil = ingest["seconds"]["gil_wait"]
+    assert gil >= 0.3, ingest["seconds"]
+    assert ingest["gil_wait_by_holder"].get(str(w.tids["processor"]), 0) >= 0.8 * gil, ingest["gil_wait_by_holder"]
+
+
+def test_without_cap_sys_ptrace_python_is_not_read_and_it_says_why(debian_gil):
+    cp = subprocess.run([*as_nobody("+bpf,+perfmon"), str(WAITMETER), "attach", "-p", str(debian_gil.pid), "--duration", "0.5",
+                         "--output", "json"], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    warnings = [line for line in cp.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "CAP_SYS_PTRACE" in warnings[0] and "setcap" in warnings[0], cp.stderr
+    assert json.loads(cp.stdout)["python"] is None
+
+
+@pytest.mark.parametrize("caps, missing", [("+perfmon,+sys_ptrace", "CAP_BPF"), ("+bpf,+sys_ptrace", "CAP_PERFMON")])
+def test_a_user_without_cap_bpf_or_cap_perfmon_is_told_which(sleeper, caps, missing):
+    rc, err = run("attach", "-p", sleeper.pid, "--duration", 1, prefix=as_nobody(caps))
+    line = one_line(err)
+    assert rc == 2, err
+    assert f"missing {missing} (not root)" in line and "setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep" in line, line
 
 
 def test_kernel_without_btf(sleeper):

@@ -114,7 +114,11 @@ fn with_env(cmd: clap::Command) -> clap::Command {
         match a.get_long() {
             Some(long) if takes && long != "help" && long != "version" => {
                 let name = env_name(long);
-                a.env(name)
+                match a.get_action() {
+                    // a switch from the environment: 1/0, yes/no, on/off, true/false
+                    ArgAction::SetTrue => a.env(name).value_parser(clap::builder::BoolishValueParser::new()),
+                    _ => a.env(name),
+                }
             }
             _ => a,
         }

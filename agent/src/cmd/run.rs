@@ -169,6 +169,10 @@ fn push_now(ps: &mut Pushing, exporter: &crate::export::prometheus::Exporter, no
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
+    // the command line needs one of them; WAITMETER_ALL=false satisfies it without either
+    if args.pid.is_empty() && !args.all {
+        return Err(crate::usage!("nothing to watch: give --pid PID or --all (WAITMETER_ALL=false in the environment does not count)"));
+    }
     install_stop_handler();
     let age = args.age.config()?;
     if age.endpoint.is_some() && (args.all || args.pid.len() != 1) {

@@ -170,7 +170,13 @@ pub(crate) fn target_path(pid: u32, path: &str) -> PathBuf {
 pub fn detect(pid: u32) -> Result<Option<Python>> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).with_context(|| format!("failed to read /proc/{pid}/maps"))?;
     let maps = parse_maps(&maps);
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.to_string_lossy().to_string());
+    let exe_link = std::fs::read_link(format!("/proc/{pid}/exe"));
+    // what could not be read for lack of permission (reported when no interpreter was found)
+    let mut denied: Option<String> = match &exe_link {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Some(format!("/proc/{pid}/exe: {e}")),
+        _ => None,
+    };
+    let exe = exe_link.ok().map(|p| p.to_string_lossy().to_string());
     // libpython first (a shared build's executable has no _PyRuntime), then the executable
     let mut candidates: Vec<String> = vec![];
     for m in &maps {
@@ -190,8 +196,15 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
         // kernel's own handle on it: a process in a chroot names files by paths of the
         // host's root (/proc/PID/exe, or the mapping's /proc/PID/map_files entry)
         let mut opened = target_path(pid, &path);
+        let kind = |e: &anyhow::Error| e.downcast_ref::<std::io::Error>().map(|e| e.kind());
         let bin = match binary::inspect(&opened, &path) {
-            Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound) => {
+            // a directory on the way the agent's user may not enter (/root): the kernel's
+            // handle on the executable bypasses it
+            Err(e) if kind(&e) == Some(std::io::ErrorKind::PermissionDenied) && exe.as_ref() == Some(&path) => {
+                opened = format!("/proc/{pid}/exe").into();
+                binary::inspect(&opened, &path)
+            }
+            Err(e) if kind(&e) == Some(std::io::ErrorKind::NotFound) => {
                 opened = match maps.iter().find(|m| m.path == path) {
                     Some(m) if exe.as_ref() != Some(&path) => format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end),
                     _ => format!("/proc/{pid}/exe"),
@@ -206,6 +219,9 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
             Ok(None) => continue,
             Err(e) => {
                 log::debug!("process {pid}: {e:#}");
+                if kind(&e) == Some(std::io::ErrorKind::PermissionDenied) {
+                    denied.get_or_insert_with(|| format!("{path}: permission denied"));
+                }
                 continue;
             }
         };
@@ -215,7 +231,20 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
         let runtime = bias.wrapping_add(bin.runtime);
         return Ok(Some(describe(&Process::new(pid), &path, opened, &bin, bias, runtime)?));
     }
-    Ok(None)
+    match denied {
+        Some(what) => {
+            const CAP_SYS_PTRACE: u32 = 19;
+            let why = if crate::procfs::self_cap_eff().is_some_and(|c| c & (1 << CAP_SYS_PTRACE) != 0) {
+                "the agent's user cannot reach that file (a directory on the way it may not enter, such as /root): \
+                 run waitmeter as root, or the interpreter from a directory others can enter"
+            } else {
+                "reading a process of another user needs CAP_SYS_PTRACE: run as root or grant it \
+                 (sudo setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep $(command -v waitmeter))"
+            };
+            anyhow::bail!("cannot read {what}: {why}")
+        }
+        None => Ok(None),
+    }
 }
 
 fn describe(mem: &dyn Memory, path: &str, opened: PathBuf, bin: &Binary, bias: u64, runtime: u64) -> Result<Python> {
