@@ -127,3 +127,46 @@ def test_the_systemd_unit_verifies_and_grants_only_the_three_capabilities(tmp_pa
     # the environment the unit sets is one the agent takes
     rc, out, _ = run("run", "--help")
     assert rc == 0 and "WAITMETER_ALL" in out and "WAITMETER_LISTEN" in out
+
+
+@pytest.mark.needs_root
+@pytest.mark.parametrize("python", ["pyenv 3.12 (a shared libpython)", "/usr/bin/python3 (static)"])
+def test_attach_runs_a_command_from_its_first_instruction_and_passes_its_exit_code(python, tmp_path):
+    """`attach -- python3 launched.py`: the main thread's CPU time from its very first
+    instruction (the interpreter's start and the 0.3 s burn before any thread exists) is in
+    the report, the interpreter is found once it is up (a shared libpython is not mapped yet
+    at the exec), w0 and w1 wait for the GIL behind each other, and the exit code is the
+    script's."""
+    from test_gil import pyenv_python
+    py = pyenv_python(12) if python.startswith("pyenv") else "/usr/bin/python3"
+    assert py and os.path.exists(py), python
+    tids = tmp_path / "tids"
+    cp = subprocess.run([str(WAITMETER), "attach", "--output", "json", "--", py, str(ROOT / "tests" / "workloads" / "launched.py"),
+                         str(tids)], capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 3, cp.stderr
+    truth = dict(line.split() for line in tids.read_text().splitlines())
+    r = json.loads(cp.stdout)
+    assert r["python"] and r["python"]["gil"] == "enabled", r["python"]
+    rows = {str(t["tid"]): t for t in r["threads"]}
+    main = rows[truth["MainThread"]]
+    # from its first instruction: all of the main thread's own CPU time is there
+    assert main["seconds"]["running"] >= 0.95 * float(truth["main_cpu"]) - 0.005, (main["seconds"], truth["main_cpu"])
+    for me, other in (("w0", "w1"), ("w1", "w0")):
+        row = rows[truth[me]]
+        assert row["name"] == me, row["name"]
+        gil = row["seconds"]["gil_wait"]
+        assert gil >= 0.2, row["seconds"]
+        assert row["gil_wait_by_holder"].get(truth[other], 0) >= 0.8 * gil, row["gil_wait_by_holder"]
+    assert "until it exits" in cp.stderr
+
+
+@pytest.mark.needs_root
+def test_attach_a_command_exit_codes_and_a_command_that_cannot_run():
+    rc, _, err = run("attach", "--", "/bin/sh", "-c", "exit 7")
+    assert rc == 7, err
+    rc, _, err = run("attach", "--", "/bin/sh", "-c", "kill -TERM $$")
+    assert rc == 128 + 15, err
+    rc, _, err = run("attach", "--", "/nonexistent/program")
+    assert rc == 2 and err.splitlines()[-1].startswith("waitmeter: cannot run /nonexistent/program"), err
+    rc, _, err = run("attach", "--duration", "1", "--", "/bin/true")
+    assert rc == 2 and "--duration" in err, err

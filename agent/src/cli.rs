@@ -44,9 +44,12 @@ Examples:
   sudo waitmeter attach --pid 1234 --duration 30
   sudo waitmeter attach --pid 1234 --duration 5 --output json | jq '.threads[] | {name, wait_ratio}'
   sudo waitmeter attach --pid 1234 --age-url http://127.0.0.1:8000/metrics --age-metric fix_lag_seconds
+  sudo waitmeter attach -- python3 script.py arg   # from its first instruction to its exit
 
 Ctrl-C ends the window early and still prints the report. If the process exits
-during the window, the report covers the time it ran and the exit code is 2.")]
+during the window, the report covers the time it ran and the exit code is 2.
+A COMMAND is measured until it exits; its output comes first, then the report,
+and waitmeter exits with the command's exit code.")]
     Attach(Box<AttachArgs>),
     /// Serve Prometheus metrics for one or more processes, or all of them
     #[command(after_help = "\
@@ -397,12 +400,13 @@ fn positive_seconds(s: &str) -> Result<f64, String> {
 }
 
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "command"])))]
 pub struct AttachArgs {
     /// Process to measure (a PID of this PID namespace)
     #[arg(short, long, value_name = "PID")]
-    pub pid: u32,
-    /// Length of the measurement window in seconds
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = positive_seconds)]
+    pub pid: Option<u32>,
+    /// Length of the measurement window in seconds (with a COMMAND: until it exits)
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = positive_seconds, conflicts_with = "command")]
     pub duration: f64,
     /// Report format: a table for people, or one JSON object for scripts
     #[arg(long, value_enum, default_value_t = Output::Text)]
@@ -421,6 +425,10 @@ pub struct AttachArgs {
     pub probe: ProbeArgs,
     #[command(flatten)]
     pub age: AgeArgs,
+    /// Run this command and measure it from its first instruction until it exits; waitmeter
+    /// exits with its exit code
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Args, Debug)]
@@ -502,7 +510,12 @@ mod tests {
         assert_eq!(r.pid, [1, 2, 3]);
         assert!(Cli::try_parse_from(["waitmeter", "run", "-p", "1,x"]).is_err());
         let Cmd::Attach(a) = Cli::try_parse_from(["waitmeter", "attach", "-p", "7"]).unwrap().cmd else { panic!() };
-        assert_eq!(a.pid, 7);
+        assert_eq!(a.pid, Some(7));
+        let Cmd::Attach(a) = Cli::try_parse_from(["waitmeter", "attach", "--", "python3", "-c", "pass"]).unwrap().cmd else { panic!() };
+        assert_eq!((a.pid, a.command.len()), (None, 3));
+        assert!(Cli::try_parse_from(["waitmeter", "attach"]).is_err());
+        assert!(Cli::try_parse_from(["waitmeter", "attach", "-p", "7", "--", "true"]).is_err());
+        assert!(Cli::try_parse_from(["waitmeter", "attach", "--duration", "3", "--", "true"]).is_err());
         assert_eq!(env_name("web.config.file"), "WAITMETER_WEB_CONFIG_FILE");
         assert_eq!(env_name("max-threads"), "WAITMETER_MAX_THREADS");
         let Cmd::Run(r) = Cli::try_parse_from(["waitmeter", "run", "--all", "--web.config.file", "/w.yml"]).unwrap().cmd else { panic!() };

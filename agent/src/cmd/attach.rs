@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+use super::launch::Launched;
 use super::{emit, install_stop_handler, session_options, stop_requested};
 use crate::age::sources::AgeSources;
 use crate::cli::{AttachArgs, Output};
@@ -15,6 +16,11 @@ use crate::probes::syscalls::SyscallProbe;
 use crate::report::{json, text, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling, VerdictOptions};
 use crate::session::{Session, Target};
 use crate::usage;
+
+/// How long a command's interpreter is looked for after its start (a shared
+/// libpython is mapped and the GIL made within milliseconds; a shell script
+/// may exec Python later).
+const PYTHON_WAIT_NS: u64 = 10_000_000_000;
 
 /// `all_findings`: the verdict lists every finding (`-v`).
 pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
@@ -43,9 +49,15 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         ),
         _ => None,
     };
-    session.attach(args.pid)?;
+    // a command: started stopped at its exec, watched before it runs its first instruction
+    let mut launched = match args.pid {
+        Some(_) => None,
+        None => Some(Launched::start(&args.command)?),
+    };
+    let pid = args.pid.or(launched.as_ref().map(Launched::pid)).expect("a PID or a command (clap)");
+    session.attach(pid)?;
     let mut syscalls = crate::model::syscalls::Tally::default();
-    let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
+    let target = session.target_by_pid(pid).cloned().expect("attached target is known");
     // The window opens now, with everything in place: what the threads did since they were
     // seeded (while the agent attached its probes and read symbols, competing for the CPU) is
     // a baseline, subtracted from every row
@@ -54,16 +66,25 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     let t0 = base.at_ns;
     let base: HashMap<u32, ThreadSample> = base.live.into_values().flatten().map(|s| (s.host_tid, s)).collect();
     // user and kernel CPU time of the threads at the start (the split of `running`)
-    let cpu_at_start = crate::procfs::thread_cpu_ns(args.pid);
+    let cpu_at_start = crate::procfs::thread_cpu_ns(pid);
+    if let Some(l) = launched.as_mut() {
+        l.release()?;
+    }
+    // a command's interpreter comes up after its start: looked for until it is, for a while
+    let mut python_pending = launched.is_some();
     // the wall-clock time of t0 (the profile's and the report's start)
     let unix_now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
     let start_unix_ns = unix_now_ns - monotonic_ns().saturating_sub(t0) as i64;
     // one line when measuring starts (scripts can wait for it)
-    crate::say!("waitmeter: watching PID {} ({}) for {} s", target.pid, target.comm, args.duration);
-    let python = python_info(&session, &target);
-    let window_ns = (args.duration * 1e9) as u64;
+    match &launched {
+        Some(_) => crate::say!("waitmeter: watching PID {} ({}) until it exits", target.pid, target.comm),
+        None => crate::say!("waitmeter: watching PID {} ({}) for {} s", target.pid, target.comm, args.duration),
+    }
+    let mut python = python_info(&session, &target);
+    let window_ns = if launched.is_some() { u64::MAX / 4 } else { (args.duration * 1e9) as u64 };
     let tick_ns = (args.interval * 1e9) as u64;
-    let live_view = args.output == Output::Text && std::io::stdout().is_terminal();
+    // a command writes to the terminal itself: no live table over it
+    let live_view = args.output == Output::Text && std::io::stdout().is_terminal() && launched.is_none();
     let color = live_view && std::env::var_os("NO_COLOR").is_none();
 
     let mut exited: Vec<ThreadSample> = vec![];
@@ -81,7 +102,7 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     for s in base.values() {
         peaks.add(s, t0);
     }
-    let plain_lines = args.output == Output::Text && !live_view;
+    let plain_lines = args.output == Output::Text && !live_view && launched.is_none();
     let mut end;
     loop {
         let deadline = (t0 + window_ns).min(next_step);
@@ -90,6 +111,13 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
             ages.poll(monotonic_ns());
             if let Some(t) = session.reap().first() {
                 exited_at = t.exited_ns;
+            }
+            if python_pending {
+                let up = session.python_late(target.id);
+                if up {
+                    python = session.targets().find(|t| t.id == target.id).and_then(|t| python_info(&session, t));
+                }
+                python_pending = !up && monotonic_ns() < t0 + PYTHON_WAIT_NS;
             }
         }
         let snap = session.sample();
@@ -165,7 +193,7 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         emit(&format!("\x1b[{drawn_lines}A\x1b[J"));
     }
 
-    let cpu_at_end = crate::procfs::thread_cpu_ns(args.pid);
+    let cpu_at_end = crate::procfs::thread_cpu_ns(pid);
     if let Some(p) = &syscall_probe {
         syscalls.note(p.read().into_iter().map(|r| (r.host_tid, r.nr, r.calls, r.ns)));
     }
@@ -194,9 +222,16 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
             }
         })
         .collect();
-    let target = session.target_by_pid(args.pid).cloned().expect("attached target is known");
-    // as of the end: a free-threaded build's GIL can be switched on meanwhile
-    let python = python_info(&session, &target);
+    let target = session.target_by_pid(pid).cloned().expect("attached target is known");
+    // as of the end: a free-threaded build's GIL can be switched on meanwhile (what can no
+    // longer be read of a process that exited is as it was)
+    let python = match (python_info(&session, &target), python) {
+        (Some(mut now), Some(before)) => {
+            now.switch_interval_us = now.switch_interval_us.or(before.switch_interval_us);
+            Some(now)
+        }
+        (now, _) => now,
+    };
     let report =
         ProcessReport::new(target.pid, target.comm.clone(), python, end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows)
             .with_allowed_cpus(crate::report::allowed_cpus(target.pid))
@@ -262,6 +297,11 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     match args.output {
         Output::Json => emit(&format!("{}\n", json::render(&report))),
         Output::Text => emit(&text::report_fit(&report, color, text::terminal_width().unwrap_or(text::FULL_WIDTH))),
+    }
+    if let Some(l) = launched {
+        // its exit code is ours (the probes detach as the process exits)
+        drop(session);
+        std::process::exit(l.wait()?);
     }
     if let Some(e) = exited_at {
         return Err(usage!(

@@ -1,6 +1,7 @@
 //! The commands: wiring of session, model, report and export.
 pub mod attach;
 pub mod generate;
+pub mod launch;
 pub mod run;
 
 use std::io::Write;

@@ -139,7 +139,56 @@ impl Session {
         let id = self.next_id;
         self.next_id += 1;
         let cgroup = crate::cgroup::of_process(pid);
-        if let Some(p) = py.as_ref().filter(|p| self.gil_uprobes && !p.gils.is_empty()) {
+        self.targets.insert(
+            id,
+            Target {
+                id,
+                pid,
+                host_pid,
+                comm: sanitize(&stat.comm),
+                starttime: stat.starttime,
+                exited_ns: None,
+                python: py,
+                same_pidns: procfs::pidns_ino(pid) == Some(self.pidns_ino),
+                names: Default::default(),
+                names_at: 0,
+                fsbase_tids: Default::default(),
+                cgroup_start: cgroup.as_ref().and_then(|c| c.stat()),
+                cgroup,
+                throttles: Default::default(),
+            },
+        );
+        self.python_probes(id);
+        self.stacks_added(id);
+        Ok(())
+    }
+
+    /// A target whose interpreter was not up when it was attached (`attach --
+    /// COMMAND` stops it at its exec: before the dynamic loader maps a shared
+    /// libpython, before the interpreter makes its GIL): look again. True when
+    /// there is nothing more to look for (its GIL is known, or it is gone).
+    pub fn python_late(&mut self, id: u64) -> bool {
+        let Some(t) = self.targets.get(&id) else { return true };
+        if t.exited_ns.is_some() || t.python.as_ref().is_some_and(|p| !p.gils.is_empty()) {
+            return true;
+        }
+        let (pid, host_pid) = (t.pid, t.host_pid);
+        let (py, _) = self.find_python(pid, host_pid);
+        if py.as_ref().is_none_or(|p| p.gils.is_empty()) {
+            return false;
+        }
+        log::info!("process {pid}: Python {} is up", py.as_ref().map_or("", |p| p.version.as_str()));
+        self.targets.get_mut(&id).expect("found").python = py;
+        self.python_probes(id);
+        self.stacks_added(id);
+        true
+    }
+
+    /// The uprobes of a Python target: GIL holds (`--gil-probe uprobe`), parking-lot waits.
+    fn python_probes(&mut self, id: u64) {
+        let Some(t) = self.targets.get(&id) else { return };
+        let (pid, py) = (t.pid, t.python.as_ref());
+        if let Some(p) = py.filter(|p| self.gil_uprobes && !p.gils.is_empty()) {
             if p.gil_functions.is_empty() {
                 log::warn!(
                     "process {pid}: {} has no take_gil/drop_gil symbols (stripped): --gil-probe uprobe is not possible, using the futex method",
@@ -162,27 +211,6 @@ impl Session {
                 Err(e) => log::warn!("process {pid}: {e:#}; its lock waits are charged to futex words, not to the locks"),
             }
         }
-        self.targets.insert(
-            id,
-            Target {
-                id,
-                pid,
-                host_pid,
-                comm: sanitize(&stat.comm),
-                starttime: stat.starttime,
-                exited_ns: None,
-                python: py,
-                same_pidns: procfs::pidns_ino(pid) == Some(self.pidns_ino),
-                names: Default::default(),
-                names_at: 0,
-                fsbase_tids: Default::default(),
-                cgroup_start: cgroup.as_ref().and_then(|c| c.stat()),
-                cgroup,
-                throttles: Default::default(),
-            },
-        );
-        self.stacks_added(id);
-        Ok(())
     }
 
     /// `run --all`: watch every user-space process of the namespace not yet
