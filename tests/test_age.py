@@ -74,11 +74,17 @@ def test_gil_waits_with_a_flat_age_are_reported_with_the_age(app_python):
     assert age is not None and age["rising"] is False and age["max_s"] < 1.0, age
     ingest = by_tid(report)[w.tids["ingest"]]
     assert ingest["seconds"]["gil_wait"] >= 0.2 * ingest["existed_s"], ingest
+    # every GIL finding is about a thread behind processor; ingest's is the first or the second:
+    # the metrics server's thread (serve_forever, woken by each age poll) waits behind the same
+    # json.dumps calls, as much as ingest in some runs (2.3 s against 2.2 s in one CI run,
+    # 1.5-1.9 s against 2.3-2.6 s usually), and findings rank by the time they explain
     gil = [v for v in report["verdict"] if v.startswith("GIL")]
-    assert gil and "ingest" in gil[0] and "processor" in gil[0], report["verdict"]
-    assert "message age" in gil[0] and "mean" in gil[0] and "max" in gil[0], gil[0]
+    assert gil and all("behind processor" in v for v in gil), report["verdict"]
+    line = next((v for v in gil[:2] if v.startswith("GIL wait: thread ingest")), None)
+    assert line, report["verdict"]
+    assert "message age" in line and "mean" in line and "max" in line, line
     assert not any(v.startswith("healthy") for v in report["verdict"]), report["verdict"]
-    finding = next(f for f in report["findings"] if f["kind"].startswith("gil_"))
+    finding = next(f for f in report["findings"] if f["kind"].startswith("gil_") and f["thread"]["tid"] == w.tids["ingest"])
     assert finding["age"]["rising"] is False and finding["age"]["mean_s"] > 0, finding
 
 
