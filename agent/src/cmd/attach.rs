@@ -115,7 +115,7 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
             if python_pending {
                 let up = session.python_late(target.id);
                 if up {
-                    python = session.targets().find(|t| t.id == target.id).and_then(|t| python_info(&session, t));
+                    python = session.target_by_pid(pid).and_then(|t| python_info(&session, t));
                 }
                 python_pending = !up && monotonic_ns() < t0 + PYTHON_WAIT_NS;
             }

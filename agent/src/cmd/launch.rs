@@ -39,14 +39,14 @@ impl Launched {
         let child = cmd.spawn().map_err(|e| {
             usage!("cannot run {}: {e}: check the command (a program on PATH, or a path to one)", program.to_string_lossy())
         })?;
-        let mut launched = Launched { child, released: false };
+        let launched = Launched { child, released: false };
         // the stop at the exec (spawn returned: the exec succeeded)
         let pid = launched.pid() as libc::pid_t;
         let mut status = 0;
         // SAFETY: waiting for our own child.
         let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
         if r != pid || !libc::WIFSTOPPED(status) {
-            launched.released = true;
+            // dropped: killed if it still stands, and reaped
             anyhow::bail!(
                 "{} did not stop at its start (wait status {status:#x}): cannot measure it from its start",
                 program.to_string_lossy()

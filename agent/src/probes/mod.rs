@@ -69,6 +69,8 @@ pub(crate) fn percpu_sum(map: &impl libbpf_rs::MapCore, key: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Reading other users' processes (`/proc/PID/exe`, their memory).
+pub const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;

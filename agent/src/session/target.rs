@@ -87,7 +87,13 @@ impl Session {
 
     /// Find CPython in the process and register its GILs' futex words.
     pub(super) fn find_python(&self, pid: u32, host_pid: u32) -> (Option<Python>, Vec<u64>) {
-        let py = match python::detect(pid) {
+        self.register_python(pid, host_pid, python::detect(pid))
+    }
+
+    /// Register the GILs' futex words of what `python::detect` found in the
+    /// process (one warning when it cannot be measured as Python).
+    fn register_python(&self, pid: u32, host_pid: u32, detected: Result<Option<Python>>) -> (Option<Python>, Vec<u64>) {
+        let py = match detected {
             Ok(py) => py,
             Err(e) => {
                 log::warn!("process {pid}: cannot tell whether it runs Python ({e:#}); measuring it without GIL states");
@@ -166,18 +172,24 @@ impl Session {
     /// A target whose interpreter was not up when it was attached (`attach --
     /// COMMAND` stops it at its exec: before the dynamic loader maps a shared
     /// libpython, before the interpreter makes its GIL): look again. True when
-    /// there is nothing more to look for (its GIL is known, or it is gone).
+    /// there is nothing more to look for (its GIL is known, it cannot be
+    /// measured as Python, or it is gone).
     pub fn python_late(&mut self, id: u64) -> bool {
         let Some(t) = self.targets.get(&id) else { return true };
         if t.exited_ns.is_some() || t.python.as_ref().is_some_and(|p| !p.gils.is_empty()) {
             return true;
         }
         let (pid, host_pid) = (t.pid, t.host_pid);
-        let (py, _) = self.find_python(pid, host_pid);
-        if py.as_ref().is_none_or(|p| p.gils.is_empty()) {
+        let detected = python::detect(pid);
+        // not up yet (quietly): no interpreter mapped, or one that has not made its GIL
+        if matches!(&detected, Ok(None)) || matches!(&detected, Ok(Some(p)) if p.gils.is_empty() && p.layout.is_some()) {
             return false;
         }
-        log::info!("process {pid}: Python {} is up", py.as_ref().map_or("", |p| p.version.as_str()));
+        // up, or never measurable (a version or a process it cannot read: said once)
+        let (py, _) = self.register_python(pid, host_pid, detected);
+        if let Some(p) = py.as_ref().filter(|p| !p.gils.is_empty()) {
+            log::info!("process {pid}: Python {} is up", p.version);
+        }
         self.targets.get_mut(&id).expect("found").python = py;
         self.python_probes(id);
         self.stacks_added(id);
