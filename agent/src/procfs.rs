@@ -149,6 +149,13 @@ pub fn self_pidns_ino() -> std::io::Result<u64> {
 /// The initial PID namespace's inode (PROC_PID_INIT_INO, include/linux/proc_ns.h).
 pub const INIT_PIDNS_INO: u64 = 0xEFFF_FFFC;
 
+/// Capability numbers (include/uapi/linux/capability.h).
+/// Reading other users' processes (`/proc/PID/exe`, their memory).
+pub const CAP_SYS_PTRACE: u32 = 19;
+pub const CAP_SYS_ADMIN: u32 = 21;
+pub const CAP_PERFMON: u32 = 38;
+pub const CAP_BPF: u32 = 39;
+
 pub fn self_cap_eff() -> Option<u64> {
     read("/proc/self/status").and_then(|s| parse_cap_eff(&s))
 }

@@ -18,7 +18,7 @@ use libbpf_rs::OpenObject;
 
 use anyhow::Result;
 
-use crate::procfs;
+use crate::procfs::{self, CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN};
 use crate::usage;
 
 /// The memory the skeleton keeps its BPF object in, owned by one probe:
@@ -68,12 +68,6 @@ pub(crate) fn percpu_sum(map: &impl libbpf_rs::MapCore, key: u32) -> u64 {
         .map(|v| v.iter().filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?))).sum())
         .unwrap_or(0)
 }
-
-/// Reading other users' processes (`/proc/PID/exe`, their memory).
-pub const CAP_SYS_PTRACE: u32 = 19;
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
 
 /// Where the kernel publishes its own BTF.
 pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";

@@ -233,7 +233,7 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
     }
     match denied {
         Some(what) => {
-            let why = if crate::procfs::self_cap_eff().is_some_and(|c| c & (1 << crate::probes::CAP_SYS_PTRACE) != 0) {
+            let why = if crate::procfs::self_cap_eff().is_some_and(|c| c & (1 << crate::procfs::CAP_SYS_PTRACE) != 0) {
                 "the agent's user cannot reach that file (a directory on the way it may not enter, such as /root): \
                  run waitmeter as root, or the interpreter from a directory others can enter"
             } else {
