@@ -1,11 +1,28 @@
 # waitmeter agent image: one fully static binary on an empty base.
 #
-#   docker build -t waitmeter:0.1.0 .
+#   docker build -t waitmeter:0.1.0 .                  from source (stage "build": Debian + rustup)
+#   make image                                         from the binary `make static` built here:
+#                                                      buildah, stage "release", dist/waitmeter.oci.tar
 #
-# Not built on the project's development machines (they have no container engine); the
-# build stage runs the same commands as `make setup` + `make build`, plus the static flags
-# measured in platform.md. See docs/deployment.md for how the image runs (uid 0, three
-# capabilities).
+# Both images are the same runtime stage below with the same binary recipe: the build stage runs
+# the commands of `make static` (Makefile). See docs/deployment.md for how the image runs (uid 0,
+# three capabilities).
+
+# ---- runtime ----------------------------------------------------------------------------
+FROM scratch AS runtime
+# uid 0, on purpose: the kernel checks CAP_BPF/CAP_PERFMON/CAP_SYS_PTRACE in the effective
+# set. A non-root user gets a container's added capabilities only in its bounding set (and
+# Kubernetes sets no ambient capabilities); file capabilities would need privilege escalation
+# at exec, which allowPrivilegeEscalation: false (no_new_privs) forbids. So the pod runs
+# uid 0 with every capability dropped except those three (helm/waitmeter).
+USER 0:0
+EXPOSE 9747
+ENTRYPOINT ["/usr/bin/waitmeter"]
+CMD ["run", "--all", "--listen", "0.0.0.0:9747"]
+
+# ---- release: the static binary of `make static` (no network, no compiler) ---------------
+FROM runtime AS release
+COPY dist/waitmeter-linux-x86_64 /usr/bin/waitmeter
 
 # ---- build ------------------------------------------------------------------------------
 FROM debian:bookworm AS build
@@ -32,7 +49,7 @@ WORKDIR /src
 COPY bpf/ bpf/
 COPY agent/ agent/
 
-# `make build` (cargo build --release --locked) plus the static flags:
+# `make static`: cargo build --release --locked plus the static flags:
 # - libbpf-rs/static links libbpf, libelf and zlib statically (a feature of the libbpf-rs
 #   dependency, enabled from the command line: agent/Cargo.toml needs no feature of its own,
 #   and Cargo.lock is unchanged, so --locked holds);
@@ -46,15 +63,6 @@ RUN cd agent \
  && if ldd /waitmeter >/dev/null 2>&1; then echo "waitmeter is not static" >&2; exit 1; fi \
  && /waitmeter --version
 
-# ---- runtime ----------------------------------------------------------------------------
-FROM scratch
+# ---- the default target: the runtime stage with the binary built above --------------------
+FROM runtime
 COPY --from=build /waitmeter /usr/bin/waitmeter
-# uid 0, on purpose: the kernel checks CAP_BPF/CAP_PERFMON/CAP_SYS_PTRACE in the effective
-# set. A non-root user gets a container's added capabilities only in its bounding set (and
-# Kubernetes sets no ambient capabilities); file capabilities would need privilege escalation
-# at exec, which allowPrivilegeEscalation: false (no_new_privs) forbids. So the pod runs
-# uid 0 with every capability dropped except those three (helm/waitmeter).
-USER 0:0
-EXPOSE 9747
-ENTRYPOINT ["/usr/bin/waitmeter"]
-CMD ["run", "--all", "--listen", "0.0.0.0:9747"]

@@ -35,7 +35,7 @@ CARGO_FUZZ := $(TOOLS)/cargo-fuzz
 CARGO_FUZZ_VERSION := 0.13.2
 FUZZ_SECONDS ?= 60
 
-.PHONY: all setup setup-build build test lint unit integration fuzz docs mixin demo bench clean
+.PHONY: all setup setup-build build test lint unit integration fuzz docs mixin demo bench clean static wheel image release
 
 all: build
 
@@ -82,7 +82,7 @@ lint: setup-build
 	cd agent && $(CARGO) fmt --all --check
 	cd agent && $(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
 
-integration: setup build
+integration: setup build release
 	$(PYTHON) -m pytest -rs tests/
 
 # Bounded fuzzing of the parsers of hostile input (ELF, exposition, HTTP heads, debug offsets): FUZZ_SECONDS each.
@@ -115,6 +115,49 @@ bench: setup build
 	@bash bench/setup.sh
 	$(PYTHON) bench/bench.py $(BENCH_ARGS)
 
+# ---- release artefacts, in dist/ (tests/test_release.py checks each) ----------------------------
+# The static binary: libbpf, libelf, zlib and glibc linked in (glibc 2.34+ has its files and dns
+# name services built in, so nothing is loaded at run time), one file for any Linux on this
+# architecture with a BTF kernel. --target keeps crt-static away from build scripts and proc macros.
+ARCH    := $(shell uname -m)
+TRIPLE  := $(ARCH)-unknown-linux-gnu
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' agent/Cargo.toml | head -1)
+STATIC  := agent/target/$(TRIPLE)/release/waitmeter
+STATIC_ENV := LIBBPF_SYS_LIBRARY_PATH=/usr/lib/$(ARCH)-linux-gnu RUSTFLAGS="-C target-feature=+crt-static"
+DIST    := dist
+RELEASE_PKGS := buildah
+BUILDAH = STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot buildah --root $(CURDIR)/.tools/containers --runroot $(CURDIR)/.tools/containers-run
+
+static: setup-build
+	cd agent && $(STATIC_ENV) $(CARGO) build --release --locked --features libbpf-rs/static --target $(TRIPLE)
+	@if readelf -dl $(STATIC) | grep -qE "NEEDED|INTERP"; then echo "$(STATIC) is not static: it names an interpreter or libraries (readelf -dl)" >&2; exit 1; fi
+	@mkdir -p $(DIST) && cp $(STATIC) $(DIST)/waitmeter-linux-$(ARCH)
+
+# pip install dist/waitmeter-*.whl: the static binary as a console script (maturin, bin bindings,
+# pyproject.toml), tagged manylinux_2_17 (Rust's oldest glibc; it needs none: static); maturin adds its CycloneDX SBOM.
+# And the application client's wheel (clients/python).
+wheel: static $(VENV)/.ok
+	rm -f $(DIST)/waitmeter-*.whl $(DIST)/waitmeter_client-*.whl
+	$(STATIC_ENV) $(VENV)/bin/maturin build --release --target $(TRIPLE) --compatibility manylinux_2_17 -o $(DIST)
+	$(PYTHON) -m pip wheel -q --no-deps -w $(DIST) clients/python
+
+# The container image (Dockerfile, stage release: the static binary on an empty base) as an OCI
+# archive, built with buildah: no daemon, no registry (scratch needs no pull).
+image: static
+	$(call apt,$(RELEASE_PKGS))
+	$(BUILDAH) bud --quiet --layers=false --target release -t waitmeter:$(VERSION) -f Dockerfile . >/dev/null
+	rm -f $(DIST)/waitmeter-$(VERSION).oci.tar
+	$(BUILDAH) push --quiet waitmeter:$(VERSION) oci-archive:$(DIST)/waitmeter-$(VERSION).oci.tar:waitmeter:$(VERSION)
+	$(BUILDAH) rmi waitmeter:$(VERSION) >/dev/null
+
+# Everything: binary, wheels, image, chart package, SBOM, and SHA256SUMS over them.
+release: wheel image $(HELM)
+	rm -f $(DIST)/waitmeter-*.tgz
+	$(HELM) package --destination $(DIST) helm/waitmeter >/dev/null
+	$(PYTHON) contrib/release/sbom.py $(DIST)/waitmeter-$(VERSION)-*.whl $(DIST)/waitmeter-$(VERSION).cdx.json
+	cd $(DIST) && rm -f SHA256SUMS && sha256sum waitmeter-linux-$(ARCH) *.whl *.oci.tar *.tgz *.cdx.json > SHA256SUMS
+	@echo "release: $(DIST)/" && cd $(DIST) && ls -1 
+
 clean:
 	cd agent && $(CARGO) clean
-	rm -rf tests/.build
+	rm -rf tests/.build $(DIST)

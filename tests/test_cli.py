@@ -2,7 +2,11 @@
 shell completions and man pages that work in their real consumers (bash, groff)."""
 import json
 import os
+import re
+import shutil
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -170,3 +174,115 @@ def test_attach_a_command_exit_codes_and_a_command_that_cannot_run():
     assert rc == 2 and err.splitlines()[-1].startswith("waitmeter: cannot run /nonexistent/program"), err
     rc, _, err = run("attach", "--duration", "1", "--", "/bin/true")
     assert rc == 2 and "--duration" in err, err
+
+
+@pytest.mark.needs_root
+def test_dump_shows_ingest_waiting_for_the_gil_behind_processor():
+    """Issue 17's third test: `dump` on the GIL workload puts ingest first, waiting for the GIL
+    behind processor, where it waits (blocking_call) and what processor ran (json.dumps); the
+    processor is the thread that kept it waiting; MainThread, asleep, blames nobody."""
+    from test_gil import pyenv_python
+    py = pyenv_python(12)
+    assert py, "pyenv 3.12 not installed here"
+    with Workload(py, ROOT / "tests" / "workloads" / "gil_holder.py") as w:
+        rc, out, err = run("dump", "-p", w.pid, "--output", "json")
+        assert rc == 0, err
+        d = json.loads(out)
+        rc, text, err = run("dump", "-p", w.pid)
+        assert rc == 0, err
+    ingest, processor = w.tids["ingest"], w.tids["processor"]
+    first = d["threads"][0]
+    assert first["tid"] == ingest and first["state"] == "gil_wait", first
+    assert first["behind"][0]["tid"] == processor and first["behind"][0]["share"] >= 0.8, first["behind"]
+    assert first["stack"] and first["stack"][0].startswith("blocking_call (gil_holder.py:"), first["stack"]
+    assert any(f.startswith("json.dumps (") for f in first["behind_stack"]), first["behind_stack"]
+    rows = {t["tid"]: t for t in d["threads"]}
+    assert rows[processor]["blocking"] == [ingest], rows[processor]
+    main = rows[w.pid]
+    assert main["state"] == "sleep" and not main["behind"] and not main["blocking"], main
+    assert main["now"]["state"] == "S" and main["now"]["syscall"], main["now"]
+    # the text says the same, first line first
+    threads = [line for line in text.splitlines() if line.startswith("Thread ")]
+    assert threads[0].startswith(f"Thread {ingest} ingest: waiting for the GIL") and f"behind processor ({processor})" in threads[0], text
+
+
+@pytest.mark.needs_root
+def test_dump_of_a_lock_waiter_and_a_process_that_is_gone(workload_bin):
+    """A C process: the mutex waiter is blocked on a futex now (its word, from /proc), the
+    sleepers blame nobody. A PID that does not exist: one line, exit code 2."""
+    with Workload(workload_bin, "--mutex", "--sleep", 1) as w:
+        rc, out, err = run("dump", "-p", w.pid, "--window", "0.5", "--output", "json")
+    assert rc == 0, err
+    rows = {t["tid"]: t for t in json.loads(out)["threads"]}
+    waiter = rows[w.tids["waiter"]]
+    assert waiter["state"] == "futex_wait" and waiter["now"]["syscall"] == "futex" and waiter["now"]["futex_word"].startswith("0x"), waiter
+    sleeper = rows[w.tids["sleeper-0"]]
+    assert sleeper["state"] == "sleep" and not sleeper["behind"], sleeper
+    rc, _, err = run("dump", "-p", 4194303)
+    assert rc == 2 and len(err.splitlines()) == 1 and "4194303" in err, err
+
+
+def cgroup_dir():
+    """A fresh cgroup and the path `--cgroup` takes for it (relative to /sys/fs/cgroup: v2 as
+    is, v1 under its hierarchy's directory); removed afterwards."""
+    base = Path("/sys/fs/cgroup")
+    parent = base if (base / "cgroup.controllers").exists() else base / "cpu"
+    cg = parent / f"wm-select-{os.getpid()}"
+    cg.mkdir()
+    return cg, "/" + str(cg.relative_to(base))
+
+
+@pytest.mark.needs_root
+def test_run_selects_processes_by_name_and_cgroup_now_and_later(tmp_path):
+    """`run --comm NAME` watches the processes of that name, also one started after the agent;
+    `run --cgroup PATH` those in the cgroup; a process of another name, or outside, stays out."""
+    from conftest import Guard, free_port, wait_http
+    named = tmp_path / "wm-sel-sleep"
+    shutil.copy("/bin/sleep", named)
+    procs = []
+
+    def start(exe):
+        p = subprocess.Popen([str(exe), "300"])
+        procs.append(p)
+        return p
+
+    def watched(port):
+        text = wait_http(f"http://127.0.0.1:{port}/metrics")
+        return {int(m) for m in re.findall(r'^waitmeter_thread_seconds_total\{pid="(\d+)"', text, re.M)}
+
+    def until(port, want, timeout=10):
+        deadline = time.monotonic() + timeout
+        while (got := watched(port)) & want != want and time.monotonic() < deadline:
+            time.sleep(0.3)
+        return got
+
+    cg, cg_arg = cgroup_dir()
+    try:
+        early, other = start(named), start("/bin/sleep")
+        port = free_port()
+        with Guard(subprocess.Popen([str(WAITMETER), "run", "--comm", "wm-sel-sleep", "--listen", f"127.0.0.1:{port}"],
+                                    stderr=subprocess.PIPE, text=True)):
+            assert early.pid in until(port, {early.pid})
+            late = start(named)
+            got = until(port, {early.pid, late.pid})
+            assert {early.pid, late.pid} <= got and other.pid not in got, (got, early.pid, late.pid, other.pid)
+        inside, outside = start("/bin/sleep"), start("/bin/sleep")
+        (cg / "cgroup.procs").write_text(str(inside.pid))
+        for arg in (cg_arg, f"/sys/fs/cgroup{cg_arg}/"):
+            port = free_port()
+            with Guard(subprocess.Popen([str(WAITMETER), "run", "--cgroup", arg, "--listen", f"127.0.0.1:{port}"],
+                                        stderr=subprocess.PIPE, text=True)):
+                got = until(port, {inside.pid})
+                assert inside.pid in got and outside.pid not in got and early.pid not in got, (arg, got)
+        rc, _, err = run("run", "--cgroup", "relative/path")
+        assert rc == 2 and "--cgroup relative/path" in err, err
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        for _ in range(50):
+            try:
+                cg.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)

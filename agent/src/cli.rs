@@ -64,6 +64,18 @@ Examples:
 Metrics: docs/metrics.md. Scrape http(s)://ADDR:PORT/metrics; GET /healthz answers 200 while the
 agent's main loop runs (for liveness probes; not behind basic auth).")]
     Run(Box<RunArgs>),
+    /// What every thread of a process waits on now: its state, whom it waits behind, and the code
+    /// on both sides (from a short window: --window)
+    #[command(after_help = "\
+Examples:
+  sudo waitmeter dump -p 1234
+  sudo waitmeter dump -p 1234 --window 3 --output json | jq '.threads[] | {name, state, behind}'
+
+Each thread: its state for most of the window and its share, whom it waited behind (the GIL
+holder, the thread whose wake ended its futex waits, what had its CPU), the threads it kept
+waiting, its state now (/proc: the kernel's letter, the syscall, the futex word, the kernel
+function), where it waited (innermost frame first) and what its culprit ran meanwhile.")]
+    Dump(Box<DumpArgs>),
     /// Print a shell's completion script (generated from this command line)
     #[command(after_help = "\
 Examples:
@@ -102,7 +114,7 @@ pub enum Shell {
 /// systemd unit's `Environment=`); the command line wins. --help, the
 /// completions and the man pages show them.
 pub fn command() -> clap::Command {
-    Cli::command().mut_subcommands(|c| if matches!(c.get_name(), "attach" | "run") { with_env(c) } else { c })
+    Cli::command().mut_subcommands(|c| if matches!(c.get_name(), "attach" | "run" | "dump") { with_env(c) } else { c })
 }
 
 /// The environment variable of an option: WAITMETER_ and its long name in
@@ -207,7 +219,7 @@ pub enum Output {
 }
 
 /// Probe settings shared by the commands.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct ProbeArgs {
     /// BTF file for a kernel without /sys/kernel/btf/vmlinux (e.g. from BTFHub)
     #[arg(long, value_name = "FILE")]
@@ -432,14 +444,37 @@ pub struct AttachArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("targets").required(true).args(["pid", "all"])))]
+pub struct DumpArgs {
+    /// Process to look at (a PID of this PID namespace)
+    #[arg(short, long, value_name = "PID")]
+    pub pid: u32,
+    /// How long to watch for whom each thread waits behind, in seconds
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = positive_seconds)]
+    pub window: f64,
+    /// Format: text for people, or one JSON object for scripts
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("targets").required(true).multiple(true).args(["pid", "all", "comm", "cgroup"])))]
 pub struct RunArgs {
     /// Process to measure; repeat for several, or separate them with commas
     #[arg(short, long, value_name = "PID", value_delimiter = ',')]
     pub pid: Vec<u32>,
     /// Every process of this PID namespace, following new processes and exits
-    #[arg(long, conflicts_with = "pid")]
+    #[arg(long, conflicts_with_all = ["pid", "comm", "cgroup"])]
     pub all: bool,
+    /// Every process with this name (its comm, as `pgrep -x`: the first 15 characters), now and
+    /// later (looked for every second); repeat or separate with commas for several
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    pub comm: Vec<String>,
+    /// Every process in this cgroup (v2 path, e.g. /system.slice/app.service) or below it, now
+    /// and later; with --comm, those of them with that name
+    #[arg(long, value_name = "PATH", value_delimiter = ',')]
+    pub cgroup: Vec<String>,
     /// Address to serve /metrics on
     #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
     pub listen: String,

@@ -64,6 +64,7 @@ fn main() {
     let result = match &cli.cmd {
         cli::Cmd::Attach(a) => cmd::attach::attach(a, cli.verbose > 0),
         cli::Cmd::Run(r) => cmd::run::run(r),
+        cli::Cmd::Dump(d) => cmd::dump::dump(d),
         cli::Cmd::Completions { shell } => {
             cmd::emit_bytes(&cmd::generate::completions(*shell));
             Ok(())

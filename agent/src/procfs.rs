@@ -120,6 +120,14 @@ pub fn task_syscall(pid: u32, tid: u32) -> Option<Syscall> {
     read(&format!("/proc/{pid}/task/{tid}/syscall")).and_then(|s| parse_syscall(&s))
 }
 
+/// The kernel function a task sleeps in (/proc/PID/task/TID/wchan); None when running, or
+/// hidden ("0": the kernel shows it only to those who may read kernel addresses).
+pub fn task_wchan(pid: u32, tid: u32) -> Option<String> {
+    read(&format!("/proc/{pid}/task/{tid}/wchan"))
+        .map(|s| s.trim().chars().take(64).collect::<String>())
+        .filter(|s| !s.is_empty() && s != "0")
+}
+
 pub fn task_comm(pid: u32, tid: u32) -> Option<String> {
     read(&format!("/proc/{pid}/task/{tid}/comm")).map(|s| s.trim_end_matches('\n').to_string())
 }

@@ -22,6 +22,9 @@ _waitmeter() {
             waitmeter,completions)
                 cmd="waitmeter__subcmd__completions"
                 ;;
+            waitmeter,dump)
+                cmd="waitmeter__subcmd__dump"
+                ;;
             waitmeter,help)
                 cmd="waitmeter__subcmd__help"
                 ;;
@@ -39,6 +42,9 @@ _waitmeter() {
                 ;;
             waitmeter__subcmd__help,completions)
                 cmd="waitmeter__subcmd__help__subcmd__completions"
+                ;;
+            waitmeter__subcmd__help,dump)
+                cmd="waitmeter__subcmd__help__subcmd__dump"
                 ;;
             waitmeter__subcmd__help,help)
                 cmd="waitmeter__subcmd__help__subcmd__help"
@@ -59,7 +65,7 @@ _waitmeter() {
 
     case "${cmd}" in
         waitmeter)
-            opts="-v -h -V --verbose --help --version attach run completions man metrics-doc help"
+            opts="-v -h -V --verbose --help --version attach run dump completions man metrics-doc help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -204,8 +210,78 @@ _waitmeter() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        waitmeter__subcmd__dump)
+            opts="-p -v -h --pid --window --output --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --pid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -p)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --window)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --btf)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-threads)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-processes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --exit-buffer-kib)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --gil-probe)
+                    COMPREPLY=($(compgen -W "futex uprobe" -- "${cur}"))
+                    return 0
+                    ;;
+                --lock-probe)
+                    COMPREPLY=($(compgen -W "uprobe none" -- "${cur}"))
+                    return 0
+                    ;;
+                --stacks)
+                    COMPREPLY=($(compgen -W "all python native none" -- "${cur}"))
+                    return 0
+                    ;;
+                --stack-interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --holder-sample-hz)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --syscalls)
+                    COMPREPLY=($(compgen -W "on off" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         waitmeter__subcmd__help)
-            opts="attach run completions man metrics-doc help"
+            opts="attach run dump completions man metrics-doc help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -233,6 +309,20 @@ _waitmeter() {
             return 0
             ;;
         waitmeter__subcmd__help__subcmd__completions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        waitmeter__subcmd__help__subcmd__dump)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

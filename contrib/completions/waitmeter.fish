@@ -29,6 +29,7 @@ complete -c waitmeter -n "__fish_waitmeter_needs_command" -s h -l help -d 'Print
 complete -c waitmeter -n "__fish_waitmeter_needs_command" -s V -l version -d 'Print version'
 complete -c waitmeter -n "__fish_waitmeter_needs_command" -f -a "attach" -d 'Measure one process for a while: a live per-thread table, then a report'
 complete -c waitmeter -n "__fish_waitmeter_needs_command" -f -a "run" -d 'Serve Prometheus metrics for one or more processes, or all of them'
+complete -c waitmeter -n "__fish_waitmeter_needs_command" -f -a "dump" -d 'What every thread of a process waits on now: its state, whom it waits behind, and the code on both sides (from a short window: --window)'
 complete -c waitmeter -n "__fish_waitmeter_needs_command" -f -a "completions" -d 'Print a shell\'s completion script (generated from this command line)'
 complete -c waitmeter -n "__fish_waitmeter_needs_command" -f -a "man" -d 'Print the man page (generated from this command line), or write every page to a directory'
 complete -c waitmeter -n "__fish_waitmeter_needs_command" -f -a "metrics-doc" -d 'Print docs/metrics.md, generated from the metric catalogue'
@@ -108,6 +109,28 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l all -d 'Ever
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l tid-labels -d 'Add a `tid` label (one series per thread; for debugging)'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -s v -l verbose -d 'More log output on stderr (-v: info, -vv: debug, including libbpf\'s log); with attach, the verdict lists every finding, idle threads one by one'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -s p -l pid -d 'Process to look at (a PID of this PID namespace)' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l window -d 'How long to watch for whom each thread waits behind, in seconds' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l output -d 'Format: text for people, or one JSON object for scripts' -r -f -a "text\t''
+json\t''"
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l btf -d 'BTF file for a kernel without /sys/kernel/btf/vmlinux (e.g. from BTFHub)' -r -F
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l max-threads -d 'Most threads measured at once (kernel map size); excess events are counted as lost' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l max-processes -d 'Most processes watched at once' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l exit-buffer-kib -d 'Size of the ring buffer of exited threads\' final records, in KiB (a power of 2, 4 to 1048576): 4096 holds 14,000 records, 0.5 s of 25k thread exits/s; lost records are counted' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l gil-probe -d 'GIL measurement for Python targets: futex (default, cheapest) or uprobe (adds hold times)' -r -f -a "futex\t'GIL waits from futex words at context switches: no uprobe, works on stripped builds'
+uprobe\t'also uprobes on take_gil/drop_gil (needs .symtab): hold-time histograms, ~2 µs per GIL hand-off'"
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l lock-probe -d 'Lock waits of Python 3.13+ (PyMutex, threading.Lock): uprobe (default) charges them to the lock, none to futex words' -r -f -a "uprobe\t'uprobes on _PySemaphore_Wait: a wait in the parking lot is charged to the lock parked on (~2 µs per sleep)'
+none\t'no uprobe: such waits are charged to the sleeping thread\'s own semaphore'"
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l stacks -d 'Stacks of both sides of each wait, for the verdict and the wait profiles: all, python, native or none' -r -f -a "all\t'native stacks (frame pointers) and Python frames'
+python\t'Python frames only'
+native\t'native stacks only'
+none\t'no stacks: the cheapest'"
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l stack-interval -d 'A thread takes its own stack at most once per this many milliseconds (reused meanwhile)' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l holder-sample-hz -d 'Per CPU, samples a second that take a GIL holder\'s native stack (its C function) while others wait behind it; 0: off' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l syscalls -d 'Count each thread\'s syscalls, calls and time (the clock-syscall check). Off by default: the probe runs on every syscall of the machine (about 0.3 µs each for unwatched processes)' -r -f -a "on\t'count calls and time per thread and syscall (a probe on every syscall of the machine)'
+off\t''"
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -s v -l verbose -d 'More log output on stderr (-v: info, -vv: debug, including libbpf\'s log); with attach, the verdict lists every finding, idle threads one by one'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand completions" -s v -l verbose -d 'More log output on stderr (-v: info, -vv: debug, including libbpf\'s log); with attach, the verdict lists every finding, idle threads one by one'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand man" -l dir -d 'Write waitmeter.1, waitmeter-attach.1, ... into this directory instead' -r -F
@@ -115,9 +138,10 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand man" -s v -l verbose
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand man" -s h -l help -d 'Print help'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand metrics-doc" -s v -l verbose -d 'More log output on stderr (-v: info, -vv: debug, including libbpf\'s log); with attach, the verdict lists every finding, idle threads one by one'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand metrics-doc" -s h -l help -d 'Print help'
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand help; and not __fish_seen_subcommand_from attach run completions man metrics-doc help" -f -a "attach" -d 'Measure one process for a while: a live per-thread table, then a report'
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand help; and not __fish_seen_subcommand_from attach run completions man metrics-doc help" -f -a "run" -d 'Serve Prometheus metrics for one or more processes, or all of them'
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand help; and not __fish_seen_subcommand_from attach run completions man metrics-doc help" -f -a "completions" -d 'Print a shell\'s completion script (generated from this command line)'
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand help; and not __fish_seen_subcommand_from attach run completions man metrics-doc help" -f -a "man" -d 'Print the man page (generated from this command line), or write every page to a directory'
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand help; and not __fish_seen_subcommand_from attach run completions man metrics-doc help" -f -a "metrics-doc" -d 'Print docs/metrics.md, generated from the metric catalogue'
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand help; and not __fish_seen_subcommand_from attach run completions man metrics-doc help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand help; and not __fish_seen_subcommand_from attach run dump completions man metrics-doc help" -f -a "attach" -d 'Measure one process for a while: a live per-thread table, then a report'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand help; and not __fish_seen_subcommand_from attach run dump completions man metrics-doc help" -f -a "run" -d 'Serve Prometheus metrics for one or more processes, or all of them'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand help; and not __fish_seen_subcommand_from attach run dump completions man metrics-doc help" -f -a "dump" -d 'What every thread of a process waits on now: its state, whom it waits behind, and the code on both sides (from a short window: --window)'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand help; and not __fish_seen_subcommand_from attach run dump completions man metrics-doc help" -f -a "completions" -d 'Print a shell\'s completion script (generated from this command line)'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand help; and not __fish_seen_subcommand_from attach run dump completions man metrics-doc help" -f -a "man" -d 'Print the man page (generated from this command line), or write every page to a directory'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand help; and not __fish_seen_subcommand_from attach run dump completions man metrics-doc help" -f -a "metrics-doc" -d 'Print docs/metrics.md, generated from the metric catalogue'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand help; and not __fish_seen_subcommand_from attach run dump completions man metrics-doc help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

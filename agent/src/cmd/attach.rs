@@ -22,8 +22,39 @@ use crate::usage;
 /// may exec Python later).
 const PYTHON_WAIT_NS: u64 = 10_000_000_000;
 
+/// A window measured: the report, and the command launched for it.
+pub struct Measured {
+    pub report: ProcessReport,
+    launched: Option<Launched>,
+}
+
 /// `all_findings`: the verdict lists every finding (`-v`).
 pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
+    let color =
+        args.output == Output::Text && args.command.is_empty() && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let Measured { report, launched } = measure(args, all_findings)?;
+    match args.output {
+        Output::Json => emit(&format!("{}\n", json::render(&report))),
+        Output::Text => emit(&text::report_fit(&report, color, text::terminal_width().unwrap_or(text::FULL_WIDTH))),
+    }
+    if let Some(l) = launched {
+        // its exit code is ours (the probes detached as the process exited)
+        std::process::exit(l.wait()?);
+    }
+    if let Some(e) = report.exited_after_ns {
+        return Err(usage!(
+            "process {} exited {:.1} s into the {:.1} s window: the report covers the time it ran",
+            report.pid,
+            secs(e),
+            args.duration
+        ));
+    }
+    Ok(())
+}
+
+/// Measures one window of `args`' target (`args.output` only says whether a live view may be
+/// drawn meanwhile): the report, not yet rendered.
+pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     install_stop_handler();
     let age = args.age.config()?;
     // fail before measuring, not after, when the profile cannot be written
@@ -294,24 +325,9 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         use std::io::Write;
         file.write_all(&builder.encode_gzip()).map_err(|e| anyhow::anyhow!("failed to write the profile to {}: {e}", path.display()))?;
     }
-    match args.output {
-        Output::Json => emit(&format!("{}\n", json::render(&report))),
-        Output::Text => emit(&text::report_fit(&report, color, text::terminal_width().unwrap_or(text::FULL_WIDTH))),
-    }
-    if let Some(l) = launched {
-        // its exit code is ours (the probes detach as the process exits)
-        drop(session);
-        std::process::exit(l.wait()?);
-    }
-    if let Some(e) = exited_at {
-        return Err(usage!(
-            "process {} exited {:.1} s into the {:.1} s window: the report covers the time it ran",
-            target.pid,
-            secs(e.saturating_sub(t0)),
-            args.duration
-        ));
-    }
-    Ok(())
+    // the probes detach: a launched command runs on unwatched
+    drop(session);
+    Ok(Measured { report, launched })
 }
 
 /// The JSON `python` block of a target, as of now.

@@ -1,5 +1,6 @@
 //! The commands: wiring of session, model, report and export.
 pub mod attach;
+pub mod dump;
 pub mod generate;
 pub mod launch;
 pub mod run;

@@ -170,12 +170,15 @@ fn push_now(ps: &mut Pushing, exporter: &crate::export::prometheus::Exporter, no
 
 pub fn run(args: &RunArgs) -> Result<()> {
     // the command line needs one of them; WAITMETER_ALL=false satisfies it without either
-    if args.pid.is_empty() && !args.all {
-        return Err(crate::usage!("nothing to watch: give --pid PID or --all (WAITMETER_ALL=false in the environment does not count)"));
+    if args.pid.is_empty() && !args.all && args.comm.is_empty() && args.cgroup.is_empty() {
+        return Err(crate::usage!(
+            "nothing to watch: give --pid PID, --comm NAME, --cgroup PATH or --all (WAITMETER_ALL=false in the environment does not count)"
+        ));
     }
+    let selector = Selector::new(&args.comm, &args.cgroup)?;
     install_stop_handler();
     let age = args.age.config()?;
-    if age.endpoint.is_some() && (args.all || args.pid.len() != 1) {
+    if age.endpoint.is_some() && (args.all || selector.is_some() || args.pid.len() != 1) {
         return Err(crate::usage!(
             "--age-url joins the age of one process with its threads: give exactly one --pid (or use --age-socket, which is per thread)"
         ));
@@ -205,6 +208,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if args.all {
         session.discover()?;
     }
+    if let Some(sel) = &selector {
+        session.discover_matching(&|pid, stat| sel.takes(pid, stat))?;
+    }
     // each process' syscalls, only when asked (a probe on every syscall of the machine)
     let syscall_probe = match args.probe.syscalls {
         Some(crate::cli::Syscalls::On) => Some(
@@ -228,7 +234,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
         "waitmeter: serving {scheme}://{addr}/metrics{} for {} process(es){}; probes: {} ({variant}){}",
         if stacks_on { " and /debug/pprof/wait" } else { "" },
         session.targets().count(),
-        if args.all { " and every new one" } else { "" },
+        match (&selector, args.all) {
+            (_, true) => " and every new one".to_string(),
+            (Some(sel), _) => format!(" and every new one {sel}"),
+            _ => String::new(),
+        },
         attached.join(", "),
         args.push.pyroscope_url.as_ref().map(|u| format!("; pushing wait profiles to {u}")).unwrap_or_default()
     );
@@ -348,11 +358,15 @@ pub fn run(args: &RunArgs) -> Result<()> {
             for t in session.reap() {
                 log::info!("process {} ({}) exited", t.pid, t.comm);
             }
-            if args.all {
-                if let Err(e) = session.discover() {
-                    log::warn!("failed to look for new processes: {e:#}");
-                }
-            } else if !warned_all_gone && session.targets().all(|t| t.exited_ns.is_some()) {
+            let found = match (&selector, args.all) {
+                (_, true) => Some(session.discover()),
+                (Some(sel), _) => Some(session.discover_matching(&|pid, stat| sel.takes(pid, stat))),
+                _ => None,
+            };
+            if let Some(Err(e)) = &found {
+                log::warn!("failed to look for new processes: {e:#}");
+            }
+            if found.is_none() && !warned_all_gone && session.targets().all(|t| t.exited_ns.is_some()) {
                 log::warn!(
                     "every watched process has exited; still serving their last numbers for {} s",
                     EXITED_RETENTION_NS / 1_000_000_000
@@ -367,4 +381,100 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `run --comm`/`--cgroup`: which processes to watch, now and as they start.
+struct Selector {
+    /// names as the kernel keeps them (TASK_COMM_LEN: 15 characters)
+    comms: Vec<String>,
+    /// cgroup v2 paths, without /sys/fs/cgroup and a trailing /
+    cgroups: Vec<String>,
+}
+
+impl Selector {
+    fn new(comms: &[String], cgroups: &[String]) -> Result<Option<Selector>> {
+        if comms.is_empty() && cgroups.is_empty() {
+            return Ok(None);
+        }
+        let mut cg = vec![];
+        for c in cgroups {
+            let path = c.strip_prefix("/sys/fs/cgroup").unwrap_or(c).trim_end_matches('/');
+            if !path.starts_with('/') && !path.is_empty() {
+                return Err(crate::usage!("--cgroup {c}: give the cgroup's path from the root, e.g. /system.slice/app.service"));
+            }
+            cg.push(path.to_string());
+        }
+        Ok(Some(Selector { comms: comms.iter().map(|c| c.chars().take(15).collect()).collect(), cgroups: cg }))
+    }
+
+    fn takes(&self, pid: u32, stat: &crate::procfs::TaskStat) -> bool {
+        (self.comms.is_empty() || self.comms.iter().any(|c| *c == stat.comm))
+            && (self.cgroups.is_empty() || {
+                let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+                self.cgroups.iter().any(|c| in_cgroup(&text, c))
+            })
+    }
+}
+
+impl std::fmt::Display for Selector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = vec![];
+        if !self.comms.is_empty() {
+            parts.push(format!("named {}", self.comms.join(" or ")));
+        }
+        if !self.cgroups.is_empty() {
+            parts.push(format!(
+                "in cgroup {}",
+                self.cgroups.iter().map(|c| if c.is_empty() { "/" } else { c }).collect::<Vec<_>>().join(" or ")
+            ));
+        }
+        f.write_str(&parts.join(" and "))
+    }
+}
+
+/// Whether a process whose /proc/PID/cgroup is `text` is in cgroup `root` or below it: its v2
+/// path, or under v1 its path in a hierarchy, alone or after the hierarchy's directory
+/// (`/cpu/app` for `4:cpu:/app`, as under /sys/fs/cgroup).
+fn in_cgroup(text: &str, root: &str) -> bool {
+    text.lines().filter_map(|l| l.splitn(3, ':').nth(1).zip(l.splitn(3, ':').nth(2))).any(|(ctrls, path)| {
+        under(path, root)
+            || (!ctrls.is_empty() && {
+                let dir = ctrls.strip_prefix("name=").unwrap_or(ctrls);
+                std::iter::once(dir).chain(dir.split(',')).any(|d| {
+                    root.strip_prefix('/').and_then(|r| r.strip_prefix(d)).is_some_and(|rest| rest.is_empty() || under(path, rest))
+                })
+            })
+    })
+}
+
+/// Whether cgroup `path` is `root` or below it (whole components: /a is not above /ab).
+fn under(path: &str, root: &str) -> bool {
+    path == root || root.is_empty() || path.strip_prefix(root).is_some_and(|rest| rest.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cgroup_is_under_itself_and_its_parents_by_whole_components() {
+        assert!(under("/system.slice/app.service", "/system.slice"));
+        assert!(under("/system.slice/app.service", "/system.slice/app.service"));
+        assert!(under("/anything", ""));
+        assert!(!under("/system.slice/app.service2", "/system.slice/app.service"));
+        assert!(!under("/system", "/system.slice"));
+        let s = Selector::new(&[], &["/sys/fs/cgroup/system.slice/".into()]).unwrap().unwrap();
+        assert_eq!(s.cgroups, ["/system.slice"]);
+        assert!(Selector::new(&[], &["system.slice".into()]).is_err());
+        let long = Selector::new(&["a-name-longer-than-15".into()], &[]).unwrap().unwrap();
+        assert_eq!(long.comms, ["a-name-longer-t"]);
+        assert!(Selector::new(&[], &[]).unwrap().is_none());
+        // v2, and v1 by path alone or by hierarchy directory and path
+        let v2 = "0::/system.slice/app.service\n";
+        assert!(in_cgroup(v2, "/system.slice") && !in_cgroup(v2, "/user.slice"));
+        let v1 = "9:name=systemd:/\n4:memory:/pods/x\n2:cpu,cpuacct:/wm-test\n0::/\n";
+        assert!(in_cgroup(v1, "/wm-test") && in_cgroup(v1, "/cpu/wm-test") && in_cgroup(v1, "/cpu,cpuacct/wm-test"));
+        assert!(in_cgroup(v1, "/memory/pods") && !in_cgroup(v1, "/memory/wm-test") && !in_cgroup(v1, "/cpu/other"));
+        assert!(!in_cgroup(v1, "/cpuset/wm-test"));
+    }
 }

@@ -1,6 +1,7 @@
 //! The attach report: per-thread partition of one process over the window,
 //! with a plain-words verdict; rendered as text (live and final) or JSON.
 pub mod code;
+pub mod dump;
 pub mod environment;
 pub mod finding;
 #[cfg(test)]

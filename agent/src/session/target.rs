@@ -228,6 +228,11 @@ impl Session {
     /// `run --all`: watch every user-space process of the namespace not yet
     /// watched (new ones since the last call). Returns how many were added.
     pub fn discover(&mut self) -> Result<usize> {
+        self.discover_matching(&|_, _| true)
+    }
+
+    /// `discover`, of the processes `select` takes (PID, its stat).
+    pub fn discover_matching(&mut self, select: &dyn Fn(u32, &procfs::TaskStat) -> bool) -> Result<usize> {
         let known: std::collections::HashSet<u32> = self.targets.values().filter(|t| t.exited_ns.is_none()).map(|t| t.pid).collect();
         let new: Vec<u32> = procfs::pids().into_iter().filter(|p| *p != self.self_pid && !known.contains(p)).collect();
         if new.is_empty() {
@@ -237,7 +242,7 @@ impl Session {
         let mut added = 0;
         for pid in new {
             let Some(stat) = procfs::process_stat(pid) else { continue };
-            if stat.is_kernel_thread() || matches!(stat.state, 'Z' | 'X') {
+            if stat.is_kernel_thread() || matches!(stat.state, 'Z' | 'X') || !select(pid, &stat) {
                 continue;
             }
             let Some(ids) = self.host_ids(pid, map.as_ref()) else { continue };
