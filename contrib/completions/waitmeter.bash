@@ -425,7 +425,7 @@ _waitmeter() {
             return 0
             ;;
         waitmeter__subcmd__run)
-            opts="-p -v -h --pid --all --listen --web.config.file --max-thread-labels --tid-labels --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --pyroscope-url --pyroscope-interval --pyroscope-service --pyroscope-label --pyroscope-tenant --pyroscope-user --pyroscope-password-file --pyroscope-ca-file --verbose --help"
+            opts="-p -v -h --pid --all --comm --cgroup --listen --web.config.file --max-thread-labels --tid-labels --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --pyroscope-url --pyroscope-interval --pyroscope-service --pyroscope-label --pyroscope-tenant --pyroscope-user --pyroscope-password-file --pyroscope-ca-file --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -436,6 +436,14 @@ _waitmeter() {
                     return 0
                     ;;
                 -p)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --comm)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cgroup)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -69,6 +69,8 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l age-max-t
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -s v -l verbose -d 'More log output on stderr (-v: info, -vv: debug, including libbpf\'s log); with attach, the verdict lists every finding, idle threads one by one'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -s p -l pid -d 'Process to measure; repeat for several, or separate them with commas' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l comm -d 'Every process with this name (its comm, as `pgrep -x`: the first 15 characters), now and later (looked for every second); repeat or separate with commas for several' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l cgroup -d 'Every process in this cgroup (v2 path, e.g. /system.slice/app.service) or below it, now and later; with --comm, those of them with that name' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l listen -d 'Address to serve /metrics on' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l web.config.file -d 'TLS, client certificates and basic auth for the endpoint: a file in the Prometheus exporter toolkit\'s web-config format (docs/deployment.md)' -r -F
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l max-thread-labels -d 'Thread labels per process, given to the busiest names (running and waiting, with hysteresis); the rest are "other"' -r
