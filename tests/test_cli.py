@@ -286,3 +286,27 @@ def test_run_selects_processes_by_name_and_cgroup_now_and_later(tmp_path):
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+@pytest.mark.needs_root
+def test_attach_several_processes_at_once(workload_bin):
+    """`attach -p A,B`: one window, a report per process (JSON Lines), each with only its own
+    threads and its own culprits; one that exits meanwhile ends its report there, the other
+    goes on, and the exit code says which exited."""
+    from test_gil import pyenv_python
+    py = pyenv_python(12)
+    assert py, "pyenv 3.12 not installed here"
+    with Workload(py, ROOT / "tests" / "workloads" / "gil_holder.py") as g, \
+            Workload(workload_bin, "--pinned-pair", 0, "--exit-after", 2000) as c:
+        rc, out, err = run("attach", "-p", f"{g.pid},{c.pid}", "--duration", "3", "--output", "json")
+    reports = [json.loads(line) for line in out.splitlines()]
+    assert [r["pid"] for r in reports] == [g.pid, c.pid], out[:500]
+    gil, pair = reports
+    assert {t["tid"] for t in gil["threads"]} == {g.pid, *g.tids.values()}, gil["threads"]
+    ingest = next(t for t in gil["threads"] if t["tid"] == g.tids["ingest"])
+    assert ingest["gil_wait_by_holder"].get(str(g.tids["processor"]), 0) >= 0.8 * ingest["seconds"]["gil_wait"] > 0.3, ingest
+    assert gil["exited"] is False and gil["duration_s"] >= 2.9, (gil["exited"], gil["duration_s"])
+    # the C process exited 2 s after it was ready (less the agent's start): its report ends there, with its own threads only
+    assert pair["exited"] is True and 0.3 <= pair["exited_after_s"] <= 2.5, (pair["exited"], pair.get("exited_after_s"))
+    assert {t["name"] for t in pair["threads"]} >= {"spin-a", "spin-b"} and not {t["name"] for t in pair["threads"]} & {"ingest", "processor"}
+    assert rc == 2 and f"process {c.pid} exited" in err.splitlines()[-1], err

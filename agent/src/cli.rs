@@ -414,9 +414,10 @@ fn positive_seconds(s: &str) -> Result<f64, String> {
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "command"])))]
 pub struct AttachArgs {
-    /// Process to measure (a PID of this PID namespace)
-    #[arg(short, long, value_name = "PID")]
-    pub pid: Option<u32>,
+    /// Process to measure (a PID of this PID namespace); repeat for several, or separate them
+    /// with commas: a report each (with --output json, one object per line)
+    #[arg(short, long, value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<u32>,
     /// Length of the measurement window in seconds (with a COMMAND: until it exits)
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = positive_seconds, conflicts_with = "command")]
     pub duration: f64,
@@ -545,9 +546,13 @@ mod tests {
         assert_eq!(r.pid, [1, 2, 3]);
         assert!(Cli::try_parse_from(["waitmeter", "run", "-p", "1,x"]).is_err());
         let Cmd::Attach(a) = Cli::try_parse_from(["waitmeter", "attach", "-p", "7"]).unwrap().cmd else { panic!() };
-        assert_eq!(a.pid, Some(7));
+        assert_eq!(a.pid, [7]);
         let Cmd::Attach(a) = Cli::try_parse_from(["waitmeter", "attach", "--", "python3", "-c", "pass"]).unwrap().cmd else { panic!() };
-        assert_eq!((a.pid, a.command.len()), (None, 3));
+        assert_eq!((a.pid.len(), a.command.len()), (0, 3));
+        let Cmd::Attach(a) = Cli::try_parse_from(["waitmeter", "attach", "-p", "7,8", "-p", "9"]).unwrap().cmd else { panic!() };
+        assert_eq!(a.pid, [7, 8, 9]);
+        assert!(Cli::try_parse_from(["waitmeter", "run", "--comm", "python3", "--cgroup", "/a"]).is_ok());
+        assert!(Cli::try_parse_from(["waitmeter", "run", "--comm", "python3", "--all"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "attach"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "attach", "-p", "7", "--", "true"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "attach", "--duration", "3", "--", "true"]).is_err());

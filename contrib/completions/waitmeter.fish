@@ -34,7 +34,7 @@ complete -c waitmeter -n "__fish_waitmeter_needs_command" -f -a "completions" -d
 complete -c waitmeter -n "__fish_waitmeter_needs_command" -f -a "man" -d 'Print the man page (generated from this command line), or write every page to a directory'
 complete -c waitmeter -n "__fish_waitmeter_needs_command" -f -a "metrics-doc" -d 'Print docs/metrics.md, generated from the metric catalogue'
 complete -c waitmeter -n "__fish_waitmeter_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -s p -l pid -d 'Process to measure (a PID of this PID namespace)' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -s p -l pid -d 'Process to measure (a PID of this PID namespace); repeat for several, or separate them with commas: a report each (with --output json, one object per line)' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l duration -d 'Length of the measurement window in seconds (with a COMMAND: until it exits)' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l output -d 'Report format: a table for people, or one JSON object for scripts' -r -f -a "text\t''
 json\t''"

@@ -1,4 +1,4 @@
-//! `waitmeter attach`: one process, one window, a report.
+//! `waitmeter attach`: one window, a report per process.
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -22,9 +22,9 @@ use crate::usage;
 /// may exec Python later).
 const PYTHON_WAIT_NS: u64 = 10_000_000_000;
 
-/// A window measured: the report, and the command launched for it.
+/// A window measured: a report per process, and the command launched for it.
 pub struct Measured {
-    pub report: ProcessReport,
+    pub reports: Vec<ProcessReport>,
     launched: Option<Launched>,
 }
 
@@ -32,31 +32,53 @@ pub struct Measured {
 pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     let color =
         args.output == Output::Text && args.command.is_empty() && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let Measured { report, launched } = measure(args, all_findings)?;
-    match args.output {
-        Output::Json => emit(&format!("{}\n", json::render(&report))),
-        Output::Text => emit(&text::report_fit(&report, color, text::terminal_width().unwrap_or(text::FULL_WIDTH))),
+    let Measured { reports, launched } = measure(args, all_findings)?;
+    for (i, report) in reports.iter().enumerate() {
+        match args.output {
+            // several processes: one object per line (JSON Lines)
+            Output::Json if reports.len() > 1 => emit(&format!("{}\n", json::render_line(report))),
+            Output::Json => emit(&format!("{}\n", json::render(report))),
+            Output::Text => {
+                let sep = if i > 0 { "\n" } else { "" };
+                emit(&format!("{sep}{}", text::report_fit(report, color, text::terminal_width().unwrap_or(text::FULL_WIDTH))))
+            }
+        }
     }
     if let Some(l) = launched {
         // its exit code is ours (the probes detached as the process exited)
         std::process::exit(l.wait()?);
     }
-    if let Some(e) = report.exited_after_ns {
-        return Err(usage!(
-            "process {} exited {:.1} s into the {:.1} s window: the report covers the time it ran",
-            report.pid,
-            secs(e),
-            args.duration
-        ));
+    let gone: Vec<String> =
+        reports.iter().filter_map(|r| r.exited_after_ns.map(|e| format!("process {} exited {:.1} s", r.pid, secs(e)))).collect();
+    if !gone.is_empty() {
+        return Err(usage!("{} into the {:.1} s window: the report covers the time it ran", gone.join(", "), args.duration));
     }
     Ok(())
 }
 
-/// Measures one window of `args`' target (`args.output` only says whether a live view may be
-/// drawn meanwhile): the report, not yet rendered.
+/// One process of the window.
+struct Watched {
+    target: Target,
+    python: Option<PythonInfo>,
+    cpu_at_start: HashMap<u32, (u64, u64)>,
+    exited_at: Option<u64>,
+}
+
+/// Measures one window of `args`' targets (`args.output` only says whether a live view may be
+/// drawn meanwhile): their reports, not yet rendered.
 pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     install_stop_handler();
     let age = args.age.config()?;
+    if args.pid.len() > 1 && age.endpoint.is_some() {
+        return Err(usage!(
+            "--age-url joins the age of one process with its threads: give one --pid (or use --age-socket, which is per thread)"
+        ));
+    }
+    if args.pid.len() > 1 && args.profile.is_some() {
+        return Err(usage!(
+            "--profile writes one process' wait profile: give one --pid (run serves every watched process' at /debug/pprof/wait)"
+        ));
+    }
     // fail before measuring, not after, when the profile cannot be written
     let mut profile_file = match &args.profile {
         Some(p) if args.probe.stacks == crate::cli::Stacks::None => {
@@ -81,14 +103,19 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         _ => None,
     };
     // a command: started stopped at its exec, watched before it runs its first instruction
-    let mut launched = match args.pid {
-        Some(_) => None,
-        None => Some(Launched::start(&args.command)?),
+    let mut launched = match args.pid.is_empty() {
+        false => None,
+        true => Some(Launched::start(&args.command)?),
     };
-    let pid = args.pid.or(launched.as_ref().map(Launched::pid)).expect("a PID or a command (clap)");
-    session.attach(pid)?;
+    let mut seen = std::collections::HashSet::new();
+    let mut pids: Vec<u32> = args.pid.iter().copied().filter(|p| seen.insert(*p)).collect();
+    if let Some(l) = &launched {
+        pids = vec![l.pid()];
+    }
+    for pid in &pids {
+        session.attach(*pid)?;
+    }
     let mut syscalls = crate::model::syscalls::Tally::default();
-    let target = session.target_by_pid(pid).cloned().expect("attached target is known");
     // The window opens now, with everything in place: what the threads did since they were
     // seeded (while the agent attached its probes and read symbols, competing for the CPU) is
     // a baseline, subtracted from every row
@@ -96,8 +123,15 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     let lost_at_start = session.lost();
     let t0 = base.at_ns;
     let base: HashMap<u32, ThreadSample> = base.live.into_values().flatten().map(|s| (s.host_tid, s)).collect();
-    // user and kernel CPU time of the threads at the start (the split of `running`)
-    let cpu_at_start = crate::procfs::thread_cpu_ns(pid);
+    // per process: user and kernel CPU time of the threads at the start (the split of `running`)
+    let mut watched: Vec<Watched> = pids
+        .iter()
+        .map(|pid| {
+            let target = session.target_by_pid(*pid).cloned().expect("attached target is known");
+            let python = python_info(&session, &target);
+            Watched { target, python, cpu_at_start: crate::procfs::thread_cpu_ns(*pid), exited_at: None }
+        })
+        .collect();
     if let Some(l) = launched.as_mut() {
         l.release()?;
     }
@@ -107,11 +141,11 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     let unix_now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
     let start_unix_ns = unix_now_ns - monotonic_ns().saturating_sub(t0) as i64;
     // one line when measuring starts (scripts can wait for it)
+    let who: Vec<String> = watched.iter().map(|w| format!("PID {} ({})", w.target.pid, w.target.comm)).collect();
     match &launched {
-        Some(_) => crate::say!("waitmeter: watching PID {} ({}) until it exits", target.pid, target.comm),
-        None => crate::say!("waitmeter: watching PID {} ({}) for {} s", target.pid, target.comm, args.duration),
+        Some(_) => crate::say!("waitmeter: watching {} until it exits", who.join(", ")),
+        None => crate::say!("waitmeter: watching {} for {} s", who.join(", "), args.duration),
     }
-    let mut python = python_info(&session, &target);
     let window_ns = if launched.is_some() { u64::MAX / 4 } else { (args.duration * 1e9) as u64 };
     let tick_ns = (args.interval * 1e9) as u64;
     // a command writes to the terminal itself: no live table over it
@@ -122,7 +156,6 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     let mut last: HashMap<u32, ThreadSample> = base.clone();
     let mut live: Vec<ThreadSample> = vec![];
     let mut drawn_lines = 0usize;
-    let mut exited_at: Option<u64> = None;
     // sampled every PEAK_STEP_NS for the bursts (model::peaks), drawn every --interval
     let step_ns = crate::model::peaks::PEAK_STEP_NS.min(tick_ns);
     let mut next_step = t0 + step_ns;
@@ -134,25 +167,29 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         peaks.add(s, t0);
     }
     let plain_lines = args.output == Output::Text && !live_view && launched.is_none();
+    let all_gone = |w: &[Watched]| w.iter().all(|w| w.exited_at.is_some());
     let mut end;
     loop {
         let deadline = (t0 + window_ns).min(next_step);
-        while monotonic_ns() < deadline && !stop_requested() && session.targets().all(|t| t.exited_ns.is_none()) {
+        while monotonic_ns() < deadline && !stop_requested() && !all_gone(&watched) {
             std::thread::sleep(Duration::from_millis(50).min(Duration::from_nanos(deadline.saturating_sub(monotonic_ns()))));
             ages.poll(monotonic_ns());
-            if let Some(t) = session.reap().first() {
-                exited_at = t.exited_ns;
+            for t in session.reap() {
+                if let Some(w) = watched.iter_mut().find(|w| w.target.id == t.id) {
+                    w.exited_at = t.exited_ns;
+                }
             }
             if python_pending {
-                let up = session.python_late(target.id);
+                let w = &mut watched[0];
+                let up = session.python_late(w.target.id);
                 if up {
-                    python = session.target_by_pid(pid).and_then(|t| python_info(&session, t));
+                    w.python = session.target_by_pid(w.target.pid).and_then(|t| python_info(&session, t));
                 }
                 python_pending = !up && monotonic_ns() < t0 + PYTHON_WAIT_NS;
             }
         }
         let snap = session.sample();
-        end = exited_at.unwrap_or(snap.at_ns);
+        end = snap.at_ns;
         let new_exits: Vec<ThreadSample> = snap.exited.into_values().flatten().collect();
         live = snap.live.into_values().flatten().collect();
         for s in live.iter().chain(new_exits.iter()) {
@@ -169,47 +206,59 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         }
         exits_since_tick.extend(new_exits.iter().cloned());
         exited.extend(new_exits);
-        let done = exited_at.is_some() || stop_requested() || snap.at_ns >= t0 + window_ns;
+        let done = all_gone(&watched) || stop_requested() || snap.at_ns >= t0 + window_ns;
         next_step += step_ns;
         if snap.at_ns < next_tick && !done {
             continue;
         }
         let new_exits = std::mem::take(&mut exits_since_tick);
         if live_view || plain_lines {
-            // the last interval: each thread's change since the previous tick
-            let rows: Vec<ThreadRow> = live
-                .iter()
-                .chain(new_exits.iter())
-                .map(|s| {
-                    let w = window(last.get(&s.host_tid), s);
-                    ThreadRow::from_sample(s, w, w.total())
-                })
-                .collect();
-            let r = ProcessReport::new(target.pid, target.comm.clone(), python.clone(), tick_ns, None, rows);
-            let age_line = ages.process(target.pid, t0).map(|a| {
-                format!(
-                    "age {:.2} s ({:+.2} s since attach, {} samples from the {})",
-                    a.summary.last_s, a.summary.growth_s, a.summary.samples, a.source
-                )
-            });
-            if plain_lines {
-                emit(&format!("{}\n", text::plain_line(&r, secs(snap.at_ns.saturating_sub(t0)), age_line.as_deref())));
+            let mut frame = String::new();
+            for w in &watched {
+                // the last interval: each thread's change since the previous tick
+                let rows: Vec<ThreadRow> = live
+                    .iter()
+                    .chain(new_exits.iter())
+                    .filter(|s| s.pid == w.target.pid)
+                    .map(|s| {
+                        let d = window(last.get(&s.host_tid), s);
+                        ThreadRow::from_sample(s, d, d.total())
+                    })
+                    .collect();
+                let r = ProcessReport::new(w.target.pid, w.target.comm.clone(), w.python.clone(), tick_ns, None, rows);
+                let age_line = ages.process(w.target.pid, t0).map(|a| {
+                    format!(
+                        "age {:.2} s ({:+.2} s since attach, {} samples from the {})",
+                        a.summary.last_s, a.summary.growth_s, a.summary.samples, a.source
+                    )
+                });
+                if plain_lines {
+                    let line = text::plain_line(&r, secs(snap.at_ns.saturating_sub(t0)), age_line.as_deref());
+                    // several processes: each line says whose it is
+                    let line = if watched.len() > 1 {
+                        line.replacen("waitmeter: ", &format!("waitmeter: PID {}: ", w.target.pid), 1)
+                    } else {
+                        line
+                    };
+                    emit(&format!("{line}\n"));
+                }
+                if live_view {
+                    frame.push_str(&format!(
+                        "waitmeter: PID {} ({}), {:.0}/{:.0} s, last {:.1} s (Ctrl-C ends early)\n{}",
+                        w.target.pid,
+                        w.target.comm,
+                        secs(snap.at_ns.saturating_sub(t0)),
+                        args.duration,
+                        args.interval,
+                        text::table_fit(&r, color, text::terminal_width().unwrap_or(text::FULL_WIDTH))
+                    ));
+                    if let Some(a) = &age_line {
+                        frame.push_str(&format!("{a}\n"));
+                    }
+                }
             }
             if live_view {
                 let erase = if drawn_lines > 0 { format!("\x1b[{drawn_lines}A\x1b[J") } else { String::new() };
-                let frame = format!(
-                    "waitmeter: PID {} ({}), {:.0}/{:.0} s, last {:.1} s (Ctrl-C ends early)\n{}",
-                    target.pid,
-                    target.comm,
-                    secs(snap.at_ns.saturating_sub(t0)),
-                    args.duration,
-                    args.interval,
-                    text::table_fit(&r, color, text::terminal_width().unwrap_or(text::FULL_WIDTH))
-                );
-                let frame = match &age_line {
-                    Some(a) => format!("{frame}{a}\n"),
-                    None => frame,
-                };
                 drawn_lines = frame.lines().count();
                 emit(&format!("{erase}{frame}"));
             }
@@ -224,79 +273,8 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         emit(&format!("\x1b[{drawn_lines}A\x1b[J"));
     }
 
-    let cpu_at_end = crate::procfs::thread_cpu_ns(pid);
     if let Some(p) = &syscall_probe {
         syscalls.note(p.read().into_iter().map(|r| (r.host_tid, r.nr, r.calls, r.ns)));
-    }
-    let split = |s: &ThreadSample| {
-        let end = cpu_at_end.get(&s.tid).filter(|_| !s.exited)?;
-        // a thread that started in the window counts from zero
-        let start = if s.start_ns > t0 { (0, 0) } else { *cpu_at_start.get(&s.tid)? };
-        Some((end.0.saturating_sub(start.0), end.1.saturating_sub(start.1)))
-    };
-    let rows: Vec<ThreadRow> = live
-        .iter()
-        .chain(exited.iter())
-        .map(|s| {
-            // since the baseline (a thread that started in the window: all of it)
-            let w = match base.get(&s.host_tid).filter(|b| b.same_thread(s)) {
-                Some(b) => s.since(b),
-                None => s.clone(),
-            };
-            let existed = w.times.total();
-            ThreadRow {
-                cpu_split: split(s),
-                syscalls: syscalls.of(s.host_tid),
-                age: ages.thread(target.pid, s.tid, t0),
-                peaks: peaks.of(s.host_tid, s.start_ns),
-                ..ThreadRow::from_sample(&w, w.times, existed)
-            }
-        })
-        .collect();
-    let target = session.target_by_pid(pid).cloned().expect("attached target is known");
-    // as of the end: a free-threaded build's GIL can be switched on meanwhile (what can no
-    // longer be read of a process that exited is as it was)
-    let python = match (python_info(&session, &target), python) {
-        (Some(mut now), Some(before)) => {
-            now.switch_interval_us = now.switch_interval_us.or(before.switch_interval_us);
-            Some(now)
-        }
-        (now, _) => now,
-    };
-    let report =
-        ProcessReport::new(target.pid, target.comm.clone(), python, end.saturating_sub(t0), exited_at.map(|e| e.saturating_sub(t0)), rows)
-            .with_allowed_cpus(crate::report::allowed_cpus(target.pid))
-            .with_start(start_unix_ns)
-            .with_environment(crate::report::environment::read(target.pid))
-            .with_verdict(VerdictOptions { all: all_findings, age_slo_s: args.age_slo });
-    let report = match &target.cgroup {
-        Some(cg) => {
-            let quota = cg.quota();
-            let delta = match (cg.stat(), target.cgroup_start) {
-                (Some(now), Some(start)) => now.since(&start),
-                _ => Default::default(),
-            };
-            let period_ns = quota.map(|q| q.period_us * 1000).unwrap_or(100_000_000);
-            let stretches: Vec<Stretch> = target.throttles.iter().filter(|(_, s)| s.end >= t0).map(|(_, s)| *s).collect();
-            let throttling = Throttling {
-                stretches: stretches.len(),
-                concentration: throttle::phase_concentration(&stretches, period_ns),
-                signature: throttle::signature(&stretches, period_ns),
-                period_s: period_ns as f64 / 1e9,
-            };
-            let cgroup = CgroupReport {
-                path: cg.path.clone(),
-                quota_cores: quota.and_then(|q| q.cores()),
-                period_s: quota.map(|q| q.period_us as f64 / 1e6),
-                throttled_s: delta.throttled_ns as f64 / 1e9,
-                nr_throttled: delta.nr_throttled,
-                nr_periods: delta.nr_periods,
-            };
-            report.with_cgroup(Some(cgroup), Some(throttling))
-        }
-        None => report,
-    };
-    if let Some(p) = &syscall_probe {
         for (reason, n) in p.lost() {
             if n > 0 {
                 log::warn!("{n} syscalls were not counted ({reason}): raise --max-threads for a larger map");
@@ -314,20 +292,104 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     for (probe, reason, n) in lost.iter().filter(|l| l.2 > 0) {
         log::warn!("{n} {probe} events were lost ({reason}): the numbers are incomplete; {}", lost_remedy(reason));
     }
-    let report = report.with_age(ages.process(target.pid, t0)).with_stacks(session.wait_stacks(target.id)).with_events_lost(lost);
-    if let (Some((path, file)), Some(stacks)) = (profile_file.as_mut(), report.stacks.as_ref()) {
-        let names: HashMap<u32, String> = report.threads.iter().map(|t| (t.tid, t.name.clone())).collect();
-        let builder = crate::export::profile::pprof(stacks, &names, start_unix_ns, end.saturating_sub(t0) as i64);
-        let dropped = builder.dropped();
-        if dropped != Default::default() {
-            log::warn!("the profile is full: {dropped:?} left out");
+    let mut reports = vec![];
+    for w in &watched {
+        let pid = w.target.pid;
+        let end = w.exited_at.unwrap_or(end);
+        let cpu_at_end = crate::procfs::thread_cpu_ns(pid);
+        let split = |s: &ThreadSample| {
+            let end = cpu_at_end.get(&s.tid).filter(|_| !s.exited)?;
+            // a thread that started in the window counts from zero
+            let start = if s.start_ns > t0 { (0, 0) } else { *w.cpu_at_start.get(&s.tid)? };
+            Some((end.0.saturating_sub(start.0), end.1.saturating_sub(start.1)))
+        };
+        let rows: Vec<ThreadRow> = live
+            .iter()
+            .chain(exited.iter())
+            .filter(|s| s.pid == pid)
+            .map(|s| {
+                // since the baseline (a thread that started in the window: all of it)
+                let d = match base.get(&s.host_tid).filter(|b| b.same_thread(s)) {
+                    Some(b) => s.since(b),
+                    None => s.clone(),
+                };
+                let existed = d.times.total();
+                ThreadRow {
+                    cpu_split: split(s),
+                    syscalls: syscalls.of(s.host_tid),
+                    age: ages.thread(pid, s.tid, t0),
+                    peaks: peaks.of(s.host_tid, s.start_ns),
+                    ..ThreadRow::from_sample(&d, d.times, existed)
+                }
+            })
+            .collect();
+        let target = session.targets().find(|t| t.id == w.target.id).cloned().unwrap_or_else(|| w.target.clone());
+        // as of the end: a free-threaded build's GIL can be switched on meanwhile (what can no
+        // longer be read of a process that exited is as it was)
+        let python = match (python_info(&session, &target), w.python.clone()) {
+            (Some(mut now), Some(before)) => {
+                now.switch_interval_us = now.switch_interval_us.or(before.switch_interval_us);
+                Some(now)
+            }
+            (now, _) => now,
+        };
+        let report = ProcessReport::new(
+            target.pid,
+            target.comm.clone(),
+            python,
+            end.saturating_sub(t0),
+            w.exited_at.map(|e| e.saturating_sub(t0)),
+            rows,
+        )
+        .with_allowed_cpus(crate::report::allowed_cpus(target.pid))
+        .with_start(start_unix_ns)
+        .with_environment(crate::report::environment::read(target.pid))
+        .with_verdict(VerdictOptions { all: all_findings, age_slo_s: args.age_slo });
+        let report = match &target.cgroup {
+            Some(cg) => {
+                let quota = cg.quota();
+                let delta = match (cg.stat(), target.cgroup_start) {
+                    (Some(now), Some(start)) => now.since(&start),
+                    _ => Default::default(),
+                };
+                let period_ns = quota.map(|q| q.period_us * 1000).unwrap_or(100_000_000);
+                let stretches: Vec<Stretch> = target.throttles.iter().filter(|(_, s)| s.end >= t0).map(|(_, s)| *s).collect();
+                let throttling = Throttling {
+                    stretches: stretches.len(),
+                    concentration: throttle::phase_concentration(&stretches, period_ns),
+                    signature: throttle::signature(&stretches, period_ns),
+                    period_s: period_ns as f64 / 1e9,
+                };
+                let cgroup = CgroupReport {
+                    path: cg.path.clone(),
+                    quota_cores: quota.and_then(|q| q.cores()),
+                    period_s: quota.map(|q| q.period_us as f64 / 1e6),
+                    throttled_s: delta.throttled_ns as f64 / 1e9,
+                    nr_throttled: delta.nr_throttled,
+                    nr_periods: delta.nr_periods,
+                };
+                report.with_cgroup(Some(cgroup), Some(throttling))
+            }
+            None => report,
+        };
+        let report =
+            report.with_age(ages.process(target.pid, t0)).with_stacks(session.wait_stacks(target.id)).with_events_lost(lost.clone());
+        if let (Some((path, file)), Some(stacks)) = (profile_file.as_mut(), report.stacks.as_ref()) {
+            let names: HashMap<u32, String> = report.threads.iter().map(|t| (t.tid, t.name.clone())).collect();
+            let builder = crate::export::profile::pprof(stacks, &names, start_unix_ns, end.saturating_sub(t0) as i64);
+            let dropped = builder.dropped();
+            if dropped != Default::default() {
+                log::warn!("the profile is full: {dropped:?} left out");
+            }
+            use std::io::Write;
+            file.write_all(&builder.encode_gzip())
+                .map_err(|e| anyhow::anyhow!("failed to write the profile to {}: {e}", path.display()))?;
         }
-        use std::io::Write;
-        file.write_all(&builder.encode_gzip()).map_err(|e| anyhow::anyhow!("failed to write the profile to {}: {e}", path.display()))?;
+        reports.push(report);
     }
     // the probes detach: a launched command runs on unwatched
     drop(session);
-    Ok(Measured { report, launched })
+    Ok(Measured { reports, launched })
 }
 
 /// The JSON `python` block of a target, as of now.

@@ -12,7 +12,7 @@ pub fn dump(args: &DumpArgs) -> Result<()> {
     // no age source: clap's defaults for the age options, none given
     let no_age = AgeArgs::augment_args(clap::Command::new("dump")).get_matches_from(["dump"]);
     let window = AttachArgs {
-        pid: Some(args.pid),
+        pid: vec![args.pid],
         duration: args.window,
         // no live view meanwhile
         output: Output::Json,
@@ -24,13 +24,14 @@ pub fn dump(args: &DumpArgs) -> Result<()> {
         command: vec![],
     };
     let measured = attach::measure(&window, false)?;
+    let report = measured.reports.first().expect("one report per PID");
     let now: BTreeMap<u32, Now> = crate::procfs::tasks(args.pid).into_iter().map(|tid| (tid, now(args.pid, tid))).collect();
-    let d = Dump::new(&measured.report, &now);
+    let d = Dump::new(report, &now);
     match args.output {
         Output::Json => emit(&format!("{}\n", d.json())),
         Output::Text => emit(&d.text()),
     }
-    if measured.report.exited_after_ns.is_some() {
+    if report.exited_after_ns.is_some() {
         return Err(crate::usage!("process {} exited during the window: what it did until then is above", args.pid));
     }
     Ok(())

@@ -493,6 +493,11 @@ pub fn render(r: &ProcessReport) -> String {
     serde_json::to_string_pretty(&report(r)).expect("a report always serializes")
 }
 
+/// `render` on one line (JSON Lines: a report per process of `attach -p A,B`).
+pub fn render_line(r: &ProcessReport) -> String {
+    serde_json::to_string(&report(r)).expect("a report always serializes")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
