@@ -76,7 +76,10 @@ mod tests {
         }
         let pages = man_pages().unwrap();
         let names: Vec<&str> = pages.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["waitmeter.1", "waitmeter-attach.1", "waitmeter-run.1", "waitmeter-completions.1", "waitmeter-man.1"]);
+        assert_eq!(
+            names,
+            ["waitmeter.1", "waitmeter-attach.1", "waitmeter-run.1", "waitmeter-dump.1", "waitmeter-completions.1", "waitmeter-man.1"]
+        );
         for (name, text) in &pages {
             let path = repo(&format!("docs/man/{name}"));
             let have = std::fs::read(&path).unwrap_or_default();

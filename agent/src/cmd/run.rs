@@ -408,7 +408,7 @@ impl Selector {
     }
 
     fn takes(&self, pid: u32, stat: &crate::procfs::TaskStat) -> bool {
-        (self.comms.is_empty() || self.comms.iter().any(|c| *c == stat.comm))
+        (self.comms.is_empty() || self.comms.contains(&stat.comm))
             && (self.cgroups.is_empty() || {
                 let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
                 self.cgroups.iter().any(|c| in_cgroup(&text, c))
@@ -436,7 +436,7 @@ impl std::fmt::Display for Selector {
 /// path, or under v1 its path in a hierarchy, alone or after the hierarchy's directory
 /// (`/cpu/app` for `4:cpu:/app`, as under /sys/fs/cgroup).
 fn in_cgroup(text: &str, root: &str) -> bool {
-    text.lines().filter_map(|l| l.splitn(3, ':').nth(1).zip(l.splitn(3, ':').nth(2))).any(|(ctrls, path)| {
+    text.lines().filter_map(|l| l.split_once(':').and_then(|(_, rest)| rest.split_once(':'))).any(|(ctrls, path)| {
         under(path, root)
             || (!ctrls.is_empty() && {
                 let dir = ctrls.strip_prefix("name=").unwrap_or(ctrls);

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::ProcessReport;
 use crate::model::blame::Preemptor;
-use crate::model::stacks::{Frame, Kind, Role, WaitStacks};
+use crate::model::stacks::{Frame, Key, Kind, Role, WaitStacks};
 use crate::model::state::State;
 
 /// A thread's state at the end of the window, from /proc (untrusted text, bounded).
@@ -89,24 +89,29 @@ fn frames(stack: &[Frame]) -> Vec<String> {
     }
 }
 
-/// The stack with the most time among one side of `tid`'s waits in `state`.
-fn top_stack(stacks: Option<&WaitStacks>, tid: u32, state: State, role: Role, blamed: Option<u32>) -> Vec<String> {
-    let Some(st) = stacks else { return vec![] };
+/// The stack (`frames`) with the most time among `entries`.
+fn heaviest<'a>(entries: impl Iterator<Item = (&'a Key, u64)>) -> Vec<String> {
     let mut by: BTreeMap<Vec<String>, u64> = BTreeMap::new();
-    for (k, ns) in st.select(tid, state, role, blamed) {
+    for (k, ns) in entries {
         *by.entry(frames(&k.stack)).or_default() += ns;
     }
     by.into_iter().max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0))).map(|(s, _)| s).unwrap_or_default()
 }
 
-/// The stack with the most time charged to `culprit` as the other side of others' waits.
+/// The heaviest stack of one side of `tid`'s waits in `state`.
+fn top_stack(stacks: Option<&WaitStacks>, tid: u32, state: State, role: Role, blamed: Option<u32>) -> Vec<String> {
+    stacks.map(|st| heaviest(st.select(tid, state, role, blamed))).unwrap_or_default()
+}
+
+/// The heaviest stack charged to `culprit` as the other side of others' waits.
 fn culprit_stack(stacks: Option<&WaitStacks>, culprit: u32) -> Vec<String> {
-    let Some(st) = stacks else { return vec![] };
-    let mut by: BTreeMap<Vec<String>, u64> = BTreeMap::new();
-    for (k, ns) in st.ns.iter().filter(|(k, _)| k.blamed == culprit && k.role != Role::Victim && k.victim != culprit) {
-        *by.entry(frames(&k.stack)).or_default() += ns;
-    }
-    by.into_iter().max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0))).map(|(s, _)| s).unwrap_or_default()
+    stacks
+        .map(|st| {
+            heaviest(
+                st.ns.iter().filter(|(k, _)| k.blamed == culprit && k.role != Role::Victim && k.victim != culprit).map(|(k, ns)| (k, *ns)),
+            )
+        })
+        .unwrap_or_default()
 }
 
 impl Dump {
