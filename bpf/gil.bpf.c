@@ -83,5 +83,8 @@ int BPF_UPROBE(drop_gil_enter)
 	__sync_fetch_and_add(&h->count, 1);
 	__sync_fetch_and_add(&h->sum_ns, delta);
 	__sync_fetch_and_add(&h->buckets[bucket], 1);
+	/* drop_gil runs on the holder's thread: no other writer of this entry's max */
+	if (delta > h->max_ns)
+		h->max_ns = delta;
 	return 0;
 }

@@ -22,6 +22,8 @@ enum wm_gil_stat {
 struct wm_gil_hold {
 	__u64 count;
 	__u64 sum_ns;
+	/* the longest hold (only its own thread writes the entry) */
+	__u64 max_ns;
 	__u64 buckets[WM_GIL_HOLD_BUCKETS];
 };
 

@@ -199,6 +199,30 @@ def test_uprobe_mode_measures_hold_times(minor):
     assert value("waitmeter_gil_hold_seconds_sum") >= 1.0
 
 
+@pytest.mark.parametrize("minor", [11, 12])
+def test_uprobe_hold_percentiles_are_the_known_hold_length(minor):
+    """attach --gil-probe uprobe: the holder's 20 holds of 50 ms (its longest) give a p99 of 50 ms
+    (the log2 bucket's bound, 67 ms, is what a quantile read off the buckets alone says). Its
+    other holds are microseconds, between a sleep and the next call."""
+    py = pyenv_python(minor)
+    if not py:
+        pytest.fail(f"pyenv 3.{minor} not installed here")
+    build = build_holdgil(py)
+    with Workload(py, ACCURACY, build, 50, 20, stdin=subprocess.PIPE) as w:
+        agent = subprocess.Popen([str(WAITMETER), "attach", "--pid", str(w.pid), "--duration", "4", "--output", "json",
+                                  "--gil-probe", "uprobe"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with Guard(agent):
+            from conftest import Lines
+            Lines(agent, agent.stderr).until(lambda line: "watching" in line, 30, "the agent's start")
+            w.proc.stdin.write("go\n")
+            w.proc.stdin.flush()
+            assert w.readline(60, '"done"').startswith("done")
+            out, err = agent.communicate(timeout=30)
+    hold = next(t for t in json.loads(out)["threads"] if t["name"] == "holder")["gil_hold"]
+    assert hold["count"] >= 20, hold
+    assert 0.045 <= hold["p99_s"] <= 0.055, hold
+
+
 def test_uprobe_mode_on_a_stripped_build_falls_back_to_futex():
     py, env = stripped_env(11)
     if not py:

@@ -6,6 +6,9 @@ use super::state::{State, NR_STATES};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Times(pub [u64; NR_STATES]);
 
+/// The least share of its time a thread must run or wait for its wait ratio to be shown.
+pub const RATIO_FLOOR: f64 = 0.01;
+
 impl Times {
     /// Closed per-state time plus the open interval of the current state, as of `at`.
     /// `state` is the raw ABI value; an unknown one is charged to `other`.
@@ -34,6 +37,14 @@ impl Times {
         let w = self.waiting();
         let denom = w + self.get(State::Running);
         (denom > 0).then(|| w as f64 / denom as f64)
+    }
+
+    /// `wait_ratio` where it means something: `None` also when running + waiting is below
+    /// `RATIO_FLOOR` of the thread's time (an idle thread that woke a few times: a ratio of
+    /// microseconds, 0.99 or 0.01 by chance).
+    pub fn wait_ratio_shown(&self) -> Option<f64> {
+        let active = self.waiting() + self.get(State::Running);
+        (active as f64 >= RATIO_FLOOR * self.total() as f64).then(|| self.wait_ratio()).flatten()
     }
 
     /// Per-state difference `self - earlier` (a window between two samples).
@@ -219,6 +230,21 @@ mod tests {
         assert_eq!(Times::at([1; NR_STATES], 0, 200, 100).total(), NR_STATES as u64);
         // an unknown ABI state is charged to other
         assert_eq!(Times::at([0; NR_STATES], 99, 0, 5).get(State::Other), 5);
+    }
+
+    #[test]
+    fn an_idle_threads_wait_ratio_is_not_shown() {
+        let mut t = Times::default();
+        t.0[State::Sleep.index()] = 10_000_000_000;
+        t.0[State::Running.index()] = 1_000_000;
+        t.0[State::Runqueue.index()] = 50_000_000;
+        // 51 ms active of 10.05 s: 0.5%, below the floor
+        assert!(t.wait_ratio().unwrap() > 0.9);
+        assert_eq!(t.wait_ratio_shown(), None);
+        // 2% active: shown
+        t.0[State::Running.index()] = 150_000_000;
+        assert_eq!(t.wait_ratio_shown(), t.wait_ratio());
+        assert_eq!(Times::default().wait_ratio_shown(), None);
     }
 
     #[test]

@@ -71,7 +71,7 @@ impl GilProbe {
                 }
                 // SAFETY: size checked; plain ABI struct.
                 let h: wm_gil_hold = unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) };
-                Some((tid, HoldHist { count: h.count, sum_ns: h.sum_ns, buckets: h.buckets }))
+                Some((tid, HoldHist { count: h.count, sum_ns: h.sum_ns, max_ns: h.max_ns, buckets: h.buckets }))
             })
             .collect()
     }

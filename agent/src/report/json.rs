@@ -376,7 +376,7 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
         name: row.name.clone(),
         comm: row.comm.clone(),
         seconds: Seconds(row.times),
-        wait_ratio: row.times.wait_ratio().map(round4),
+        wait_ratio: row.times.wait_ratio_shown().map(round4),
         gil_wait_by_holder: row
             .gil_by_holder
             .iter()

@@ -200,7 +200,7 @@ pub fn table_fit(r: &ProcessReport, color: bool, width: usize) -> String {
                 }
             }
         }
-        let ratio = t.times.wait_ratio().map(|w| format!("{w:.2}")).unwrap_or_else(|| "-".into());
+        let ratio = t.times.wait_ratio_shown().map(|w| format!("{w:.2}")).unwrap_or_else(|| "-".into());
         let _ = write!(out, "  {:>4}  {:>6.2}", ratio, secs(total));
         if bar_width > 0 {
             let b = if total == 0 { " ".repeat(bar_width) } else { bar(&t.times, color, bar_width) };
