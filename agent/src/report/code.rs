@@ -203,6 +203,7 @@ mod tests {
                 total_ns: 1100,
             },
             holder: Some(Behind { culprit: Culprit::Thread(ThreadRef { tid: 12, name: Some("processor".into()) }), share: 1.0 }),
+            unresolved: 0.0,
             age: None,
             cpu: CpuUse { used_cores: 1.0, limit_cores: 2.0 },
         };

@@ -98,6 +98,9 @@ pub enum Kind {
         #[serde(flatten)]
         victim: ThreadTime,
         holder: Option<Behind>,
+        /// the share of the GIL wait whose holder was not resolved (hand-offs too fast)
+        #[serde(rename = "holder_unresolved_share", serialize_with = "ratio")]
+        unresolved: f64,
         age: Option<AgeFacts>,
         cpu: CpuUse,
     },
@@ -158,6 +161,9 @@ pub enum Kind {
         #[serde(serialize_with = "ratio")]
         wait_ratio: f64,
         holder: Option<Behind>,
+        /// the share of the GIL wait whose holder was not resolved (hand-offs too fast)
+        #[serde(rename = "holder_unresolved_share", serialize_with = "ratio")]
+        unresolved: f64,
     },
     /// "run-queue saturation:": a thread waited for a CPU a large share of its time
     RunQueueSaturation {
@@ -410,6 +416,17 @@ fn human_rate(x: f64) -> String {
         x if x >= 1e4 => format!("{:.0}k", x / 1e3),
         x if x >= 1e3 => format!("{:.1}k", x / 1e3),
         x => format!("{x:.0}"),
+    }
+}
+
+/// ", 17% behind a holder not resolved": the share of a GIL wait whose holder the probes could
+/// not name (the GIL changed hands again before the wait's holder was read), said whenever it
+/// rounds to 1% or more.
+fn unresolved_part(share: f64) -> String {
+    if share >= 0.005 {
+        format!(", {:.0}% behind a holder not resolved (hand-offs too fast to follow)", 100.0 * share)
+    } else {
+        String::new()
     }
 }
 
@@ -670,12 +687,12 @@ impl fmt::Display for Kind {
                     *running_ns as f64 / (*window_ns).max(1) as f64,
                 )
             }
-            Kind::GilStarvation { victim, holder, age, cpu } => {
+            Kind::GilStarvation { victim, holder, unresolved, age, cpu } => {
                 let holder = holder.as_ref().and_then(|h| match &h.culprit {
                     Culprit::Thread(ThreadRef { tid, name: Some(name) }) => Some((name, tid)),
                     _ => None,
                 });
-                let behind = holder.map(|(name, tid)| format!(" held by {name} ({tid})")).unwrap_or_default();
+                let behind = holder.map(|(name, tid)| format!(" held by {name} ({tid})")).unwrap_or_default() + &unresolved_part(*unresolved);
                 let fix = holder.map_or_else(
                     || " Move the GIL-heavy work to its own process".into(),
                     |(name, _)| format!(" Move {name} to its own process"),
@@ -746,9 +763,9 @@ impl fmt::Display for Kind {
                     if wakers.is_empty() { "timeouts".to_string() } else { wakers.join(", ") }
                 )
             }
-            Kind::GilWait { victim, wait_ratio, holder } => {
+            Kind::GilWait { victim, wait_ratio, holder, unresolved } => {
                 let behind = holder.as_ref().map(|h| format!(", {:.0}% of it behind {}", 100.0 * h.share, h.culprit.long()));
-                waiting(f, "GIL wait", victim, &behind.unwrap_or_default(), *wait_ratio)
+                waiting(f, "GIL wait", victim, &(behind.unwrap_or_default() + &unresolved_part(*unresolved)), *wait_ratio)
             }
             Kind::RunQueueSaturation { victim, wait_ratio, preemptor } => {
                 let behind = preemptor.as_ref().map(|p| format!(", mostly behind {} ({:.0}%)", p.culprit.long(), 100.0 * p.share));
@@ -839,7 +856,7 @@ mod tests {
     fn the_starvation_line_names_no_holder_outside_the_report() {
         let victim = ThreadTime { thread: thread(11, Some("ingest")), state: State::GilWait, ns: 9_000_000_000, total_ns: 10_000_000_000 };
         let holder = Some(Behind { culprit: Culprit::Thread(thread(77, None)), share: 1.0 });
-        let kind = Kind::GilStarvation { victim, holder, age: None, cpu: CpuUse { used_cores: 0.1, limit_cores: 2.0 } };
+        let kind = Kind::GilStarvation { victim, holder, unresolved: 0.0, age: None, cpu: CpuUse { used_cores: 0.1, limit_cores: 2.0 } };
         assert_eq!(kind.explains_ns(), 9_000_000_000);
         assert_eq!(
             kind.to_string(),

@@ -108,3 +108,12 @@ pub fn full_report() -> ProcessReport {
     let age = AgeReport { source: "endpoint", summary, p50_s: Some(3.0), p99_s: Some(6.0), skipped_lines: Some(0), failed_polls: Some(1) };
     r.with_cgroup(Some(cgroup), Some(throttling)).with_age(Some(age))
 }
+
+/// `WAITMETER_BLESS=1 cargo test`: rewrite the pinned report `name` in report/testdata with what
+/// the code renders now (then review the diff and commit it).
+pub fn bless(name: &str, text: &str) {
+    if std::env::var_os("WAITMETER_BLESS").is_some() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/report/testdata").join(name);
+        std::fs::write(&path, text).expect("write the pinned report");
+    }
+}

@@ -544,6 +544,8 @@ mod tests {
 
     #[test]
     fn the_json_is_pinned() {
-        assert_eq!(render(&crate::report::fixtures::full_report()), include_str!("testdata/full_report.json"));
+        let json = render(&crate::report::fixtures::full_report());
+        crate::report::fixtures::bless("full_report.json", &json);
+        assert_eq!(json, include_str!("testdata/full_report.json"));
     }
 }

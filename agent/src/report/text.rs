@@ -413,7 +413,10 @@ mod tests {
     #[test]
     fn the_text_report_is_pinned() {
         let r = full_report();
-        assert_eq!(report_fit(&r, false, FULL_WIDTH), include_str!("testdata/full_report.txt"));
-        assert_eq!(report_fit(&r, true, FULL_WIDTH), include_str!("testdata/full_report.ansi"));
+        let (plain, ansi) = (report_fit(&r, false, FULL_WIDTH), report_fit(&r, true, FULL_WIDTH));
+        crate::report::fixtures::bless("full_report.txt", &plain);
+        crate::report::fixtures::bless("full_report.ansi", &ansi);
+        assert_eq!(plain, include_str!("testdata/full_report.txt"));
+        assert_eq!(ansi, include_str!("testdata/full_report.ansi"));
     }
 }

@@ -42,6 +42,12 @@ pub fn gil_holder(r: &ThreadRow, rows: &[ThreadRow]) -> Option<Behind> {
     r.top_gil_holder().map(|(tid, share)| Behind { culprit: Culprit::Thread(thread_ref(tid, rows)), share })
 }
 
+/// The share of `r`'s GIL wait whose holder was not resolved (holder 0).
+fn gil_unresolved(r: &ThreadRow) -> f64 {
+    let all: u64 = r.gil_by_holder.values().sum();
+    r.gil_by_holder.get(&0).map_or(0.0, |u| *u as f64 / all.max(1) as f64)
+}
+
 /// What had the CPU longest while `r` waited in the run queue.
 pub fn preemptor(r: &ThreadRow, rows: &[ThreadRow]) -> Option<Behind> {
     r.top_preemptor().map(|(who, share)| {
@@ -313,7 +319,13 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
     // its objective: the thread that lost the most time to the GIL, if that was most of its time
     let victim = rows.iter().filter(|r| share_of(r, State::GilWait) >= GIL_STARVATION_SHARE).max_by_key(|r| r.times.get(State::GilWait));
     if let (Some(v), true) = (victim, bad_age) {
-        out.push(Kind::GilStarvation { victim: time_in(v, State::GilWait), holder: gil_holder(v, rows), age: age.clone(), cpu });
+        out.push(Kind::GilStarvation {
+            victim: time_in(v, State::GilWait),
+            holder: gil_holder(v, rows),
+            unresolved: gil_unresolved(v),
+            age: age.clone(),
+            cpu,
+        });
     }
     out.extend(throttling(report));
     let convoys: Vec<Kind> = convoys(report).collect();
@@ -469,7 +481,7 @@ fn thread_finding(r: &ThreadRow, rows: &[ThreadRow], window_ns: u64, idle: bool)
         if r.times.waiting() as f64 / total as f64 >= WAITING_SHARE && r.times.get(s) > 0 {
             let (victim, wait_ratio) = (time_in(r, s), r.times.wait_ratio().unwrap_or(0.0));
             return Some(match s {
-                State::GilWait => Kind::GilWait { victim, wait_ratio, holder: gil_holder(r, rows) },
+                State::GilWait => Kind::GilWait { victim, wait_ratio, holder: gil_holder(r, rows), unresolved: gil_unresolved(r) },
                 State::Runqueue => Kind::RunQueueSaturation { victim, wait_ratio, preemptor: preemptor(r, rows) },
                 _ => Kind::CpuQuota { victim, wait_ratio },
             });
@@ -627,7 +639,7 @@ mod tests {
     fn gil_starvation_needs_rising_age() {
         let r = ProcessReport::new(1, "svc".into(), None, 10_000_000_000, None, starving()).with_age(Some(age(0.1, 6.2, true)));
         let f = &lines(&r)[0];
-        assert!(f.starts_with("GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12); message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s); CPU 1.1 of"), "{f}");
+        assert!(f.starts_with("GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12), 1% behind a holder not resolved (hand-offs too fast to follow); message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s); CPU 1.1 of"), "{f}");
         assert!(f.ends_with("this is waiting, not working. Move processor to its own process"), "{f}");
         // the same waits with a flat age: a GIL-wait finding, not starvation, and not healthy
         let flat = ProcessReport::new(1, "svc".into(), None, 10_000_000_000, None, starving()).with_age(Some(age(0.1, 0.1, false)));
@@ -850,7 +862,7 @@ mod pins {
     (
         "GIL starvation behind a named holder",
         &[
-            "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12); message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s); CPU 1.1 of 4 cores: this is waiting, not working. Move processor to its own process",
+            "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12), 1% behind a holder not resolved (hand-offs too fast to follow); message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s); CPU 1.1 of 4 cores: this is waiting, not working. Move processor to its own process",
         ],
     ),
     (
@@ -862,7 +874,7 @@ mod pins {
     (
         "GIL wait, holder unknown",
         &[
-            "GIL wait: thread ingest (11) spent 9.0 s of 10.0 s waiting for the Python GIL (90%), wait ratio 0.90: it had work and could not do it",
+            "GIL wait: thread ingest (11) spent 9.0 s of 10.0 s waiting for the Python GIL (90%), 100% behind a holder not resolved (hand-offs too fast to follow), wait ratio 0.90: it had work and could not do it",
         ],
     ),
     (
@@ -903,7 +915,7 @@ mod pins {
     (
         "GIL wait behind a named and an unknown holder",
         &[
-            "GIL wait: thread ingest (11) spent 6.0 s of 10.0 s waiting for the Python GIL (60%), 83% of it behind processor (12), wait ratio 0.60: it had work and could not do it",
+            "GIL wait: thread ingest (11) spent 6.0 s of 10.0 s waiting for the Python GIL (60%), 83% of it behind processor (12), 17% behind a holder not resolved (hand-offs too fast to follow), wait ratio 0.60: it had work and could not do it",
             "GIL wait: thread reader (13) spent 3.0 s of 10.0 s waiting for the Python GIL (30%), 100% of it behind a thread (77), wait ratio 0.30: it had work and could not do it",
         ],
     ),
@@ -940,7 +952,7 @@ mod pins {
     (
         "ranking: starvation, throttling, convoy, then per thread",
         &[
-            "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12); message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s); CPU 2.7 of 3 cores: this is waiting, not working. Move processor to its own process",
+            "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12), 1% behind a holder not resolved (hand-offs too fast to follow); message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s); CPU 2.7 of 3 cores: this is waiting, not working. Move processor to its own process",
             "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 5.0 s, woken by w1 (1), w2 (2), w3 (3): they take turns on one lock. Kept off the CPU themselves: w1 (1) 20% of its time (throttled 1.00 s), w2 (2) 20% of its time (throttled 1.00 s), w3 (3) 20% of its time (throttled 1.00 s): a holder that cannot run keeps every thread behind it waiting; message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s)",
             "CPU quota throttling: the cgroup /svc (quota 3.00 cores) was throttled in 40 periods, 2.00 s; its threads lost 3.00 s runnable but throttled; message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s): raise the quota or lower the parallelism",
         ],
@@ -1060,17 +1072,18 @@ mod typed {
         let starvation = Kind::GilStarvation {
             victim: victim.clone(),
             holder: thread(12, "processor", 9.3 / 9.4),
+            unresolved: 0.1 / 9.4,
             age: Some(facts(1.0, 3.0, true)),
             cpu: CpuUse { used_cores: 10.5 / 10.0, limit_cores: 4.0 },
         };
-        check(&f[0], starvation, 9_400_000_000, "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12); message age grew 2.0 s (to 3.0 s; mean 2.00 s, max 3.00 s); CPU 1.1 of 4 cores: this is waiting, not working. Move processor to its own process");
+        check(&f[0], starvation, 9_400_000_000, "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12), 1% behind a holder not resolved (hand-offs too fast to follow); message age grew 2.0 s (to 3.0 s; mean 2.00 s, max 3.00 s); CPU 1.1 of 4 cores: this is waiting, not working. Move processor to its own process");
         // the victim's own line follows, with the same holder
         // as shown, the victim's own line would repeat it; among all findings it follows, with the age
         assert_eq!(f.len(), 1);
         let mut r = ProcessReport::new(1, "svc".into(), None, 10 * S, None, starving()).with_age(Some(age(1.0, 3.0, true)));
         r.cpu_limit_cores = 4.0;
         let all = all_findings(&r);
-        let gil_wait = Kind::GilWait { victim, wait_ratio: 0.94, holder: thread(12, "processor", 9.3 / 9.4) };
+        let gil_wait = Kind::GilWait { victim, wait_ratio: 0.94, holder: thread(12, "processor", 9.3 / 9.4), unresolved: 0.1 / 9.4 };
         assert_eq!(
             all[1],
             Finding { kind: gil_wait, explains_ns: 9_400_000_000, code: None, age: Some(facts(1.0, 3.0, true)), culprits_off_cpu: vec![] }
@@ -1084,7 +1097,7 @@ mod typed {
         victim.gil_by_holder.insert(77, 3 * S);
         let f = findings_of(vec![victim], 10 * S, 4.0, None);
         let holder = Some(Behind { culprit: Culprit::Thread(ThreadRef { tid: 77, name: None }), share: 1.0 });
-        let kind = Kind::GilWait { victim: time(11, "ingest", State::GilWait, 3 * S, 10 * S), wait_ratio: 0.3, holder };
+        let kind = Kind::GilWait { victim: time(11, "ingest", State::GilWait, 3 * S, 10 * S), wait_ratio: 0.3, holder, unresolved: 0.0 };
         assert_eq!(f, [Finding { kind, explains_ns: 3 * S, code: None, age: None, culprits_off_cpu: vec![] }]);
         assert!(f[0].to_string().contains(", 100% of it behind a thread (77), wait ratio 0.30"), "{}", f[0]);
     }
