@@ -127,7 +127,11 @@ impl ThreadSample {
             *ns = ns.saturating_sub(earlier.gil_by_holder.get(holder).copied().unwrap_or(0));
         }
         let total = |m: &std::collections::BTreeMap<u32, u64>| m.values().sum::<u64>();
-        let grew = total(&self.gil_by_holder).saturating_sub(total(&earlier.gil_by_holder));
+        // a wait is charged to its culprit when it ends, while the state's time counts the
+        // part before a sample too: a wait open at `earlier` has that part in `earlier`'s time
+        // and none of it in `earlier`'s blame, so the split may grow more than the state did.
+        // It never explains more than the state's own growth.
+        let grew = total(&self.gil_by_holder).saturating_sub(total(&earlier.gil_by_holder)).min(d.times.get(State::GilWait));
         conserve(d.gil_by_holder.iter_mut().map(|(h, ns)| (*h == 0, ns)), grew);
         d.gil_by_holder.retain(|_, ns| *ns > 0);
         d.gil_hold = match (&self.gil_hold, &earlier.gil_hold) {
@@ -144,13 +148,20 @@ impl ThreadSample {
             w.ns -= taken;
             *left -= taken;
         }
-        let grew = self.futex.iter().map(|w| w.ns).sum::<u64>().saturating_sub(earlier.futex.iter().map(|w| w.ns).sum());
+        let grew = self
+            .futex
+            .iter()
+            .map(|w| w.ns)
+            .sum::<u64>()
+            .saturating_sub(earlier.futex.iter().map(|w| w.ns).sum())
+            .min(d.times.get(State::FutexWait));
         conserve(d.futex.iter_mut().map(|w| (w.waker == GONE, &mut w.ns)), grew);
         d.futex.retain(|w| w.ns > 0);
         for (p, ns) in d.runqueue_by.iter_mut() {
             *ns = ns.saturating_sub(earlier.runqueue_by.get(p).copied().unwrap_or(0));
         }
-        let grew = self.runqueue_by.values().sum::<u64>().saturating_sub(earlier.runqueue_by.values().sum());
+        let grew =
+            self.runqueue_by.values().sum::<u64>().saturating_sub(earlier.runqueue_by.values().sum()).min(d.times.get(State::Runqueue));
         conserve(d.runqueue_by.iter_mut().map(|(p, ns)| (p.is_merged(), ns)), grew);
         d.runqueue_by.retain(|_, ns| *ns > 0);
         d
@@ -301,7 +312,7 @@ mod tests {
         a.futex.push(FutexWait { addr: 0x10, waker: 8, ns: 7 });
         // now: 5, holder 9 and waker 8 exited and were merged (30 + 2 more, 4, 7 + 1
         // more), 6 grew by 3, holder 3 and waker 2 appeared with 1 each
-        let mut b = sample([150, 46, 0, 13, 5, 0, 0, 0, 0], 0, 170);
+        let mut b = sample([150, 46, 0, 13, 6, 0, 0, 0, 0], 0, 171);
         b.runqueue_by.insert(Preemptor::merged(), 32);
         b.runqueue_by.insert(Preemptor::Thread(6), 13);
         b.runqueue_by.insert(Preemptor::Thread(7), 1);
@@ -317,5 +328,23 @@ mod tests {
         assert_eq!(d.futex, [FutexWait { addr: 0, waker: GONE, ns: 1 }, FutexWait { addr: 0x10, waker: 2, ns: 1 }]);
         // blame never exceeds the state time it splits when the earlier did not
         assert!(d.runqueue_by.values().sum::<u64>() <= d.times.0[1]);
+    }
+
+    #[test]
+    fn a_wait_open_at_the_earlier_sample_is_not_blamed_past_the_states_growth() {
+        use crate::model::blame::{FutexWait, Preemptor};
+        // earlier: in the run queue for 20 (open: in its time, not yet charged), a GIL wait
+        // open for 30, a futex wait open for 8
+        let a = sample([100, 20, 0, 30, 8, 0, 0, 0, 0], 0, 160);
+        // now: those waits ended, 25, 35 and 10 long, and were charged whole
+        let mut b = sample([150, 25, 0, 35, 10, 0, 0, 0, 0], 0, 220);
+        b.runqueue_by.insert(Preemptor::Thread(5), 25);
+        b.gil_by_holder.insert(9, 35);
+        b.futex.push(FutexWait { addr: 0x10, waker: 8, ns: 10 });
+        let d = b.since(&a);
+        // the label's window holds 5, 5 and 2 of those waits, and no more blame than that
+        assert_eq!(d.runqueue_by.get(&Preemptor::Thread(5)), Some(&5));
+        assert_eq!(d.gil_by_holder.get(&9), Some(&5));
+        assert_eq!(d.futex.iter().map(|w| w.ns).sum::<u64>(), 2);
     }
 }
