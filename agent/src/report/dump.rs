@@ -37,7 +37,7 @@ pub struct DumpThread {
     pub name: String,
     pub now: Now,
     /// its state for most of the window, and that state's share of the window
-    pub state: &'static str,
+    pub state: State,
     pub share: f64,
     /// each state's seconds in the window (nonzero only)
     pub seconds: BTreeMap<&'static str, f64>,
@@ -145,15 +145,11 @@ impl Dump {
                         .iter()
                         .map(|(h, ns)| (Some(*h).filter(|h| *h != 0), if *h == 0 { "unknown".into() } else { name_of(*h) }, *ns))
                         .collect(),
-                    State::FutexWait => {
-                        let mut by: BTreeMap<u32, u64> = BTreeMap::new();
-                        for f in &t.futex {
-                            *by.entry(f.waker).or_default() += f.ns;
-                        }
-                        by.into_iter()
-                            .map(|(w, ns)| (Some(w).filter(|w| *w != 0), if w == 0 { "timeout or signal".into() } else { name_of(w) }, ns))
-                            .collect()
-                    }
+                    State::FutexWait => t
+                        .futex_by_waker()
+                        .into_iter()
+                        .map(|(w, ns)| (Some(w).filter(|w| *w != 0), if w == 0 { "timeout or signal".into() } else { name_of(w) }, ns))
+                        .collect(),
                     State::Runqueue => t
                         .runqueue_by
                         .iter()
@@ -197,7 +193,7 @@ impl Dump {
                     tid: t.tid,
                     name: t.name.clone(),
                     now: now.get(&t.tid).cloned().unwrap_or_default(),
-                    state: state.name(),
+                    state,
                     share: t.times.get(state) as f64 / total,
                     seconds: State::ALL
                         .into_iter()
@@ -223,14 +219,11 @@ impl Dump {
         }
         // threads kept waiting first (most of the window first), then those that kept others
         // waiting, then the busy ones, then the idle
-        let rank = |t: &DumpThread| {
-            let state = State::ALL.into_iter().find(|s| s.name() == t.state).unwrap_or(State::Other);
-            match state {
-                s if s.is_waiting() || s == State::FutexWait => 0,
-                _ if !t.blocking.is_empty() => 1,
-                State::Running => 2,
-                _ => 3,
-            }
+        let rank = |t: &DumpThread| match t.state {
+            s if s.is_waiting() || s == State::FutexWait => 0,
+            _ if !t.blocking.is_empty() => 1,
+            State::Running => 2,
+            _ => 3,
         };
         threads.sort_by(|a, b| rank(a).cmp(&rank(b)).then(b.share.total_cmp(&a.share)).then(a.tid.cmp(&b.tid)));
         Dump {
@@ -262,8 +255,7 @@ impl Dump {
         );
         let names: BTreeMap<u32, &str> = self.threads.iter().map(|t| (t.tid, t.name.as_str())).collect();
         for t in &self.threads {
-            let state = State::ALL.into_iter().find(|s| s.name() == t.state).unwrap_or(State::Other);
-            let mut line = format!("\nThread {} {}: {} {:.0}%", t.tid, clean(&t.name), say(state), t.share * 100.0);
+            let mut line = format!("\nThread {} {}: {} {:.0}%", t.tid, clean(&t.name), say(t.state), t.share * 100.0);
             if let Some(b) = t.behind.first() {
                 let who = match b.tid {
                     Some(tid) => format!("{} ({tid})", clean(&b.name)),
