@@ -78,9 +78,11 @@ pub fn of(kind: &Kind, stacks: &WaitStacks, switch_ns: u64) -> Option<Code> {
         return convoy(waiters, stacks);
     }
     let (victim, holder, state, role) = match kind {
-        Kind::GilStarvation { victim, holder, .. } | Kind::GilWait { victim, holder, .. } => {
-            (victim, holder.as_ref(), State::GilWait, Role::Holder)
+        // a causal chain's code is of its GIL wait: the lock holder's, behind the GIL holder
+        Kind::GilStarvation { victim, holder, lock_holder, .. } => {
+            (lock_holder.as_ref().map_or(victim, |l| &l.gil_wait), holder.as_ref(), State::GilWait, Role::Holder)
         }
+        Kind::GilWait { victim, holder, .. } => (victim, holder.as_ref(), State::GilWait, Role::Holder),
         Kind::RunQueueSaturation { victim, preemptor, .. } => (victim, preemptor.as_ref(), State::Runqueue, Role::Preemptor),
         Kind::Blocked { victim, waker, .. } if victim.state == State::FutexWait => (victim, waker.as_ref(), State::FutexWait, Role::Waker),
         Kind::Blocked { victim, .. } => (victim, None, victim.state, Role::Victim),
@@ -206,6 +208,8 @@ mod tests {
             unresolved: 0.0,
             age: None,
             cpu: CpuUse { used_cores: 1.0, limit_cores: 2.0 },
+            lock_holder: None,
+            age_confirmed: true,
         };
         let code = of(&kind, &w, 5_000_000).expect("code");
         assert_eq!(

@@ -103,6 +103,13 @@ pub enum Kind {
         unresolved: f64,
         age: Option<AgeFacts>,
         cpu: CpuUse,
+        /// the causal chain's middle link: the victim (`state` futex_wait) waited on a lock
+        /// whose holder was itself waiting for the GIL (`holder` and `holder_unresolved_share`
+        /// are of that thread's GIL wait); null: the victim waited for the GIL itself
+        lock_holder: Option<LockHolder>,
+        /// the age says the work falls behind (rising or above its objective); false: no age
+        /// source is joined, and the share of time lost to the GIL alone says so
+        age_confirmed: bool,
     },
     /// "CPU quota throttling:": the process' cgroup was throttled in the window
     CpuQuotaThrottling {
@@ -260,6 +267,38 @@ pub enum Kind {
     },
 }
 
+/// The thread whose release ended most of a victim's lock wait, while itself waiting for the
+/// GIL: the middle of "ingest waits on a lock held by worker, which waits for the GIL behind processor".
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LockHolder {
+    /// the lock holder's GIL wait (its `thread`, `wait_s` and `total_s`)
+    pub gil_wait: ThreadTime,
+    /// the futex word (or CPython lock) most of the victim's wait behind it was on
+    #[serde(serialize_with = "hex")]
+    pub lock: u64,
+    /// the share of the victim's futex wait that this thread's wake-ups ended
+    #[serde(serialize_with = "ratio")]
+    pub share: f64,
+    /// the victim's own GIL wait besides (its time waiting for the GIL directly), and what held
+    /// the GIL then
+    #[serde(rename = "waiter_gil_wait_s", serialize_with = "seconds")]
+    pub waiter_gil_ns: u64,
+    pub waiter_gil_holder: Option<Behind>,
+}
+
+/// " held by processor (12)" when `b` is a named thread of the report.
+fn held_by(b: &Option<Behind>) -> String {
+    match b {
+        Some(Behind { culprit: Culprit::Thread(ThreadRef { tid, name: Some(name) }), .. }) if *tid != blame::GONE => {
+            format!(" held by {name} ({tid})")
+        }
+        _ => String::new(),
+    }
+}
+
+/// A chain's waiting end is said to wait for the GIL itself too from this share of its time.
+pub const OWN_GIL_SHARE: f64 = 0.05;
+
 /// A thread a finding names: its TID, and its name when it is one of the report's threads.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ThreadRef {
@@ -357,8 +396,10 @@ impl Kind {
         match self {
             Kind::Healthy { .. } | Kind::IdleThreads { .. } | Kind::More { .. } | Kind::Yielding { .. } | Kind::ClockSource { .. } => 0,
             Kind::SaturatedThread { busy_ns, .. } => *busy_ns,
-            Kind::GilStarvation { victim, .. }
-            | Kind::GilWait { victim, .. }
+            Kind::GilStarvation { victim, lock_holder, .. } => {
+                lock_holder.as_ref().map_or(victim.ns, |l| (victim.ns + l.waiter_gil_ns).max(l.gil_wait.ns))
+            }
+            Kind::GilWait { victim, .. }
             | Kind::RunQueueSaturation { victim, .. }
             | Kind::CpuQuota { victim, .. }
             | Kind::Blocked { victim, .. } => victim.ns,
@@ -687,7 +728,7 @@ impl fmt::Display for Kind {
                     *running_ns as f64 / (*window_ns).max(1) as f64,
                 )
             }
-            Kind::GilStarvation { victim, holder, unresolved, age, cpu } => {
+            Kind::GilStarvation { victim, holder, unresolved, age, cpu, lock_holder, age_confirmed } => {
                 let holder = holder.as_ref().and_then(|h| match &h.culprit {
                     Culprit::Thread(ThreadRef { tid, name: Some(name) }) => Some((name, tid)),
                     _ => None,
@@ -697,12 +738,45 @@ impl fmt::Display for Kind {
                     || " Move the GIL-heavy work to its own process".into(),
                     |(name, _)| format!(" Move {name} to its own process"),
                 );
+                let (head, confirm) = if *age_confirmed {
+                    ("GIL starvation", "")
+                } else {
+                    (
+                        "GIL starvation (likely: no age source)",
+                        "; join the work's age (--age-url, waitmeter_client: docs/age.md) to see whether it falls behind",
+                    )
+                };
+                let lost = match lock_holder {
+                    None => format!("lost {:.1} s of {:.1} s waiting for the GIL{behind}", secs(victim.ns), secs(victim.total_ns)),
+                    Some(l) => format!(
+                        "lost {:.1} s of {:.1} s {}blocked on {} released by {} ({:.0}% of that wait), which itself lost {:.1} s of {:.1} s waiting for the GIL{behind}",
+                        secs(victim.ns + l.waiter_gil_ns),
+                        secs(victim.total_ns),
+                        if l.waiter_gil_ns as f64 >= OWN_GIL_SHARE * victim.total_ns as f64 {
+                            format!(
+                                "to the GIL: {:.1} s waiting for it{}, {:.1} s ",
+                                secs(l.waiter_gil_ns),
+                                held_by(&l.waiter_gil_holder),
+                                secs(victim.ns)
+                            )
+                        } else {
+                            String::new()
+                        },
+                        if blame::is_parked(l.lock) {
+                            format!("CPython lock {:#x}", blame::address(l.lock))
+                        } else {
+                            format!("futex {:#x} (a lock or condition)", blame::address(l.lock))
+                        },
+                        l.gil_wait.thread.or_a_thread(),
+                        100.0 * l.share,
+                        secs(l.gil_wait.ns),
+                        secs(l.gil_wait.total_ns),
+                    ),
+                };
                 write!(
                     f,
-                    "GIL starvation: thread {} lost {:.1} s of {:.1} s waiting for the GIL{behind}{}; {cpu}: this is waiting, not working.{fix}",
+                    "{head}: thread {} {lost}{}; {cpu}: this is waiting, not working.{fix}{confirm}",
                     victim.thread.or_a_thread(),
-                    secs(victim.ns),
-                    secs(victim.total_ns),
                     growth(age),
                 )
             }
@@ -856,7 +930,15 @@ mod tests {
     fn the_starvation_line_names_no_holder_outside_the_report() {
         let victim = ThreadTime { thread: thread(11, Some("ingest")), state: State::GilWait, ns: 9_000_000_000, total_ns: 10_000_000_000 };
         let holder = Some(Behind { culprit: Culprit::Thread(thread(77, None)), share: 1.0 });
-        let kind = Kind::GilStarvation { victim, holder, unresolved: 0.0, age: None, cpu: CpuUse { used_cores: 0.1, limit_cores: 2.0 } };
+        let kind = Kind::GilStarvation {
+            victim,
+            holder,
+            unresolved: 0.0,
+            age: None,
+            cpu: CpuUse { used_cores: 0.1, limit_cores: 2.0 },
+            lock_holder: None,
+            age_confirmed: true,
+        };
         assert_eq!(kind.explains_ns(), 9_000_000_000);
         assert_eq!(
             kind.to_string(),

@@ -50,6 +50,23 @@ pub fn starving() -> Vec<ThreadRow> {
     vec![victim, row(12, "processor", &[(State::Running, 9_900_000_000), (State::GilWait, 100_000_000)])]
 }
 
+/// A causal chain: ingest waits on a lock (futex 0x7f10) that worker releases 93% of the time,
+/// and worker waits for the GIL 60% of its time, behind processor.
+pub fn chain() -> Vec<ThreadRow> {
+    let mut ingest = row(
+        11,
+        "ingest",
+        &[(State::FutexWait, 4_500_000_000), (State::IoWait, 3 * S), (State::Running, 1_500_000_000), (State::GilWait, S)],
+    );
+    ingest.futex.push(FutexWait { addr: 0x7f10, waker: 12, ns: 4_200_000_000 });
+    ingest.futex.push(FutexWait { addr: 0x7f10, waker: 0, ns: 300_000_000 });
+    ingest.gil_by_holder.insert(13, S);
+    let mut worker = row(12, "worker", &[(State::GilWait, 6 * S), (State::Running, 3 * S), (State::FutexWait, S)]);
+    worker.gil_by_holder.insert(13, 5_500_000_000);
+    worker.gil_by_holder.insert(0, 500_000_000);
+    vec![ingest, worker, row(13, "processor", &[(State::Running, 9_500_000_000), (State::GilWait, 500_000_000)])]
+}
+
 /// A Python process with every block of the report filled: GIL starvation behind a
 /// holder that is throttled, a futex waiter, a precise GIL probe, an age source.
 pub fn full_report() -> ProcessReport {

@@ -1,0 +1,69 @@
+"""Python verdicts an expert would sign (issue 18), on real interpreters: a causal chain
+(ingest waits on a lock whose holder waits for the GIL) named as one finding with the
+lock waiter first; starvation said, as likely, with no age source. Each with the
+workload's own ground truth and a control that must stay quiet."""
+import pytest
+
+from conftest import ROOT, Workload, attach, by_tid, share
+from test_gil import installed_python
+
+pytestmark = pytest.mark.needs_root
+
+CHAIN = ROOT / "tests" / "workloads" / "gil_chain.py"
+VERSIONS = ["3.11", "3.12", "3.14"]
+
+
+def lock_wait_rate(w):
+    """ingest's seconds inside batch_lock.acquire() per second, from the workload's own
+    clock over the next two seconds (the ground truth; it includes getting the GIL back)."""
+    def sample():
+        parts = w.readline(5, "a lockwait line").split()
+        assert parts[0] == "lockwait", parts
+        return float(parts[1]), float(parts[3])
+    (w0, t0), _, (w1, t1) = sample(), sample(), sample()
+    return (w1 - w0) / (t1 - t0)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_lock_wait_behind_a_gil_waiting_holder_is_one_chain(version):
+    """ingest waits on batch_lock while worker holds it, and worker waits for the GIL
+    behind processor's json.dumps: the first finding is the chain, ingest first, worker as
+    the lock's holder, processor as the GIL's, with no age source (said as likely)."""
+    with Workload(installed_python(version), CHAIN, "same") as w:
+        truth = lock_wait_rate(w)
+        report, _ = attach(w.pid, 5.0)
+    tids = w.tids
+    threads = by_tid(report)
+    ingest, worker = threads[tids["ingest"]], threads[tids["worker"]]
+    # the ground truth: ingest spends a large share of its time in acquire(), and the probes
+    # see that wait as futex wait ended by worker
+    by_worker = ingest["futex_wait_by_waker"].get(str(tids["worker"]), 0.0)
+    assert truth >= 0.2, truth
+    assert 0.5 * truth <= by_worker / ingest["existed_s"] <= 1.1 * truth, (truth, ingest)
+    assert share(worker, "gil_wait") >= 0.3, worker
+    first = report["findings"][0]
+    assert first["kind"] == "gil_starvation" and first["thread"]["tid"] == tids["ingest"], first
+    assert first["state"] == "futex_wait" and first["age_confirmed"] is False, first
+    link = first["lock_holder"]
+    assert link["gil_wait"]["thread"]["tid"] == tids["worker"] and link["share"] >= 0.8, link
+    assert first["holder"]["tid"] == tids["processor"] and first["holder"]["share"] >= 0.8, first
+    line = report["verdict"][0]
+    assert line.startswith(f"GIL starvation (likely: no age source): thread ingest ({tids['ingest']}) lost "), report["verdict"]
+    assert f"released by worker ({tids['worker']})" in line and f"which itself lost" in line, line
+    assert f"held by processor ({tids['processor']})" in line and "Move processor to its own process" in line, line
+    # the lock holder's own GIL-wait line would repeat the chain
+    assert not any(v.startswith(f"GIL wait: thread worker ({tids['worker']})") for v in report["verdict"]), report["verdict"]
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.12"])
+def test_the_same_lock_without_the_gil_holder_is_no_chain(version):
+    """The control: processor in its own process. worker still holds batch_lock for its own
+    work, and ingest still waits on it, but nobody waits for the GIL: no starvation, no chain."""
+    with Workload(installed_python(version), CHAIN, "separate") as w:
+        truth = lock_wait_rate(w)
+        report, _ = attach(w.pid, 4.0)
+    ingest = by_tid(report)[w.tids["ingest"]]
+    assert truth >= 0.1 and ingest["seconds"]["futex_wait"] >= 0.1 * ingest["existed_s"], (truth, ingest)
+    assert not any(f["kind"] in ("gil_starvation", "gil_wait") for f in report["findings"]), report["findings"]
+    # (the verdict may have a run-queue line: processor's process takes a CPU of the two)
+    assert not any("GIL" in v for v in report["verdict"]), report["verdict"]
