@@ -67,3 +67,46 @@ def test_the_same_lock_without_the_gil_holder_is_no_chain(version):
     assert not any(f["kind"] in ("gil_starvation", "gil_wait") for f in report["findings"]), report["findings"]
     # (the verdict may have a run-queue line: processor's process takes a CPU of the two)
     assert not any("GIL" in v for v in report["verdict"]), report["verdict"]
+
+
+OLD_GIL = ROOT / "tests" / "workloads" / "old_gil.py"
+
+
+def old_python(version):
+    """pyenv's CPython `version` ("2.7", "3.6", "3.7"): interpreters whose GIL is not measured."""
+    import glob
+    from test_gil import pyenv_root
+    found = sorted(glob.glob(str(pyenv_root() / "versions" / f"{version}.*" / "bin" / "python")))
+    if not found:
+        pytest.fail(f"pyenv {version} is not installed here")
+    return found[-1]
+
+
+@pytest.mark.parametrize("version", ["2.7", "3.6", "3.7"])
+def test_an_unmeasured_interpreters_gil_is_never_a_lock_convoy(version):
+    """Four threads of pure Python on CPython 2.7, 3.6 or 3.7 take turns on the GIL, which
+    waitmeter does not measure there. The interpreter is recognised (its version in the
+    `python` block, one warning naming the versions that are measured), and their waits on
+    the GIL's futex words are said as the GIL's, never as a lock convoy with lock advice.
+    The control: one thread, nothing waits."""
+    with Workload(old_python(version), OLD_GIL, 4) as w:
+        report, cp = attach(w.pid, 3.0)
+    p = report["python"]
+    assert p is not None and p["version"].startswith(version + ".") and p["gil"] == "unknown" and p["gil_probe"] == "none", p
+    warnings = [l for l in cp.stderr.splitlines() if "does not measure" in l]
+    assert len(warnings) == 1 and f"CPython {p['version']}" in warnings[0] and "3.8 and later" in warnings[0], cp.stderr
+    kinds = [f["kind"] for f in report["findings"]]
+    assert "lock_convoy" not in kinds and not any(v.startswith("lock convoy") for v in report["verdict"]), report["verdict"]
+    gil = next(f for f in report["findings"] if f["kind"] == "unmeasured_gil")
+    spinners = {w.tids[f"spin-{i}"] for i in range(4)}
+    # the first four named, most wait first: the spinners (the main thread's sleeps ask for the GIL too)
+    assert len(spinners & {t["tid"] for t in gil["threads"]}) >= 3, (w.tids, gil)
+    assert gil["count"] >= 4 and gil["version"] == p["version"], gil
+    # the ground truth: the spinners' futex waits are the waits the finding adds up
+    spin_wait = sum(by_tid(report)[t]["seconds"]["futex_wait"] for t in spinners)
+    assert 0.9 * spin_wait <= gil["wait_s"] <= spin_wait + 3.0, (spin_wait, gil)
+    assert any(v.startswith(f"GIL (not measured): {gil['count']} threads") for v in report["verdict"]), report["verdict"]
+    assert not any(v.startswith("thread ") and "blocked on a lock" in v for v in report["verdict"]), report["verdict"]
+    with Workload(old_python(version), OLD_GIL, 1) as w:
+        quiet, _ = attach(w.pid, 2.0)
+    assert not any(f["kind"] in ("unmeasured_gil", "lock_convoy") for f in quiet["findings"]), quiet["verdict"]

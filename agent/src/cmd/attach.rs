@@ -406,6 +406,7 @@ fn python_info(session: &Session, target: &Target) -> Option<PythonInfo> {
             .gils
             .first()
             .and_then(|g| crate::python::switch_interval_us(&crate::python::memory::Process::new(target.pid), *g)),
+        unmeasured_gil: p.unmeasured_gil.clone(),
     })
 }
 

@@ -23,7 +23,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use anyhow::{bail, Context, Result};
 
 use super::elf::{self, Elf};
-use super::{find_version_string, is_gil_function, minor_from_name, GilFunction};
+use super::{find_any_version_string, find_version_string, is_gil_function, minor_from_name, unmeasured_from_name, GilFunction};
 
 /// `.rodata` scanned for the version string (libpython3.10's is 0.9 MB).
 const MAX_RODATA: u64 = 16 << 20;
@@ -93,6 +93,61 @@ pub struct Binary {
     pub park: Option<u64>,
     /// link-time address of `PyCode_Type` (every code object's type), when exported
     pub code_type: Option<u64>,
+    /// a CPython whose GIL waitmeter does not measure (2.x, 3.0–3.7), with where its GIL's
+    /// futex words are (empty: its symbols do not say)
+    pub unmeasured: Option<Vec<GilWords>>,
+}
+
+/// Where an unmeasured interpreter's GIL lives (link addresses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GilWords {
+    /// a static object: 3.2–3.6's `gil_cond`, `gil_mutex`, `switch_cond`, `switch_mutex`;
+    /// 3.7's `_PyRuntime` (its GIL is in `ceval.gil`)
+    Static { addr: u64, size: u64 },
+    /// a static pointer to the lock: 2.x's `interpreter_lock`
+    Pointer { addr: u64 },
+}
+
+/// The symbols (.symtab) of an unmeasured interpreter's GIL.
+const OLD_GIL_STATICS: [&str; 4] = ["gil_cond", "gil_mutex", "switch_cond", "switch_mutex"];
+const OLD_GIL_POINTER: &str = "interpreter_lock";
+
+/// An interpreter older than 3.8 (named so, or exporting the C API without `_PyRuntime`): its
+/// version string and GIL words. `None`: not such a CPython.
+fn read_unmeasured<S: elf::Source + ?Sized>(elf: &Elf<S>, name: &str, runtime: Option<&elf::Symbol>) -> Option<Binary> {
+    let named = unmeasured_from_name(name);
+    if named.is_none() && (runtime.is_some() || elf.dynamic_symbol("Py_Initialize").is_none()) {
+        return None;
+    }
+    let rodata = elf.section(".rodata").and_then(|s| elf.section_data(s, MAX_RODATA).ok());
+    let candidates: Vec<(u32, u32)> = match named {
+        Some(v) => vec![v],
+        None => std::iter::once((2, 7)).chain((0..=7).map(|m| (3, m))).collect(),
+    };
+    let version_string = rodata.and_then(|d| candidates.iter().find_map(|(major, minor)| find_any_version_string(&d, *major, *minor)));
+    let mut words: Vec<GilWords> = match runtime {
+        Some(r) if r.size > 0 => vec![GilWords::Static { addr: r.value, size: r.size }],
+        _ => vec![],
+    };
+    for sym in elf.symtab_symbols(|n| OLD_GIL_STATICS.contains(&n) || n == OLD_GIL_POINTER) {
+        words.push(if sym.name == OLD_GIL_POINTER {
+            GilWords::Pointer { addr: sym.value }
+        } else {
+            GilWords::Static { addr: sym.value, size: sym.size.max(8) }
+        });
+    }
+    Some(Binary {
+        park: None,
+        code_type: None,
+        exec: elf.kind == elf::ET_EXEC,
+        load_base: elf.load_base,
+        runtime: 0,
+        py_version: None,
+        version_string,
+        symtab: elf.has_symtab(),
+        gil_functions: vec![],
+        unmeasured: Some(words),
+    })
 }
 
 /// A file's identity (device, inode, size, mtime s, ns) and the minor version its name says.
@@ -147,7 +202,14 @@ pub fn inspect(path: &Path, name: &str) -> Result<Option<Arc<Binary>>> {
 pub fn read<S: elf::Source + ?Sized>(src: &S, name: &str) -> Result<Option<Binary>> {
     let elf = Elf::parse(src)?;
     // exported in .dynsym by every build seen; 3.12+ also name its section
-    let Some(runtime) = elf.dynamic_symbol("_PyRuntime").map(|s| s.value).or_else(|| elf.section(".PyRuntime").map(|s| s.addr)) else {
+    let runtime_sym = elf.dynamic_symbol("_PyRuntime");
+    // 2.x and 3.0–3.7 (3.7 has a `_PyRuntime`, of a layout waitmeter does not read)
+    if minor_from_name(name).is_none_or(|(minor, _)| minor <= 7) {
+        if let Some(old) = read_unmeasured(&elf, name, runtime_sym.as_ref()) {
+            return Ok(Some(old));
+        }
+    }
+    let Some(runtime) = runtime_sym.map(|s| s.value).or_else(|| elf.section(".PyRuntime").map(|s| s.addr)) else {
         return Ok(None);
     };
     let py_version = elf.dynamic_symbol("Py_Version").map(|s| s.value);
@@ -178,6 +240,7 @@ pub fn read<S: elf::Source + ?Sized>(src: &S, name: &str) -> Result<Option<Binar
         version_string,
         symtab: elf.has_symtab(),
         gil_functions,
+        unmeasured: None,
     }))
 }
 
@@ -242,6 +305,41 @@ mod tests {
                 assert!(found.py_version.is_some(), "{found:?}");
             }
         }
+    }
+
+    /// CPython 2.7, 3.6 and 3.7 (pyenv's builds): recognised, with their version string and where
+    /// their GIL lives (2.7: the `interpreter_lock` pointer; 3.6: the static locks; 3.7: `_PyRuntime`).
+    #[test]
+    fn an_interpreter_whose_gil_is_not_measured_is_recognised_with_its_gil_words() {
+        let Some(root) = fixtures::pyenv_python(8).and_then(|p| p.parent()?.parent()?.parent().map(Path::to_path_buf)) else {
+            eprintln!("skipping: no pyenv here");
+            return;
+        };
+        let mut seen = 0;
+        for (version, lib) in [("2.7", "libpython2.7.so.1.0"), ("3.6", "libpython3.6m.so.1.0"), ("3.7", "libpython3.7m.so.1.0")] {
+            let Some(dir) = std::fs::read_dir(&root)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{version}."))))
+            else {
+                eprintln!("skipping {version}: no pyenv build here");
+                continue;
+            };
+            let path = dir.join("lib").join(lib);
+            let (found, _, _) = read_counted(&path);
+            let found = found.unwrap_or_else(|| panic!("{}: not recognised", path.display()));
+            assert!(found.version_string.as_deref().is_some_and(|v| v.starts_with(&format!("{version}."))), "{found:?}");
+            let words = found.unmeasured.expect("an unmeasured interpreter");
+            let expected = match version {
+                "2.7" => words.iter().any(|w| matches!(w, GilWords::Pointer { .. })),
+                "3.6" => words.iter().filter(|w| matches!(w, GilWords::Static { size, .. } if *size >= 40)).count() == 4,
+                _ => words.iter().any(|w| matches!(w, GilWords::Static { size, .. } if *size >= 1000)),
+            };
+            assert!(expected, "{version}: {words:?}");
+            seen += 1;
+        }
+        assert!(seen >= 1);
     }
 
     /// A FIFO where a library was: refused at once, not waited on.

@@ -82,6 +82,9 @@ pub struct Python {
     pub frames: Option<waitmeter_formats::pyframe::FrameLayout>,
     /// runtime address of `PyCode_Type`
     pub code_type: Option<u64>,
+    /// an interpreter whose GIL is not measured (2.x, 3.0–3.7): the address ranges its GIL's
+    /// futex words lie in, when its symbols tell (the verdict names waits on them as the GIL's)
+    pub unmeasured_gil: Vec<(u64, u64)>,
 }
 
 impl Python {
@@ -132,6 +135,20 @@ pub fn minor_from_name(name: &str) -> Option<(u32, bool)> {
     Some((minor, ft))
 }
 
+/// A CPython waitmeter does not measure the GIL of, by its file name: `libpython2.7.so.1.0`,
+/// `python2.7`, `libpython3.6m.so.1.0`, `python3.7m` -> (major, minor); 2.x and 3.0–3.7 only.
+pub fn unmeasured_from_name(name: &str) -> Option<(u32, u32)> {
+    let base = name.rsplit('/').next()?;
+    let rest = base.strip_prefix("libpython").or_else(|| base.strip_prefix("python"))?;
+    let (major, rest) = rest.split_once('.')?;
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let (major, minor): (u32, u32) = (major.parse().ok()?, digits.parse().ok()?);
+    (major == 2 || (major == 3 && minor <= 7)).then_some((major, minor))
+}
+
+/// The CPython versions whose GIL waitmeter measures, as the warnings and the verdict say them.
+pub const MEASURED: &str = "CPython 3.8 and later";
+
 /// "3.9.18" from PY_VERSION_HEX (0x030912f0).
 pub fn version_from_hex(hex: u32) -> (u32, u32, u32) {
     (hex >> 24, (hex >> 16) & 0xff, (hex >> 8) & 0xff)
@@ -142,7 +159,12 @@ pub fn version_from_hex(hex: u32) -> (u32, u32, u32) {
 /// digit or dot. The linker merges it into longer strings that end the same
 /// way (".../Python-3.9.18"), so it need not start at a NUL.
 pub fn find_version_string(data: &[u8], minor: u32) -> Option<String> {
-    let needle = format!("3.{minor}.");
+    find_any_version_string(data, 3, minor)
+}
+
+/// `find_version_string` of any major version ("2.7.18").
+pub fn find_any_version_string(data: &[u8], major: u32, minor: u32) -> Option<String> {
+    let needle = format!("{major}.{minor}.");
     let n = needle.as_bytes();
     let mut i = 0;
     while let Some(pos) = data.get(i..)?.windows(n.len()).position(|w| w == n) {
@@ -152,7 +174,7 @@ pub fn find_version_string(data: &[u8], minor: u32) -> Option<String> {
         let before_ok = at == 0 || !(data[at - 1].is_ascii_digit() || data[at - 1] == b'.');
         let after = tail.get(digits).copied();
         if before_ok && digits > 0 && digits <= 2 && matches!(after, Some(0) | Some(b'+')) {
-            return Some(format!("3.{minor}.{}", std::str::from_utf8(&tail[..digits]).ok()?));
+            return Some(format!("{major}.{minor}.{}", std::str::from_utf8(&tail[..digits]).ok()?));
         }
         i = at + 1;
     }
@@ -181,7 +203,7 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
     let mut candidates: Vec<String> = vec![];
     for m in &maps {
         let base = Path::new(&m.path).file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if base.starts_with("libpython3.") && !candidates.contains(&m.path) {
+        if base.starts_with("libpython") && !candidates.contains(&m.path) {
             candidates.push(m.path.clone());
         }
     }
@@ -247,6 +269,9 @@ pub fn detect(pid: u32) -> Result<Option<Python>> {
 }
 
 fn describe(mem: &dyn Memory, path: &str, opened: PathBuf, bin: &Binary, bias: u64, runtime: u64) -> Result<Python> {
+    if let Some(words) = &bin.unmeasured {
+        return Ok(describe_unmeasured(mem, path, opened, bin, bias, words));
+    }
     let from_name = minor_from_name(path);
     // 3.11+ export Py_Version = PY_VERSION_HEX
     let hex = bin.py_version.and_then(|v| mem.read_u32(bias.wrapping_add(v)).ok());
@@ -298,7 +323,44 @@ fn describe(mem: &dyn Memory, path: &str, opened: PathBuf, bin: &Binary, bias: u
         runtime,
         gils,
         gil_enabled,
+        unmeasured_gil: vec![],
     })
+}
+
+/// A CPython whose GIL waitmeter does not measure (2.x, 3.0–3.7): its version, and where its
+/// GIL's futex words lie (a static lock's symbol; 2.7's `interpreter_lock` points at its lock).
+fn describe_unmeasured(mem: &dyn Memory, path: &str, opened: PathBuf, bin: &Binary, bias: u64, words: &[binary::GilWords]) -> Python {
+    let version = bin.version_string.clone().unwrap_or_else(|| match unmeasured_from_name(path) {
+        Some((major, minor)) => format!("{major}.{minor}"),
+        None => "2.x or 3.0–3.7".into(),
+    });
+    let unmeasured_gil = words
+        .iter()
+        .filter_map(|w| match *w {
+            binary::GilWords::Static { addr, size } => Some((bias.wrapping_add(addr), bias.wrapping_add(addr).saturating_add(size))),
+            // a glibc semaphore (or a mutex and condition): 32 bytes hold its futex words
+            binary::GilWords::Pointer { addr } => {
+                mem.read_u64(bias.wrapping_add(addr)).ok().filter(|p| *p != 0).map(|p| (p, p.saturating_add(96)))
+            }
+        })
+        .collect();
+    Python {
+        frames: None,
+        code_type: None,
+        version,
+        gil_functions: vec![],
+        park: None,
+        opened,
+        free_threaded: false,
+        binary: PathBuf::from(path),
+        symtab: bin.symtab,
+        layout: None,
+        layout_error: None,
+        runtime: 0,
+        gils: vec![],
+        gil_enabled: true,
+        unmeasured_gil,
+    }
 }
 
 /// Whether the GIL is in use: always on a default build; on a free-threaded
@@ -389,6 +451,13 @@ mod tests {
         assert_eq!(minor_from_name("libpython3.13t.so.1.0"), Some((13, true)));
         assert_eq!(minor_from_name("/usr/bin/python3.9"), Some((9, false)));
         assert_eq!(minor_from_name("/usr/bin/python"), None);
+        assert_eq!(unmeasured_from_name("/root/.pyenv/versions/2.7.18/lib/libpython2.7.so.1.0"), Some((2, 7)));
+        assert_eq!(unmeasured_from_name("libpython3.6m.so.1.0"), Some((3, 6)));
+        assert_eq!(unmeasured_from_name("/usr/bin/python3.7"), Some((3, 7)));
+        assert_eq!(unmeasured_from_name("/usr/bin/python3.8"), None);
+        assert_eq!(unmeasured_from_name("/usr/bin/python3.11"), None);
+        assert_eq!(unmeasured_from_name("/usr/bin/python"), None);
+        assert_eq!(unmeasured_from_name("/usr/bin/pythonista"), None);
         assert_eq!(version_from_hex(0x030b07f0), (3, 11, 7));
         assert_eq!(version_from_hex(0x030c01f0), (3, 12, 1));
     }
@@ -430,6 +499,7 @@ mod tests {
             runtime: 0,
             gils: vec![0x1000],
             gil_enabled: false,
+            unmeasured_gil: vec![],
             gil_functions: vec![],
             park: None,
             opened: "/proc/1/root/libpython3.14t.so".into(),
@@ -451,5 +521,7 @@ mod tests {
         assert_eq!(find_version_string(b"/src/Python-3.8.18\x00", 8).as_deref(), Some("3.8.18"));
         assert_eq!(find_version_string(b"13.8.18\x00", 8), None);
         assert_eq!(find_version_string(b"", 9), None);
+        assert_eq!(find_any_version_string(b"\x002.7.18\x00", 2, 7).as_deref(), Some("2.7.18"));
+        assert_eq!(find_any_version_string(b"\x0012.7.18\x00", 2, 7), None);
     }
 }

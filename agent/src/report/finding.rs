@@ -160,6 +160,22 @@ pub enum Kind {
         #[serde(rename = "window_s", serialize_with = "seconds")]
         window_ns: u64,
         wakers: Vec<ThreadRef>,
+        /// the process runs a CPython whose GIL waitmeter does not measure, and whose symbols do
+        /// not say where its GIL is: its version (this futex may be the GIL)
+        #[serde(skip_serializing_if = "Option::is_none")]
+        unmeasured_python: Option<String>,
+    },
+    /// "GIL (not measured):": threads of a CPython whose GIL waitmeter does not measure (2.x,
+    /// 3.0–3.7) waited on its GIL's futex words: GIL contention, not a lock convoy
+    UnmeasuredGil {
+        version: String,
+        /// how many threads waited, and the first few, most wait first
+        count: usize,
+        threads: Vec<ThreadRef>,
+        #[serde(rename = "wait_s", serialize_with = "seconds")]
+        wait_ns: u64,
+        #[serde(rename = "window_s", serialize_with = "seconds")]
+        window_ns: u64,
     },
     /// "GIL wait:": a thread waited for the GIL a large share of its time
     GilWait {
@@ -406,7 +422,7 @@ impl Kind {
             Kind::CpuQuotaThrottling { throttled_ns, .. } => *throttled_ns,
             Kind::AgeRisingCpuIdle { longest_wait, .. } => longest_wait.as_ref().map_or(0, |w| w.ns),
             Kind::AgeRisingCpuBusy { busiest, .. } => busiest.as_ref().map_or(0, |w| w.ns),
-            Kind::LockConvoy { wait_ns, .. } => *wait_ns,
+            Kind::LockConvoy { wait_ns, .. } | Kind::UnmeasuredGil { wait_ns, .. } => *wait_ns,
             Kind::Burst { stretch_ns, share, interval_ns, .. } => (*stretch_ns).max((share * *interval_ns as f64) as u64),
             Kind::ClockSyscalls { kernel_ns, .. } => *kernel_ns,
         }
@@ -421,7 +437,7 @@ impl Kind {
             Kind::GilStarvation { .. } => 2,
             Kind::CpuQuotaThrottling { .. } => 3,
             Kind::AgeRisingCpuIdle { .. } | Kind::AgeRisingCpuBusy { .. } => 4,
-            Kind::LockConvoy { .. } => 5,
+            Kind::LockConvoy { .. } | Kind::UnmeasuredGil { .. } => 5,
             Kind::GilWait { .. } | Kind::RunQueueSaturation { .. } | Kind::CpuQuota { .. } | Kind::Blocked { .. } => 6,
             Kind::Yielding { .. } | Kind::Burst { .. } | Kind::ClockSource { .. } | Kind::ClockSyscalls { .. } => 6,
             Kind::IdleThreads { .. } => 7,
@@ -824,7 +840,7 @@ impl fmt::Display for Kind {
                     longest(longest_wait)
                 )
             }
-            Kind::LockConvoy { futex, waiters, wait_ns, window_ns, wakers } => {
+            Kind::LockConvoy { futex, waiters, wait_ns, window_ns, wakers, unmeasured_python } => {
                 let wakers: Vec<String> = wakers.iter().take(4).map(ThreadRef::or_thread_tid).collect();
                 let word = if blame::is_parked(*futex) { "CPython lock" } else { "futex" };
                 write!(
@@ -835,6 +851,30 @@ impl fmt::Display for Kind {
                     secs(*wait_ns),
                     secs(*window_ns),
                     if wakers.is_empty() { "timeouts".to_string() } else { wakers.join(", ") }
+                )?;
+                if let Some(v) = unmeasured_python {
+                    write!(
+                        f,
+                        ", or this is the GIL: waitmeter does not measure the GIL of CPython {v} (it measures {}), and this interpreter's symbols do not say where its GIL is",
+                        crate::python::MEASURED
+                    )?;
+                }
+                Ok(())
+            }
+            Kind::UnmeasuredGil { version, count, threads, wait_ns, window_ns } => {
+                let mut names: Vec<String> = threads.iter().map(ThreadRef::or_thread_tid).collect();
+                if *count > names.len() {
+                    names.push(format!("{} more", count - names.len()));
+                }
+                write!(
+                    f,
+                    "GIL (not measured): {count} thread{} ({}) waited {:.1} s in total in {:.1} s on the GIL of CPython {version}, whose GIL waitmeter does not measure (it measures {}): GIL contention, not a lock convoy; these waits count as futex_wait, with no holder named. Fewer threads running Python code at once (processes for CPU work) is the fix; on {} the GIL's holders are named",
+                    if *count == 1 { "" } else { "s" },
+                    names.join(", "),
+                    secs(*wait_ns),
+                    secs(*window_ns),
+                    crate::python::MEASURED,
+                    crate::python::MEASURED,
                 )
             }
             Kind::GilWait { victim, wait_ratio, holder, unresolved } => {

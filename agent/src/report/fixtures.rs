@@ -105,6 +105,7 @@ pub fn full_report() -> ProcessReport {
         binary: "/usr/lib/libpython3.11.so.1.0".into(),
         symbols: true,
         switch_interval_us: Some(5000),
+        unmeasured_gil: vec![],
     };
     let rows = [waiter, processor, ingest].map(|t| ThreadRow { comm: "python3.11".into(), ..t });
     let mut r = ProcessReport::new(1234, "python3.11".into(), Some(python), 10 * S, None, rows.to_vec());

@@ -164,6 +164,10 @@ pub struct PythonInfo {
     pub symbols: bool,
     /// `sys.getswitchinterval()` in µs, read from the GIL (None: not read)
     pub switch_interval_us: Option<u64>,
+    /// an interpreter whose GIL is not measured (`gil` unknown): the address ranges of its GIL's
+    /// futex words, when its symbols tell (the verdict's `unmeasured_gil`)
+    #[serde(skip)]
+    pub unmeasured_gil: Vec<(u64, u64)>,
 }
 
 impl PythonInfo {

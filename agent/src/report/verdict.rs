@@ -316,8 +316,12 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
     let mut out = vec![];
 
     let convoys: Vec<Kind> = convoys(report).collect();
-    let in_convoy: Vec<u32> =
+    let mut in_convoy: Vec<u32> =
         convoys.iter().flat_map(|k| if let Kind::LockConvoy { waiters, .. } = k { waiters.clone() } else { vec![] }).collect();
+    // an unmeasured interpreter's GIL waiters are not idle, and not blocked on a lock
+    let gil_waiters = on_unmeasured_gil_mostly(report);
+    in_convoy.extend(&gil_waiters);
+    out.extend(unmeasured_gil(report));
     let idle = idle_threads(rows, &in_convoy, report.duration_ns);
     out.extend(starvation(report, &idle, cpu));
     out.extend(throttling(report));
@@ -523,8 +527,9 @@ pub fn findings(report: &ProcessReport) -> Vec<Finding> {
             _ => vec![],
         })
         .collect();
-    let in_convoy: Vec<u32> =
+    let mut in_convoy: Vec<u32> =
         all.iter().flat_map(|f| if let Kind::LockConvoy { waiters, .. } = &f.kind { waiters.clone() } else { vec![] }).collect();
+    in_convoy.extend(on_unmeasured_gil_mostly(report));
     let throttled = all.iter().any(|f| matches!(f.kind, Kind::CpuQuotaThrottling { .. }));
     let repeats = |k: &Kind| match k {
         Kind::GilWait { victim, .. } => starving.contains(&victim.thread.tid),
@@ -588,18 +593,76 @@ fn parked_lock(r: &ThreadRow) -> Option<u64> {
     (2 * ns >= r.times.get(State::FutexWait)).then_some(addr)
 }
 
-/// Many threads queueing on one futex word.
+/// The version of a CPython whose GIL waitmeter does not measure, and the address ranges of its
+/// GIL's futex words (empty: its symbols do not say).
+fn unmeasured_python(report: &ProcessReport) -> Option<(&str, &[(u64, u64)])> {
+    report.python.as_ref().filter(|p| p.gil == "unknown").map(|p| (p.version.as_str(), p.unmeasured_gil.as_slice()))
+}
+
+/// The futex word `addr` is the GIL of an interpreter waitmeter does not measure.
+fn on_unmeasured_gil(report: &ProcessReport, addr: u64) -> bool {
+    let a = blame::address(addr);
+    !blame::is_parked(addr) && unmeasured_python(report).is_some_and(|(_, r)| r.iter().any(|(lo, hi)| (*lo..*hi).contains(&a)))
+}
+
+/// Many threads queueing on one futex word (not an unmeasured interpreter's GIL: `unmeasured_gil`).
 fn convoys(report: &ProcessReport) -> impl Iterator<Item = Kind> + '_ {
     let window = report.duration_ns.max(1) as f64;
-    report.top_futexes.iter().filter(move |f| f.waiters.len() >= CONVOY_WAITERS && f.wait_ns as f64 >= CONVOY_SHARE * window).map(|f| {
-        Kind::LockConvoy {
+    // an interpreter whose GIL is not measured and not found: any convoy may be its GIL
+    let unknown_gil = unmeasured_python(report).filter(|(_, r)| r.is_empty()).map(|(v, _)| v.to_string());
+    report
+        .top_futexes
+        .iter()
+        .filter(move |f| f.waiters.len() >= CONVOY_WAITERS && f.wait_ns as f64 >= CONVOY_SHARE * window)
+        .filter(|f| !on_unmeasured_gil(report, f.addr))
+        .map(move |f| Kind::LockConvoy {
             futex: f.addr,
             waiters: f.waiters.clone(),
             wait_ns: f.wait_ns,
             window_ns: report.duration_ns,
             wakers: f.wakers.iter().map(|t| thread_ref(*t, &report.threads)).collect(),
+            unmeasured_python: unknown_gil.clone(),
+        })
+}
+
+/// Waits on the GIL of an interpreter waitmeter does not measure (2.x, 3.0–3.7), when they add up
+/// to `WAITING_SHARE` of the window: GIL contention said as such, never as a lock convoy.
+fn unmeasured_gil(report: &ProcessReport) -> Option<Kind> {
+    let (version, _) = unmeasured_python(report)?;
+    let mut by_thread: std::collections::BTreeMap<u32, u64> = Default::default();
+    for r in &report.threads {
+        let ns: u64 = r.futex.iter().filter(|w| on_unmeasured_gil(report, w.addr)).map(|w| w.ns).sum();
+        if ns > 0 {
+            *by_thread.entry(r.tid).or_default() += ns;
         }
+    }
+    let wait_ns: u64 = by_thread.values().sum();
+    if (wait_ns as f64) < WAITING_SHARE * report.duration_ns as f64 {
+        return None;
+    }
+    let mut waiters: Vec<(u32, u64)> = by_thread.into_iter().collect();
+    waiters.sort_by_key(|(tid, ns)| (std::cmp::Reverse(*ns), *tid));
+    Some(Kind::UnmeasuredGil {
+        version: version.to_string(),
+        count: waiters.len(),
+        threads: waiters.iter().take(IDLE_NAMED).map(|(tid, _)| thread_ref(*tid, &report.threads)).collect(),
+        wait_ns,
+        window_ns: report.duration_ns,
     })
+}
+
+/// The threads whose futex wait was mostly on an unmeasured interpreter's GIL (their own
+/// blocked lines would repeat the `unmeasured_gil` finding as lock waits).
+fn on_unmeasured_gil_mostly(report: &ProcessReport) -> Vec<u32> {
+    report
+        .threads
+        .iter()
+        .filter(|r| {
+            let on: u64 = r.futex.iter().filter(|w| on_unmeasured_gil(report, w.addr)).map(|w| w.ns).sum();
+            on > 0 && 2 * on >= r.times.get(State::FutexWait)
+        })
+        .map(|r| r.tid)
+        .collect()
 }
 
 /// Time lost to the cgroup's CPU quota, with the CFS-period signature.
@@ -710,7 +773,8 @@ mod tests {
         r.cpu_limit_cores = 4.0;
         let all: Vec<String> = all_findings(&r).iter().map(ToString::to_string).collect();
         assert!(
-            all.iter().any(|l| l.contains("ingest (11) spent 9.0 s of 10.0 s waiting for the Python GIL (90%), 90% of it behind processor (12)")),
+            all.iter()
+                .any(|l| l.contains("ingest (11) spent 9.0 s of 10.0 s waiting for the Python GIL (90%), 90% of it behind processor (12)")),
             "{all:?}"
         );
     }
@@ -791,7 +855,7 @@ mod pins {
     //! Today's verdict text, pinned line by line for every kind of finding.
     use super::*;
     use crate::model::blame::{FutexWait, PARKED};
-    use crate::report::fixtures::{age, chain, cgroup, lines, row, starving, S};
+    use crate::report::fixtures::{age, cgroup, chain, lines, row, starving, S};
     use crate::report::{AgeReport, CgroupReport, Throttling};
 
     struct Window {
@@ -1285,8 +1349,58 @@ mod typed {
         // as shown, the convoy's waiters are in its line
         assert_eq!(kinds(&findings_of(rows, 4 * S, 4.0, None)), ["lock_convoy"]);
         let wakers = vec![named(2, "w2"), named(3, "w3"), ThreadRef { tid: 99, name: None }];
-        let convoy = Kind::LockConvoy { futex: 0xabc, waiters: vec![1, 2, 3], wait_ns: 9 * S, window_ns: 4 * S, wakers };
+        let convoy =
+            Kind::LockConvoy { futex: 0xabc, waiters: vec![1, 2, 3], wait_ns: 9 * S, window_ns: 4 * S, wakers, unmeasured_python: None };
         check(&f[0], convoy, 9 * S, "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 4.0 s, woken by w2 (2), w3 (3), thread 99: they take turns on one lock");
+    }
+
+    /// Three threads waiting on futex 0x1008 of a Python process whose interpreter's GIL is
+    /// `gil` (a measured one: "enabled"), its GIL's words in `ranges`.
+    fn old_python(gil: &'static str, ranges: Vec<(u64, u64)>) -> ProcessReport {
+        let rows: Vec<ThreadRow> = (1..=3)
+            .map(|i| {
+                let mut r = row(i, &format!("w{i}"), &[(State::FutexWait, 3 * S), (State::Running, S)]);
+                r.futex.push(FutexWait { addr: 0x1008, waker: if i == 3 { 1 } else { i + 1 }, ns: 3 * S });
+                r
+            })
+            .collect();
+        let python = crate::report::PythonInfo {
+            version: "2.7.18".into(),
+            gil,
+            gil_probe: "none",
+            lock_probe: "none",
+            free_threaded: false,
+            binary: "/usr/lib/libpython2.7.so.1.0".into(),
+            symbols: true,
+            switch_interval_us: None,
+            unmeasured_gil: ranges,
+        };
+        let mut r = ProcessReport::new(1, "python".into(), Some(python), 4 * S, None, rows);
+        r.cpu_limit_cores = 4.0;
+        r
+    }
+
+    #[test]
+    fn an_unmeasured_interpreters_gil_is_said_as_the_gil_and_never_as_a_convoy() {
+        let shown = findings(&old_python("unknown", vec![(0x1000, 0x1030)]));
+        assert_eq!(kinds(&shown), ["unmeasured_gil"]);
+        let gil = Kind::UnmeasuredGil {
+            version: "2.7.18".into(),
+            count: 3,
+            threads: vec![named(1, "w1"), named(2, "w2"), named(3, "w3")],
+            wait_ns: 9 * S,
+            window_ns: 4 * S,
+        };
+        check(&shown[0], gil, 9 * S, "GIL (not measured): 3 threads (w1 (1), w2 (2), w3 (3)) waited 9.0 s in total in 4.0 s on the GIL of CPython 2.7.18, whose GIL waitmeter does not measure (it measures CPython 3.8 and later): GIL contention, not a lock convoy; these waits count as futex_wait, with no holder named. Fewer threads running Python code at once (processes for CPU work) is the fix; on CPython 3.8 and later the GIL's holders are named");
+        // a futex word outside the GIL's: a convoy as ever
+        assert_eq!(kinds(&findings(&old_python("unknown", vec![(0x2000, 0x2030)]))), ["lock_convoy"]);
+        // symbols that do not say where the GIL is: the convoy, said to be maybe the GIL
+        let f = findings(&old_python("unknown", vec![]));
+        assert_eq!(kinds(&f), ["lock_convoy"]);
+        assert!(f[0].to_string().ends_with("they take turns on one lock, or this is the GIL: waitmeter does not measure the GIL of CPython 2.7.18 (it measures CPython 3.8 and later), and this interpreter's symbols do not say where its GIL is"), "{}", f[0]);
+        // a measured interpreter: no caveat
+        let f = findings(&old_python("enabled", vec![]));
+        assert!(f[0].to_string().ends_with("they take turns on one lock"), "{}", f[0]);
     }
 
     #[test]
@@ -1492,7 +1606,9 @@ mod typed {
         assert!(!shown.iter().any(|f| matches!(&f.kind, Kind::GilWait { victim, .. } if victim.thread.tid == 12)), "{:?}", kinds(&shown));
         // the chain holds with no age source too, said as likely
         let unconfirmed = starvation_of(chain(), None).expect("a likely starvation");
-        assert!(matches!(&unconfirmed.kind, Kind::GilStarvation { victim, age_confirmed: false, lock_holder: Some(_), .. } if victim.thread.tid == 11));
+        assert!(
+            matches!(&unconfirmed.kind, Kind::GilStarvation { victim, age_confirmed: false, lock_holder: Some(_), .. } if victim.thread.tid == 11)
+        );
     }
 
     #[test]

@@ -108,8 +108,14 @@ impl Session {
                     p.version
                 ),
                 None => log::warn!(
-                    "process {pid} runs Python {}, which waitmeter does not know (it knows 3.8 and later): GIL waits count as futex_wait",
-                    p.version
+                    "process {pid} runs CPython {}, whose GIL waitmeter does not measure (it measures {}): its GIL waits count as futex_wait{}",
+                    p.version,
+                    python::MEASURED,
+                    if p.unmeasured_gil.is_empty() {
+                        ", and a lock convoy the verdict names may be the GIL"
+                    } else {
+                        ", and the verdict names waits on the GIL's futex words as the GIL's"
+                    }
                 ),
             }
             return (py, vec![]);
