@@ -2,6 +2,9 @@
 (ingest waits on a lock whose holder waits for the GIL) named as one finding with the
 lock waiter first; starvation said, as likely, with no age source. Each with the
 workload's own ground truth and a control that must stay quiet."""
+import json
+import re
+
 import pytest
 
 from conftest import ROOT, Workload, attach, by_tid, share
@@ -110,3 +113,45 @@ def test_an_unmeasured_interpreters_gil_is_never_a_lock_convoy(version):
     with Workload(old_python(version), OLD_GIL, 1) as w:
         quiet, _ = attach(w.pid, 2.0)
     assert not any(f["kind"] in ("unmeasured_gil", "lock_convoy") for f in quiet["findings"]), quiet["verdict"]
+
+
+PER_REQUEST = ROOT / "tests" / "workloads" / "thread_per_request.py"
+
+
+def served(w):
+    parts = w.readline(5, "a served line").split()
+    assert parts[0] == "served", parts
+    return int(parts[1])
+
+
+@pytest.mark.parametrize("version", ["3.12"])
+def test_short_lived_threads_are_one_row_per_role_with_their_count(version):
+    """A thread-per-request HTTP server (ThreadingHTTPServer) answers hundreds of requests a
+    second, each on a thread of its own: the report has a row per role, the request threads
+    summed in one with their count (the server's own count of requests is the ground truth),
+    and the JSON stays small; --each-thread gives the row per thread back."""
+    import subprocess
+    from conftest import WAITMETER
+    with Workload(installed_python(version), PER_REQUEST) as w:
+        report, _ = attach(w.pid, 4.0)
+        # the server's rate (its lines are read in order: two in a row a second apart)
+        first = served(w)
+        during = 4 * (served(w) - first)
+        each, cp = attach(w.pid, 2.0, "--each-thread")
+        text = subprocess.run([str(WAITMETER), "attach", "--pid", str(w.pid), "--duration", "2"],
+                              capture_output=True, text=True, timeout=60).stdout
+    assert during >= 200, during
+    folded = [t for t in report["threads"] if t.get("folded_threads")]
+    assert len(folded) == 1 and len(report["threads"]) <= 8, [(t["tid"], t["name"], t.get("folded_threads")) for t in report["threads"]]
+    rows = folded[0]
+    assert 0.5 * during <= rows["folded_threads"] <= 1.5 * during, (rows["folded_threads"], during)
+    assert rows["exited"] is True and rows["existed_s"] > 0, rows
+    # every thread's time is in the report once: the folded row's seconds add up to its existence
+    assert abs(sum(rows["seconds"].values()) - rows["existed_s"]) <= 0.01 * rows["existed_s"] + 1e-6, rows
+    # --each-thread: a row per request thread, several times the size
+    singles = [t for t in each["threads"] if t["exited"]]
+    assert len(singles) >= 0.25 * during and not any(t.get("folded_threads") for t in each["threads"]), len(singles)
+    assert len(json.dumps(report)) * 3 < len(json.dumps(each)) * 2 or len(json.dumps(report)) < 100_000, (len(json.dumps(report)), len(json.dumps(each)))
+    # the table names the folded row by its count
+    assert re.search(r"^\s+\d+\s+\d+× \S+", text, re.M), text
+    assert len([l for l in text.splitlines() if re.match(r"\s+\d+\s{2}\S", l)]) <= 8, text

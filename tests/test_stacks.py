@@ -180,7 +180,7 @@ def test_a_stripped_libpython_and_threads_that_exit_mid_window(tmp_path):
         pytest.fail("pyenv 3.12 is not installed here")
     out = tmp_path / "wait.pb.gz"
     with Workload(py, HOLDER, "churn", env=env) as w:
-        report, cp = attach(w.pid, 3.0, "--profile", out)
+        report, cp = attach(w.pid, 3.0, "--profile", out, "--each-thread")
     assert report["python"]["symbols"] is False, report["python"]
     exited = {t["tid"] for t in report["threads"] if t["exited"]}
     assert len(exited) >= 10, len(exited)

@@ -434,6 +434,10 @@ pub struct AttachArgs {
     /// takes twice the window's median age plus 0.1 s (docs/verdicts.md)
     #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
     pub age_slo: Option<f64>,
+    /// A row for every thread: by default the exited threads that lived less than a tenth of
+    /// the window are summed into one row per role (their name without its numbers), with their count
+    #[arg(long)]
+    pub each_thread: bool,
     #[command(flatten)]
     pub probe: ProbeArgs,
     #[command(flatten)]

@@ -66,6 +66,7 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l age-socke
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l age-socket-mode -d 'Permissions of the --age-socket file in octal: who may send (default 0660: the agent\'s user and the socket\'s group; 0666: every local user)' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l age-socket-group -d 'Group of the --age-socket file (a name from /etc/group or a gid), e.g. the group of an application that runs as another user' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l age-max-threads -d 'Most threads whose --age-socket samples are kept at once; records of more are counted as dropped (waitmeter_age_client_rejected_total{reason="state_full"})' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l each-thread -d 'A row for every thread: by default the exited threads that lived less than a tenth of the window are summed into one row per role (their name without its numbers), with their count'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -s v -l verbose -d 'More log output on stderr (-v: info, -vv: debug, including libbpf\'s log); with attach, the verdict lists every finding, idle threads one by one'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -s p -l pid -d 'Process to measure; repeat for several, or separate them with commas' -r

@@ -226,6 +226,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
                     })
                     .collect();
                 let r = ProcessReport::new(w.target.pid, w.target.comm.clone(), w.python.clone(), tick_ns, None, rows);
+                let r = if args.each_thread { r } else { r.with_short_lived_folded() };
                 let age_line = ages.process(w.target.pid, t0).map(|a| {
                     format!(
                         "age {:.2} s ({:+.2} s since attach, {} samples from the {})",
@@ -374,6 +375,8 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         };
         let report =
             report.with_age(ages.process(target.pid, t0)).with_stacks(session.wait_stacks(target.id)).with_events_lost(lost.clone());
+        // short-lived threads folded by role, their wait stacks with them
+        let report = if args.each_thread { report } else { report.with_short_lived_folded() };
         if let (Some((path, file)), Some(stacks)) = (profile_file.as_mut(), report.stacks.as_ref()) {
             let names: HashMap<u32, String> = report.threads.iter().map(|t| (t.tid, t.name.clone())).collect();
             let builder = crate::export::profile::pprof(stacks, &names, start_unix_ns, end.saturating_sub(t0) as i64);

@@ -19,6 +19,8 @@ pub fn dump(args: &DumpArgs) -> Result<()> {
         interval: args.window,
         profile: None,
         age_slo: None,
+        // dump shows threads alive now, each by its TID
+        each_thread: true,
         probe: args.probe.clone(),
         age: AgeArgs::from_arg_matches(&no_age)?,
         command: vec![],

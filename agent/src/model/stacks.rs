@@ -279,6 +279,22 @@ impl WaitStacks {
         }
     }
 
+    /// The same waits with every victim and culprit TID passed through `to` (threads folded
+    /// into one row: `report::fold`), entries that meet merged.
+    pub fn remap(&mut self, to: impl Fn(u32) -> u32) {
+        let key = |k: Key| Key { victim: to(k.victim), blamed: if k.blamed == 0 { 0 } else { to(k.blamed) }, ..k };
+        let mut ns: HashMap<Key, u64> = HashMap::with_capacity(self.ns.len());
+        for (k, v) in self.ns.drain() {
+            *ns.entry(key(k)).or_default() += v;
+        }
+        let mut lengths: HashMap<Key, Lengths> = HashMap::with_capacity(self.lengths.len());
+        for (k, l) in self.lengths.drain() {
+            lengths.entry(key(k)).or_default().add(&l);
+        }
+        self.ns = ns;
+        self.lengths = lengths;
+    }
+
     /// `add`, with the waits' lengths (kept for GIL holders' entries).
     pub fn add_waits(&mut self, k: Key, ns: u64, l: &Lengths) {
         if k.role == Role::Holder && k.state == State::GilWait && (self.ns.contains_key(&k) || self.ns.len() < MAX_ENTRIES) {

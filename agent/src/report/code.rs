@@ -118,7 +118,7 @@ pub fn of(kind: &Kind, stacks: &WaitStacks, switch_ns: u64) -> Option<Code> {
 /// A convoy: the code that released the lock (the wakers' top site) and
 /// where the waiters waited for it, over all its waiters.
 fn convoy(waiters: &[u32], stacks: &WaitStacks) -> Option<Code> {
-    let anyone = |text: String| ThreadRef { tid: 0, name: Some(text) };
+    let anyone = |text: String| ThreadRef { tid: 0, name: Some(text), folded: 0 };
     let side = |who: &str, s: Site| Side {
         thread: anyone(who.into()),
         site: s.text,
@@ -199,12 +199,12 @@ mod tests {
         w.add(key(Role::Victim, &recv), 1000);
         let kind = Kind::GilStarvation {
             victim: ThreadTime {
-                thread: ThreadRef { tid: 11, name: Some("ingest".into()) },
+                thread: ThreadRef { tid: 11, name: Some("ingest".into()), folded: 0 },
                 state: State::GilWait,
                 ns: 1000,
                 total_ns: 1100,
             },
-            holder: Some(Behind { culprit: Culprit::Thread(ThreadRef { tid: 12, name: Some("processor".into()) }), share: 1.0 }),
+            holder: Some(Behind { culprit: Culprit::Thread(ThreadRef { tid: 12, name: Some("processor".into()), folded: 0 }), share: 1.0 }),
             unresolved: 0.0,
             age: None,
             cpu: CpuUse { used_cores: 1.0, limit_cores: 2.0 },

@@ -305,7 +305,7 @@ pub struct LockHolder {
 /// " held by processor (12)" when `b` is a named thread of the report.
 fn held_by(b: &Option<Behind>) -> String {
     match b {
-        Some(Behind { culprit: Culprit::Thread(ThreadRef { tid, name: Some(name) }), .. }) if *tid != blame::GONE => {
+        Some(Behind { culprit: Culprit::Thread(ThreadRef { tid, name: Some(name), folded: 0 }), .. }) if *tid != blame::GONE => {
             format!(" held by {name} ({tid})")
         }
         _ => String::new(),
@@ -320,6 +320,13 @@ pub const OWN_GIL_SHARE: f64 = 0.05;
 pub struct ThreadRef {
     pub tid: u32,
     pub name: Option<String>,
+    /// a row of this many short-lived threads of one role (`tid` is the first of them); absent: one thread
+    #[serde(skip_serializing_if = "is_zero")]
+    pub folded: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What had what a thread waited for.
@@ -507,6 +514,7 @@ impl ThreadRef {
     fn or(&self, unknown: impl FnOnce(u32) -> String) -> String {
         match &self.name {
             Some(name) if self.tid == crate::model::blame::GONE => name.clone(),
+            Some(name) if self.folded > 0 => format!("{}× {name}", self.folded),
             Some(name) => format!("{name} ({})", self.tid),
             None => unknown(self.tid),
         }
@@ -746,7 +754,7 @@ impl fmt::Display for Kind {
             }
             Kind::GilStarvation { victim, holder, unresolved, age, cpu, lock_holder, age_confirmed } => {
                 let holder = holder.as_ref().and_then(|h| match &h.culprit {
-                    Culprit::Thread(ThreadRef { tid, name: Some(name) }) => Some((name, tid)),
+                    Culprit::Thread(ThreadRef { tid, name: Some(name), folded: 0 }) => Some((name, tid)),
                     _ => None,
                 });
                 let behind = holder.map(|(name, tid)| format!(" held by {name} ({tid})")).unwrap_or_default() + &unresolved_part(*unresolved);
@@ -908,7 +916,7 @@ mod tests {
     use serde_json::json;
 
     fn thread(tid: u32, name: Option<&str>) -> ThreadRef {
-        ThreadRef { tid, name: name.map(Into::into) }
+        ThreadRef { tid, name: name.map(Into::into), folded: 0 }
     }
 
     #[test]
@@ -950,6 +958,11 @@ mod tests {
         assert_eq!(Culprit::Idle.long(), "idle");
         assert_eq!(Culprit::Timeout.short(), "timeout");
         assert_eq!(thread(12, None).or_thread_tid(), "thread 12");
+        // a folded row: its count and role, not the first TID
+        let folded = ThreadRef { tid: 100, name: Some("Thread-* (process_request_thread)".into()), folded: 300 };
+        assert_eq!(folded.or_a_thread(), "300× Thread-* (process_request_thread)");
+        assert_eq!(serde_json::to_value(&folded).unwrap()["folded"], 300);
+        assert!(serde_json::to_value(thread(12, None)).unwrap().get("folded").is_none());
     }
 
     #[test]

@@ -67,6 +67,14 @@ pub struct JsonThread {
     /// time the thread existed within the window (the sum of `seconds`)
     pub existed_s: f64,
     pub exited: bool,
+    /// a row of this many short-lived threads of one role, summed (`name` is the role, `tid`
+    /// the first of them; `attach --each-thread` keeps a row each); absent: one thread
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub folded_threads: u32,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Serialize, Debug)]
@@ -438,6 +446,7 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
         }),
         existed_s: round6(secs(row.existed_ns)),
         exited: row.exited,
+        folded_threads: row.folded,
     }
 }
 

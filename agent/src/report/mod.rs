@@ -6,6 +6,7 @@ pub mod environment;
 pub mod finding;
 #[cfg(test)]
 mod fixtures;
+pub mod fold;
 pub mod json;
 pub mod text;
 pub mod verdict;
@@ -50,6 +51,20 @@ pub struct ThreadRow {
     pub cpu_split: Option<(u64, u64)>,
     /// its syscalls in the window, most calls first (empty: not counted; the syscall probe)
     pub syscalls: Vec<crate::model::syscalls::SyscallCount>,
+    /// a row of this many short-lived threads of one role, summed (`fold`); 0: one thread
+    pub folded: u32,
+}
+
+impl ThreadRow {
+    /// The row's name in a table or a verdict line: "1612× Thread-* (process_request_thread)"
+    /// for a folded row.
+    pub fn label(&self) -> String {
+        if self.folded > 0 {
+            format!("{}× {}", self.folded, self.name)
+        } else {
+            self.name.clone()
+        }
+    }
 }
 
 /// CPUs of the machine.
@@ -141,6 +156,7 @@ impl ThreadRow {
             peaks: None,
             cpu_split: None,
             syscalls: vec![],
+            folded: 0,
         }
     }
 }
@@ -262,6 +278,18 @@ impl ProcessReport {
         }
         self.cgroup = cgroup;
         self.throttling = throttling;
+        self
+    }
+
+    /// Fold the exited threads that lived less than `verdict::MIN_PRESENCE` of the window into
+    /// a row per role (`fold`).
+    pub fn with_short_lived_folded(mut self) -> Self {
+        let short_ns = (verdict::MIN_PRESENCE * self.duration_ns as f64) as u64;
+        let (threads, under) = fold::fold(std::mem::take(&mut self.threads), short_ns);
+        self.threads = threads;
+        if let Some(s) = self.stacks.as_mut().filter(|_| !under.is_empty()) {
+            s.remap(|tid| under.get(&tid).copied().unwrap_or(tid));
+        }
         self
     }
 

@@ -126,7 +126,7 @@ pub fn plain_line(r: &ProcessReport, at_s: f64, age: Option<&str>) -> String {
         if !c.is_empty() {
             let total = t.times.total().max(1) as f64;
             let waited = t.times.waiting() + t.times.get(State::FutexWait);
-            waits.push(format!("{} {:.0}% ({c})", t.name, 100.0 * waited as f64 / total));
+            waits.push(format!("{} {:.0}% ({c})", t.label(), 100.0 * waited as f64 / total));
         }
     }
     if waits.is_empty() {
@@ -188,7 +188,7 @@ pub fn table_fit(r: &ProcessReport, color: bool, width: usize) -> String {
     let _ = writeln!(out, "  {}", truncate("TOP CULPRIT", culprit_width));
     for t in by_impact(&r.threads) {
         let total = t.times.total();
-        let name = if t.exited { format!("{}†", truncate(&t.name, 15)) } else { truncate(&t.name, 16) };
+        let name = if t.exited { format!("{}†", truncate(&t.label(), 15)) } else { truncate(&t.label(), 16) };
         let _ = write!(out, "{:>7}  {:<16}", t.tid, name);
         if states {
             for &s in &shown {

@@ -27,14 +27,22 @@ pub const IDLE_CPU_SHARE: f64 = 0.5;
 /// Thread `tid`, named when it is one of `rows` (or it stands for many exited ones).
 fn thread_ref(tid: u32, rows: &[ThreadRow]) -> ThreadRef {
     if tid == crate::model::blame::GONE {
-        return ThreadRef { tid, name: Some("exited threads".to_string()) };
+        return ThreadRef { tid, name: Some("exited threads".to_string()), folded: 0 };
     }
-    ThreadRef { tid, name: rows.iter().find(|x| x.tid == tid).map(|x| x.name.clone()) }
+    match rows.iter().find(|x| x.tid == tid) {
+        Some(r) => row_ref(r),
+        None => ThreadRef { tid, name: None, folded: 0 },
+    }
+}
+
+/// The thread (or the folded threads) of row `r`.
+fn row_ref(r: &ThreadRow) -> ThreadRef {
+    ThreadRef { tid: r.tid, name: Some(r.name.clone()), folded: r.folded }
 }
 
 /// The thread of `r`, and its time in `state`.
 fn time_in(r: &ThreadRow, state: State) -> ThreadTime {
-    ThreadTime { thread: ThreadRef { tid: r.tid, name: Some(r.name.clone()) }, state, ns: r.times.get(state), total_ns: r.times.total() }
+    ThreadTime { thread: row_ref(r), state, ns: r.times.get(state), total_ns: r.times.total() }
 }
 
 /// The known thread that held the GIL longest while `r` waited for it.
@@ -156,7 +164,7 @@ fn saturated(report: &ProcessReport, cpu: CpuUse) -> impl Iterator<Item = Kind> 
                 && (queued as f64) < SATURATED_QUEUED_SHARE * total as f64
         })
         .map(move |r| Kind::SaturatedThread {
-            thread: ThreadRef { tid: r.tid, name: Some(r.name.clone()) },
+            thread: row_ref(r),
             busy_ns: busy_ns(r),
             running_ns: r.times.get(State::Running),
             total_ns: r.times.total(),
@@ -224,7 +232,7 @@ fn burst(r: &ThreadRow, window_ns: u64) -> Option<Kind> {
         .filter(|(s, p)| p.share() >= BURST_SHARE && share_of(r, *s) < WAITING_SHARE)
         .max_by_key(|(_, p)| (p.stretch_ns, p.ns))
         .map(|(state, p)| Kind::Burst {
-            thread: ThreadRef { tid: r.tid, name: Some(r.name.clone()) },
+            thread: row_ref(r),
             state,
             share: p.share(),
             at_ns: p.at_ns,
@@ -250,7 +258,7 @@ fn clock_syscalls(r: &ThreadRow, env: Option<&super::environment::Environment>, 
     let per_s = calls as f64 / secs(r.times.total()).max(1e-9);
     let running_ns = r.times.get(State::Running);
     (per_s >= CLOCK_SYSCALL_RATE && kernel_ns as f64 >= CLOCK_SYSCALL_SHARE * running_ns as f64).then(|| Kind::ClockSyscalls {
-        thread: ThreadRef { tid: r.tid, name: Some(r.name.clone()) },
+        thread: row_ref(r),
         calls,
         per_s,
         kernel_ns,
@@ -299,7 +307,7 @@ fn yielding(rows: &[ThreadRow], window_ns: u64) -> Option<Kind> {
     yielders.sort_by_key(|r| (std::cmp::Reverse(r.times.get(State::Yield)), r.tid));
     Some(Kind::Yielding {
         count: yielders.len(),
-        threads: yielders.iter().take(IDLE_NAMED).map(|r| ThreadRef { tid: r.tid, name: Some(r.name.clone()) }).collect(),
+        threads: yielders.iter().take(IDLE_NAMED).map(|r| row_ref(r)).collect(),
         yield_ns: yielders.iter().map(|r| r.times.get(State::Yield)).sum(),
         yields: yielders.iter().map(|r| r.yields).sum(),
         running_ns: yielders.iter().map(|r| r.times.get(State::Running)).sum(),
@@ -480,7 +488,8 @@ fn starvation(report: &ProcessReport, idle: &std::collections::BTreeSet<u32>, cp
         (None, None) => return None,
     };
     let holder = gil_holder(gil_waiter, rows);
-    let named = matches!(&holder, Some(Behind { culprit: Culprit::Thread(ThreadRef { name: Some(_), tid }), .. }) if *tid != blame::GONE);
+    let named =
+        matches!(&holder, Some(Behind { culprit: Culprit::Thread(ThreadRef { name: Some(_), tid, .. }), .. }) if *tid != blame::GONE);
     if !confirmed && !named {
         return None;
     }
@@ -544,7 +553,7 @@ pub fn findings(report: &ProcessReport) -> Vec<Finding> {
         let idle_tids = idle_threads(&report.threads, &in_convoy, report.duration_ns);
         let idle_rows: Vec<&ThreadRow> =
             report.threads.iter().filter(|r| present(r, report.duration_ns) && idle_tids.contains(&r.tid)).collect();
-        let threads = idle_rows.iter().take(IDLE_NAMED).map(|r| ThreadRef { tid: r.tid, name: Some(r.name.clone()) }).collect();
+        let threads = idle_rows.iter().take(IDLE_NAMED).map(|r| row_ref(r)).collect();
         shown.push(Finding::from(Kind::IdleThreads { count: idle_rows.len(), threads }));
     }
     if shown.len() > MAX_LINES {
@@ -1167,7 +1176,7 @@ mod typed {
     use crate::report::Throttling;
 
     fn named(tid: u32, name: &str) -> ThreadRef {
-        ThreadRef { tid, name: Some(name.into()) }
+        ThreadRef { tid, name: Some(name.into()), folded: 0 }
     }
 
     fn time(tid: u32, name: &str, state: State, ns: u64, total_ns: u64) -> ThreadTime {
@@ -1266,7 +1275,7 @@ mod typed {
         let mut victim = row(11, "ingest", &[(State::GilWait, 3 * S), (State::Running, 7 * S)]);
         victim.gil_by_holder.insert(77, 3 * S);
         let f = findings_of(vec![victim], 10 * S, 4.0, None);
-        let holder = Some(Behind { culprit: Culprit::Thread(ThreadRef { tid: 77, name: None }), share: 1.0 });
+        let holder = Some(Behind { culprit: Culprit::Thread(ThreadRef { tid: 77, name: None, folded: 0 }), share: 1.0 });
         let kind = Kind::GilWait { victim: time(11, "ingest", State::GilWait, 3 * S, 10 * S), wait_ratio: 0.3, holder, unresolved: 0.0 };
         assert_eq!(f, [Finding { kind, explains_ns: 3 * S, code: None, age: None, culprits_off_cpu: vec![] }]);
         assert!(f[0].to_string().contains(", 100% of it behind a thread (77), wait ratio 0.30"), "{}", f[0]);
@@ -1348,7 +1357,7 @@ mod typed {
         assert_eq!(kinds(&f), ["lock_convoy", "blocked", "blocked", "blocked"]);
         // as shown, the convoy's waiters are in its line
         assert_eq!(kinds(&findings_of(rows, 4 * S, 4.0, None)), ["lock_convoy"]);
-        let wakers = vec![named(2, "w2"), named(3, "w3"), ThreadRef { tid: 99, name: None }];
+        let wakers = vec![named(2, "w2"), named(3, "w3"), ThreadRef { tid: 99, name: None, folded: 0 }];
         let convoy =
             Kind::LockConvoy { futex: 0xabc, waiters: vec![1, 2, 3], wait_ns: 9 * S, window_ns: 4 * S, wakers, unmeasured_python: None };
         check(&f[0], convoy, 9 * S, "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 4.0 s, woken by w2 (2), w3 (3), thread 99: they take turns on one lock");
