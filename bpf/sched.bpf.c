@@ -323,6 +323,8 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 		t->d.nr_switches++;
 	if (switched_out && e->to == WM_STATE_YIELD)
 		t->d.nr_yields++;
+	if (switched_out && e->to == WM_STATE_GIL_WAIT)
+		t->d.nr_gil_waits++;
 	if (out)
 		__builtin_memcpy(out, &t->d, sizeof(*out));
 	bpf_spin_unlock(&t->lock);

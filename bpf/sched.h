@@ -75,6 +75,7 @@ struct wm_thread_data {
 	__u32 waker;      /* in futex_wait: host TID of the thread whose FUTEX_WAKE woke it; 0 none yet / timeout */
 	__u64 nr_switches; /* times it left the CPU */
 	__u64 nr_yields;   /* of those, by sched_yield(2) while runnable */
+	__u64 nr_gil_waits; /* of those, into gil_wait: each ends with the GIL handed to it */
 	__u64 gil_holder;  /* in gil_wait: who held the GIL at switch-out (as the process' thread states name it), 0 unknown */
 	__u64 futex_addr;  /* in futex_wait or gil_wait: the futex word (parked: the address parked on) */
 	__u16 futex_kind;  /* in futex_wait: enum wm_futex_kind */

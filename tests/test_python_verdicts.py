@@ -155,3 +155,52 @@ def test_short_lived_threads_are_one_row_per_role_with_their_count(version):
     # the table names the folded row by its count
     assert re.search(r"^\s+\d+\s+\d+× \S+", text, re.M), text
     assert len([l for l in text.splitlines() if re.match(r"\s+\d+\s{2}\S", l)]) <= 8, text
+
+
+FASTAPI_WS = ROOT / "tests" / "workloads" / "fastapi_ws.py"
+# a FastAPI whose Starlette TestClient busy-polls its websocket receive (Starlette <= 0.36), and
+# a current one that waits on a memory stream (the control): exact versions, from PyPI
+STARLETTE_036 = ["fastapi==0.110.0", "starlette==0.36.3", "httpx==0.27.2", "anyio==4.16.0"]
+STARLETTE_NOW = ["fastapi==0.165.0", "starlette==1.10.0", "httpx==0.28.1", "anyio==4.16.0"]
+
+
+def fastapi_python(version, pins):
+    """pyenv `version` in a venv of its own with `pins` installed."""
+    import subprocess
+    from conftest import BUILD
+    venv = BUILD / f"fastapi-{version}-{pins[1].replace('==', '-')}"
+    py = venv / "bin" / "python"
+    if not py.exists():
+        subprocess.run([installed_python(version), "-m", "venv", str(venv)], check=True, timeout=300)
+    check = "import fastapi, starlette; assert starlette.__version__ == %r" % pins[1].split("==")[1]
+    if subprocess.run([str(py), "-c", check], capture_output=True, timeout=60).returncode != 0:
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *pins], check=True, timeout=900)
+    return py
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.12"])
+def test_a_busy_polling_testclient_is_gil_ping_pong_and_a_current_one_is_quiet(version):
+    """FastAPI under Starlette 0.36's TestClient with three websocket sessions: each session's
+    portal thread busy-polls (`await anyio.sleep(0)` until the client's next message) and
+    takes the GIL tens of thousands of times a second. The verdict says GIL ping-pong, names
+    the three, and does not call them threads that had work. A current Starlette (1.10) is the
+    control: its portal threads sleep, and nothing is flagged."""
+    with Workload(fastapi_python(version, STARLETTE_036), FASTAPI_WS, 3, timeout=60) as w:
+        report, _ = attach(w.pid, 4.0)
+    portals = {w.tids[f"portal-{i}"] for i in range(3)}
+    threads = by_tid(report)
+    # the ground truth of busy-polling: each portal ran a large share of its time and went to
+    # wait for the GIL over 1,000 times a second for holds of microseconds
+    for tid in portals:
+        t = threads[tid]
+        assert share(t, "running") >= 0.2 and t["gil_waits"] >= 1000 * t["existed_s"], t
+    pong = next(f for f in report["findings"] if f["kind"] == "gil_ping_pong")
+    assert {t["tid"] for t in pong["threads"]} == portals and pong["count"] == 3, pong
+    assert pong["handoffs_per_s"] >= 3000 and pong["mean_hold_s"] < 0.001, pong
+    assert any(v.startswith("GIL ping-pong: 3 threads") for v in report["verdict"]), report["verdict"]
+    assert not any("had work and could not do it" in v for v in report["verdict"]), report["verdict"]
+    assert not any(v.startswith("GIL starvation") for v in report["verdict"]), report["verdict"]
+    with Workload(fastapi_python(version, STARLETTE_NOW), FASTAPI_WS, 3, timeout=60) as w:
+        quiet, _ = attach(w.pid, 4.0)
+    assert not any(f["kind"] in ("gil_ping_pong", "gil_wait", "gil_starvation") for f in quiet["findings"]), quiet["verdict"]
+    assert quiet["verdict"][0].startswith("healthy:"), quiet["verdict"]

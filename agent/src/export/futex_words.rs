@@ -193,6 +193,7 @@ mod tests {
             futex: waits.iter().map(|(addr, ns)| FutexWait { addr: *addr, waker: 0, ns: *ns }).collect(),
             runqueue_by: Default::default(),
             yields: 0,
+            gil_waits: 0,
         }
     }
 

@@ -96,6 +96,9 @@ pub struct ThreadSample {
     pub runqueue_by: std::collections::BTreeMap<super::blame::Preemptor, u64>,
     /// times it gave the CPU away with sched_yield(2) (each began a `yield` stretch)
     pub yields: u64,
+    /// times it went to wait for the GIL (each wait ends with the GIL handed to it, or a
+    /// CPython timeout that waits again)
+    pub gil_waits: u64,
 }
 
 impl ThreadSample {
@@ -123,6 +126,7 @@ impl ThreadSample {
         let mut d = self.clone();
         d.times = self.times.since(&earlier.times);
         d.yields = self.yields.saturating_sub(earlier.yields);
+        d.gil_waits = self.gil_waits.saturating_sub(earlier.gil_waits);
         for (holder, ns) in d.gil_by_holder.iter_mut() {
             *ns = ns.saturating_sub(earlier.gil_by_holder.get(holder).copied().unwrap_or(0));
         }
@@ -220,6 +224,7 @@ pub fn test_sample(tid: u32, times: Times, at_ns: u64) -> ThreadSample {
         futex: vec![],
         runqueue_by: Default::default(),
         yields: 0,
+        gil_waits: 0,
     }
 }
 

@@ -522,6 +522,7 @@ impl SchedProbe {
                     futex: vec![],
                     runqueue_by: Default::default(),
                     yields: t.nr_yields,
+                    gil_waits: t.nr_gil_waits,
                 },
                 gil_holder: (t.state == State::GilWait as u32).then_some(t.gil_holder),
             });
@@ -560,6 +561,7 @@ impl SchedProbe {
                         futex: vec![],
                         runqueue_by: Default::default(),
                         yields: r.t.nr_yields,
+                        gil_waits: r.t.nr_gil_waits,
                     },
                 )
             })

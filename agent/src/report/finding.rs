@@ -177,6 +177,27 @@ pub enum Kind {
         #[serde(rename = "window_s", serialize_with = "seconds")]
         window_ns: u64,
     },
+    /// "GIL ping-pong:": threads that take the GIL thousands of times a second for microseconds
+    /// each (busy-polling event loops, tight loops of tiny GIL-releasing calls): their GIL
+    /// waits are not work kept waiting
+    GilPingPong {
+        /// how many threads, and the first few, most hand-offs first
+        count: usize,
+        threads: Vec<ThreadRef>,
+        /// the times they went to wait for the GIL, per second of the window (summed)
+        #[serde(serialize_with = "rounded")]
+        handoffs_per_s: f64,
+        /// their mean time on the CPU between two waits for the GIL
+        #[serde(rename = "mean_hold_s", serialize_with = "seconds")]
+        mean_hold_ns: u64,
+        /// their summed GIL wait and running time (what their polling cost)
+        #[serde(rename = "gil_wait_s", serialize_with = "seconds")]
+        gil_wait_ns: u64,
+        #[serde(rename = "running_s", serialize_with = "seconds")]
+        running_ns: u64,
+        #[serde(rename = "window_s", serialize_with = "seconds")]
+        window_ns: u64,
+    },
     /// "GIL wait:": a thread waited for the GIL a large share of its time
     GilWait {
         #[serde(flatten)]
@@ -430,6 +451,7 @@ impl Kind {
             Kind::AgeRisingCpuIdle { longest_wait, .. } => longest_wait.as_ref().map_or(0, |w| w.ns),
             Kind::AgeRisingCpuBusy { busiest, .. } => busiest.as_ref().map_or(0, |w| w.ns),
             Kind::LockConvoy { wait_ns, .. } | Kind::UnmeasuredGil { wait_ns, .. } => *wait_ns,
+            Kind::GilPingPong { gil_wait_ns, .. } => *gil_wait_ns,
             Kind::Burst { stretch_ns, share, interval_ns, .. } => (*stretch_ns).max((share * *interval_ns as f64) as u64),
             Kind::ClockSyscalls { kernel_ns, .. } => *kernel_ns,
         }
@@ -444,7 +466,7 @@ impl Kind {
             Kind::GilStarvation { .. } => 2,
             Kind::CpuQuotaThrottling { .. } => 3,
             Kind::AgeRisingCpuIdle { .. } | Kind::AgeRisingCpuBusy { .. } => 4,
-            Kind::LockConvoy { .. } | Kind::UnmeasuredGil { .. } => 5,
+            Kind::LockConvoy { .. } | Kind::UnmeasuredGil { .. } | Kind::GilPingPong { .. } => 5,
             Kind::GilWait { .. } | Kind::RunQueueSaturation { .. } | Kind::CpuQuota { .. } | Kind::Blocked { .. } => 6,
             Kind::Yielding { .. } | Kind::Burst { .. } | Kind::ClockSource { .. } | Kind::ClockSyscalls { .. } => 6,
             Kind::IdleThreads { .. } => 7,
@@ -868,6 +890,28 @@ impl fmt::Display for Kind {
                     )?;
                 }
                 Ok(())
+            }
+            Kind::GilPingPong { count, threads, handoffs_per_s, mean_hold_ns, gil_wait_ns, running_ns, window_ns } => {
+                let mut names: Vec<String> = threads.iter().map(ThreadRef::or_a_thread).collect();
+                if *count > names.len() {
+                    names.push(format!("{} more", count - names.len()));
+                }
+                let hold = if *mean_hold_ns < 1_000_000 {
+                    format!("{:.0} µs", *mean_hold_ns as f64 / 1e3)
+                } else {
+                    format!("{:.1} ms", *mean_hold_ns as f64 / 1e6)
+                };
+                write!(
+                    f,
+                    "GIL ping-pong: {count} thread{} ({}) {} the GIL over {}/s in {hold} holds, {:.1} s waiting for it and {:.2} CPU spent in {:.1} s: threads that take the GIL only to give it up again (busy-polling event loops: `await asyncio.sleep(0)` or `queue.empty()` in a loop; or a tight loop of tiny calls that release it), not work kept waiting. Make them block until there is work (an awaited queue or event, a memory stream); pinning the process to one CPU trades these GIL waits for run-queue waits",
+                    if *count == 1 { "" } else { "s" },
+                    names.join(", "),
+                    if *count == 1 { "took" } else { "hand" },
+                    human_rate(*handoffs_per_s),
+                    secs(*gil_wait_ns),
+                    *running_ns as f64 / (*window_ns).max(1) as f64,
+                    secs(*window_ns),
+                )
             }
             Kind::UnmeasuredGil { version, count, threads, wait_ns, window_ns } => {
                 let mut names: Vec<String> = threads.iter().map(ThreadRef::or_thread_tid).collect();

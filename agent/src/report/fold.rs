@@ -55,6 +55,7 @@ fn sum(role: String, rows: &[ThreadRow]) -> ThreadRow {
         out.times.add(&r.times);
         out.existed_ns += r.existed_ns;
         out.yields += r.yields;
+        out.gil_waits += r.gil_waits;
         for (k, ns) in &r.gil_by_holder {
             *out.gil_by_holder.entry(*k).or_default() += ns;
         }

@@ -47,6 +47,10 @@ pub struct JsonThread {
     /// followed them); absent when it never did
     #[serde(skip_serializing_if = "is_zero")]
     pub yields: u64,
+    /// times the thread went to wait for the GIL in the window (each ends with the GIL handed
+    /// to it, or CPython's timed re-wait); absent when it never did
+    #[serde(skip_serializing_if = "is_zero")]
+    pub gil_waits: u64,
     /// the worst interval (`attach --interval`, 1 s) in each waiting or blocked state it was in:
     /// `{state: {share, at_s, interval_s, stretch_s}}`; absent when not followed interval by interval
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -406,6 +410,7 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
         runqueue_by_preemptor: row.runqueue_by.iter().map(|(p, ns)| (p.key(), round6(secs(*ns)))).collect(),
         age: row.age.as_ref().map(|a| age(None, a, None, None)),
         yields: row.yields,
+        gil_waits: row.gil_waits,
         user_s: row.cpu_split.map(|(u, _)| round6(secs(u))),
         system_s: row.cpu_split.map(|(_, k)| round6(secs(k))),
         syscalls: row

@@ -44,6 +44,8 @@ pub struct ThreadRow {
     pub age: Option<AgeSummary>,
     /// times it gave the CPU away with sched_yield(2)
     pub yields: u64,
+    /// times it went to wait for the GIL (hand-offs to it, and CPython's timed re-waits)
+    pub gil_waits: u64,
     /// its worst interval in each state (None: not followed interval by interval)
     pub peaks: Option<crate::model::peaks::Peaks>,
     /// its CPU time in the window in user and in kernel mode, ns, at /proc's clock-tick
@@ -153,6 +155,7 @@ impl ThreadRow {
             runqueue_by: s.runqueue_by.clone(),
             age: None,
             yields: s.yields,
+            gil_waits: s.gil_waits,
             peaks: None,
             cpu_split: None,
             syscalls: vec![],

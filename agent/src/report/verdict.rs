@@ -243,6 +243,51 @@ fn burst(r: &ThreadRow, window_ns: u64) -> Option<Kind> {
         })
 }
 
+/// A thread busy-polls the GIL when it went to wait for it this often (per second of its time) ...
+pub const POLL_RATE: f64 = 500.0;
+/// ... ran this little between two waits on average ...
+pub const POLL_HOLD_NS: u64 = 1_000_000;
+/// ... ran at least this share of its time, and waited for the GIL or a CPU at least
+/// `POLL_WAIT_SHARE` of it (on a busy machine pollers queue for a CPU more than for the GIL).
+pub const POLL_RUNNING_SHARE: f64 = 0.20;
+pub const POLL_WAIT_SHARE: f64 = 0.10;
+
+/// The threads that busy-poll the GIL (`POLL_RATE`, `POLL_HOLD_NS`, `POLL_RUNNING_SHARE`,
+/// `POLL_WAIT_SHARE`): taking it thousands of times a second for microseconds, running much of
+/// their time: their GIL waits are the price of their polling, not work kept waiting.
+fn gil_pollers(rows: &[ThreadRow], window_ns: u64) -> Vec<&ThreadRow> {
+    rows.iter()
+        .filter(|r| {
+            let running = r.times.get(State::Running);
+            present(r, window_ns)
+                && r.gil_waits as f64 >= POLL_RATE * secs(r.times.total())
+                && running / r.gil_waits.max(1) <= POLL_HOLD_NS
+                && share_of(r, State::Running) >= POLL_RUNNING_SHARE
+                && share_of(r, State::GilWait) + share_of(r, State::Runqueue) >= POLL_WAIT_SHARE
+        })
+        .collect()
+}
+
+/// GIL ping-pong: the busy-polling threads, in one finding.
+fn ping_pong(rows: &[ThreadRow], window_ns: u64) -> Option<Kind> {
+    let mut pollers = gil_pollers(rows, window_ns);
+    if pollers.is_empty() {
+        return None;
+    }
+    pollers.sort_by_key(|r| (std::cmp::Reverse(r.gil_waits), r.tid));
+    let waits: u64 = pollers.iter().map(|r| r.gil_waits).sum();
+    let running_ns: u64 = pollers.iter().map(|r| r.times.get(State::Running)).sum();
+    Some(Kind::GilPingPong {
+        count: pollers.len(),
+        threads: pollers.iter().take(IDLE_NAMED).map(|r| row_ref(r)).collect(),
+        handoffs_per_s: waits as f64 / secs(window_ns).max(1e-9),
+        mean_hold_ns: running_ns / waits.max(1),
+        gil_wait_ns: pollers.iter().map(|r| r.times.get(State::GilWait)).sum(),
+        running_ns,
+        window_ns,
+    })
+}
+
 /// Clock reads by syscall are a finding from this rate (per second of the thread's time) ...
 pub const CLOCK_SYSCALL_RATE: f64 = 1000.0;
 /// ... when the time inside them is this share of the thread's running time or more.
@@ -381,6 +426,7 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
     }
 
     out.extend(yielding(rows, report.duration_ns));
+    out.extend(ping_pong(rows, report.duration_ns));
     let clock: Vec<Kind> = rows.iter().filter_map(|r| clock_syscalls(r, report.environment.as_ref(), report.duration_ns)).collect();
     // the clock source alone, when no thread's clock syscalls say it already
     if let Some(e) = report.environment.as_ref().filter(|e| e.clock_vdso == Some(false) && clock.is_empty()) {
@@ -456,14 +502,18 @@ fn starvation(report: &ProcessReport, idle: &std::collections::BTreeSet<u32>, cp
     }
     let own_age_rising = |r: &ThreadRow| r.age.as_ref().is_some_and(|a| a.rising);
     let gil = |r: &ThreadRow| r.times.get(State::GilWait);
+    // a busy-polling thread's GIL wait is its polling's price, not starvation
+    let pollers: Vec<u32> = gil_pollers(rows, report.duration_ns).iter().map(|r| r.tid).collect();
     let direct = rows
         .iter()
+        .filter(|r| !pollers.contains(&r.tid))
         .filter(|r| present(r, report.duration_ns) && share_of(r, State::GilWait) >= GIL_STARVATION_SHARE)
         .max_by_key(|r| (own_age_rising(r), gil(r)));
     let chain = rows
         .iter()
-        .filter(|u| present(u, report.duration_ns) && !idle.contains(&u.tid))
+        .filter(|u| present(u, report.duration_ns) && !idle.contains(&u.tid) && !pollers.contains(&u.tid))
         .filter_map(|u| lock_link(u, rows).map(|(w, ns, lock)| (u, w, ns, lock)))
+        .filter(|(_, w, _, _)| !pollers.contains(&w.tid))
         .filter(|(u, w, ns, _)| {
             let total = u.times.total() as f64;
             *ns as f64 >= WAITING_SHARE * total
@@ -540,7 +590,10 @@ pub fn findings(report: &ProcessReport) -> Vec<Finding> {
         all.iter().flat_map(|f| if let Kind::LockConvoy { waiters, .. } = &f.kind { waiters.clone() } else { vec![] }).collect();
     in_convoy.extend(on_unmeasured_gil_mostly(report));
     let throttled = all.iter().any(|f| matches!(f.kind, Kind::CpuQuotaThrottling { .. }));
+    // busy-polling threads: the ping-pong line says their GIL and run-queue waits
+    let pollers: Vec<u32> = gil_pollers(&report.threads, report.duration_ns).iter().map(|r| r.tid).collect();
     let repeats = |k: &Kind| match k {
+        Kind::GilWait { victim, .. } | Kind::RunQueueSaturation { victim, .. } if pollers.contains(&victim.thread.tid) => true,
         Kind::GilWait { victim, .. } => starving.contains(&victim.thread.tid),
         Kind::Blocked { victim, .. } => in_convoy.contains(&victim.thread.tid),
         Kind::CpuQuota { .. } => throttled,
@@ -1387,6 +1440,43 @@ mod typed {
         let mut r = ProcessReport::new(1, "python".into(), Some(python), 4 * S, None, rows);
         r.cpu_limit_cores = 4.0;
         r
+    }
+
+    /// A thread that went to wait for the GIL `waits` times in 10 s, running `running_s`.
+    fn poller(tid: u32, waits: u64, running_ns: u64) -> ThreadRow {
+        let mut r = row(tid, &format!("portal-{tid}"), &[(State::Running, running_ns), (State::GilWait, 10 * S - running_ns)]);
+        r.gil_waits = waits;
+        r.gil_by_holder.insert(0, 10 * S - running_ns);
+        r
+    }
+
+    #[test]
+    fn busy_polling_threads_are_gil_ping_pong_and_not_threads_with_work() {
+        // three event-loop threads each taking the GIL 20k times a second for ~20 µs
+        let rows = vec![poller(1, 200_000, 4 * S), poller(2, 180_000, 4 * S), poller(3, 160_000, 3 * S)];
+        let shown = findings_of(rows.clone(), 10 * S, 4.0, None);
+        assert_eq!(kinds(&shown), ["gil_ping_pong"]);
+        let pong = Kind::GilPingPong {
+            count: 3,
+            threads: vec![named(1, "portal-1"), named(2, "portal-2"), named(3, "portal-3")],
+            handoffs_per_s: 54_000.0,
+            mean_hold_ns: 11 * S / 540_000,
+            gil_wait_ns: 19 * S,
+            running_ns: 11 * S,
+            window_ns: 10 * S,
+        };
+        check(&shown[0], pong, 19 * S, "GIL ping-pong: 3 threads (portal-1 (1), portal-2 (2), portal-3 (3)) hand the GIL over 54k/s in 20 µs holds, 19.0 s waiting for it and 1.10 CPU spent in 10.0 s: threads that take the GIL only to give it up again (busy-polling event loops: `await asyncio.sleep(0)` or `queue.empty()` in a loop; or a tight loop of tiny calls that release it), not work kept waiting. Make them block until there is work (an awaited queue or event, a memory stream); pinning the process to one CPU trades these GIL waits for run-queue waits");
+        // not starvation either, with no age source or a rising one
+        assert!(!kinds(&findings_of(rows.clone(), 10 * S, 4.0, Some((1.0, 5.0, true)))).contains(&"gil_starvation".to_string()));
+        // the controls: a thread starved behind a long holder goes to wait often but hardly runs;
+        // a worker that takes the GIL for milliseconds at a time is not polling
+        let mut starved = row(4, "ingest", &[(State::GilWait, 9_900_000_000), (State::Running, 100_000_000)]);
+        starved.gil_waits = 2_330;
+        starved.gil_by_holder.insert(5, 9_900_000_000);
+        let worker = poller(6, 3_000, 5 * S);
+        let f = findings_of(vec![starved, worker, row(5, "processor", &[(State::Running, 10 * S)])], 10 * S, 4.0, None);
+        assert!(!kinds(&f).contains(&"gil_ping_pong".to_string()), "{:?}", kinds(&f));
+        assert_eq!(kinds(&f)[0], "gil_starvation");
     }
 
     #[test]
