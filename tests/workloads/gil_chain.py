@@ -16,9 +16,9 @@ holder is itself waiting for the GIL behind a third thread.
                 back within a switch interval and holds the lock only for its own work
 
 Prints "tid <name> <native thread id>", then "ready"; every second after that
-"lockwait <s> total <s>": ingest's wall-clock seconds inside batch_lock.acquire()
+"lockwait <s> at <t>": ingest's wall-clock seconds inside batch_lock.acquire()
 so far (the ground truth of its lock wait; it includes getting the GIL back after
-the lock), and the seconds since "ready". Runs until killed.
+the lock), and CLOCK_MONOTONIC then. Runs until killed.
 """
 import json
 import multiprocessing
@@ -121,10 +121,9 @@ def main():
     for name, tid in tids.items():
         print("tid", name, tid)
     print("ready", flush=True)
-    start = time.perf_counter()
     while True:
         time.sleep(1)
-        print("lockwait %.4f total %.4f" % (waited[0], time.perf_counter() - start), flush=True)
+        print("lockwait %.4f at %.4f" % (waited[0], time.monotonic()), flush=True)
 
 
 if __name__ == "__main__":
