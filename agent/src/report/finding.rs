@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::json::{hex, hex_some, ratio, rounded, seconds, state_name};
+use super::json::{hex, hex_some, is_zero_u32, ratio, rounded, seconds, state_name};
 use crate::model::blame::{self, Preemptor};
 use crate::model::partition::secs;
 use crate::model::state::State;
@@ -342,12 +342,8 @@ pub struct ThreadRef {
     pub tid: u32,
     pub name: Option<String>,
     /// a row of this many short-lived threads of one role (`tid` is the first of them); absent: one thread
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "is_zero_u32")]
     pub folded: u32,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 /// What had what a thread waited for.

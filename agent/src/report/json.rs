@@ -77,7 +77,7 @@ pub struct JsonThread {
     pub folded_threads: u32,
 }
 
-fn is_zero_u32(n: &u32) -> bool {
+pub(super) fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 

@@ -477,12 +477,7 @@ fn lock_link<'a>(u: &ThreadRow, rows: &'a [ThreadRow]) -> Option<(&'a ThreadRow,
     if share_of(holder, State::GilWait) < WAITING_SHARE || holder.top_gil_holder().is_some_and(|(h, _)| h == u.tid) {
         return None;
     }
-    let mut on: std::collections::BTreeMap<u64, u64> = Default::default();
-    for x in u.futex.iter().filter(|x| x.waker == w) {
-        *on.entry(x.addr).or_default() += x.ns;
-    }
-    let ns = on.values().sum();
-    let (lock, _) = on.into_iter().max_by_key(|(a, ns)| (*ns, std::cmp::Reverse(*a)))?;
+    let (lock, _, ns) = top_word(u.futex.iter().filter(|x| x.waker == w))?;
     Some((holder, ns, lock))
 }
 
@@ -519,9 +514,11 @@ fn starvation(report: &ProcessReport, idle: &std::collections::BTreeSet<u32>, cp
             *ns as f64 >= WAITING_SHARE * total
                 && ((ns + gil(u)) as f64 >= GIL_STARVATION_SHARE * total || share_of(w, State::GilWait) >= GIL_STARVATION_SHARE)
         })
-        .max_by_key(|(u, _, ns, _)| (own_age_rising(u), *ns));
+        .max_by_key(|(u, _, ns, _)| (own_age_rising(u), *ns))
+        // a direct victim whose own age rises wins over a chain it is not part of
+        .filter(|(u, w, _, _)| direct.is_none_or(|d| !own_age_rising(d) || own_age_rising(u) || d.tid == w.tid));
     let (victim, gil_waiter, lock_holder) = match (chain, direct) {
-        (Some((u, w, ns, lock)), d) if d.is_none_or(|d| !own_age_rising(d) || own_age_rising(u) || d.tid == w.tid) => {
+        (Some((u, w, ns, lock)), _) => {
             let share = ns as f64 / u.times.get(State::FutexWait).max(1) as f64;
             let victim = ThreadTime { ns, ..time_in(u, State::FutexWait) };
             let lock_holder = LockHolder {
@@ -533,8 +530,7 @@ fn starvation(report: &ProcessReport, idle: &std::collections::BTreeSet<u32>, cp
             };
             (victim, w, Some(lock_holder))
         }
-        (_, Some(d)) => (time_in(d, State::GilWait), d, None),
-        (Some(_), None) => unreachable!("the first arm takes a chain when there is no direct victim"),
+        (None, Some(d)) => (time_in(d, State::GilWait), d, None),
         (None, None) => return None,
     };
     let holder = gil_holder(gil_waiter, rows);
@@ -647,12 +643,20 @@ fn thread_finding(r: &ThreadRow, rows: &[ThreadRow], window_ns: u64, idle: bool)
 /// The CPython lock (parking-lot address) that has at least half of a
 /// thread's futex wait, if one has.
 fn parked_lock(r: &ThreadRow) -> Option<u64> {
+    let (addr, ns, _) = top_word(r.futex.iter().filter(|w| blame::is_parked(w.addr)))?;
+    (2 * ns >= r.times.get(State::FutexWait)).then_some(addr)
+}
+
+/// The futex word (or parked address) with the most of `waits`, its part of them (ties: the
+/// lowest address), and all of them.
+fn top_word<'a>(waits: impl Iterator<Item = &'a blame::FutexWait>) -> Option<(u64, u64, u64)> {
     let mut on: std::collections::BTreeMap<u64, u64> = Default::default();
-    for w in r.futex.iter().filter(|w| blame::is_parked(w.addr)) {
+    for w in waits {
         *on.entry(w.addr).or_default() += w.ns;
     }
+    let all = on.values().sum();
     let (addr, ns) = on.into_iter().max_by_key(|(a, ns)| (*ns, std::cmp::Reverse(*a)))?;
-    (2 * ns >= r.times.get(State::FutexWait)).then_some(addr)
+    Some((addr, ns, all))
 }
 
 /// The version of a CPython whose GIL waitmeter does not measure, and the address ranges of its
@@ -687,13 +691,18 @@ fn convoys(report: &ProcessReport) -> impl Iterator<Item = Kind> + '_ {
         })
 }
 
+/// Thread `r`'s futex wait on the GIL words of an interpreter waitmeter does not measure.
+fn unmeasured_gil_ns(report: &ProcessReport, r: &ThreadRow) -> u64 {
+    r.futex.iter().filter(|w| on_unmeasured_gil(report, w.addr)).map(|w| w.ns).sum()
+}
+
 /// Waits on the GIL of an interpreter waitmeter does not measure (2.x, 3.0–3.7), when they add up
 /// to `WAITING_SHARE` of the window: GIL contention said as such, never as a lock convoy.
 fn unmeasured_gil(report: &ProcessReport) -> Option<Kind> {
     let (version, _) = unmeasured_python(report)?;
     let mut by_thread: std::collections::BTreeMap<u32, u64> = Default::default();
     for r in &report.threads {
-        let ns: u64 = r.futex.iter().filter(|w| on_unmeasured_gil(report, w.addr)).map(|w| w.ns).sum();
+        let ns = unmeasured_gil_ns(report, r);
         if ns > 0 {
             *by_thread.entry(r.tid).or_default() += ns;
         }
@@ -720,7 +729,7 @@ fn on_unmeasured_gil_mostly(report: &ProcessReport) -> Vec<u32> {
         .threads
         .iter()
         .filter(|r| {
-            let on: u64 = r.futex.iter().filter(|w| on_unmeasured_gil(report, w.addr)).map(|w| w.ns).sum();
+            let on = unmeasured_gil_ns(report, r);
             on > 0 && 2 * on >= r.times.get(State::FutexWait)
         })
         .map(|r| r.tid)
