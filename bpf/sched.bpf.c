@@ -143,6 +143,23 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
+/* new_thread()'s entry is built here: a whole wm_thread does not fit on the
+ * stack beside the switch handlers' own. The same size and layout, without
+ * the lock (a per-CPU map may not hold one; the update skips it anyway). */
+struct wm_thread_unlocked {
+	__u32 lock;
+	__u32 _pad;
+	struct wm_thread_data d;
+};
+_Static_assert(sizeof(struct wm_thread_unlocked) == sizeof(struct wm_thread), "scratch_thread mirrors wm_thread");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_thread_unlocked);
+} scratch_thread SEC(".maps");
+
 /* moving the blame of exited threads out at a drain of exits: `sweep` */
 #include "sweep.bpf.h"
 
@@ -256,9 +273,20 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 
 	bpf_spin_lock(&t->lock);
 	from = t->d.state;
-	if (wake && !is_blocked(from)) {
-		bpf_spin_unlock(&t->lock);
-		return false;
+	if (wake) {
+		/* the wakeup its early waker (on_waking) was seen for */
+		__u32 early = t->d.early_waker;
+
+		t->d.early_waker = 0;
+		if (!is_blocked(from)) {
+			bpf_spin_unlock(&t->lock);
+			return false;
+		}
+		if (early && !t->d.waker && (from == WM_STATE_GIL_WAIT || from == WM_STATE_FUTEX_WAIT)) {
+			t->d.waker = early & WM_EARLY_WAKER_TID;
+			if (from == WM_STATE_GIL_WAIT && !t->d.gil_holder && (early & WM_EARLY_SAME_PROCESS))
+				t->d.gil_holder = (1ULL << WM_HOLDER_WAKER_BIT) | t->d.waker;
+		}
 	}
 	c->state = from;
 	c->gen = (__u32)t->d.start;
@@ -310,6 +338,9 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	t->d.futex_addr = e->futex_addr;
 	t->d.futex_kind = e->futex_kind;
 	t->d.waker = 0;
+	/* an early waker waits for the wakeup of the sleep it came before */
+	if (!(switched_out && is_blocked(e->to)))
+		t->d.early_waker = 0;
 	if (e->new_stack) {
 		t->d.stack = e->stack;
 		t->d.stack_at = now;
@@ -356,6 +387,25 @@ static __always_inline __u64 gil_holder(const struct wm_gil *g, __u64 *holder_ts
 		return 0;
 	*holder_tstate |= tstate & WM_USER_ADDR_MASK;
 	return id;
+}
+
+/*
+ * Whether a GIL holder id names `task` itself: its TID in its own PID
+ * namespace (CPython 3.11+: native_thread_id) or its pthread_t, the FS base
+ * (3.8–3.10). A waiter that reads itself as the holder has just let the GIL
+ * go, and the thread taking it has set `locked` but not yet `last_holder`.
+ */
+static __always_inline bool holder_is(struct task_struct *task, __u64 id)
+{
+	struct pid *pid = task->thread_pid;
+	unsigned int level = BPF_CORE_READ(pid, level);
+	struct upid up = {};
+
+	if (id == task->thread.fsbase)
+		return true;
+	if (level >= WM_MAX_PIDNS_LEVELS || bpf_core_read(&up, sizeof(up), &pid->numbers[level]))
+		return false;
+	return id == up.nr;
 }
 
 /* *map[key] += delta, creating the entry; false when there is no room. */
@@ -472,32 +522,35 @@ static __always_inline void charge_runqueue(const struct wm_closed *c, __u32 tid
 static __always_inline struct wm_thread *
 new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_enter *e, __u64 now)
 {
-	struct wm_thread fresh = {};
+	static const struct wm_thread_unlocked zero = {};
+	__u32 slot = 0;
+	struct wm_thread_unlocked *fresh = bpf_map_lookup_elem(&scratch_thread, &slot);
 	long err;
 
 	/* past sched_process_exit (its record is sent): an exiting thread that
 	 * still sleeps or wakes in do_exit() is not measured again */
-	if (task->flags & WM_PF_EXITING)
+	if (task->flags & WM_PF_EXITING || !fresh)
 		return NULL;
-	fresh.d.state = e->to;
-	fresh.d.since = now;
-	fresh.d.start = now;
-	fresh.d.tgid = tgid;
-	fresh.d.syscall = e->syscall;
-	fresh.d.gil_holder = e->gil_holder;
-	fresh.d.futex_addr = e->futex_addr;
-	fresh.d.futex_kind = e->futex_kind;
-	fresh.d.stack.native = -1;
-	fresh.d.holder.native = -1;
-	fresh.d.waker_stack.native = -1;
+	__builtin_memcpy(fresh, &zero, sizeof(*fresh));
+	fresh->d.state = e->to;
+	fresh->d.since = now;
+	fresh->d.start = now;
+	fresh->d.tgid = tgid;
+	fresh->d.syscall = e->syscall;
+	fresh->d.gil_holder = e->gil_holder;
+	fresh->d.futex_addr = e->futex_addr;
+	fresh->d.futex_kind = e->futex_kind;
+	fresh->d.stack.native = -1;
+	fresh->d.holder.native = -1;
+	fresh->d.waker_stack.native = -1;
 	if (cfg.translate_pids) {
-		fresh.d.ns_tid = ns_nr(BPF_CORE_READ(task, thread_pid));
-		fresh.d.ns_tgid = ns_nr(BPF_CORE_READ(task, group_leader, thread_pid));
+		fresh->d.ns_tid = ns_nr(BPF_CORE_READ(task, thread_pid));
+		fresh->d.ns_tgid = ns_nr(BPF_CORE_READ(task, group_leader, thread_pid));
 	} else {
-		fresh.d.ns_tid = tid;
-		fresh.d.ns_tgid = tgid;
+		fresh->d.ns_tid = tid;
+		fresh->d.ns_tgid = tgid;
 	}
-	err = bpf_map_update_elem(&threads, &tid, &fresh, BPF_NOEXIST);
+	err = bpf_map_update_elem(&threads, &tid, fresh, BPF_NOEXIST);
 	if (err && err != -17 /* EEXIST: user space inserted it meanwhile */) {
 		count_loss(WM_STAT_THREAD_MAP_FULL);
 		return NULL;
@@ -567,6 +620,11 @@ static __noinline void switch_out(void *ctx, bool preempt, struct task_struct *p
 			e.gil_holder = gil_holder(gil, &holder_tstate);
 			e.gil_switch = holder_tstate >> 48;
 			holder_tstate &= WM_USER_ADDR_MASK;
+			/* itself: the GIL is in flight to another thread (its waker, below) */
+			if (e.gil_holder && holder_is(prev, e.gil_holder)) {
+				e.gil_holder = 0;
+				holder_tstate = 0;
+			}
 		} else {
 			/* parked in CPython's parking lot: the semaphore it sleeps on
 			 * is its own; what it waits for is the address it parked on */
@@ -702,9 +760,22 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 		}
 	}
 	bpf_spin_lock(&t->lock);
-	/* a GIL waiter woken by a thread: the GIL's release (not its timeout) */
-	if (t->d.state == WM_STATE_GIL_WAIT)
+	/* a GIL waiter woken by a thread: the GIL's release (not its timeout).
+	 * If the GIL was free when it went to sleep (it changed hands between
+	 * the waiter's check and its sleep, or the waiter queued on the GIL's
+	 * mutex while a holder let go), the thread of its own process that
+	 * wakes it is the one that handed the GIL over: its holder */
+	if (t->d.state == WM_STATE_GIL_WAIT) {
 		t->d.waker = waker;
+		if (!t->d.gil_holder && cur->tgid == p->tgid)
+			t->d.gil_holder = (1ULL << WM_HOLDER_WAKER_BIT) | waker;
+	}
+	/* not switched out yet (its sched_switch, on its own CPU, may come
+	 * after this): kept for this wakeup's sched_wakeup, which comes after
+	 * that switch-out if it does sleep (the wakeup waits for it to leave
+	 * its CPU), and finds it still running if it does not */
+	else if (!is_blocked(t->d.state))
+		t->d.early_waker = waker | (cur->tgid == p->tgid ? WM_EARLY_SAME_PROCESS : 0);
 	if (t->d.state == WM_STATE_FUTEX_WAIT) {
 		t->d.waker = waker;
 		if (new_stack) {

@@ -45,6 +45,13 @@ enum wm_limits {
 	WM_DEFAULT_MAX_FUTEX_BLAME = 16384,
 	WM_DEFAULT_MAX_PREEMPT_BLAME = 16384,
 	WM_THROTTLE_RINGBUF_BYTES = 262144,
+	/* a GIL holder id with this bit set is a host TID: the thread whose
+	 * release woke the waiter (the GIL was free when it went to sleep) */
+	WM_HOLDER_WAKER_BIT = 63,
+	/* in `early_waker`, above the waker's TID (below PID_MAX_LIMIT, 2^22):
+	 * it is a thread of the waiter's process */
+	WM_EARLY_WAKER_TID = 0x3fffffff,
+	WM_EARLY_SAME_PROCESS = 0x80000000,
 };
 
 /* Index of the per-CPU `stats` array: every loss is counted here and
@@ -76,7 +83,11 @@ struct wm_thread_data {
 	__u64 nr_switches; /* times it left the CPU */
 	__u64 nr_yields;   /* of those, by sched_yield(2) while runnable */
 	__u64 nr_gil_waits; /* of those, into gil_wait: each ends with the GIL handed to it */
-	__u64 gil_holder;  /* in gil_wait: who held the GIL at switch-out (as the process' thread states name it), 0 unknown */
+	/* in gil_wait: who held the GIL at switch-out (as the process' thread
+	 * states name it); when it was free then (a hand-off in flight), the host
+	 * TID of the thread of the process whose release woke the waiter, tagged
+	 * with WM_HOLDER_WAKER_BIT; 0 unknown */
+	__u64 gil_holder;
 	__u64 futex_addr;  /* in futex_wait or gil_wait: the futex word (parked: the address parked on) */
 	__u16 futex_kind;  /* in futex_wait: enum wm_futex_kind */
 	__u16 streak_switch; /* the GIL's switch_number (low bits) when the streak below began */
@@ -88,6 +99,12 @@ struct wm_thread_data {
 	 * first of them began, in units of 1024 ns, truncated (differences wrap
 	 * correctly for 73 minutes); 0 none. */
 	__u32 streak_at;
+	/* woken while still on its way to sleep (sched_waking came before its
+	 * sched_switch: a fast hand-off on another CPU): the waker's host TID
+	 * and WM_EARLY_SAME_PROCESS, the waker of the wait the switch-out
+	 * enters, taken at that wait's wakeup; 0 none. Every transition but a
+	 * switch-out into a blocked state clears it. */
+	__u32 early_waker;
 	/* wait stacks (bpf/stacks.bpf.h): the thread's own stack as of its last
 	 * switch-out that took one, and the last stacks of the GIL holder and of
 	 * the waker it waited behind (one slot each: a thread that alternates GIL

@@ -131,15 +131,15 @@ class Workload:
         self.out = Lines(self.proc, self.proc.stdout)
         try:
             lines = self.out.until(lambda line: line.strip() == "ready", timeout, '"ready"')
-        except RuntimeError:
-            self.close()
+            self.tids = {}
+            self.lines = lines  # everything it printed up to "ready"
+            for line in lines:
+                if line.startswith("tid "):
+                    _, role, tid = line.split()
+                    self.tids[role] = int(tid)
+        except BaseException:
+            self.close()  # never leave a workload running behind a failed start
             raise
-        self.tids = {}
-        self.lines = lines  # everything it printed up to "ready"
-        for line in lines:
-            if line.startswith("tid "):
-                _, role, tid = line.split()
-                self.tids[role] = int(tid)
 
     @property
     def pid(self):

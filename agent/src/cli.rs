@@ -438,6 +438,11 @@ pub struct AttachArgs {
     /// the window are summed into one row per role (their name without its numbers), with their count
     #[arg(long)]
     pub each_thread: bool,
+    /// Also measure the processes it starts: its descendants now and those started in the
+    /// window (a report each); the first report then weighs their CPU demand against the CPUs
+    /// they may use ("4 processes on 2 CPUs: 2× oversubscribed")
+    #[arg(long)]
+    pub children: bool,
     #[command(flatten)]
     pub probe: ProbeArgs,
     #[command(flatten)]
@@ -472,6 +477,10 @@ pub struct RunArgs {
     /// Every process of this PID namespace, following new processes and exits
     #[arg(long, conflicts_with_all = ["pid", "comm", "cgroup"])]
     pub all: bool,
+    /// Also every process the --pid processes start (their descendants, now and later), each
+    /// with its own series
+    #[arg(long, requires = "pid")]
+    pub children: bool,
     /// Every process with this name (its comm, as `pgrep -x`: the first 15 characters), now and
     /// later (looked for every second); repeat or separate with commas for several
     #[arg(long, value_name = "NAME", value_delimiter = ',')]

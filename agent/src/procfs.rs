@@ -103,6 +103,22 @@ pub fn process_stat(pid: u32) -> Option<TaskStat> {
     read(&format!("/proc/{pid}/stat")).and_then(|s| parse_stat(&s))
 }
 
+/// The process of `roots` that `pid` descends from (through its parents), if any. A tree
+/// deeper than 64 generations is not followed.
+pub fn ancestor_in(pid: u32, roots: &[u32]) -> Option<u32> {
+    let mut p = pid;
+    for _ in 0..64 {
+        p = process_stat(p)?.ppid;
+        if roots.contains(&p) {
+            return Some(p);
+        }
+        if p <= 1 {
+            return None;
+        }
+    }
+    None
+}
+
 pub fn task_stat(pid: u32, tid: u32) -> Option<TaskStat> {
     read(&format!("/proc/{pid}/task/{tid}/stat")).and_then(|s| parse_stat(&s))
 }

@@ -79,7 +79,7 @@ _waitmeter() {
             return 0
             ;;
         waitmeter__subcmd__attach)
-            opts="-p -v -h --pid --duration --output --interval --profile --age-slo --each-thread --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --verbose --help"
+            opts="-p -v -h --pid --duration --output --interval --profile --age-slo --each-thread --children --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -425,7 +425,7 @@ _waitmeter() {
             return 0
             ;;
         waitmeter__subcmd__run)
-            opts="-p -v -h --pid --all --comm --cgroup --listen --web.config.file --max-thread-labels --tid-labels --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --pyroscope-url --pyroscope-interval --pyroscope-service --pyroscope-label --pyroscope-tenant --pyroscope-user --pyroscope-password-file --pyroscope-ca-file --verbose --help"
+            opts="-p -v -h --pid --all --children --comm --cgroup --listen --web.config.file --max-thread-labels --tid-labels --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --pyroscope-url --pyroscope-interval --pyroscope-service --pyroscope-label --pyroscope-tenant --pyroscope-user --pyroscope-password-file --pyroscope-ca-file --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

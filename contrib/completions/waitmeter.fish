@@ -67,6 +67,7 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l age-socke
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l age-socket-group -d 'Group of the --age-socket file (a name from /etc/group or a gid), e.g. the group of an application that runs as another user' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l age-max-threads -d 'Most threads whose --age-socket samples are kept at once; records of more are counted as dropped (waitmeter_age_client_rejected_total{reason="state_full"})' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l each-thread -d 'A row for every thread: by default the exited threads that lived less than a tenth of the window are summed into one row per role (their name without its numbers), with their count'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l children -d 'Also measure the processes it starts: its descendants now and those started in the window (a report each); the first report then weighs their CPU demand against the CPUs they may use ("4 processes on 2 CPUs: 2× oversubscribed")'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -s v -l verbose -d 'More log output on stderr (-v: info, -vv: debug, including libbpf\'s log); with attach, the verdict lists every finding, idle threads one by one'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -s p -l pid -d 'Process to measure; repeat for several, or separate them with commas' -r
@@ -109,6 +110,7 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l pyroscope-us
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l pyroscope-password-file -d 'File holding the basic-auth password or token' -r -F
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l pyroscope-ca-file -d 'CA certificates (PEM) to check an https:// server with (default: the system\'s)' -r -F
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l all -d 'Every process of this PID namespace, following new processes and exits'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l children -d 'Also every process the --pid processes start (their descendants, now and later), each with its own series'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l tid-labels -d 'Add a `tid` label (one series per thread; for debugging)'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -s v -l verbose -d 'More log output on stderr (-v: info, -vv: debug, including libbpf\'s log); with attach, the verdict lists every finding, idle threads one by one'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -26,13 +26,15 @@ const PYTHON_WAIT_NS: u64 = 10_000_000_000;
 pub struct Measured {
     pub reports: Vec<ProcessReport>,
     launched: Option<Launched>,
+    /// the processes asked for (not those found with --children)
+    roots: Vec<u32>,
 }
 
 /// `all_findings`: the verdict lists every finding (`-v`).
 pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     let color =
         args.output == Output::Text && args.command.is_empty() && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let Measured { reports, launched } = measure(args, all_findings)?;
+    let Measured { reports, launched, roots } = measure(args, all_findings)?;
     for (i, report) in reports.iter().enumerate() {
         match args.output {
             // several processes: one object per line (JSON Lines)
@@ -48,8 +50,12 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         // its exit code is ours (the probes detached as the process exited)
         std::process::exit(l.wait()?);
     }
-    let gone: Vec<String> =
-        reports.iter().filter_map(|r| r.exited_after_ns.map(|e| format!("process {} exited {:.1} s", r.pid, secs(e)))).collect();
+    // a child that exits is part of what was measured; a process asked for that exits is not
+    let gone: Vec<String> = reports
+        .iter()
+        .filter(|r| roots.contains(&r.pid))
+        .filter_map(|r| r.exited_after_ns.map(|e| format!("process {} exited {:.1} s", r.pid, secs(e))))
+        .collect();
     if !gone.is_empty() {
         return Err(usage!("{} into the {:.1} s window: the report covers the time it ran", gone.join(", "), args.duration));
     }
@@ -62,6 +68,26 @@ struct Watched {
     python: Option<PythonInfo>,
     cpu_at_start: HashMap<u32, (u64, u64)>,
     exited_at: Option<u64>,
+    /// found with --children: the process asked for that it descends from
+    root: Option<u32>,
+}
+
+/// How often `--children` looks for new processes during the window.
+const CHILDREN_EVERY_NS: u64 = 250_000_000;
+
+/// The processes of `roots`' families the session does not watch yet, watched now (`--children`).
+fn find_children(session: &mut Session, roots: &[u32], watched: &mut Vec<Watched>) -> Result<()> {
+    let known: std::collections::HashSet<u32> = watched.iter().filter(|w| w.exited_at.is_none()).map(|w| w.target.pid).collect();
+    session.discover_matching(&|pid, _| !known.contains(&pid) && crate::procfs::ancestor_in(pid, roots).is_some())?;
+    let new: Vec<Target> = session.targets().filter(|t| t.exited_ns.is_none() && !known.contains(&t.pid)).cloned().collect();
+    for target in new {
+        let Some(root) = crate::procfs::ancestor_in(target.pid, roots) else { continue };
+        let python = python_info(session, &target);
+        let cpu_at_start = crate::procfs::thread_cpu_ns(target.pid);
+        log::debug!("--children: watching PID {} ({}), started by PID {root}", target.pid, target.comm);
+        watched.push(Watched { target, python, cpu_at_start, exited_at: None, root: Some(root) });
+    }
+    Ok(())
 }
 
 /// Measures one window of `args`' targets (`args.output` only says whether a live view may be
@@ -91,7 +117,8 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         )),
         None => None,
     };
-    let mut session = Session::start(&session_options(&args.probe, false, true))?;
+    // --children: a watched process' new processes are watched from their fork on
+    let mut session = Session::start(&session_options(&args.probe, args.children, true))?;
     // each thread's syscalls, when asked (--syscalls on: a probe on every syscall of the
     // machine, docs/probes/syscalls.md). Loaded before the target is watched: the window
     // starts when everything is in place
@@ -129,9 +156,14 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         .map(|pid| {
             let target = session.target_by_pid(*pid).cloned().expect("attached target is known");
             let python = python_info(&session, &target);
-            Watched { target, python, cpu_at_start: crate::procfs::thread_cpu_ns(*pid), exited_at: None }
+            Watched { target, python, cpu_at_start: crate::procfs::thread_cpu_ns(*pid), exited_at: None, root: None }
         })
         .collect();
+    let roots = pids.clone();
+    if args.children {
+        find_children(&mut session, &roots, &mut watched)?;
+    }
+    let mut next_children = monotonic_ns() + CHILDREN_EVERY_NS;
     if let Some(l) = launched.as_mut() {
         l.release()?;
     }
@@ -174,6 +206,10 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         while monotonic_ns() < deadline && !stop_requested() && !all_gone(&watched) {
             std::thread::sleep(Duration::from_millis(50).min(Duration::from_nanos(deadline.saturating_sub(monotonic_ns()))));
             ages.poll(monotonic_ns());
+            if args.children && monotonic_ns() >= next_children {
+                next_children = monotonic_ns() + CHILDREN_EVERY_NS;
+                find_children(&mut session, &roots, &mut watched)?;
+            }
             for t in session.reap() {
                 if let Some(w) = watched.iter_mut().find(|w| w.target.id == t.id) {
                     w.exited_at = t.exited_ns;
@@ -373,11 +409,13 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
             }
             None => report,
         };
-        let report =
-            report.with_age(ages.process(target.pid, t0)).with_stacks(session.wait_stacks(target.id)).with_events_lost(lost.clone());
+        // the endpoint's age is the service's: its process' (not each child's, with --children)
+        let own_age = if w.root.is_some() && age.endpoint.is_some() { None } else { ages.process(target.pid, t0) };
+        let report = report.with_age(own_age).with_stacks(session.wait_stacks(target.id)).with_events_lost(lost.clone());
         // short-lived threads folded by role, their wait stacks with them
         let report = if args.each_thread { report } else { report.with_short_lived_folded() };
-        if let (Some((path, file)), Some(stacks)) = (profile_file.as_mut(), report.stacks.as_ref()) {
+        // the profile is of the process asked for (--children: not of each child)
+        if let (Some((path, file)), Some(stacks), None) = (profile_file.as_mut(), report.stacks.as_ref(), w.root) {
             let names: HashMap<u32, String> = report.threads.iter().map(|t| (t.tid, t.name.clone())).collect();
             let builder = crate::export::profile::pprof(stacks, &names, start_unix_ns, end.saturating_sub(t0) as i64);
             let dropped = builder.dropped();
@@ -392,7 +430,22 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     }
     // the probes detach: a launched command runs on unwatched
     drop(session);
-    Ok(Measured { reports, launched })
+    if args.children {
+        // each process asked for weighs its family's CPU demand against its CPUs
+        let family: Vec<_> = watched
+            .iter()
+            .zip(&reports)
+            .filter(|(w, _)| w.root.is_none())
+            .map(|(w, r)| {
+                let others: Vec<&ProcessReport> =
+                    watched.iter().zip(&reports).filter(|(c, _)| c.root == Some(w.target.pid)).map(|(_, c)| c).collect();
+                crate::report::family::Family::of(r, &others)
+            })
+            .collect();
+        let mut family = family.into_iter();
+        reports = watched.iter().zip(reports).map(|(w, r)| if w.root.is_none() { r.with_family(family.next()) } else { r }).collect();
+    }
+    Ok(Measured { reports, launched, roots })
 }
 
 /// The JSON `python` block of a target, as of now.

@@ -21,6 +21,7 @@ pub fn dump(args: &DumpArgs) -> Result<()> {
         age_slo: None,
         // dump shows threads alive now, each by its TID
         each_thread: true,
+        children: false,
         probe: args.probe.clone(),
         age: AgeArgs::from_arg_matches(&no_age)?,
         command: vec![],

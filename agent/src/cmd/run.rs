@@ -199,7 +199,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let addr = endpoint.addr;
     let scheme = if endpoint.tls { "https" } else { "http" };
     // stacks are drained all along and kept only while a profile is recorded
-    let mut session = Session::start(&session_options(&args.probe, args.all, false))?;
+    // --all and --children: new processes of watched ones are watched from their fork on
+    let mut session = Session::start(&session_options(&args.probe, args.all || args.children, false))?;
     session.keep_stacks(pushing.is_some());
     let mut captures = Captures::default();
     for pid in &args.pid {
@@ -210,6 +211,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     if let Some(sel) = &selector {
         session.discover_matching(&|pid, stat| sel.takes(pid, stat))?;
+    }
+    let descends = |pid: u32, _: &crate::procfs::TaskStat| crate::procfs::ancestor_in(pid, &args.pid).is_some();
+    if args.children {
+        session.discover_matching(&descends)?;
     }
     // each process' syscalls, only when asked (a probe on every syscall of the machine)
     let syscall_probe = match args.probe.syscalls {
@@ -360,7 +365,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
             }
             let found = match (&selector, args.all) {
                 (_, true) => Some(session.discover()),
-                (Some(sel), _) => Some(session.discover_matching(&|pid, stat| sel.takes(pid, stat))),
+                (Some(sel), _) => {
+                    Some(session.discover_matching(&|pid, stat| sel.takes(pid, stat) || (args.children && descends(pid, stat))))
+                }
+                _ if args.children => Some(session.discover_matching(&descends)),
                 _ => None,
             };
             if let Some(Err(e)) = &found {

@@ -45,6 +45,9 @@ const _: () = {
     assert!(syscalls::MAX_SYSCALLS == wm_limits::WM_MAX_SYSCALLS.0 as usize);
 };
 
+/// A GIL holder id with this bit is a host TID: the thread of the process whose
+/// release woke the waiter, when the GIL was free as the waiter went to sleep.
+pub const WAKER_HOLDER: u64 = 1 << wm_limits::WM_HOLDER_WAKER_BIT.0;
 pub const DEFAULT_MAX_THREADS: u32 = wm_limits::WM_DEFAULT_MAX_THREADS.0;
 pub const DEFAULT_MAX_PROCS: u32 = wm_limits::WM_DEFAULT_MAX_PROCS.0;
 
@@ -709,6 +712,8 @@ mod tests {
             "a futex word outside futex_wait/gil_wait"
         } else if t.waker != 0 && !matches!(state, State::FutexWait | State::GilWait) {
             "a waker outside futex_wait/gil_wait"
+        } else if t.early_waker != 0 && matches!(state, State::Throttled | State::Yield) {
+            "an early waker kept past a switch-out that is not a sleep"
         } else if t.syscall >= 0 && !blocked {
             "a syscall while runnable"
         } else {

@@ -198,6 +198,28 @@ pub enum Kind {
         #[serde(rename = "window_s", serialize_with = "seconds")]
         window_ns: u64,
     },
+    /// "oversubscribed:": a process and the processes it started (`attach --children`) wanted
+    /// more CPUs than they may use, and waited for them behind each other (`family`)
+    Oversubscribed {
+        /// how many processes were busy, and the first few, most demand first
+        count: usize,
+        processes: Vec<super::family::ProcessDemand>,
+        /// the CPUs they may use, and the CPUs they wanted (running, queued, throttled)
+        #[serde(serialize_with = "rounded")]
+        cpus: f64,
+        #[serde(serialize_with = "rounded")]
+        demand_cores: f64,
+        /// their summed run-queue wait, its share of their demand, and the share of that wait
+        /// behind the family itself
+        #[serde(rename = "runqueue_s", serialize_with = "seconds")]
+        runqueue_ns: u64,
+        #[serde(serialize_with = "ratio")]
+        runqueue_share: f64,
+        #[serde(serialize_with = "ratio")]
+        behind_family_share: f64,
+        #[serde(rename = "window_s", serialize_with = "seconds")]
+        window_ns: u64,
+    },
     /// "GIL wait:": a thread waited for the GIL a large share of its time
     GilWait {
         #[serde(flatten)]
@@ -448,6 +470,7 @@ impl Kind {
             Kind::AgeRisingCpuBusy { busiest, .. } => busiest.as_ref().map_or(0, |w| w.ns),
             Kind::LockConvoy { wait_ns, .. } | Kind::UnmeasuredGil { wait_ns, .. } => *wait_ns,
             Kind::GilPingPong { gil_wait_ns, .. } => *gil_wait_ns,
+            Kind::Oversubscribed { runqueue_ns, .. } => *runqueue_ns,
             Kind::Burst { stretch_ns, share, interval_ns, .. } => (*stretch_ns).max((share * *interval_ns as f64) as u64),
             Kind::ClockSyscalls { kernel_ns, .. } => *kernel_ns,
         }
@@ -458,7 +481,7 @@ impl Kind {
     pub fn precedence(&self) -> u8 {
         match self {
             Kind::Healthy { .. } => 0,
-            Kind::SaturatedThread { .. } => 1,
+            Kind::SaturatedThread { .. } | Kind::Oversubscribed { .. } => 1,
             Kind::GilStarvation { .. } => 2,
             Kind::CpuQuotaThrottling { .. } => 3,
             Kind::AgeRisingCpuIdle { .. } | Kind::AgeRisingCpuBusy { .. } => 4,
@@ -488,6 +511,15 @@ impl Kind {
             self,
             Kind::Healthy { .. } | Kind::IdleThreads { .. } | Kind::More { .. } | Kind::Yielding { .. } | Kind::ClockSource { .. }
         ) && !matches!(self, Kind::Blocked { idle: true, .. })
+    }
+}
+
+/// A number of CPUs as people say it: "2", "1.5".
+fn fmt_cpus(cpus: f64) -> String {
+    if cpus.fract() == 0.0 {
+        format!("{cpus:.0}")
+    } else {
+        format!("{cpus:.2}").trim_end_matches('0').to_string()
     }
 }
 
@@ -886,6 +918,25 @@ impl fmt::Display for Kind {
                     )?;
                 }
                 Ok(())
+            }
+            Kind::Oversubscribed { count, processes, cpus, demand_cores, runqueue_share, behind_family_share, window_ns, .. } => {
+                let mut names: Vec<String> =
+                    processes.iter().map(|p| format!("{} ({}) {:.2} CPU", p.comm, p.pid, p.cores)).collect();
+                if *count > names.len() {
+                    names.push(format!("{} more", count - names.len()));
+                }
+                write!(
+                    f,
+                    "oversubscribed: {count} processes on {} CPU{} want {demand_cores:.1} CPUs: {:.1}× oversubscribed; they waited {:.0}% of that time for a CPU ({:.0}% of it behind each other) in {:.1} s: {}. Size the pool or worker count to the CPUs it may use ({}: `len(os.sched_getaffinity(0))`, within the cgroup's quota), or give it more CPUs",
+                    fmt_cpus(*cpus),
+                    if *cpus == 1.0 { "" } else { "s" },
+                    demand_cores / cpus,
+                    100.0 * runqueue_share,
+                    100.0 * behind_family_share,
+                    secs(*window_ns),
+                    names.join(", "),
+                    fmt_cpus(*cpus),
+                )
             }
             Kind::GilPingPong { count, threads, handoffs_per_s, mean_hold_ns, gil_wait_ns, running_ns, window_ns } => {
                 let mut names: Vec<String> = threads.iter().map(ThreadRef::or_a_thread).collect();

@@ -237,6 +237,10 @@ pub struct JsonReport {
     /// them), by probe and reason as `waitmeter_bpf_events_lost_total` names
     /// them; empty when nothing was lost
     pub events_lost: Vec<JsonLost>,
+    /// the process and those it started, each with the CPU time it wanted and its run-queue
+    /// wait (`attach --children`); absent otherwise
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub family: Option<super::family::Family>,
 }
 
 #[derive(Serialize, Debug)]
@@ -500,6 +504,7 @@ pub fn report(r: &ProcessReport) -> JsonReport {
         wait_sites: r.stacks.as_ref().map(wait_sites),
         gil_holds_by_function: r.stacks.as_ref().and_then(|w| holds_by_function(r, w)),
         events_lost: r.events_lost.iter().map(|(probe, reason, count)| JsonLost { probe, reason, count: *count }).collect(),
+        family: r.family.clone(),
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod code;
 pub mod dump;
 pub mod environment;
+pub mod family;
 pub mod finding;
 #[cfg(test)]
 mod fixtures;
@@ -222,6 +223,8 @@ pub struct ProcessReport {
     pub environment: Option<environment::Environment>,
     /// events lost during the window, by probe and reason (non-zero only)
     pub events_lost: Vec<(&'static str, &'static str, u64)>,
+    /// the process and those it started, measured with it (`attach --children`; None: not asked)
+    pub family: Option<family::Family>,
 }
 
 /// How the verdict is drawn from a report.
@@ -265,7 +268,14 @@ impl ProcessReport {
             verdict: VerdictOptions::default(),
             environment: None,
             events_lost: vec![],
+            family: None,
         }
+    }
+
+    /// The processes it started, measured with it (`family::Family::of`).
+    pub fn with_family(mut self, family: Option<family::Family>) -> Self {
+        self.family = family;
+        self
     }
 
     /// Events lost during the window: (probe, reason, count), zeros left out.

@@ -378,6 +378,8 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
     let idle = idle_threads(rows, &in_convoy, report.duration_ns);
     out.extend(starvation(report, &idle, cpu));
     out.extend(throttling(report));
+    // the processes it started (`attach --children`) wanting more CPUs than there are
+    out.extend(report.family.as_ref().and_then(super::family::Family::oversubscription));
     out.extend(convoys);
     out.extend(rows.iter().filter_map(|r| thread_finding(r, rows, report.duration_ns, idle.contains(&r.tid))));
     // a busy thread is a bottleneck of its own unless it is the GIL holder a GIL finding names
@@ -400,6 +402,7 @@ pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
             k,
             Kind::GilStarvation { .. }
                 | Kind::SaturatedThread { .. }
+                | Kind::Oversubscribed { .. }
                 | Kind::CpuQuotaThrottling { .. }
                 | Kind::RunQueueSaturation { .. }
                 | Kind::CpuQuota { .. }

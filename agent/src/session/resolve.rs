@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{Session, Target};
+use crate::probes::sched::WAKER_HOLDER;
 use crate::procfs;
 use crate::python::{self, layout::HolderId};
 
@@ -35,6 +36,10 @@ impl HolderResolver {
     pub(super) fn holder_tid(&mut self, session: &Session, t: &Target, id: u64) -> u32 {
         if id == 0 {
             return 0;
+        }
+        // resolved at the hand-off: the host TID of the thread whose release woke the waiter
+        if id & WAKER_HOLDER != 0 {
+            return self.ns_tid(session, id as u32);
         }
         match t.python.as_ref().and_then(python::holder_id) {
             Some(HolderId::NativeThreadId { .. }) if t.same_pidns => id as u32,

@@ -1,0 +1,211 @@
+//! A process and the processes it started, measured together (`attach --children`): how many
+//! CPUs they wanted against the CPUs they may use. A `multiprocessing.Pool(4)` on 2 CPUs wants
+//! 4 and gets 2: each worker waits half its time in the run queue behind its siblings, which
+//! no single process' report can say ("4 processes on 2 CPUs: 2× oversubscribed").
+use std::collections::HashSet;
+
+use serde::Serialize;
+
+use super::finding::Kind;
+use super::json::seconds;
+use super::ProcessReport;
+use crate::model::blame::Preemptor;
+use crate::model::state::State;
+
+/// A process wanting at least half a CPU over the window is one of the busy ones (a pool's
+/// parent that hands out tasks and collects results wants a tenth to a third: mostly its
+/// threads' run-queue waits behind the workers).
+pub const BUSY_CORES: f64 = 0.5;
+/// The busy processes want at least this many times the CPUs they may use.
+pub const OVER_FACTOR: f64 = 1.25;
+/// They waited for a CPU at least this share of the time they wanted one.
+pub const RUNQUEUE_SHARE: f64 = 0.2;
+/// At least this share of that wait was behind the family itself (else a neighbour took the
+/// CPUs: not the family's own oversubscription).
+pub const FAMILY_SHARE: f64 = 0.5;
+/// The members a finding names.
+const NAMED: usize = 6;
+
+/// One process of the family, as its report sums its threads.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Member {
+    pub pid: u32,
+    pub comm: String,
+    /// running, in the run queue or throttled: the CPU time it wanted
+    #[serde(rename = "demand_s", serialize_with = "seconds")]
+    pub demand_ns: u64,
+    #[serde(rename = "running_s", serialize_with = "seconds")]
+    pub running_ns: u64,
+    #[serde(rename = "runqueue_s", serialize_with = "seconds")]
+    pub runqueue_ns: u64,
+    /// of the run-queue wait, behind a thread of the family (its own threads included)
+    #[serde(rename = "runqueue_behind_family_s", serialize_with = "seconds")]
+    pub runqueue_family_ns: u64,
+    /// the process was in the window this long (it may have started or exited in it)
+    #[serde(rename = "present_s", serialize_with = "seconds")]
+    pub present_ns: u64,
+}
+
+/// The family of a process: itself and the processes it started, with the CPUs it may use.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Family {
+    /// the CPUs the first process may use (quota, cpuset and affinity; its children inherit them)
+    pub cpus: f64,
+    #[serde(rename = "window_s", serialize_with = "seconds")]
+    pub window_ns: u64,
+    /// itself first, then the others by PID
+    pub members: Vec<Member>,
+}
+
+impl Family {
+    /// `root`'s family from the reports of it and of the processes it started.
+    pub fn of(root: &ProcessReport, others: &[&ProcessReport]) -> Family {
+        let pids: HashSet<u32> = std::iter::once(root.pid).chain(others.iter().map(|r| r.pid)).collect();
+        let mut members: Vec<Member> = others.iter().map(|r| member(r, &pids)).collect();
+        members.sort_by_key(|m| m.pid);
+        members.insert(0, member(root, &pids));
+        Family { cpus: root.cpu_limit_cores, window_ns: root.duration_ns, members }
+    }
+
+    /// "N processes on M CPUs: k× oversubscribed", when the busy members want more CPUs than
+    /// there are and wait for them behind each other.
+    pub fn oversubscription(&self) -> Option<Kind> {
+        if self.window_ns == 0 || self.cpus <= 0.0 {
+            return None;
+        }
+        let window = self.window_ns as f64;
+        let mut busy: Vec<&Member> = self.members.iter().filter(|m| m.demand_ns as f64 >= BUSY_CORES * window).collect();
+        let demand: u64 = busy.iter().map(|m| m.demand_ns).sum();
+        let runqueue: u64 = busy.iter().map(|m| m.runqueue_ns).sum();
+        let behind_family: u64 = busy.iter().map(|m| m.runqueue_family_ns).sum();
+        let demand_cores = demand as f64 / window;
+        if (busy.len() as f64) <= self.cpus
+            || demand_cores < OVER_FACTOR * self.cpus
+            || (runqueue as f64) < RUNQUEUE_SHARE * demand as f64
+            || (behind_family as f64) < FAMILY_SHARE * runqueue as f64
+        {
+            return None;
+        }
+        busy.sort_by(|a, b| b.demand_ns.cmp(&a.demand_ns).then(a.pid.cmp(&b.pid)));
+        Some(Kind::Oversubscribed {
+            count: busy.len(),
+            processes: busy
+                .iter()
+                .take(NAMED)
+                .map(|m| ProcessDemand { pid: m.pid, comm: m.comm.clone(), cores: m.demand_ns as f64 / window })
+                .collect(),
+            cpus: self.cpus,
+            demand_cores,
+            runqueue_ns: runqueue,
+            runqueue_share: runqueue as f64 / demand as f64,
+            behind_family_share: behind_family as f64 / runqueue as f64,
+            window_ns: self.window_ns,
+        })
+    }
+}
+
+/// A busy member as a finding names it: its PID, name and the CPUs it wanted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProcessDemand {
+    pub pid: u32,
+    pub comm: String,
+    #[serde(serialize_with = "super::json::rounded")]
+    pub cores: f64,
+}
+
+fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
+    let mut m = Member {
+        pid: r.pid,
+        comm: r.comm.clone(),
+        demand_ns: 0,
+        running_ns: 0,
+        runqueue_ns: 0,
+        runqueue_family_ns: 0,
+        present_ns: r.exited_after_ns.unwrap_or(r.duration_ns),
+    };
+    for t in &r.threads {
+        let running = t.times.get(State::Running);
+        let runqueue = t.times.get(State::Runqueue);
+        m.running_ns += running;
+        m.runqueue_ns += runqueue;
+        m.demand_ns += running + runqueue + t.times.get(State::Throttled);
+        m.runqueue_family_ns += t
+            .runqueue_by
+            .iter()
+            .filter(|(by, _)| match by {
+                Preemptor::Thread(_) => true,
+                Preemptor::Process { pid, .. } => family.contains(pid),
+                Preemptor::Idle => false,
+            })
+            .map(|(_, ns)| ns)
+            .sum::<u64>();
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures::{row, S};
+    use std::collections::BTreeMap;
+
+    /// A process of one thread over a 10 s window: running and waiting for a CPU behind `by`.
+    fn process(pid: u32, running: u64, runqueue: u64, by: Preemptor) -> ProcessReport {
+        let mut t =
+            row(pid, "MainThread", &[(State::Running, running), (State::Runqueue, runqueue), (State::Sleep, 10 * S - running - runqueue)]);
+        t.runqueue_by = BTreeMap::from([(by, runqueue)]);
+        let mut r = ProcessReport::new(pid, "python3".into(), None, 10 * S, None, vec![t]);
+        r.cpu_limit_cores = 2.0;
+        r
+    }
+
+    fn sibling(pid: u32) -> Preemptor {
+        Preemptor::Process { pid, comm: "python3".into() }
+    }
+
+    #[test]
+    fn four_busy_processes_on_two_cpus_are_twice_oversubscribed() {
+        // the pool's parent hands out tasks and collects results (it wants a third of a CPU,
+        // mostly queued behind the workers: not one of the busy); four workers each run 5 s
+        // and wait 5 s behind each other
+        let parent = process(100, S / 10, 3 * S, sibling(101));
+        let workers: Vec<ProcessReport> =
+            (101..105).map(|p| process(p, 5 * S, 49 * S / 10, sibling(if p == 104 { 101 } else { p + 1 }))).collect();
+        let f = Family::of(&parent, &workers.iter().collect::<Vec<_>>());
+        assert_eq!(f.members.iter().map(|m| m.pid).collect::<Vec<_>>(), [100, 101, 102, 103, 104]);
+        let Some(Kind::Oversubscribed { count, processes, cpus, demand_cores, runqueue_share, behind_family_share, .. }) =
+            f.oversubscription()
+        else {
+            panic!("{:?}", f.oversubscription());
+        };
+        assert_eq!((count, processes.len(), cpus), (4, 4, 2.0));
+        assert!((demand_cores - 3.96).abs() < 1e-9, "{demand_cores}");
+        assert!((runqueue_share - 19.6 / 39.6).abs() < 1e-9 && behind_family_share == 1.0);
+        let line = Kind::Oversubscribed {
+            count,
+            processes,
+            cpus,
+            demand_cores,
+            runqueue_ns: 0,
+            runqueue_share,
+            behind_family_share,
+            window_ns: 10 * S,
+        }
+        .to_string();
+        assert!(line.starts_with("oversubscribed: 4 processes on 2 CPUs want 4.0 CPUs: 2.0× oversubscribed"), "{line}");
+    }
+
+    #[test]
+    fn what_fits_or_waits_behind_a_neighbour_is_not_oversubscribed() {
+        let parent = process(100, S / 10, 0, Preemptor::Idle);
+        // control: two busy workers on two CPUs hardly wait
+        let two: Vec<ProcessReport> = (101..103).map(|p| process(p, 9 * S, S / 10, sibling(100))).collect();
+        assert_eq!(Family::of(&parent, &two.iter().collect::<Vec<_>>()).oversubscription(), None);
+        // four workers that wait behind another program (a neighbour), not behind each other
+        let four: Vec<ProcessReport> = (101..105).map(|p| process(p, 5 * S, 49 * S / 10, sibling(999))).collect();
+        assert_eq!(Family::of(&parent, &four.iter().collect::<Vec<_>>()).oversubscription(), None);
+        // four light workers (a tenth of a CPU each) on two CPUs
+        let light: Vec<ProcessReport> = (101..105).map(|p| process(p, S / 2, S / 2, sibling(101))).collect();
+        assert_eq!(Family::of(&parent, &light.iter().collect::<Vec<_>>()).oversubscription(), None);
+    }
+}
