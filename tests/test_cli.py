@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -286,6 +287,46 @@ def test_run_selects_processes_by_name_and_cgroup_now_and_later(tmp_path):
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+@pytest.mark.needs_root
+def test_run_children_follows_a_process_descendants_now_and_later():
+    """`run --pid P --children` exports P's series and its descendants', those it had and one it
+    starts later (a grandchild too); a process outside its tree stays out. Without --pid it is
+    refused with one line."""
+    from conftest import Guard, free_port, wait_http
+    # the shell's child now (a subshell whose own child is a grandchild), and one 2 s later
+    parent = subprocess.Popen(["sh", "-c", "(sleep 300 & wait) & sleep 2; sleep 300 & wait"], start_new_session=True)
+    outside = subprocess.Popen(["sleep", "300"])
+    try:
+        time.sleep(0.5)
+        port = free_port()
+        with Guard(subprocess.Popen([str(WAITMETER), "run", "--pid", str(parent.pid), "--children", "--listen", f"127.0.0.1:{port}"],
+                                    stderr=subprocess.PIPE, text=True)):
+            def tree():
+                out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(parent.pid)], capture_output=True, text=True).stdout.split()
+                kids = {int(p) for p in out}
+                for k in list(kids):
+                    kids |= {int(p) for p in subprocess.run(["ps", "-o", "pid=", "--ppid", str(k)], capture_output=True, text=True).stdout.split()}
+                return kids | {parent.pid}
+            time.sleep(2.5)  # the later sleep has started (after the agent), "sleep 2" has ended
+            deadline = time.monotonic() + 15
+            while True:
+                text = wait_http(f"http://127.0.0.1:{port}/metrics")
+                got = {int(m) for m in re.findall(r'^waitmeter_thread_seconds_total\{pid="(\d+)"', text, re.M)}
+                want = tree()
+                # the shell, its subshell and that one's sleep, and the later sleep
+                if (len(want) >= 4 and want <= got) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
+            assert len(want) >= 4 and want <= got and outside.pid not in got, (want, got, outside.pid)
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)  # the shell's whole tree (its own session)
+        outside.kill()
+        for p in (parent, outside):
+            p.wait()
+    rc, _, err = run("run", "--children")
+    assert rc == 2 and "--pid" in err, err
 
 
 @pytest.mark.needs_root
