@@ -440,7 +440,7 @@ pub struct AttachArgs {
     pub each_thread: bool,
     /// Also measure the processes it starts: its descendants now and those started in the
     /// window (a report each); the first report then weighs their CPU demand against the CPUs
-    /// they may use ("4 processes on 2 CPUs: 2× oversubscribed")
+    /// they may use ("4 processes on 2 CPUs want 4.0 CPUs: oversubscribed")
     #[arg(long)]
     pub children: bool,
     #[command(flatten)]

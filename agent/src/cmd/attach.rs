@@ -142,6 +142,10 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     for pid in &pids {
         session.attach(*pid)?;
     }
+    // --children: the processes they have now are watched before the window opens, like them
+    if args.children {
+        session.discover_matching(&|pid, _| crate::procfs::ancestor_in(pid, &pids).is_some())?;
+    }
     let mut syscalls = crate::model::syscalls::Tally::default();
     // The window opens now, with everything in place: what the threads did since they were
     // seeded (while the agent attached its probes and read symbols, competing for the CPU) is
@@ -161,6 +165,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         .collect();
     let roots = pids.clone();
     if args.children {
+        // those found above, and any started since
         find_children(&mut session, &roots, &mut watched)?;
     }
     let mut next_children = monotonic_ns() + CHILDREN_EVERY_NS;

@@ -9,6 +9,9 @@ use crate::model::blame::Preemptor;
 use crate::model::stacks::{Frame, Key, Kind, Role, WaitStacks};
 use crate::model::state::State;
 
+/// A thread is listed as blocking another when it is behind this share of that one's wait.
+const BLOCKING_SHARE: f64 = 0.01;
+
 /// A thread's state at the end of the window, from /proc (untrusted text, bounded).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Now {
@@ -164,7 +167,9 @@ impl Dump {
                 culprits.retain(|c| c.2 > 0 && c.0 != Some(t.tid));
                 culprits.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
                 let all: u64 = culprits.iter().map(|c| c.2).sum();
-                for (tid, _, ns) in &culprits {
+                // a culprit for a hundredth of the wait or more (a thread that held the GIL for
+                // microseconds as it woke once a second is not blocking anyone)
+                for (tid, _, ns) in culprits.iter().filter(|c| c.2 as f64 >= BLOCKING_SHARE * all as f64) {
                     if let Some(c) = tid {
                         blocked_by.entry(*c).or_default().push((*ns, t.tid));
                     }
