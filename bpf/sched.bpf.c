@@ -259,6 +259,21 @@ static __always_inline bool is_blocked(__u32 state)
 }
 
 /*
+ * Under the thread's lock: `waker` (a host TID; `same_process`: of the
+ * thread's own process) woke its GIL or futex wait. A GIL wait whose holder
+ * was not read (the GIL was free when it went to sleep: it changed hands
+ * between the waiter's check and its sleep, or the waiter queued on the
+ * GIL's mutex while a holder let go) is charged to that thread of its
+ * process: its release handed the GIL over.
+ */
+static __always_inline void woken_by(struct wm_thread *t, __u32 waker, bool same_process)
+{
+	t->d.waker = waker;
+	if (t->d.state == WM_STATE_GIL_WAIT && !t->d.gil_holder && same_process)
+		t->d.gil_holder = (1ULL << WM_HOLDER_WAKER_BIT) | waker;
+}
+
+/*
  * Under the thread's lock: close the open interval into its state and enter
  * `e->to` at `now` (`since` never moves back, so sum(ns) == since - start
  * holds). With `wake`, a thread that is not blocked is left as it is (a wakeup
@@ -282,11 +297,8 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 			bpf_spin_unlock(&t->lock);
 			return false;
 		}
-		if (early && !t->d.waker && (from == WM_STATE_GIL_WAIT || from == WM_STATE_FUTEX_WAIT)) {
-			t->d.waker = early & WM_EARLY_WAKER_TID;
-			if (from == WM_STATE_GIL_WAIT && !t->d.gil_holder && (early & WM_EARLY_SAME_PROCESS))
-				t->d.gil_holder = (1ULL << WM_HOLDER_WAKER_BIT) | t->d.waker;
-		}
+		if (early && !t->d.waker && (from == WM_STATE_GIL_WAIT || from == WM_STATE_FUTEX_WAIT))
+			woken_by(t, early & WM_EARLY_WAKER_TID, early & WM_EARLY_SAME_PROCESS);
 	}
 	c->state = from;
 	c->gen = (__u32)t->d.start;
@@ -760,16 +772,9 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 		}
 	}
 	bpf_spin_lock(&t->lock);
-	/* a GIL waiter woken by a thread: the GIL's release (not its timeout).
-	 * If the GIL was free when it went to sleep (it changed hands between
-	 * the waiter's check and its sleep, or the waiter queued on the GIL's
-	 * mutex while a holder let go), the thread of its own process that
-	 * wakes it is the one that handed the GIL over: its holder */
-	if (t->d.state == WM_STATE_GIL_WAIT) {
-		t->d.waker = waker;
-		if (!t->d.gil_holder && cur->tgid == p->tgid)
-			t->d.gil_holder = (1ULL << WM_HOLDER_WAKER_BIT) | waker;
-	}
+	/* a GIL waiter woken by a thread: the GIL's release (not its timeout) */
+	if (t->d.state == WM_STATE_GIL_WAIT)
+		woken_by(t, waker, cur->tgid == p->tgid);
 	/* not switched out yet (its sched_switch, on its own CPU, may come
 	 * after this): kept for this wakeup's sched_wakeup, which comes after
 	 * that switch-out if it does sleep (the wakeup waits for it to leave

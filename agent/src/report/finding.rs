@@ -514,12 +514,12 @@ impl Kind {
     }
 }
 
-/// A number of CPUs as people say it: "2", "1.5".
-fn fmt_cpus(cpus: f64) -> String {
-    if cpus.fract() == 0.0 {
-        format!("{cpus:.0}")
+/// A number of cores as the verdict says it: "2", "2.50".
+fn cores(c: f64) -> String {
+    if (c - c.round()).abs() < 1e-9 {
+        format!("{c:.0}")
     } else {
-        format!("{cpus:.2}").trim_end_matches('0').to_string()
+        format!("{c:.2}")
     }
 }
 
@@ -661,13 +661,7 @@ impl fmt::Display for CpuUse {
     /// "CPU 1.1 of 4 cores", "CPU 0.1 of 2.50 cores"
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let c = self.limit_cores;
-        if c == 1.0 {
-            write!(f, "CPU {:.1} of 1 core", self.used_cores)
-        } else if (c - c.round()).abs() < 1e-9 {
-            write!(f, "CPU {:.1} of {c:.0} cores", self.used_cores)
-        } else {
-            write!(f, "CPU {:.1} of {c:.2} cores", self.used_cores)
-        }
+        write!(f, "CPU {:.1} of {} core{}", self.used_cores, cores(c), if c == 1.0 { "" } else { "s" })
     }
 }
 
@@ -928,14 +922,14 @@ impl fmt::Display for Kind {
                 write!(
                     f,
                     "oversubscribed: {count} processes on {} CPU{} want {demand_cores:.1} CPUs: {:.1}× oversubscribed; they waited {:.0}% of that time for a CPU ({:.0}% of it behind each other) in {:.1} s: {}. Size the pool or worker count to the CPUs it may use ({}: `len(os.sched_getaffinity(0))`, within the cgroup's quota), or give it more CPUs",
-                    fmt_cpus(*cpus),
+                    cores(*cpus),
                     if *cpus == 1.0 { "" } else { "s" },
                     demand_cores / cpus,
                     100.0 * runqueue_share,
                     100.0 * behind_family_share,
                     secs(*window_ns),
                     names.join(", "),
-                    fmt_cpus(*cpus),
+                    cores(*cpus),
                 )
             }
             Kind::GilPingPong { count, threads, handoffs_per_s, mean_hold_ns, gil_wait_ns, running_ns, window_ns } => {
