@@ -335,14 +335,15 @@ def test_a_trickling_endpoint_is_cut_off_at_the_deadline_and_polls_go_on(workloa
     assert reasons['{reason="timeout"}'] >= 3, reasons
     assert all(v == 0 for k, v in reasons.items() if k != '{reason="timeout"}'), reasons
     assert set(reasons) == {f'{{reason="{r}"}}' for r in
-                            ["connect", "timeout", "http_status", "too_large", "encoding", "bad_response", "metric_missing", "bad_line"]}
+                            ["connect", "timeout", "http_status", "too_large", "encoding", "bad_response", "metric_missing", "out_of_range",
+                             "bad_line"]}
     assert metric_values(text, "waitmeter_age_source_errors_total")['{source="endpoint"}'] == reasons['{reason="timeout"}']
 
 
 # --- the socket's trust model (issue 12: the age socket trusts anyone) ---
 
 SENDER = ROOT / "tests" / "workloads" / "age_sender.py"
-REASONS = ["malformed", "no_credentials", "wrong_pid", "unknown_thread", "sender_exited", "state_full"]
+REASONS = ["malformed", "out_of_range", "no_credentials", "wrong_pid", "unknown_thread", "sender_exited", "state_full"]
 
 
 def sender(sock, *args, prefix=(), python=sys.executable):
@@ -411,7 +412,7 @@ def test_a_record_claiming_another_process_is_rejected_and_counted(tmp_path):
             texts.append(wait_http(url))
             time.sleep(0.3)
     counts = rejected(texts[-1])
-    assert counts == {"malformed": 0, "no_credentials": 0, "wrong_pid": 100, "unknown_thread": 50, "sender_exited": 0,
+    assert counts == {"malformed": 0, "out_of_range": 0, "no_credentials": 0, "wrong_pid": 100, "unknown_thread": 50, "sender_exited": 0,
                       "state_full": 0}, counts
     assert metric_values(texts[-1], "waitmeter_age_source_errors_total")['{source="client"}'] == 0
     # the forged age never appeared, under either process; the genuine one stayed
@@ -549,5 +550,5 @@ def test_a_flood_cannot_grow_the_state_past_its_bound(tmp_path):
             kept = ages_of(text, w.pid)
             assert len(kept) == 64 and set(kept) == {0.25}, kept
     counts = rejected(text)
-    assert counts == {"malformed": 0, "no_credentials": 0, "wrong_pid": 0, "unknown_thread": 300, "sender_exited": 0,
+    assert counts == {"malformed": 0, "out_of_range": 0, "no_credentials": 0, "wrong_pid": 0, "unknown_thread": 300, "sender_exited": 0,
                       "state_full": 72}, counts

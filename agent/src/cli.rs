@@ -384,7 +384,7 @@ pub fn parse_group(s: &str, etc_group: &str) -> Result<u32, String> {
 
 /// At least 0.1 s: every poll makes the application render its metrics.
 fn age_interval(s: &str) -> Result<f64, String> {
-    match positive_seconds(s)? {
+    match seconds(s, 0.0, 3600.0)? {
         v if v < 0.1 => Err(format!("`{s}`: poll at most every 0.1 s (each poll makes the application render its metrics)")),
         v => Ok(v),
     }
@@ -392,23 +392,50 @@ fn age_interval(s: &str) -> Result<f64, String> {
 
 /// At most 60 s: a poll that takes longer cannot be joined with a window.
 fn age_timeout(s: &str) -> Result<f64, String> {
-    match positive_seconds(s)? {
-        v if v > 60.0 => Err(format!("`{s}`: give at most 60 seconds")),
-        v => Ok(v),
-    }
+    seconds(s, 0.001, 60.0)
 }
 
 fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
     crate::age::exposition::parse_label_filter(s)
 }
 
-fn positive_seconds(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    if v.is_finite() && v > 0.0 && v <= 86_400.0 * 365.0 {
-        Ok(v)
+/// A number of seconds within [min, max], or a line that says the bound it broke.
+fn seconds(s: &str, min: f64, max: f64) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    let said = |x: f64| match x {
+        x if x >= 86_400.0 => format!("{x} seconds ({} days)", x / 86_400.0),
+        x => format!("{x} seconds"),
+    };
+    if v.is_nan() || v < min {
+        Err(format!("`{s}`: give at least {}", said(min)))
+    } else if v > max {
+        Err(format!("`{s}`: give at most {}", said(max)))
     } else {
-        Err(format!("`{s}`: give a number of seconds greater than 0"))
+        Ok(v)
     }
+}
+
+/// Thread labels per process: bounded, as every series' cardinality is (names come from the target).
+fn thread_labels(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=1000).contains(&n) => Ok(n),
+        _ => Err(format!("`{s}`: give a whole number from 1 to 1000")),
+    }
+}
+
+/// A measurement window: a millisecond to a year.
+fn window_seconds(s: &str) -> Result<f64, String> {
+    seconds(s, 0.001, 365.0 * 86_400.0)
+}
+
+/// A refresh interval: 50 ms (a redraw costs a sample of every thread) to an hour.
+fn refresh_seconds(s: &str) -> Result<f64, String> {
+    seconds(s, 0.05, 3600.0)
+}
+
+/// An age objective: within the ages taken as facts.
+fn slo_seconds(s: &str) -> Result<f64, String> {
+    seconds(s, 0.001, crate::age::MAX_AGE_S)
 }
 
 #[derive(Args, Debug)]
@@ -419,20 +446,20 @@ pub struct AttachArgs {
     #[arg(short, long, value_name = "PID", value_delimiter = ',')]
     pub pid: Vec<u32>,
     /// Length of the measurement window in seconds (with a COMMAND: until it exits)
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = positive_seconds, conflicts_with = "command")]
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = window_seconds, conflicts_with = "command")]
     pub duration: f64,
     /// Report format: a table for people, or one JSON object for scripts
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
     /// Refresh interval of the live table in seconds
-    #[arg(long, value_name = "SECS", default_value = "1", value_parser = positive_seconds)]
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = refresh_seconds)]
     pub interval: f64,
     /// Also write the wait profile of the window here (gzipped pprof: `go tool pprof FILE`)
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
     /// The level the application's age should stay under, in seconds; without it the verdict
     /// takes twice the window's median age plus 0.1 s (docs/verdicts.md)
-    #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
+    #[arg(long, value_name = "SECS", value_parser = slo_seconds)]
     pub age_slo: Option<f64>,
     /// A row for every thread: by default the exited threads that lived less than a tenth of
     /// the window are summed into one row per role (their name without its numbers), with their count
@@ -459,7 +486,7 @@ pub struct DumpArgs {
     #[arg(short, long, value_name = "PID")]
     pub pid: u32,
     /// How long to watch for whom each thread waits behind, in seconds
-    #[arg(long, value_name = "SECS", default_value = "1", value_parser = positive_seconds)]
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = refresh_seconds)]
     pub window: f64,
     /// Format: text for people, or one JSON object for scripts
     #[arg(long, value_enum, default_value_t = Output::Text)]
@@ -497,8 +524,8 @@ pub struct RunArgs {
     #[arg(long = "web.config.file", value_name = "FILE")]
     pub web_config_file: Option<PathBuf>,
     /// Thread labels per process, given to the busiest names (running and waiting, with
-    /// hysteresis); the rest are "other"
-    #[arg(long, value_name = "N", default_value_t = 20)]
+    /// hysteresis); the rest are "other" (1 to 1000: each name is a series per state)
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = thread_labels)]
     pub max_thread_labels: usize,
     /// Add a `tid` label (one series per thread; for debugging)
     #[arg(long)]
@@ -673,6 +700,16 @@ mod tests {
         assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--duration", "0"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--duration", "x"]).is_err());
         assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "1", "--duration", "0.5"]).is_ok());
+        // the bound broken is the one said
+        let err = |args: &[&str]| Cli::try_parse_from(args).err().map(|e| e.to_string()).unwrap_or_default();
+        let e = err(&["waitmeter", "attach", "--pid", "1", "--duration", "100000000"]);
+        assert!(e.contains("give at most 31536000 seconds (365 days)"), "{e}");
+        assert!(err(&["waitmeter", "attach", "--pid", "1", "--duration", "0"]).contains("give at least 0.001 seconds"));
+        assert!(err(&["waitmeter", "attach", "--pid", "1", "--duration", "NaN"]).contains("give at least"));
+        assert!(err(&["waitmeter", "attach", "--pid", "1", "--duration", "inf"]).contains("give at most"));
+        assert!(err(&["waitmeter", "attach", "--pid", "1", "--interval", "1e-9"]).contains("give at least 0.05 seconds"));
+        assert!(err(&["waitmeter", "attach", "--pid", "1", "--age-slo", "1e308"]).contains("give at most 604800 seconds (7 days)"));
+        assert!(err(&["waitmeter", "dump", "--pid", "1", "--window", "1e9"]).contains("give at most 3600 seconds"));
         assert!(Cli::try_parse_from(["waitmeter", "attach", "--pid", "-3"]).is_err());
     }
 }

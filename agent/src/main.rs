@@ -9,6 +9,7 @@ mod error;
 mod export;
 mod idhash;
 mod model;
+mod outfile;
 mod probes;
 mod procfs;
 mod python;

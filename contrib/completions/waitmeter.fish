@@ -75,7 +75,7 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l comm -d 'Eve
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l cgroup -d 'Every process in this cgroup (v2 path, e.g. /system.slice/app.service) or below it, now and later; with --comm, those of them with that name' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l listen -d 'Address to serve /metrics on' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l web.config.file -d 'TLS, client certificates and basic auth for the endpoint: a file in the Prometheus exporter toolkit\'s web-config format (docs/deployment.md)' -r -F
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l max-thread-labels -d 'Thread labels per process, given to the busiest names (running and waiting, with hysteresis); the rest are "other"' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l max-thread-labels -d 'Thread labels per process, given to the busiest names (running and waiting, with hysteresis); the rest are "other" (1 to 1000: each name is a series per state)' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l btf -d 'BTF file for a kernel without /sys/kernel/btf/vmlinux (e.g. from BTFHub)' -r -F
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l max-threads -d 'Most threads measured at once (kernel map size); excess events are counted as lost' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l max-processes -d 'Most processes watched at once' -r

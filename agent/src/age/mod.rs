@@ -10,6 +10,16 @@ pub mod senders;
 pub mod socket;
 pub mod sources;
 
+/// The largest age taken as a fact: a week. An age source that says more (or
+/// less than 0, or NaN, or an infinity) is broken or hostile; its value is
+/// rejected and counted (`out_of_range`), never shown or reasoned about.
+pub const MAX_AGE_S: f64 = 7.0 * 86_400.0;
+
+/// An age as a fact, or None when it is outside [0, `MAX_AGE_S`] or not a number.
+pub fn sane(age_s: f64) -> Option<f64> {
+    (0.0..=MAX_AGE_S).contains(&age_s).then_some(age_s)
+}
+
 /// What the age sources are asked to do (`cli::AgeArgs` converts into it).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AgeConfig {

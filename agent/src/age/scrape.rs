@@ -50,12 +50,14 @@ pub enum Reason {
     Encoding,
     BadResponse,
     MetricMissing,
+    /// the metric read, but its value is no age: below 0, above `MAX_AGE_S`, NaN or infinite
+    OutOfRange,
     /// a skipped line (the others count polls)
     BadLine,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::Connect,
         Reason::Timeout,
         Reason::HttpStatus,
@@ -63,6 +65,7 @@ impl Reason {
         Reason::Encoding,
         Reason::BadResponse,
         Reason::MetricMissing,
+        Reason::OutOfRange,
         Reason::BadLine,
     ];
 
@@ -75,6 +78,7 @@ impl Reason {
             Reason::Encoding => "encoding",
             Reason::BadResponse => "bad_response",
             Reason::MetricMissing => "metric_missing",
+            Reason::OutOfRange => "out_of_range",
             Reason::BadLine => "bad_line",
         }
     }
@@ -467,11 +471,19 @@ impl AgeScraper {
         }
         match got.reading {
             Ok(r) => {
-                if self.last_error.take().is_some() {
-                    log::warn!("age source {} is back", self.endpoint.url);
-                }
-                if let Some(age) = sample_of(self.previous.as_ref(), &r) {
-                    self.samples.push(AgeSample { at_ns: now_ns, age_s: age });
+                let age = sample_of(self.previous.as_ref(), &r);
+                match age.map(|a| (a, super::sane(a))) {
+                    Some((a, None)) => self.failed(
+                        Reason::OutOfRange,
+                        &format!("its age {a:e} s is no age (outside 0 s to a week, or not a number): not taken"),
+                    ),
+                    Some((_, Some(age))) => {
+                        if self.last_error.take().is_some() {
+                            log::warn!("age source {} is back", self.endpoint.url);
+                        }
+                        self.samples.push(AgeSample { at_ns: now_ns, age_s: age });
+                    }
+                    None => {}
                 }
                 if self.window_start.is_none() {
                     self.window_start = Some(r.clone());
@@ -482,14 +494,17 @@ impl AgeScraper {
                     self.samples.drain(..self.samples.len() - 3600);
                 }
             }
-            Err(e) => {
-                self.errors += 1;
-                self.by_reason[e.reason().index()] += 1;
-                if self.last_error != Some(e.reason()) {
-                    log::warn!("age source {} ({}): {e}; retrying every {:?}", self.endpoint.url, self.metric, self.interval);
-                    self.last_error = Some(e.reason());
-                }
-            }
+            Err(e) => self.failed(e.reason(), &e.to_string()),
+        }
+    }
+
+    /// Count a poll that gave no age; warn once until its reason changes.
+    fn failed(&mut self, why: Reason, what: &str) {
+        self.errors += 1;
+        self.by_reason[why.index()] += 1;
+        if self.last_error != Some(why) {
+            log::warn!("age source {} ({}): {what}; retrying every {:?}", self.endpoint.url, self.metric, self.interval);
+            self.last_error = Some(why);
         }
     }
 }
@@ -498,17 +513,18 @@ impl AgeScraper {
 /// now; for a histogram or a summary the mean of the observations since the
 /// previous reading.
 pub fn sample_of(previous: Option<&Reading>, r: &Reading) -> Option<f64> {
-    let age = match (previous, r) {
+    // (a NaN count is a sample too: one that is no age, counted as such by `record`)
+    let new = |n: f64| n > 0.0 || n.is_nan();
+    match (previous, r) {
         (_, Reading::Value(v)) => Some(*v),
-        (_, Reading::GaugeHistogram { sum, count, .. }) => (*count > 0.0).then(|| sum / count),
+        (_, Reading::GaugeHistogram { sum, count, .. }) => new(*count).then(|| sum / count),
         (Some(Reading::Histogram { sum: s0, count: c0, .. }), Reading::Histogram { sum, count, .. })
         | (Some(Reading::Summary { sum: s0, count: c0, .. }), Reading::Summary { sum, count, .. }) => {
             let dc = count - c0;
-            (dc > 0.0).then(|| (sum - s0) / dc)
+            new(dc).then(|| (sum - s0) / dc)
         }
         _ => None,
-    };
-    age.filter(|a| a.is_finite())
+    }
 }
 
 /// Quantile `q` of a histogram's observations between two readings (of a
@@ -744,9 +760,26 @@ mod tests {
     }
 
     #[test]
+    fn ages_that_are_no_ages_are_counted_not_taken() {
+        let mut s = AgeScraper::new("http://127.0.0.1:1/metrics", "x", BTreeMap::new(), Duration::from_secs(1), T).unwrap();
+        let bad = [1e308, -1.9, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, crate::age::MAX_AGE_S + 1.0];
+        for (i, v) in bad.iter().enumerate() {
+            s.record(i as u64, Poll { reading: Ok(Reading::Value(*v)), bad_lines: 0, first_bad: None });
+        }
+        // a histogram whose sum went NaN between two readings
+        let h = |sum, count| Reading::Histogram { sum, count, buckets: vec![(f64::INFINITY, count)] };
+        s.record(10, Poll { reading: Ok(h(1.0, 1.0)), bad_lines: 0, first_bad: None });
+        s.record(11, Poll { reading: Ok(h(f64::NAN, 2.0)), bad_lines: 0, first_bad: None });
+        s.record(12, Poll { reading: Ok(Reading::Value(0.25)), bad_lines: 0, first_bad: None });
+        assert_eq!(s.count(Reason::OutOfRange), bad.len() as u64 + 1);
+        assert_eq!(s.errors, bad.len() as u64 + 1);
+        assert_eq!(s.samples, vec![AgeSample { at_ns: 12, age_s: 0.25 }]);
+    }
+
+    #[test]
     fn samples_from_each_kind() {
         assert_eq!(sample_of(None, &Reading::Value(2.0)), Some(2.0));
-        assert_eq!(sample_of(None, &Reading::Value(f64::NAN)), None);
+        assert!(sample_of(None, &Reading::Value(f64::NAN)).is_some_and(f64::is_nan)); // counted by `record`
         let h0 = Reading::Histogram { sum: 10.0, count: 10.0, buckets: vec![(1.0, 10.0), (f64::INFINITY, 10.0)] };
         let h1 = Reading::Histogram { sum: 40.0, count: 20.0, buckets: vec![(1.0, 10.0), (f64::INFINITY, 20.0)] };
         assert_eq!(sample_of(None, &h1), None); // no window yet

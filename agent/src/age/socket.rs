@@ -5,9 +5,9 @@
 //! drained every tick.
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
@@ -50,16 +50,17 @@ pub fn decode(b: &[u8]) -> Option<AgeRecord> {
     }
     let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
     let f64_at = |o: usize| f64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-    let r = AgeRecord { pid: u32_at(4), tid: u32_at(8), age_s: f64_at(12), sent_unix_s: f64_at(20) };
-    r.age_s.is_finite().then_some(r)
+    Some(AgeRecord { pid: u32_at(4), tid: u32_at(8), age_s: f64_at(12), sent_unix_s: f64_at(20) })
 }
 
 /// Why a datagram was not taken: the `reason` label of
 /// `waitmeter_age_client_rejected_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rejected {
-    /// not a 28-byte record with the magic and a finite age
+    /// not a 28-byte record with the magic
     Malformed,
+    /// an age that is no age: below 0, above `MAX_AGE_S` (a week), NaN or infinite
+    OutOfRange,
     /// no sender credentials, or a sender outside the agent's PID namespace (PID 0)
     NoCredentials,
     /// the record claims a process other than the one that sent it
@@ -73,8 +74,9 @@ pub enum Rejected {
 }
 
 impl Rejected {
-    pub const ALL: [Rejected; 6] = [
+    pub const ALL: [Rejected; 7] = [
         Rejected::Malformed,
+        Rejected::OutOfRange,
         Rejected::NoCredentials,
         Rejected::WrongPid,
         Rejected::UnknownThread,
@@ -85,6 +87,7 @@ impl Rejected {
     pub fn name(self) -> &'static str {
         match self {
             Rejected::Malformed => "malformed",
+            Rejected::OutOfRange => "out_of_range",
             Rejected::NoCredentials => "no_credentials",
             Rejected::WrongPid => "wrong_pid",
             Rejected::UnknownThread => "unknown_thread",
@@ -109,6 +112,7 @@ pub struct Received {
 /// sender's PID from its credentials (None: none attached).
 pub fn classify(bytes: &[u8], truncated: bool, sender: Option<u32>) -> Result<Received, Rejected> {
     let record = decode(bytes).filter(|_| !truncated).ok_or(Rejected::Malformed)?;
+    super::sane(record.age_s).ok_or(Rejected::OutOfRange)?;
     match sender {
         Some(pid) if pid != 0 => Ok(Received { record, sender: pid }),
         _ => Err(Rejected::NoCredentials),
@@ -118,22 +122,82 @@ pub fn classify(bytes: &[u8], truncated: bool, sender: Option<u32>) -> Result<Re
 pub struct AgeSocket {
     sock: UnixDatagram,
     path: PathBuf,
+    /// (device, inode) of the socket file it bound: the only file its drop removes
+    inode: (u64, u64),
+}
+
+/// What is at a path the socket is to be bound at.
+#[derive(Debug, PartialEq)]
+enum Occupant {
+    /// a socket file nobody receives on (left by an agent that died): replaced
+    Stale,
+    /// a socket a live process receives on
+    Live,
+    /// a file, a folder, a link, a device…: never touched
+    Other(&'static str),
+}
+
+fn occupant(path: &Path) -> io::Result<Occupant> {
+    let kind = std::fs::symlink_metadata(path)?.file_type();
+    if !kind.is_socket() {
+        let what = if kind.is_symlink() {
+            "a symbolic link"
+        } else if kind.is_dir() {
+            "a folder"
+        } else if kind.is_file() {
+            "a regular file"
+        } else {
+            "a special file"
+        };
+        return Ok(Occupant::Other(what));
+    }
+    // a datagram socket file accepts a connect while its socket lives (and is refused once it is gone)
+    Ok(match UnixDatagram::unbound()?.connect(path) {
+        Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => Occupant::Stale,
+        _ => Occupant::Live,
+    })
 }
 
 impl AgeSocket {
-    /// Bind `cfg.path` (replacing a stale socket file), ask the kernel for
-    /// every sender's credentials, then give the file its group and mode.
-    /// Errors are the user's to fix (exit code 2).
+    /// Bind `cfg.path`, ask the kernel for every sender's credentials, then
+    /// give the file its group and mode. Only a stale socket file (one nobody
+    /// receives on) is replaced; anything else at the path is refused, and no
+    /// folder is made. Errors are the user's to fix (exit code 2).
     pub fn bind(cfg: &SocketConfig) -> Result<AgeSocket> {
         let path = &cfg.path;
+        let shown = path.display();
         let fix = "pick a writable --age-socket path";
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| crate::usage!("failed to create {}: {e}: {fix}", dir.display()))?;
-        }
-        let _ = std::fs::remove_file(path);
-        let sock = UnixDatagram::bind(path).map_err(|e| crate::usage!("failed to bind the age socket {}: {e}: {fix}", path.display()))?;
-        // from here on, dropping `s` removes the file
-        let s = AgeSocket { sock, path: path.clone() };
+        let sock = match UnixDatagram::bind(path) {
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => match occupant(path) {
+                Ok(Occupant::Stale) => {
+                    log::info!("replacing the stale socket file {shown} (nobody receives on it)");
+                    std::fs::remove_file(path).map_err(|e| crate::usage!("failed to remove the stale socket {shown}: {e}: {fix}"))?;
+                    UnixDatagram::bind(path)
+                }
+                Ok(Occupant::Live) => {
+                    return Err(crate::usage!(
+                        "--age-socket {shown}: a running process receives on that socket (another waitmeter?): stop it or pick another path"
+                    ))
+                }
+                Ok(Occupant::Other(what)) => {
+                    return Err(crate::usage!(
+                        "--age-socket {shown} is {what}, not a socket: waitmeter replaces only a stale socket; pick a path where nothing is"
+                    ))
+                }
+                Err(_) => Err(e),
+            },
+            other => other,
+        };
+        let sock = sock.map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => crate::usage!(
+                "--age-socket {shown}: the folder {} does not exist: create it (a volume shared with the application) or pick another path",
+                path.parent().map_or_else(|| ".".into(), |d| d.display().to_string())
+            ),
+            _ => crate::usage!("failed to bind the age socket {shown}: {e}: {fix}"),
+        })?;
+        let meta = std::fs::symlink_metadata(path).map_err(|e| anyhow::anyhow!("failed to look at the age socket {shown}: {e}"))?;
+        // from here on, dropping `s` removes the file (while it is still this socket's)
+        let s = AgeSocket { sock, path: path.clone(), inode: (meta.dev(), meta.ino()) };
         s.sock.set_nonblocking(true)?;
         // before anyone may send: every datagram then carries its sender's credentials
         pass_credentials(&s.sock)
@@ -170,8 +234,11 @@ impl AgeSocket {
 }
 
 impl Drop for AgeSocket {
+    /// Remove the socket file, unless something else has taken its path meanwhile.
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.inode) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -257,7 +324,6 @@ mod tests {
     fn decodes_records_and_rejects_junk() {
         assert_eq!(decode(&record(7, 8, 1.5)), Some(AgeRecord { pid: 7, tid: 8, age_s: 1.5, sent_unix_s: 1.7e9 }));
         assert_eq!(decode(b"WMA1"), None);
-        assert_eq!(decode(&record(7, 8, f64::NAN)), None);
         let mut bad = record(1, 2, 3.0);
         bad[0] = b'X';
         assert_eq!(decode(&bad), None);
@@ -273,8 +339,14 @@ mod tests {
         // malformed first: there is no claim to check
         assert_eq!(classify(b"junk", false, None), Err(Rejected::Malformed));
         assert_eq!(classify(&r, true, Some(7)), Err(Rejected::Malformed));
+        // ages that are no ages
+        for age in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, -1e-9, 1e308, -1e308, crate::age::MAX_AGE_S * 1.001] {
+            assert_eq!(classify(&record(7, 8, age), false, Some(7)), Err(Rejected::OutOfRange), "{age}");
+        }
+        assert!(classify(&record(7, 8, 0.0), false, Some(7)).is_ok());
+        assert!(classify(&record(7, 8, crate::age::MAX_AGE_S), false, Some(7)).is_ok());
         let names: Vec<&str> = Rejected::ALL.iter().map(|r| r.name()).collect();
-        assert_eq!(names, ["malformed", "no_credentials", "wrong_pid", "unknown_thread", "sender_exited", "state_full"]);
+        assert_eq!(names, ["malformed", "out_of_range", "no_credentials", "wrong_pid", "unknown_thread", "sender_exited", "state_full"]);
         assert!(Rejected::ALL.iter().enumerate().all(|(i, r)| r.index() == i));
     }
 
@@ -282,6 +354,7 @@ mod tests {
     fn receives_with_the_senders_credentials_without_blocking() {
         let dir = std::env::temp_dir().join(format!("wm-age-test-{}", std::process::id()));
         let path = dir.join("age.sock");
+        std::fs::create_dir_all(&dir).unwrap();
         let mut s = AgeSocket::bind(&SocketConfig { path: path.clone(), mode: DEFAULT_MODE, group: None, max_threads: 1 }).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o660);
         assert!(s.drain().is_empty());
@@ -301,5 +374,41 @@ mod tests {
         drop(s);
         assert!(!path.exists());
         let _ = std::fs::remove_dir(dir);
+    }
+
+    #[test]
+    fn binds_only_where_nothing_but_a_stale_socket_is() {
+        let dir = std::env::temp_dir().join(format!("wm-age-place-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let cfg = |name: &str| SocketConfig { path: dir.join(name), mode: DEFAULT_MODE, group: None, max_threads: 1 };
+        let err = |name: &str| format!("{:#}", AgeSocket::bind(&cfg(name)).err().expect(name));
+        // a file, a folder, a link: refused and left as they were
+        std::fs::write(dir.join("x.conf"), "keep me").unwrap();
+        assert!(err("x.conf").contains("is a regular file, not a socket"));
+        assert_eq!(std::fs::read_to_string(dir.join("x.conf")).unwrap(), "keep me");
+        std::fs::create_dir(dir.join("d")).unwrap();
+        assert!(err("d").contains("is a folder"));
+        std::os::unix::fs::symlink(dir.join("x.conf"), dir.join("l")).unwrap();
+        assert!(err("l").contains("is a symbolic link"));
+        assert!(dir.join("x.conf").exists() && dir.join("d").is_dir());
+        // no folder is made
+        assert!(err("no/such/age.sock").contains("does not exist"));
+        assert!(!dir.join("no").exists());
+        // a live socket is not taken over; a stale one is replaced
+        let live = AgeSocket::bind(&cfg("age.sock")).unwrap();
+        assert!(err("age.sock").contains("a running process receives on that socket"));
+        let stale = UnixDatagram::bind(dir.join("stale.sock")).unwrap();
+        drop(stale); // the file stays, nobody receives on it
+        assert!(dir.join("stale.sock").exists());
+        let again = AgeSocket::bind(&cfg("stale.sock")).unwrap();
+        // a drop removes only its own socket file: not one that took its path meanwhile
+        std::fs::remove_file(dir.join("age.sock")).unwrap();
+        std::fs::write(dir.join("age.sock"), "someone else's").unwrap();
+        drop(live);
+        assert_eq!(std::fs::read_to_string(dir.join("age.sock")).unwrap(), "someone else's");
+        drop(again);
+        assert!(!dir.join("stale.sock").exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

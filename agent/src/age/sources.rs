@@ -201,8 +201,8 @@ impl AgeSources {
             let summary = summarize(&samples)?;
             let (p50_s, p99_s) = match &s.last {
                 Some(last) => (
-                    scrape::histogram_quantile(s.window_start.as_ref(), last, 0.5),
-                    scrape::histogram_quantile(s.window_start.as_ref(), last, 0.99),
+                    scrape::histogram_quantile(s.window_start.as_ref(), last, 0.5).and_then(super::sane),
+                    scrape::histogram_quantile(s.window_start.as_ref(), last, 0.99).and_then(super::sane),
                 ),
                 None => (None, None),
             };
@@ -261,6 +261,7 @@ impl AgeSources {
 fn explain(why: Rejected) -> &'static str {
     match why {
         Rejected::Malformed => "malformed: not a waitmeter_client record",
+        Rejected::OutOfRange => "out_of_range: an age below 0, above a week, NaN or infinite",
         Rejected::NoCredentials => "no_credentials: the sender is not visible in the agent's PID namespace",
         Rejected::WrongPid => "wrong_pid: it claims a process other than its sender",
         Rejected::UnknownThread => "unknown_thread: its thread is not one of the sender's",

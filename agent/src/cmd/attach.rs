@@ -110,11 +110,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         Some(p) if args.probe.stacks == crate::cli::Stacks::None => {
             return Err(usage!("--profile {} needs stacks: drop --stacks none", p.display()));
         }
-        Some(p) => Some((
-            p,
-            std::fs::File::create(p)
-                .map_err(|e| usage!("cannot write the profile to {}: {e}: choose a writable path for --profile", p.display()))?,
-        )),
+        Some(p) => Some(crate::outfile::OutFile::create(p, "--profile")?),
         None => None,
     };
     // --children: a watched process' new processes are watched from their fork on
@@ -420,16 +416,15 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         // short-lived threads folded by role, their wait stacks with them
         let report = if args.each_thread { report } else { report.with_short_lived_folded() };
         // the profile is of the process asked for (--children: not of each child)
-        if let (Some((path, file)), Some(stacks), None) = (profile_file.as_mut(), report.stacks.as_ref(), w.root) {
+        if let (Some(stacks), None, true) = (report.stacks.as_ref(), w.root, profile_file.is_some()) {
+            let file = profile_file.take().expect("checked");
             let names: HashMap<u32, String> = report.threads.iter().map(|t| (t.tid, t.name.clone())).collect();
             let builder = crate::export::profile::pprof(stacks, &names, start_unix_ns, end.saturating_sub(t0) as i64);
             let dropped = builder.dropped();
             if dropped != Default::default() {
                 log::warn!("the profile is full: {dropped:?} left out");
             }
-            use std::io::Write;
-            file.write_all(&builder.encode_gzip())
-                .map_err(|e| anyhow::anyhow!("failed to write the profile to {}: {e}", path.display()))?;
+            file.commit(&builder.encode_gzip())?;
         }
         reports.push(report);
     }

@@ -289,6 +289,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     maps,
                     http_codes: endpoint.stats.codes(),
                     http_drops: endpoint.stats.drops(),
+                    web_reloads: endpoint.web.as_ref().map(|w| w.reloads()).unwrap_or_default(),
                     pushes: pushing.as_ref().map(|p| p.pusher.stats.by_result()).unwrap_or_default(),
                     syscalls: syscall_totals.series(),
                 };
@@ -345,6 +346,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             // from now: the kernel takes every wait stack while a profile is recorded
             session.keep_stacks(true);
         }
+        captures.drop_cancelled();
         let due_push = pushing.as_ref().is_some_and(|p| now >= p.next_ns);
         if captures.next_due().is_some_and(|d| d <= now) || due_push {
             sample(&mut session, &mut exporter, &mut captures, pushing.as_mut());

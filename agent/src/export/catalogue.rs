@@ -167,7 +167,7 @@ pub const AGE_SCRAPE_ERRORS: Metric = Metric {
     kind: Kind::Counter,
     unit: None,
     labels: &["reason"],
-    help: "Problems reading the --age-url endpoint, by reason. Failed polls (each also counts in waitmeter_age_source_errors_total{source=\"endpoint\"}): connect (no connection: refused, unreachable, name not resolved), timeout (no whole answer within --age-timeout, connect to last byte), http_status (a status other than 200), too_large (a response head over 16 KiB or a body over 16 MiB), encoding (a Content-Encoding other than identity or a Transfer-Encoding other than chunked), bad_response (not well-formed HTTP/1.x: a malformed head or chunk, a body cut short), metric_missing (no series of --age-metric with the --age-labels, or a histogram or summary without its _sum or _count). Lines: bad_line (malformed lines skipped in expositions that were read; a skipped line of the metric costs that sample only). Every reason is exported from the start, at 0.",
+    help: "Problems reading the --age-url endpoint, by reason. Failed polls (each also counts in waitmeter_age_source_errors_total{source=\"endpoint\"}): connect (no connection: refused, unreachable, name not resolved), timeout (no whole answer within --age-timeout, connect to last byte), http_status (a status other than 200), too_large (a response head over 16 KiB or a body over 16 MiB), encoding (a Content-Encoding other than identity or a Transfer-Encoding other than chunked), bad_response (not well-formed HTTP/1.x: a malformed head or chunk, a body cut short), metric_missing (no series of --age-metric with the --age-labels, or a histogram or summary without its _sum or _count), out_of_range (the metric was read but its value is no age: below 0, above a week, NaN or infinite; not taken). Lines: bad_line (malformed lines skipped in expositions that were read; a skipped line of the metric costs that sample only). Every reason is exported from the start, at 0.",
 };
 
 pub const AGE_SOURCE_ERRORS: Metric = Metric {
@@ -183,7 +183,7 @@ pub const AGE_CLIENT_REJECTED: Metric = Metric {
     kind: Kind::Counter,
     unit: None,
     labels: &["reason"],
-    help: "Datagrams on the --age-socket that were not taken, by reason. A record is taken only from the process it speaks of, as the kernel names the sender (docs/age.md): malformed (not a waitmeter_client record; also counted in waitmeter_age_source_errors_total{source=\"client\"}), no_credentials (the sender is not visible in the agent's PID namespace), wrong_pid (the record claims a process other than its sender), unknown_thread (its thread is not a thread of the sender), sender_exited (the sender had exited when the agent read the record), state_full (a thread more than the --age-max-threads, default 4096, whose ages the agent keeps). Every reason is exported from the start, at 0.",
+    help: "Datagrams on the --age-socket that were not taken, by reason. A record is taken only from the process it speaks of, as the kernel names the sender (docs/age.md): malformed (not a waitmeter_client record; also counted in waitmeter_age_source_errors_total{source=\"client\"}), out_of_range (an age below 0, above a week, NaN or infinite), no_credentials (the sender is not visible in the agent's PID namespace), wrong_pid (the record claims a process other than its sender), unknown_thread (its thread is not a thread of the sender), sender_exited (the sender had exited when the agent read the record), state_full (a thread more than the --age-max-threads, default 4096, whose ages the agent keeps). Every reason is exported from the start, at 0.",
 };
 
 pub const HTTP_REQUESTS: Metric = Metric {
@@ -191,7 +191,7 @@ pub const HTTP_REQUESTS: Metric = Metric {
     kind: Kind::Counter,
     unit: None,
     labels: &["code"],
-    help: "Requests the endpoint answered, by HTTP status code (401: no or wrong basic-auth credentials; 503 on /metrics: the agent could not render in time).",
+    help: "Requests the endpoint answered, by HTTP status code (401: no or wrong basic-auth credentials; 429: 8 profile requests were open already, 4 profiles were being recorded, or 8 basic-auth checks were waiting; 503 on /metrics: the agent could not render in time).",
 };
 
 pub const HTTP_CONNECTIONS_DROPPED: Metric = Metric {
@@ -199,7 +199,15 @@ pub const HTTP_CONNECTIONS_DROPPED: Metric = Metric {
     kind: Kind::Counter,
     unit: None,
     labels: &["reason"],
-    help: "Connections the endpoint closed without an answer, by reason: head_timeout (the request head, TLS handshake included, was not complete 5 s after accept), evicted (closed to make room: the oldest connection still sending its head, when 256 were open), over_limit (256 connections busy answering: answered 503 with Retry-After at once), write_timeout (the response was not taken within 30 s), tls_handshake (the TLS handshake failed: no or untrusted client certificate, plain HTTP on a TLS port). A steady rise of head_timeout or evicted is a slow or hostile client.",
+    help: "Connections the endpoint closed without an answer, by reason: head_timeout (the request head, TLS handshake included, was not complete 5 s after accept), evicted (closed to make room: the oldest connection still sending its head, when 256 were open), over_limit (256 connections busy answering: answered 503 with Retry-After at once), write_timeout (the response was not taken within 30 s), tls_handshake (the TLS handshake failed: no or untrusted client certificate, plain HTTP on a TLS port), client_gone (the client of a /debug/pprof/wait request hung up before its profile was ready: its recording stopped). A steady rise of head_timeout or evicted is a slow or hostile client.",
+};
+
+pub const WEB_CONFIG_RELOADS: Metric = Metric {
+    base: "waitmeter_web_config_reloads",
+    kind: Kind::Counter,
+    unit: None,
+    labels: &["result"],
+    help: "Changes of the --web.config.file (or the files it names) the endpoint saw, by result: ok (in force for new connections), failed (it did not load: empty, unreadable, malformed, a certificate missing; the last good configuration stays), refused_weaker (it loaded but would turn TLS, client certificate verification or basic auth off: a reload never weakens the endpoint; restart waitmeter to serve it that way). Each failure is also an error line in the log. Absent without --web.config.file.",
 };
 
 pub const PROFILE_PUSHES: Metric = Metric {
@@ -272,6 +280,7 @@ pub const ALL: &[&Metric] = &[
     &AGE_CLIENT_REJECTED,
     &HTTP_REQUESTS,
     &HTTP_CONNECTIONS_DROPPED,
+    &WEB_CONFIG_RELOADS,
     &PROFILE_PUSHES,
     &WATCHED_PROCESSES,
     &WATCHED_THREADS,

@@ -72,6 +72,7 @@ pub struct Exposition {
     pub map_entries: Vec<(Labels, i64)>,
     pub http_requests: Vec<(Labels, f64)>,
     pub http_dropped: Vec<(Labels, f64)>,
+    pub web_config_reloads: Vec<(Labels, f64)>,
     pub profile_pushes: Vec<(Labels, f64)>,
 }
 
@@ -158,6 +159,7 @@ impl Collector for Exposition {
         counters(&mut enc, &catalogue::AGE_CLIENT_REJECTED, &self.age_client_rejected)?;
         counters(&mut enc, &catalogue::HTTP_REQUESTS, &self.http_requests)?;
         counters(&mut enc, &catalogue::HTTP_CONNECTIONS_DROPPED, &self.http_dropped)?;
+        counters(&mut enc, &catalogue::WEB_CONFIG_RELOADS, &self.web_config_reloads)?;
         counters(&mut enc, &catalogue::PROFILE_PUSHES, &self.profile_pushes)?;
         for (m, v) in [(&catalogue::WATCHED_PROCESSES, self.watched_processes), (&catalogue::WATCHED_THREADS, self.watched_threads)] {
             let u = unit_of(m);

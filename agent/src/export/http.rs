@@ -20,7 +20,13 @@
 //!
 //! A profile request holds its connection for the `seconds` it asks for (its
 //! response deadline moves by as much); at most `recorder::MAX_CAPTURES` are
-//! recorded at once, another gets 429 with `Retry-After`.
+//! recorded at once, another gets 429 with `Retry-After`. At most
+//! `MAX_PROFILE_REQUESTS` connections wait for a profile at once: one more is
+//! answered 429 at once, without asking the main loop, so that profile
+//! requests can never take the capacity scrapes need. A waiting profile
+//! request watches its socket: when the client hangs up, its recording stops
+//! and its slot is free (`client_gone`). Likewise at most `MAX_AUTH_WAITING`
+//! requests wait for a bcrypt check; more are answered 429 at once.
 //!
 //! `/healthz` answers 200 while the main loop beats, 503 once it has not for
 //! `STALLED_AFTER`: the chart's liveness probe uses it. It is not behind basic
@@ -28,7 +34,8 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -36,7 +43,7 @@ use anyhow::Result;
 use flate2::write::GzEncoder;
 use waitmeter_formats::http::{self as head, HeadError, HeadScanner, MAX_HEAD};
 
-use super::recorder::{Pull, DEFAULT_SECONDS, MAX_SECONDS};
+use super::recorder::{Pull, DEFAULT_SECONDS, MAX_CAPTURES, MAX_SECONDS};
 use super::web::{Auth, Web, WebConfig};
 use crate::usage;
 
@@ -48,6 +55,11 @@ pub const MAX_CONNECTIONS: usize = 256;
 pub const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 /// From the end of the head to the last byte of the response.
 pub const RESPONSE_DEADLINE: Duration = Duration::from_secs(30);
+/// Profile requests waiting for their profile at once (recording, or waiting
+/// for the main loop to say it is busy); one more is answered 429 at once.
+pub const MAX_PROFILE_REQUESTS: usize = 2 * MAX_CAPTURES;
+/// How often a waiting profile request looks whether its client is still there.
+const GONE_CHECK: Duration = Duration::from_millis(200);
 /// How long a scrape waits for the main loop to render.
 const RENDER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a render is served again.
@@ -75,10 +87,13 @@ pub enum Dropped {
     WriteTimeout,
     /// the TLS handshake failed (no certificate, wrong CA, plain HTTP on a TLS port…)
     Tls,
+    /// the client of a profile request hung up before the profile was ready: its recording stopped
+    ClientGone,
 }
 
 impl Dropped {
-    pub const ALL: [Dropped; 5] = [Dropped::HeadTimeout, Dropped::Evicted, Dropped::OverLimit, Dropped::WriteTimeout, Dropped::Tls];
+    pub const ALL: [Dropped; 6] =
+        [Dropped::HeadTimeout, Dropped::Evicted, Dropped::OverLimit, Dropped::WriteTimeout, Dropped::Tls, Dropped::ClientGone];
     pub fn name(self) -> &'static str {
         match self {
             Dropped::HeadTimeout => "head_timeout",
@@ -86,6 +101,7 @@ impl Dropped {
             Dropped::OverLimit => "over_limit",
             Dropped::WriteTimeout => "write_timeout",
             Dropped::Tls => "tls_handshake",
+            Dropped::ClientGone => "client_gone",
         }
     }
 }
@@ -94,7 +110,7 @@ impl Dropped {
 #[derive(Default)]
 pub struct Stats {
     codes: Mutex<BTreeMap<u16, u64>>,
-    dropped: [AtomicU64; 5],
+    dropped: [AtomicU64; Dropped::ALL.len()],
 }
 
 impl Stats {
@@ -145,6 +161,8 @@ pub struct Endpoint {
     pub stats: Arc<Stats>,
     pub health: Arc<Health>,
     pub tls: bool,
+    /// the --web.config.file in force, with its reload counts
+    pub web: Option<Arc<Web>>,
 }
 
 /// A connection's place: its deadline, and a handle to close it from outside.
@@ -199,6 +217,17 @@ impl Slots {
             }
             None => false,
         }
+    }
+
+    /// Whether the client of a connection has hung up (or reset it): a FIN
+    /// seen by the kernel, as Go's server treats a read of EOF while it answers.
+    fn peer_gone(&self, id: u64) -> bool {
+        let g = self.inner.lock().expect("slots lock");
+        let Some(s) = g.1.iter().find(|s| s.id == id) else { return true };
+        let mut pfd = libc::pollfd { fd: s.sock.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+        // SAFETY: one valid pollfd, no wait.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
     }
 
     /// The connection is done; true when it still had its slot.
@@ -302,8 +331,10 @@ struct Shared {
     scrapes: Mutex<mpsc::Sender<Scrape>>,
     /// None: stacks are off, no profiles
     pulls: Option<Mutex<mpsc::Sender<Pull>>>,
+    /// profile requests waiting for their profile now
+    profiling: AtomicUsize,
     cache: Cache,
-    web: Option<Web>,
+    web: Option<Arc<Web>>,
     stats: Arc<Stats>,
     health: Arc<Health>,
     slots: Slots,
@@ -319,8 +350,9 @@ pub fn serve(addr: &str, web: Option<Web>, scrapes: mpsc::Sender<Scrape>, pulls:
     let shared = Arc::new(Shared {
         scrapes: Mutex::new(scrapes),
         pulls: pulls.map(Mutex::new),
+        profiling: AtomicUsize::new(0),
         cache: Cache::default(),
-        web,
+        web: web.map(Arc::new),
         stats: Arc::default(),
         health: Arc::default(),
         slots: Slots::default(),
@@ -332,7 +364,7 @@ pub fn serve(addr: &str, web: Option<Web>, scrapes: mpsc::Sender<Scrape>, pulls:
     })?;
     let acceptor = Arc::clone(&shared);
     std::thread::Builder::new().name("http".into()).spawn(move || accept_loop(listener, acceptor))?;
-    Ok(Endpoint { addr: bound, stats: Arc::clone(&shared.stats), health: Arc::clone(&shared.health), tls })
+    Ok(Endpoint { addr: bound, stats: Arc::clone(&shared.stats), health: Arc::clone(&shared.health), tls, web: shared.web.clone() })
 }
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
@@ -381,7 +413,7 @@ fn refuse(mut stream: TcpStream, shared: &Shared) {
 type Conn = super::conn::Conn<rustls::ServerConnection>;
 
 fn connection(stream: TcpStream, id: u64, shared: &Shared) {
-    let cfg = shared.web.as_ref().map(Web::current);
+    let cfg = shared.web.as_deref().map(Web::current);
     let result = serve_one(stream, id, shared, cfg.as_deref());
     let had_slot = shared.slots.release(id);
     if let Err(e) = result {
@@ -481,15 +513,24 @@ fn serve_one(stream: TcpStream, id: u64, shared: &Shared, cfg: Option<&WebConfig
     if !shared.slots.answering(id) {
         return Ok(());
     }
-    let (ans, head_only) = match end {
-        None => (answer(431, "request head too large\n"), false),
+    // (answer, HEAD, the request was whole: nothing more is coming from the client)
+    let (ans, head_only, whole) = match end {
+        None => (answer(431, "request head too large\n"), false, false),
         Some(end) => match head::parse_request(&buf[..end]) {
-            Ok(req) => (route(&req, id, shared, cfg), req.method == "HEAD"),
-            Err(HeadError::Version) => (answer(505, "HTTP/1.x only\n"), false),
-            Err(HeadError::TooLarge | HeadError::TooManyHeaders) => (answer(431, "request head too large\n"), false),
+            Ok(req) => {
+                let Some(ans) = route(&req, id, shared, cfg) else {
+                    shared.stats.dropped(Dropped::ClientGone);
+                    return Ok(());
+                };
+                // a GET or HEAD has no body: its head is all the client sends
+                let whole = (req.method == "GET" || req.method == "HEAD") && end == buf.len();
+                (ans, req.method == "HEAD", whole)
+            }
+            Err(HeadError::Version) => (answer(505, "HTTP/1.x only\n"), false, false),
+            Err(HeadError::TooLarge | HeadError::TooManyHeaders) => (answer(431, "request head too large\n"), false, false),
             Err(e) => {
                 log::debug!("bad request: {e}");
-                (answer(400, "bad request\n"), false)
+                (answer(400, "bad request\n"), false, false)
             }
         },
     };
@@ -518,7 +559,7 @@ fn serve_one(stream: TcpStream, id: u64, shared: &Shared, cfg: Option<&WebConfig
         }
         Conn::Plain(s) => s,
     };
-    if ans.code >= 400 {
+    if ans.code >= 400 && !whole {
         linger(sock);
     }
     Ok(())
@@ -527,7 +568,9 @@ fn serve_one(stream: TcpStream, id: u64, shared: &Shared, cfg: Option<&WebConfig
 /// After an error answer the client may still be sending (a head too large,
 /// a body we did not read): closing with unread data would reset the
 /// connection and could discard the answer before the client reads it. Stop
-/// sending, then read and drop what comes, for a short bounded while.
+/// sending, then read and drop what comes, for a short bounded while. Not
+/// after a whole GET (a 401, 404 or 429): nothing is left unread, and the
+/// slot is free at once.
 fn linger(sock: &mut TcpStream) {
     let _ = sock.shutdown(Shutdown::Write);
     let _ = sock.set_read_timeout(Some(Duration::from_millis(500)));
@@ -564,22 +607,54 @@ fn profile_query(query: Option<&str>) -> Result<(u64, Option<u32>), &'static str
 }
 
 /// A wait profile of the next `seconds`: recorded by the main loop, which
-/// answers when they are over.
-fn profile(req: &head::Request<'_>, id: u64, shared: &Shared) -> Answer {
+/// answers when they are over. None: the client hung up meanwhile (the
+/// recording is stopped).
+fn profile(req: &head::Request<'_>, id: u64, shared: &Shared) -> Option<Answer> {
     let Some(pulls) = &shared.pulls else {
-        return answer(404, "no wait profiles: waitmeter runs with --stacks none\n");
+        return Some(answer(404, "no wait profiles: waitmeter runs with --stacks none\n"));
     };
     let (seconds, pid) = match profile_query(req.query) {
         Ok(q) => q,
-        Err(why) => return answer(400, why),
+        Err(why) => return Some(answer(400, why)),
     };
-    let wait = Duration::from_secs(seconds) + RENDER_TIMEOUT;
-    shared.slots.extend(id, Instant::now() + wait + RESPONSE_DEADLINE);
-    let (tx, rx) = mpsc::sync_channel(1);
-    if pulls.lock().expect("pull channel lock").send(Pull { seconds, pid, reply: tx }).is_err() {
-        return answer(503, "waitmeter is shutting down\n");
+    let busy = |why: String| {
+        let mut a = Answer { body: Body::Owned(format!("{why}\n")), ..answer(429, "") };
+        a.headers.push(("Retry-After", "5".into()));
+        a
+    };
+    // a place among the profile requests waiting now, or 429 at once
+    if shared.profiling.fetch_add(1, Ordering::AcqRel) >= MAX_PROFILE_REQUESTS {
+        shared.profiling.fetch_sub(1, Ordering::AcqRel);
+        return Some(busy(format!("busy: {MAX_PROFILE_REQUESTS} profile requests are open already: retry")));
     }
-    match rx.recv_timeout(wait) {
+    struct Place<'a>(&'a AtomicUsize);
+    impl Drop for Place<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    let _place = Place(&shared.profiling);
+    let wait = Duration::from_secs(seconds) + RENDER_TIMEOUT;
+    let give_up = Instant::now() + wait;
+    shared.slots.extend(id, give_up + RESPONSE_DEADLINE);
+    let (tx, rx) = mpsc::sync_channel(1);
+    let cancelled = Arc::new(AtomicBool::new(false));
+    if pulls.lock().expect("pull channel lock").send(Pull { seconds, pid, reply: tx, cancelled: Arc::clone(&cancelled) }).is_err() {
+        return Some(answer(503, "waitmeter is shutting down\n"));
+    }
+    let got = loop {
+        let left = give_up.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left.min(GONE_CHECK)) {
+            Err(mpsc::RecvTimeoutError::Timeout) if !left.is_zero() => {
+                if shared.slots.peer_gone(id) {
+                    cancelled.store(true, Ordering::Relaxed);
+                    return None;
+                }
+            }
+            got => break got,
+        }
+    };
+    Some(match got {
         Ok(Ok(gz)) => Answer {
             code: 200,
             headers: vec![
@@ -589,22 +664,51 @@ fn profile(req: &head::Request<'_>, id: u64, shared: &Shared) -> Answer {
             ],
             body: Body::Bytes(gz),
         },
-        Ok(Err(why)) if why.starts_with("busy") => {
-            let mut a = Answer { body: Body::Owned(format!("{why}\n")), ..answer(429, "") };
-            a.headers.push(("Retry-After", "5".into()));
-            a
-        }
+        Ok(Err(why)) if why.starts_with("busy") => busy(why),
         Ok(Err(why)) => Answer { body: Body::Owned(format!("{why}\n")), ..answer(404, "") },
-        Err(_) => answer(503, "waitmeter is busy or shutting down: retry\n"),
-    }
+        Err(_) => {
+            cancelled.store(true, Ordering::Relaxed);
+            answer(503, "waitmeter is busy or shutting down: retry\n")
+        }
+    })
 }
 
-fn route(req: &head::Request<'_>, id: u64, shared: &Shared, cfg: Option<&WebConfig>) -> Answer {
+/// The answer to a request; None when there is none to give (the client of a profile request hung up).
+fn route(req: &head::Request<'_>, id: u64, shared: &Shared, cfg: Option<&WebConfig>) -> Option<Answer> {
     if req.method != "GET" && req.method != "HEAD" {
         let mut a = answer(405, "only GET and HEAD\n");
         a.headers.push(("Allow", "GET, HEAD".into()));
-        return a;
+        return Some(a);
     }
+    if req.path == "/debug/pprof/wait" {
+        if let Some(denied) = authorize(req, shared, cfg) {
+            return Some(denied);
+        }
+        return profile(req, id, shared);
+    }
+    Some(answer_to(req, shared, cfg))
+}
+
+/// None when the request may go on; else the answer that refuses it.
+fn authorize(req: &head::Request<'_>, shared: &Shared, cfg: Option<&WebConfig>) -> Option<Answer> {
+    let (Some(web), Some(cfg)) = (&shared.web, cfg) else { return None };
+    match web.check(cfg, req.header("Authorization")) {
+        Auth::Ok => None,
+        Auth::Denied => {
+            let mut a = answer(401, "unauthorized\n");
+            a.headers.push(("WWW-Authenticate", "Basic realm=\"waitmeter\", charset=\"UTF-8\"".into()));
+            Some(a)
+        }
+        Auth::Busy => {
+            let mut a = answer(429, "too many authentication attempts at once: retry\n");
+            a.headers.push(("Retry-After", "1".into()));
+            Some(a)
+        }
+    }
+}
+
+/// Every other request: /healthz, /metrics, the landing page.
+fn answer_to(req: &head::Request<'_>, shared: &Shared, cfg: Option<&WebConfig>) -> Answer {
     if req.path == "/healthz" {
         let silent = shared.health.silent_for();
         return if silent < STALLED_AFTER {
@@ -614,12 +718,8 @@ fn route(req: &head::Request<'_>, id: u64, shared: &Shared, cfg: Option<&WebConf
             Answer { body: Body::Owned(format!("the main loop has not run for {:.0} s\n", silent.as_secs_f64())), ..answer(503, "") }
         };
     }
-    if let (Some(web), Some(cfg)) = (&shared.web, cfg) {
-        if let Auth::Denied = web.check(cfg, req.header("Authorization")) {
-            let mut a = answer(401, "unauthorized\n");
-            a.headers.push(("WWW-Authenticate", "Basic realm=\"waitmeter\", charset=\"UTF-8\"".into()));
-            return a;
-        }
+    if let Some(denied) = authorize(req, shared, cfg) {
+        return denied;
     }
     match req.path {
         "/metrics" => {
@@ -643,7 +743,6 @@ fn route(req: &head::Request<'_>, id: u64, shared: &Shared, cfg: Option<&WebConf
             }
             Answer { code: 200, headers, body: Body::Render { render: rendered, openmetrics, gzip } }
         }
-        "/debug/pprof/wait" => profile(req, id, shared),
         "/" => Answer { headers: vec![("Content-Type", "text/html; charset=utf-8".into())], ..answer(200, LANDING) },
         _ => answer(404, "not found: try /metrics\n"),
     }
@@ -712,6 +811,51 @@ mod tests {
         assert!(r.starts_with("HTTP/1.1 429") && r.contains("Retry-After: 5"), "{r}");
         let r = request(ep.addr, "GET /debug/pprof/wait?seconds=0 HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    }
+
+    #[test]
+    fn profile_requests_are_bounded_and_stop_when_their_client_goes() {
+        // a main loop that records every pull and never answers
+        let (tx, _rx) = mpsc::channel::<Scrape>();
+        let (ptx, prx) = mpsc::channel::<Pull>();
+        let ep = serve("127.0.0.1:0", None, tx, Some(ptx)).unwrap();
+        let pulls = Arc::new(Mutex::new(vec![]));
+        let kept = Arc::clone(&pulls);
+        std::thread::spawn(move || {
+            for p in prx {
+                kept.lock().unwrap().push(p);
+            }
+        });
+        let ask = |seconds: u32| {
+            let mut s = TcpStream::connect(ep.addr).unwrap();
+            s.write_all(format!("GET /debug/pprof/wait?seconds={seconds} HTTP/1.1\r\n\r\n").as_bytes()).unwrap();
+            s
+        };
+        let waiting: Vec<TcpStream> = (0..MAX_PROFILE_REQUESTS).map(|_| ask(300)).collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pulls.lock().unwrap().len() < MAX_PROFILE_REQUESTS {
+            assert!(Instant::now() < deadline, "the pulls did not reach the main loop");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // one more: 429 at once, the main loop not asked
+        let t0 = Instant::now();
+        let mut out = String::new();
+        ask(1).read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 429") && out.contains("profile requests are open already"), "{out}");
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        assert_eq!(pulls.lock().unwrap().len(), MAX_PROFILE_REQUESTS);
+        // the clients hang up: their recordings are cancelled, their places free
+        drop(waiting);
+        while ep.stats.drops()[Dropped::ClientGone as usize].1 < MAX_PROFILE_REQUESTS as u64 {
+            assert!(Instant::now() < deadline, "{:?}", ep.stats.drops());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(pulls.lock().unwrap().iter().all(|p| p.cancelled.load(Ordering::Relaxed)));
+        let _late = ask(300);
+        while pulls.lock().unwrap().len() < MAX_PROFILE_REQUESTS + 1 {
+            assert!(Instant::now() < deadline, "a place did not come free");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     #[test]

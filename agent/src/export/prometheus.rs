@@ -86,6 +86,8 @@ pub struct AgentStatus {
     pub http_codes: Vec<(u16, u64)>,
     /// the endpoint's connections closed without an answer, by reason
     pub http_drops: Vec<(&'static str, u64)>,
+    /// changes of the --web.config.file by result (empty: none given)
+    pub web_reloads: Vec<(&'static str, u64)>,
     /// profile pushes by result (empty: no pushing)
     pub pushes: Vec<(&'static str, u64)>,
     /// (target, syscall label, calls): `run --syscalls on` only
@@ -667,6 +669,7 @@ impl Exporter {
             .collect();
         let http_requests = status.http_codes.iter().map(|(c, n)| (vec![("code".to_string(), c.to_string())], *n as f64)).collect();
         let http_dropped = status.http_drops.iter().map(|(r, n)| (vec![("reason".to_string(), r.to_string())], *n as f64)).collect();
+        let web_config_reloads = status.web_reloads.iter().map(|(r, n)| (vec![("result".to_string(), r.to_string())], *n as f64)).collect();
         let profile_pushes = status.pushes.iter().map(|(r, n)| (vec![("result".to_string(), r.to_string())], *n as f64)).collect();
         let process_syscalls = status
             .syscalls
@@ -704,6 +707,7 @@ impl Exporter {
             map_entries,
             http_requests,
             http_dropped,
+            web_config_reloads,
             profile_pushes,
         };
         exposition.encode()
@@ -756,6 +760,7 @@ mod tests {
             maps: vec![("sched", "threads", 12)],
             http_codes: vec![(200, 7), (401, 2)],
             http_drops: vec![("head_timeout", 64), ("evicted", 0)],
+            web_reloads: vec![("ok", 1), ("refused_weaker", 2)],
             pushes: vec![],
             syscalls: vec![(1, "clock_gettime".into(), 42), (1, "other".into(), 7)],
         };
@@ -779,6 +784,7 @@ mod tests {
         assert!(text.contains("waitmeter_bpf_map_entries{probe=\"sched\",map=\"threads\"} 12"), "{text}");
         assert!(text.contains("waitmeter_http_requests_total{code=\"401\"} 2"), "{text}");
         assert!(text.contains("waitmeter_http_connections_dropped_total{reason=\"head_timeout\"} 64"), "{text}");
+        assert!(text.contains("waitmeter_web_config_reloads_total{result=\"refused_weaker\"} 2"), "{text}");
         assert!(text.contains("# TYPE waitmeter_thread_seconds counter"), "{text}");
         assert!(text.contains("waitmeter_process_syscalls_total{pid=\"10\",comm=\"svc\",syscall=\"clock_gettime\"} 42"), "{text}");
         assert!(text.contains("waitmeter_process_syscalls_total{pid=\"10\",comm=\"svc\",syscall=\"other\"} 7"), "{text}");

@@ -4,7 +4,9 @@
 //! for the Pyroscope push, emptied at every push. The main loop feeds every
 //! recorder the stacks it drains; nothing is kept when nobody records.
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
 
 use waitmeter_formats::pprof::Builder;
 
@@ -106,6 +108,14 @@ pub struct Pull {
     pub pid: Option<u32>,
     /// the gzipped profile, or why there is none
     pub reply: SyncSender<Result<Vec<u8>, String>>,
+    /// set by the endpoint when the client went away: the recording stops
+    pub cancelled: Arc<AtomicBool>,
+}
+
+impl Pull {
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
 }
 
 /// Profiles being recorded for pulls.
@@ -117,6 +127,10 @@ pub struct Captures {
 impl Captures {
     /// Start recording for `pull` (Err: too many at once, refused).
     pub fn start(&mut self, pull: Pull, now_ns: u64, now_unix_ns: i64) -> Result<(), Pull> {
+        self.drop_cancelled();
+        if pull.is_cancelled() {
+            return Ok(());
+        }
         if self.open.len() >= MAX_CAPTURES {
             return Err(pull);
         }
@@ -127,6 +141,11 @@ impl Captures {
 
     pub fn is_empty(&self) -> bool {
         self.open.is_empty()
+    }
+
+    /// Stop the recordings whose client went away (their slot is free again).
+    pub fn drop_cancelled(&mut self) {
+        self.open.retain(|(p, _, _)| !p.is_cancelled());
     }
 
     /// The earliest deadline.
@@ -142,6 +161,7 @@ impl Captures {
 
     /// The captures whose time is up, removed.
     pub fn due(&mut self, now_ns: u64) -> Vec<(Pull, Recorder)> {
+        self.drop_cancelled();
         let (due, open): (Vec<_>, Vec<_>) = std::mem::take(&mut self.open).into_iter().partition(|c| c.2 <= now_ns);
         self.open = open;
         due.into_iter().map(|(p, r, _)| (p, r)).collect()
@@ -184,7 +204,7 @@ mod tests {
         for s in [1, 2, 3, 4, 5] {
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
             rxs.push(rx);
-            let r = c.start(Pull { seconds: s, pid: None, reply: tx }, 0, 0);
+            let r = c.start(Pull { seconds: s, pid: None, reply: tx, cancelled: Arc::default() }, 0, 0);
             assert_eq!(r.is_ok(), s <= MAX_CAPTURES as u64, "{s}");
         }
         c.add(1, &Proc { pid: 10, comm: "py".into() }, &stacks(2, 3));
@@ -192,6 +212,13 @@ mod tests {
         let due = c.due(2_000_000_000);
         assert_eq!(due.iter().map(|d| d.0.seconds).collect::<Vec<_>>(), [1, 2]);
         assert_eq!(due[0].1.stores[&1].1.ns.values().sum::<u64>(), 6);
+        assert_eq!(c.open.len(), 2);
+        // a recording whose client went away stops, and its slot is free again
+        c.open[0].0.cancelled.store(true, Ordering::Relaxed);
+        assert_eq!(c.due(2_000_000_000).len(), 0);
+        assert_eq!(c.open.len(), 1);
+        let (tx, _rx) = std::sync::mpsc::sync_channel(1);
+        assert!(c.start(Pull { seconds: 9, pid: None, reply: tx, cancelled: Arc::default() }, 0, 0).is_ok());
         assert_eq!(c.open.len(), 2);
     }
 

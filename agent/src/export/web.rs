@@ -2,11 +2,17 @@
 //! endpoint, configured in the format of the Prometheus exporter toolkit
 //! (docs/deployment.md, "Securing the endpoint"), so that the file written
 //! for node_exporter works here unchanged. The file and the files it names are
-//! read again when they change (certificate rotation), at most once a second;
-//! a change that does not load is logged and the last good configuration stays.
+//! read again when they change (certificate rotation), at most once a second.
+//! A reload fails closed: a change that does not load (an empty or truncated
+//! file, a parse error, a missing certificate) or that would weaken the
+//! endpoint (TLS off, client certificates no longer required, basic auth off)
+//! is refused with an error in the log and a count in
+//! `waitmeter_web_config_reloads_total{result}`; the last good configuration
+//! stays until the agent is restarted with the weaker one.
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -65,6 +71,39 @@ const SETTABLE_HEADERS: &[&str] = &[
     "X-XSS-Protection",
 ];
 
+/// How strongly a configuration guards the endpoint, component by component:
+/// a reload may keep or raise each, never lower one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ClientCerts {
+    None,
+    IfGiven,
+    Required,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Strength {
+    pub tls: bool,
+    pub client_certs: ClientCerts,
+    pub basic_auth: bool,
+}
+
+impl Strength {
+    /// What `new` would turn off that `self` has (empty: not weaker).
+    pub fn lost_in(&self, new: &Strength) -> Vec<&'static str> {
+        let mut lost = vec![];
+        if self.tls && !new.tls {
+            lost.push("TLS");
+        }
+        if new.client_certs < self.client_certs {
+            lost.push("client certificate verification");
+        }
+        if self.basic_auth && !new.basic_auth {
+            lost.push("basic auth");
+        }
+        lost
+    }
+}
+
 /// A loaded configuration.
 pub struct WebConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
@@ -73,6 +112,7 @@ pub struct WebConfig {
     pub headers: Vec<(String, String)>,
     /// the files it was read from, with their modification times
     files: Vec<(PathBuf, Option<SystemTime>)>,
+    strength: Strength,
 }
 
 fn mtime(p: &Path) -> Option<SystemTime> {
@@ -111,6 +151,10 @@ fn curve(name: &str) -> Result<&'static dyn rustls::crypto::SupportedKxGroup> {
         "CurveP384" => Ok(provider::kx_group::SECP384R1),
         other => bail!("curve {other:?} is not supported: use X25519, CurveP256 or CurveP384"),
     }
+}
+
+fn client_auth(t: &TlsFile) -> &str {
+    t.client_auth_type.as_deref().unwrap_or("NoClientCert")
 }
 
 fn tls_config(t: &TlsFile, dir: &Path, files: &mut Vec<PathBuf>) -> Result<rustls::ServerConfig> {
@@ -159,7 +203,7 @@ fn tls_config(t: &TlsFile, dir: &Path, files: &mut Vec<PathBuf>) -> Result<rustl
         .with_protocol_versions(&versions)
         .context("no cipher suite left for the TLS versions allowed")?;
 
-    let auth = t.client_auth_type.as_deref().unwrap_or("NoClientCert");
+    let auth = client_auth(t);
     let builder = match auth {
         "NoClientCert" => {
             if t.client_ca_file.is_some() || t.client_ca.is_some() {
@@ -190,16 +234,26 @@ fn tls_config(t: &TlsFile, dir: &Path, files: &mut Vec<PathBuf>) -> Result<rustl
 }
 
 impl WebConfig {
-    /// Read and check the file and everything it names.
-    pub fn load(path: &Path) -> Result<WebConfig> {
+    /// Read and check the file and everything it names. An empty file is a
+    /// configuration (plain HTTP, no auth) at start; on a reload it is refused
+    /// (`reload`: a file being rewritten is often empty for a moment).
+    pub fn load(path: &Path, reload: bool) -> Result<WebConfig> {
         let text = std::fs::read_to_string(path).with_context(|| format!("failed to read {}", path.display()))?;
         let file: File = if text.trim().is_empty() {
+            if reload {
+                bail!("the file is empty");
+            }
             File::default()
         } else {
             serde_norway::from_str(&text).context("failed to parse it as YAML in the exporter toolkit's web-config format")?
         };
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut files = vec![path.to_path_buf()];
+        let client_certs = match file.tls_server_config.as_ref().map(client_auth) {
+            Some("RequireAndVerifyClientCert") => ClientCerts::Required,
+            Some("VerifyClientCertIfGiven") => ClientCerts::IfGiven,
+            _ => ClientCerts::None,
+        };
         let tls = match &file.tls_server_config {
             Some(t) => Some(Arc::new(tls_config(t, dir, &mut files)?)),
             None => None,
@@ -230,15 +284,46 @@ impl WebConfig {
                 (p, m)
             })
             .collect();
-        Ok(WebConfig { tls, users, headers, files })
+        let strength = Strength { tls: tls.is_some(), client_certs, basic_auth: !users.is_empty() };
+        Ok(WebConfig { tls, users, headers, files, strength })
     }
 
     pub fn needs_auth(&self) -> bool {
         !self.users.is_empty()
     }
 
-    fn changed(&self) -> bool {
-        self.files.iter().any(|(p, m)| mtime(p) != *m)
+    /// A configured user's hash, the `pick`-th in name order (modulo their number).
+    fn stand_in(&self, pick: u64) -> &str {
+        let mut names: Vec<&String> = self.users.keys().collect();
+        names.sort_unstable();
+        names.get((pick % names.len().max(1) as u64) as usize).map_or("", |n| self.users[*n].as_str())
+    }
+
+    /// The files it was read from, with their modification times now.
+    fn files_now(&self) -> Vec<(PathBuf, Option<SystemTime>)> {
+        self.files.iter().map(|(p, _)| (p.clone(), mtime(p))).collect()
+    }
+}
+
+/// What became of a reload: the `result` label of `waitmeter_web_config_reloads_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reload {
+    /// the changed files loaded and are in force
+    Ok,
+    /// they did not load (empty, unreadable, malformed): the last good configuration stays
+    Failed,
+    /// they loaded but would turn TLS, client certificates or basic auth off: refused
+    RefusedWeaker,
+}
+
+impl Reload {
+    pub const ALL: [Reload; 3] = [Reload::Ok, Reload::Failed, Reload::RefusedWeaker];
+    pub fn name(self) -> &'static str {
+        match self {
+            Reload::Ok => "ok",
+            Reload::Failed => "failed",
+            Reload::RefusedWeaker => "refused_weaker",
+        }
     }
 }
 
@@ -247,60 +332,98 @@ impl WebConfig {
 /// at most one check runs at a time so that failed attempts cost one core at most).
 pub struct Web {
     path: PathBuf,
-    state: Mutex<(Arc<WebConfig>, Instant)>,
+    state: Mutex<State>,
+    reloads: [AtomicU64; Reload::ALL.len()],
     /// keyed hashes of credentials that passed
     verified: Mutex<HashSet<u64>>,
     keys: RandomState,
     bcrypt_one_at_a_time: Mutex<()>,
+    /// checks waiting for (or holding) `bcrypt_one_at_a_time`
+    auth_waiting: std::sync::atomic::AtomicUsize,
+}
+
+/// The configuration in force, when its files were last looked at, and the
+/// modification times last tried (a refused change is tried once, not every second).
+struct State {
+    cfg: Arc<WebConfig>,
+    checked: Instant,
+    tried: Vec<(PathBuf, Option<SystemTime>)>,
 }
 
 const RECHECK: Duration = Duration::from_secs(1);
 const MAX_CACHED: usize = 64;
-/// Checked against when the user is unknown, so that the answer takes as
-/// long as for a known user (no user enumeration by timing).
-fn dummy_hash() -> &'static str {
-    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HASH.get_or_init(|| bcrypt::hash("waitmeter", bcrypt::DEFAULT_COST).unwrap_or_default())
-}
 
 pub enum Auth {
     Ok,
     /// no or wrong credentials
     Denied,
+    /// `MAX_AUTH_WAITING` checks are waiting already: not checked, retry
+    Busy,
 }
+
+/// Credentials waiting for a bcrypt check at once; more are not checked (429):
+/// a flood of wrong passwords cannot hold every connection of the endpoint.
+pub const MAX_AUTH_WAITING: usize = 8;
 
 impl Web {
     pub fn load(path: &Path) -> Result<Web> {
-        let cfg = WebConfig::load(path).with_context(|| format!("bad --web.config.file {}", path.display()))?;
+        let cfg = WebConfig::load(path, false).with_context(|| format!("bad --web.config.file {}", path.display()))?;
+        let tried = cfg.files.clone();
         Ok(Web {
             path: path.to_path_buf(),
-            state: Mutex::new((Arc::new(cfg), Instant::now())),
+            state: Mutex::new(State { cfg: Arc::new(cfg), checked: Instant::now(), tried }),
+            reloads: Default::default(),
             verified: Mutex::default(),
             keys: RandomState::new(),
             bcrypt_one_at_a_time: Mutex::new(()),
+            auth_waiting: Default::default(),
         })
     }
 
     /// The configuration for a new connection.
     pub fn current(&self) -> Arc<WebConfig> {
         let mut st = self.state.lock().expect("web config lock");
-        if st.1.elapsed() >= RECHECK {
-            st.1 = Instant::now();
-            if st.0.changed() {
-                match WebConfig::load(&self.path) {
-                    Ok(cfg) => {
-                        log::info!("reloaded --web.config.file {}", self.path.display());
-                        st.0 = Arc::new(cfg);
-                        self.verified.lock().expect("auth cache lock").clear();
-                    }
-                    Err(e) => log::warn!(
-                        "--web.config.file {} changed but does not load: {e:#}; keeping the previous configuration",
-                        self.path.display()
-                    ),
-                }
+        if st.checked.elapsed() >= RECHECK {
+            st.checked = Instant::now();
+            let now = st.cfg.files_now();
+            if now != st.tried {
+                st.tried = now;
+                let result = self.reload(&mut st);
+                self.reloads[result as usize].fetch_add(1, Ordering::Relaxed);
             }
         }
-        Arc::clone(&st.0)
+        Arc::clone(&st.cfg)
+    }
+
+    /// Load the changed files; put them in force only when they load and guard the endpoint as well.
+    fn reload(&self, st: &mut State) -> Reload {
+        let path = self.path.display();
+        let new = match WebConfig::load(&self.path, true) {
+            Ok(new) => new,
+            Err(e) => {
+                log::error!("--web.config.file {path} changed but does not load: {e:#}; keeping the previous configuration");
+                return Reload::Failed;
+            }
+        };
+        let lost = st.cfg.strength.lost_in(&new.strength);
+        if !lost.is_empty() {
+            log::error!(
+                "--web.config.file {path} changed to a configuration without {}: refused, keeping the previous one \
+                 (a reload never weakens the endpoint; restart waitmeter to serve it that way)",
+                lost.join(" or ")
+            );
+            return Reload::RefusedWeaker;
+        }
+        log::info!("reloaded --web.config.file {path}");
+        st.tried = new.files.clone();
+        st.cfg = Arc::new(new);
+        self.verified.lock().expect("auth cache lock").clear();
+        Reload::Ok
+    }
+
+    /// Reloads since start, by result (every result, zeros included).
+    pub fn reloads(&self) -> Vec<(&'static str, u64)> {
+        Reload::ALL.iter().map(|r| (r.name(), self.reloads[*r as usize].load(Ordering::Relaxed))).collect()
     }
 
     /// Check an `Authorization` header value against the configuration.
@@ -313,16 +436,24 @@ impl Web {
         if self.verified.lock().expect("auth cache lock").contains(&key) {
             return Auth::Ok;
         }
+        if self.auth_waiting.fetch_add(1, Ordering::AcqRel) >= MAX_AUTH_WAITING {
+            self.auth_waiting.fetch_sub(1, Ordering::AcqRel);
+            return Auth::Busy;
+        }
         let ok = {
             let _one = self.bcrypt_one_at_a_time.lock().expect("bcrypt lock");
             match cfg.users.get(&user) {
                 Some(hash) => bcrypt::verify(&pass, hash).unwrap_or(false),
                 None => {
-                    let _ = bcrypt::verify(&pass, dummy_hash());
+                    // an unknown user costs what a known one does: one check against the hash of
+                    // a configured user (picked by the name, so a name always costs the same), its
+                    // result thrown away; no user enumeration by timing
+                    let _ = bcrypt::verify(&pass, cfg.stand_in(self.keys.hash_one(&user)));
                     false
                 }
             }
         };
+        self.auth_waiting.fetch_sub(1, Ordering::AcqRel);
         if !ok {
             return Auth::Denied;
         }
@@ -390,6 +521,72 @@ mod tests {
         assert!(matches!(web.check(&cfg, Some(&header("prometheus", "wrong"))), Auth::Denied));
         assert!(matches!(web.check(&cfg, Some(&header("nobody", "s3cret"))), Auth::Denied));
         assert!(matches!(web.check(&cfg, None), Auth::Denied));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A reload is tried when the files' modification times change; force one.
+    fn force_reload(web: &Web) -> Arc<WebConfig> {
+        {
+            let mut st = web.state.lock().unwrap();
+            st.checked -= RECHECK;
+            st.tried.clear();
+        }
+        web.current()
+    }
+
+    #[test]
+    fn a_reload_never_weakens_the_endpoint() {
+        let d = tmpdir("reload");
+        let hash = bcrypt::hash("s3cret", 4).unwrap();
+        let auth = format!("basic_auth_users:\n  prometheus: {hash}\n");
+        let p = write(&d, "web.yml", &auth);
+        let web = Web::load(&p).unwrap();
+        let counts = |web: &Web| web.reloads().into_iter().map(|(_, n)| n).collect::<Vec<_>>();
+        // emptied, removed, malformed: the last good configuration stays
+        for text in ["", "  \n", "basic_auth_users: [\n"] {
+            write(&d, "web.yml", text);
+            assert!(force_reload(&web).needs_auth(), "{text:?}");
+        }
+        std::fs::remove_file(&p).unwrap();
+        assert!(force_reload(&web).needs_auth());
+        assert_eq!(counts(&web), [0, 4, 0]);
+        // a valid file without users would turn auth off: refused
+        write(&d, "web.yml", "http_server_config:\n  headers:\n    X-Frame-Options: deny\n");
+        let cfg = force_reload(&web);
+        assert!(cfg.needs_auth() && cfg.headers.is_empty());
+        assert_eq!(counts(&web), [0, 4, 1]);
+        // a refused change is tried once, not at every check
+        web.state.lock().unwrap().checked -= RECHECK;
+        web.current();
+        assert_eq!(counts(&web), [0, 4, 1]);
+        // another user and password: as strong, in force
+        let other = bcrypt::hash("n3w", 4).unwrap();
+        write(&d, "web.yml", &format!("basic_auth_users:\n  scraper: {other}\n"));
+        let cfg = force_reload(&web);
+        assert!(cfg.users.contains_key("scraper") && !cfg.users.contains_key("prometheus"));
+        assert_eq!(counts(&web), [1, 4, 1]);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn strength_is_compared_component_by_component() {
+        let s = |tls, client_certs, basic_auth| Strength { tls, client_certs, basic_auth };
+        let full = s(true, ClientCerts::Required, true);
+        assert!(full.lost_in(&full).is_empty());
+        assert_eq!(full.lost_in(&s(false, ClientCerts::None, true)), ["TLS", "client certificate verification"]);
+        assert_eq!(full.lost_in(&s(true, ClientCerts::IfGiven, true)), ["client certificate verification"]);
+        assert_eq!(full.lost_in(&s(true, ClientCerts::Required, false)), ["basic auth"]);
+        // raising is a reload like any other
+        assert!(s(false, ClientCerts::None, false).lost_in(&full).is_empty());
+    }
+
+    #[test]
+    fn an_unknown_user_is_checked_against_a_configured_hash() {
+        let d = tmpdir("standin");
+        let (a, b) = (bcrypt::hash("x", 4).unwrap(), bcrypt::hash("y", 5).unwrap());
+        let p = write(&d, "web.yml", &format!("basic_auth_users:\n  b: {b}\n  a: {a}\n"));
+        let cfg = Web::load(&p).unwrap().current();
+        assert_eq!([cfg.stand_in(0), cfg.stand_in(1), cfg.stand_in(2)], [a.as_str(), b.as_str(), a.as_str()]);
         let _ = std::fs::remove_dir_all(&d);
     }
 
