@@ -237,7 +237,7 @@ struct wm_closed {
 	__u64 gil_holder;
 	__u64 futex_addr;
 	__u32 futex_kind;
-	__u32 hold_us;    /* a GIL wait woken by a thread: the hold it ended, from the first wait of its streak, in 1024 ns; else 0 */
+	__u32 hold_us;    /* a GIL wait woken by a thread: the hold it ended, from the holder's take when known (`hold_from`), else from the first wait of its streak, in 1024 ns; else 0 */
 	struct wm_stack_ref stack;   /* the thread's own stack through that state */
 	struct wm_stack_ref culprit; /* the GIL holder's or the waker's stack; native < 0 and py 0: none */
 };
@@ -268,6 +268,11 @@ static __always_inline bool is_blocked(__u32 state)
  */
 static __always_inline void woken_by(struct wm_thread *t, __u32 waker, bool same_process)
 {
+	/* only a thread of its own process releases a GIL: a wakeup of a GIL
+	 * waiter by another program (its timeout's timer, fired while that
+	 * program was inside a futex call) is no release, and ends no hold */
+	if (t->d.state == WM_STATE_GIL_WAIT && !same_process)
+		return;
 	t->d.waker = waker;
 	if (t->d.state == WM_STATE_GIL_WAIT && !t->d.gil_holder && same_process)
 		t->d.gil_holder = (1ULL << WM_HOLDER_WAKER_BIT) | waker;
@@ -328,11 +333,23 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	if (from == WM_STATE_GIL_WAIT) {
 		if (!t->d.streak_at)
 			t->d.streak_at = (__u32)(t->d.since >> 10) | 1;
-		/* woken by a thread (the release), not by its timeout: the hold ends */
+		/* woken by a thread (the release), not by its timeout: the hold
+		 * ends; it began when the releaser took the GIL, if known and not
+		 * after this waiter's first wait (u32 time wraps: compare the
+		 * differences) */
 		if (t->d.waker) {
-			c->hold_us = ((__u32)(now >> 10) - t->d.streak_at) | 1;
+			__u32 at = (__u32)(now >> 10);
+			__u32 began = t->d.streak_at;
+
+			if (t->d.hold_from && at - t->d.hold_from > at - began)
+				began = t->d.hold_from;
+			c->hold_us = (at - began) | 1;
 			t->d.streak_at = 0;
+			/* and this thread takes the GIL: the next number */
+			t->d.took_at = at | 1;
+			t->d.took_switch = t->d.streak_switch + 1;
 		}
+		t->d.hold_from = 0;
 	}
 	if (from == WM_STATE_GIL_WAIT && t->d.gil_holder && t->d.holder_of == t->d.gil_holder)
 		c->culprit = t->d.holder;
@@ -771,10 +788,26 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 			new_stack = true;
 		}
 	}
+	/* a GIL release: since when the releaser held it (racy reads of its
+	 * entry; `took_switch` is checked against what the waiter read) */
+	__u32 took_at = 0;
+	__u16 took_switch = 0;
+
+	if (t->d.state == WM_STATE_GIL_WAIT && cur->tgid == p->tgid) {
+		struct wm_thread *w = bpf_map_lookup_elem(&threads, &waker);
+
+		if (w) {
+			took_at = w->d.took_at;
+			took_switch = w->d.took_switch;
+		}
+	}
 	bpf_spin_lock(&t->lock);
 	/* a GIL waiter woken by a thread: the GIL's release (not its timeout) */
-	if (t->d.state == WM_STATE_GIL_WAIT)
+	if (t->d.state == WM_STATE_GIL_WAIT) {
 		woken_by(t, waker, cur->tgid == p->tgid);
+		if (took_at && took_switch == t->d.streak_switch)
+			t->d.hold_from = took_at;
+	}
 	/* not switched out yet (its sched_switch, on its own CPU, may come
 	 * after this): kept for this wakeup's sched_wakeup, which comes after
 	 * that switch-out if it does sleep (the wakeup waits for it to leave

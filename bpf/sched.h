@@ -105,6 +105,19 @@ struct wm_thread_data {
 	 * enters, taken at that wait's wakeup; 0 none. Every transition but a
 	 * switch-out into a blocked state clears it. */
 	__u32 early_waker;
+	/* when its last GIL wait ended by a release (it took the GIL then), in
+	 * 1024 ns like `streak_at`, and the GIL's switch_number (low bits) from
+	 * then on: the switch_number counts changes of holder, so a waiter that
+	 * reads that number finds the GIL still with this thread since then */
+	__u32 took_at;
+	__u16 took_switch;
+	__u16 _pad_took;
+	/* in gil_wait, set at its release by the releaser's `took_at` when the
+	 * releaser held the GIL since then (its `took_switch` is the number this
+	 * waiter read): where the hold began, which a waiter that came late (it
+	 * was queued for a CPU meanwhile) did not see; 0 unknown */
+	__u32 hold_from;
+	__u32 _pad_hold;
 	/* wait stacks (bpf/stacks.bpf.h): the thread's own stack as of its last
 	 * switch-out that took one, and the last stacks of the GIL holder and of
 	 * the waker it waited behind (one slot each: a thread that alternates GIL

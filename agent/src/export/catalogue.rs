@@ -63,7 +63,7 @@ pub const GIL_FUNCTION_HOLD_SECONDS: Metric = Metric {
     kind: Kind::Histogram,
     unit: Some("seconds"),
     labels: &["pid", "thread", "function"],
-    help: "GIL holds that other threads waited behind, by the holder (thread) and the function it was in (function: the library call the application was in, e.g. json.dumps, else its own innermost function; the first 10 per process, the rest \"other\"), in log2 buckets from 1 ms. A hold is measured as its waiter saw it, from the first wait of a streak of timed-out GIL waits to the release that ended it (a hold nobody waited behind is not seen); holds much longer than the switch interval (python.switch_interval_us, 5 ms by default) are calls that do not release the GIL. Needs stacks (--stacks, on by default).",
+    help: "GIL holds that other threads waited behind, by the holder (thread) and the function it was in (function: the library call the application was in, e.g. json.dumps, else its own innermost function; the first 10 per process, the rest \"other\"), in log2 buckets from 1 ms. A hold is measured from the holder's take of the GIL when known (the release that handed it over was seen and nobody held it since), else from its waiter's first wait of a streak of timed-out GIL waits, to the release that ended it (a hold nobody waited behind is not seen); holds much longer than the switch interval (python.switch_interval_us, 5 ms by default) are calls that do not release the GIL. Needs stacks (--stacks, on by default).",
 };
 
 pub const RUNQUEUE_WAIT_SECONDS: Metric = Metric {

@@ -13,9 +13,14 @@ use crate::model::blame::Preemptor;
 use crate::model::state::State;
 
 /// A process wanting at least half a CPU over the window is one of the busy ones (a pool's
-/// parent that hands out tasks and collects results wants a tenth to a third: mostly its
-/// threads' run-queue waits behind the workers).
+/// parent that hands out tasks and collects results wants about a tenth: the CPU its threads ran).
 pub const BUSY_CORES: f64 = 0.5;
+/// A thread runnable (running, queued, throttled) at least this share of the time it existed
+/// is CPU-bound: the time it waited for a CPU is CPU it wanted. A thread that blocks most of its
+/// time wanted the CPU it ran; its run-queue wait is latency after each wakeup, which grows with
+/// what the others run, not demand of its own (a Pool's parent on 3.14: 0.11 CPU run, 0.3 queued
+/// behind the workers, up to 0.5 on a loaded machine: counted as a fifth busy process).
+pub const CPU_BOUND_SHARE: f64 = 0.5;
 /// The busy processes want at least this many times the CPUs they may use.
 pub const OVER_FACTOR: f64 = 1.25;
 /// They waited for a CPU at least this share of the time they wanted one.
@@ -31,7 +36,8 @@ const NAMED: usize = 6;
 pub struct Member {
     pub pid: u32,
     pub comm: String,
-    /// running, in the run queue or throttled: the CPU time it wanted
+    /// the CPU time it wanted: of its CPU-bound threads (`CPU_BOUND_SHARE`) the time they were
+    /// running, in the run queue or throttled; of the others the time they ran
     #[serde(rename = "demand_s", serialize_with = "seconds")]
     pub demand_ns: u64,
     #[serde(rename = "running_s", serialize_with = "seconds")]
@@ -126,9 +132,10 @@ fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
     for t in &r.threads {
         let running = t.times.get(State::Running);
         let runqueue = t.times.get(State::Runqueue);
+        let runnable = running + runqueue + t.times.get(State::Throttled);
         m.running_ns += running;
         m.runqueue_ns += runqueue;
-        m.demand_ns += running + runqueue + t.times.get(State::Throttled);
+        m.demand_ns += if runnable as f64 >= CPU_BOUND_SHARE * t.existed_ns as f64 { runnable } else { running };
         m.runqueue_family_ns += t
             .runqueue_by
             .iter()
@@ -165,14 +172,15 @@ mod tests {
 
     #[test]
     fn four_busy_processes_on_two_cpus_are_twice_oversubscribed() {
-        // the pool's parent hands out tasks and collects results (it wants a third of a CPU,
-        // mostly queued behind the workers: not one of the busy); four workers each run 5 s
-        // and wait 5 s behind each other
+        // the pool's parent hands out tasks and collects results (it runs a hundredth of a
+        // CPU and is queued behind the workers after its wakeups: not one of the busy); four
+        // workers each run 5 s and wait 5 s behind each other
         let parent = process(100, S / 10, 3 * S, sibling(101));
         let workers: Vec<ProcessReport> =
             (101..105).map(|p| process(p, 5 * S, 49 * S / 10, sibling(if p == 104 { 101 } else { p + 1 }))).collect();
         let f = Family::of(&parent, &workers.iter().collect::<Vec<_>>());
         assert_eq!(f.members.iter().map(|m| m.pid).collect::<Vec<_>>(), [100, 101, 102, 103, 104]);
+        assert_eq!(f.members[0].demand_ns, S / 10, "a thread that sleeps most of its time wanted what it ran");
         let Some(Kind::Oversubscribed { count, processes, cpus, demand_cores, runqueue_share, behind_family_share, .. }) =
             f.oversubscription()
         else {
@@ -193,6 +201,29 @@ mod tests {
         }
         .to_string();
         assert!(line.starts_with("oversubscribed: 4 processes on 2 CPUs want 4.0 CPUs: 2.0× oversubscribed"), "{line}");
+    }
+
+    #[test]
+    fn a_parent_queued_behind_its_workers_is_not_one_of_the_busy() {
+        // the parent's threads wake for every result and wait behind the workers each time:
+        // 2.2 s running and 4.4 s queued of 10 s (0.66 CPU by running + queued) yet runnable
+        // only a third of each thread's time: it wanted the 0.22 CPU it ran
+        let mut parent = process(100, S, 2 * S, sibling(101));
+        parent.threads.push(row(
+            99,
+            "Thread-1",
+            &[(State::Running, 12 * S / 10), (State::Runqueue, 24 * S / 10), (State::Sleep, 64 * S / 10)],
+        ));
+        let workers: Vec<ProcessReport> = (101..105).map(|p| process(p, 5 * S, 5 * S, sibling(101))).collect();
+        let f = Family::of(&parent, &workers.iter().collect::<Vec<_>>());
+        assert_eq!(f.members[0].demand_ns, 22 * S / 10);
+        let Some(Kind::Oversubscribed { count, .. }) = f.oversubscription() else { panic!() };
+        assert_eq!(count, 4);
+        // a CPU-bound thread's wait is demand, however short its runs: two of them queued
+        // 60% of the time want a CPU each
+        let busy: Vec<ProcessReport> = (101..104).map(|p| process(p, 4 * S, 6 * S, sibling(101))).collect();
+        let f = Family::of(&process(100, 0, 0, Preemptor::Idle), &busy.iter().collect::<Vec<_>>());
+        assert!(f.members[1..].iter().all(|m| m.demand_ns == 10 * S));
     }
 
     #[test]
