@@ -125,7 +125,7 @@ def test_kernel_without_btf(sleeper):
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["attach", "--pid", "1", "--duration", "0"], "greater than 0"),
+        (["attach", "--pid", "1", "--duration", "0"], "give at least 0.001 seconds"),
         (["attach", "--duration", "1"], "--pid"),
         (["attach", "--pid", "abc"], "invalid value"),
         (["run"], "--pid"),

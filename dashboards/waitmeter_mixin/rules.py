@@ -153,6 +153,17 @@ def alert_rules():
             "{{ $value | printf \"%.0f\" }} {{ $labels.probe }} events were lost ({{ $labels.reason }}) in 10 minutes"
             " on {{ $labels.instance }}: the numbers are incomplete. Raise --max-threads for *_map_full.",
         ),
+        (
+            "WaitmeterWebConfigRejected",
+            'increase(waitmeter_web_config_reloads_total{result!="ok"}[10m]) > 0',
+            "0m",
+            "warning",
+            "waitmeter kept its previous endpoint security: a changed --web.config.file was refused.",
+            "A change of the --web.config.file of {{ $labels.instance }} was refused ({{ $labels.result }}) in the last"
+            " 10 minutes: the endpoint still serves the previous TLS and basic-auth configuration, not the one on disk."
+            " The agent's log says why (failed: it did not load; refused_weaker: it would turn TLS, client"
+            " certificates or basic auth off).",
+        ),
     ]
     out = []
     for name, expr, for_, severity, summary, description in rules:
