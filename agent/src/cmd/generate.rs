@@ -43,9 +43,8 @@ fn page(cmd: clap::Command) -> Result<Vec<u8>> {
 /// Write every man page into `dir`.
 pub fn write_man_pages(dir: &Path) -> Result<()> {
     for (name, text) in man_pages()? {
-        let path = dir.join(&name);
-        std::fs::write(&path, text)
-            .map_err(|e| crate::usage!("cannot write {}: {e}: give a writable directory to --dir", path.display()))?;
+        // beside and renamed: a link planted in the folder is replaced, never written through
+        crate::outfile::OutFile::create(&dir.join(&name), "--dir")?.commit(&text)?;
     }
     Ok(())
 }
