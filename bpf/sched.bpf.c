@@ -60,6 +60,9 @@ struct wm_throttle _wm_throttle = {};
 struct wm_wait_stack_key _wm_wait_stack_key = {};
 struct wm_py_stack _wm_py_stack = {};
 struct wm_py_walk _wm_py_walk = {};
+struct wm_stretch_key _wm_stretch_key = {};
+struct wm_stretch _wm_stretch = {};
+enum wm_stretch_limits _wm_stretch_limits = WM_HOME_SLOTS;
 
 enum wm_sweep_limits _wm_sweep_limits = WM_SWEEP_OUT;
 struct wm_sweep_args _wm_sweep_args = {};
@@ -136,6 +139,17 @@ struct {
 	__uint(max_entries, WM_THROTTLE_RINGBUF_BYTES);
 } throttles SEC(".maps");
 
+/* (thread, wait) -> its stretches away from that wait; only the thread itself
+ * writes its entries (at its own switch-out); user space reads them and
+ * deletes those of threads that are gone */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, WM_DEFAULT_MAX_STRETCHES);
+	__type(key, struct wm_stretch_key);
+	__type(value, struct wm_stretch);
+} stretches SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, WM_NR_STATS);
@@ -150,6 +164,7 @@ struct wm_thread_unlocked {
 	__u32 lock;
 	__u32 _pad;
 	struct wm_thread_data d;
+	struct wm_home_slot homes[WM_HOME_SLOTS];
 };
 _Static_assert(sizeof(struct wm_thread_unlocked) == sizeof(struct wm_thread), "scratch_thread mirrors wm_thread");
 
@@ -159,6 +174,22 @@ struct {
 	__type(key, __u32);
 	__type(value, struct wm_thread_unlocked);
 } scratch_thread SEC(".maps");
+
+/* A stretch a switch-out into a wait closed (`len` 0: none). */
+struct wm_stretch_closed {
+	__u64 wait;       /* the wait's key */
+	__u64 len;        /* from the end of the last block in it to now */
+	__u64 wait_ns;    /* that last block's length */
+	__u32 state_us[WM_NR_STATES]; /* the thread's time per state meanwhile, 1024 ns units */
+};
+
+/* the stretch a switch-out closes: beside the switch handlers' stack, not on it */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_stretch_closed);
+} scratch_stretch SEC(".maps");
 
 /* moving the blame of exited threads out at a drain of exits: `sweep` */
 #include "sweep.bpf.h"
@@ -242,6 +273,7 @@ struct wm_closed {
 	struct wm_stack_ref culprit; /* the GIL holder's or the waker's stack; native < 0 and py 0: none */
 };
 
+
 /* GIL waits with more running than this between them are not one streak (a
  * waiter that timed out runs a few µs before it waits again) */
 #define WM_STREAK_GAP_NS 1000000ULL
@@ -256,6 +288,65 @@ static __always_inline bool is_blocked(__u32 state)
 {
 	return state != WM_STATE_RUNNING && state != WM_STATE_RUNQUEUE && state != WM_STATE_THROTTLED &&
 	       state != WM_STATE_YIELD;
+}
+
+/* The key of a wait a thread blocks in (0: none: not in a syscall, or the
+ * GIL, which is never where a thread waits for work) */
+static __always_inline __u64 wait_key(__u32 state, __s32 syscall, __u64 futex_addr)
+{
+	if (syscall < 0 || state == WM_STATE_GIL_WAIT || !is_blocked(state))
+		return 0;
+	return ((__u64)(syscall & (WM_MAX_SYSCALLS - 1)) << WM_STRETCH_KEY_SHIFT) | (futex_addr & WM_USER_ADDR_MASK);
+}
+
+/*
+ * Under the thread's lock, after its `ns` took the interval just closed:
+ * it left the wait `left_key` (woken) and/or blocks in `enter_key` now.
+ * Leaving notes when, and the time per state so far; blocking in a wait it
+ * left before closes the stretch between (into `so`). A wait not among the
+ * last WM_HOME_SLOTS takes the slot used longest ago.
+ */
+static __always_inline void note_waits(struct wm_thread *t, __u64 left_key, __u64 enter_key, __u64 now,
+				       struct wm_stretch_closed *so)
+{
+	__u32 oldest = 0;
+	__u64 oldest_at = ~0ULL;
+
+	for (__u32 i = 0; i < WM_HOME_SLOTS; i++) {
+		struct wm_home_slot *h = &t->homes[i];
+		__u64 used = h->left ? h->left : h->entered;
+
+		if (left_key && h->key == left_key && !h->left) {
+			h->left = now | 1;
+			for (__u32 s = 0; s < WM_NR_STATES; s++)
+				h->at_us[s] = (__u32)(t->d.ns[s] >> 10);
+		}
+		if (enter_key && h->key == enter_key) {
+			if (h->left && so) {
+				so->wait = enter_key;
+				so->len = now > h->left ? now - h->left : 0;
+				so->wait_ns = h->left > h->entered ? h->left - h->entered : 0;
+				for (__u32 s = 0; s < WM_NR_STATES; s++)
+					so->state_us[s] = (__u32)(t->d.ns[s] >> 10) - h->at_us[s];
+			}
+			h->entered = now;
+			h->left = 0;
+			enter_key = 0;
+		}
+		if (!h->key)
+			used = 0;
+		if (used < oldest_at) {
+			oldest_at = used;
+			oldest = i;
+		}
+	}
+	if (enter_key && oldest < WM_HOME_SLOTS) {
+		struct wm_home_slot *h = &t->homes[oldest];
+
+		h->key = enter_key;
+		h->entered = now;
+		h->left = 0;
+	}
 }
 
 /*
@@ -287,8 +378,9 @@ static __always_inline void woken_by(struct wm_thread *t, __u32 waker, bool same
  * when nothing changed. No helper may be called while the lock is held.
  */
 static __always_inline bool transition(struct wm_thread *t, const struct wm_enter *e, __u64 now, bool switched_out, bool wake,
-				       struct wm_closed *c, struct wm_thread_data *out)
+				       struct wm_closed *c, struct wm_thread_data *out, struct wm_stretch_closed *so)
 {
+	__u64 left_key, enter_key;
 	__u32 from;
 
 	bpf_spin_lock(&t->lock);
@@ -360,6 +452,11 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 			t->d.ns[from] += now - t->d.since;
 		t->d.since = now;
 	}
+	/* woken from a wait, or blocking in one: its stretches */
+	left_key = e->to < WM_NR_STATES && !is_blocked(e->to) ? wait_key(from, t->d.syscall, t->d.futex_addr) : 0;
+	enter_key = switched_out ? wait_key(e->to, e->syscall, e->futex_addr) : 0;
+	if (left_key || enter_key)
+		note_waits(t, left_key, enter_key, now, so);
 	if (e->to < WM_NR_STATES)
 		t->d.state = e->to;
 	t->d.syscall = e->syscall;
@@ -548,6 +645,76 @@ static __always_inline void charge_runqueue(const struct wm_closed *c, __u32 tid
 	__sync_fetch_and_add(&v->ns, delta);
 }
 
+/* floor(log2(v)), v > 0 */
+static __always_inline __u32 log2_u64(__u64 v)
+{
+	__u32 r, s;
+
+	r = (v > 0xFFFFFFFFULL) << 5;
+	v >>= r;
+	s = (v > 0xFFFF) << 4;
+	v >>= s;
+	r |= s;
+	s = (v > 0xFF) << 3;
+	v >>= s;
+	r |= s;
+	s = (v > 0xF) << 2;
+	v >>= s;
+	r |= s;
+	s = (v > 0x3) << 1;
+	v >>= s;
+	r |= s;
+	return r | (__u32)(v >> 1);
+}
+
+/* The bucket of a stretch `ns` long (struct wm_stretch). */
+static __always_inline __u32 stretch_bucket(__u64 ns)
+{
+	__u64 v = ns / WM_STRETCH_UNIT_NS;
+	__u32 o;
+
+	if (!v)
+		return 0;
+	o = log2_u64(v);
+	if (o >= WM_STRETCH_OCTAVES)
+		return WM_STRETCH_OCTAVES * WM_STRETCH_SUB;
+	return 1 + o * WM_STRETCH_SUB + (__u32)(((v - (1ULL << o)) << 2) >> o);
+}
+
+static const struct wm_stretch zero_stretch = {};
+
+/* Histogram a closed stretch of thread `tid` (from its own switch-out: the only writer of its entries). */
+static __noinline void record_stretch(const struct wm_stretch_closed *so, __u32 tid, __u32 gen, __u32 tgid)
+{
+	struct wm_stretch_key key = { .tid = tid, .gen = gen, .wait = so->wait };
+	struct wm_stretch *v = bpf_map_lookup_elem(&stretches, &key);
+	__u32 b = stretch_bucket(so->len);
+
+	if (!v) {
+		if (bpf_map_update_elem(&stretches, &key, &zero_stretch, BPF_NOEXIST) && !bpf_map_lookup_elem(&stretches, &key)) {
+			count_loss(WM_STAT_STRETCH_MAP_FULL);
+			return;
+		}
+		v = bpf_map_lookup_elem(&stretches, &key);
+		if (!v)
+			return;
+		v->tgid = tgid;
+	}
+	v->count++;
+	v->ns += so->len;
+	if (so->len > v->max_ns)
+		v->max_ns = so->len;
+	v->wait_ns += so->wait_ns;
+	if (b < WM_STRETCH_BUCKETS)
+		v->buckets[b]++;
+	if (cfg.stretch_long_ns && so->len >= cfg.stretch_long_ns) {
+		v->long_count++;
+		v->long_ns += so->len;
+		for (__u32 s = 0; s < WM_NR_STATES; s++)
+			v->long_state_ns[s] += (__u64)so->state_us[s] << 10;
+	}
+}
+
 static __always_inline struct wm_thread *
 new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_enter *e, __u64 now)
 {
@@ -631,8 +798,10 @@ static __noinline void switch_out(void *ctx, bool preempt, struct task_struct *p
 	__u32 task_state = get_task_state(prev);
 	struct wm_enter e = { .syscall = -1 };
 	struct wm_closed c;
+	struct wm_stretch_closed *so;
 	struct wm_thread *t;
 	__u64 holder_tstate = 0;
+	__u32 zero = 0;
 
 	if (preempt || task_state == WM_TASK_RUNNING)
 		e.to = task_throttled(prev)	     ? WM_STATE_THROTTLED :
@@ -701,8 +870,14 @@ static __noinline void switch_out(void *ctx, bool preempt, struct task_struct *p
 			e.new_blamed = true;
 		}
 	}
-	if (transition(t, &e, now, true, false, &c, NULL))
+	so = bpf_map_lookup_elem(&scratch_stretch, &zero);
+	if (so)
+		so->len = 0;
+	if (transition(t, &e, now, true, false, &c, NULL, so)) {
 		charge(&c, tid, e.to, now);
+		if (so && so->len)
+			record_stretch(so, tid, c.gen, c.tgid);
+	}
 }
 
 static __noinline void switch_in(struct task_struct *next, struct task_struct *prev, const struct wm_stack_ref *prev_stack, __u64 now)
@@ -718,7 +893,7 @@ static __noinline void switch_in(struct task_struct *next, struct task_struct *p
 		new_thread(next, tid, tgid, &e, now);
 		return;
 	}
-	if (!transition(t, &e, now, false, false, &c, NULL))
+	if (!transition(t, &e, now, false, false, &c, NULL, NULL))
 		return;
 	if (c.state == WM_STATE_RUNQUEUE)
 		charge_runqueue(&c, tid, prev, prev_stack, now);
@@ -862,7 +1037,7 @@ static __always_inline int on_wakeup(struct task_struct *p, bool is_new)
 		new_thread(p, tid, tgid, &e, now);
 		return 0;
 	}
-	if (transition(t, &e, now, false, true, &c, NULL))
+	if (transition(t, &e, now, false, true, &c, NULL, NULL))
 		charge(&c, tid, e.to, now);
 	return 0;
 }
@@ -894,7 +1069,7 @@ static __always_inline int on_exit(struct task_struct *p)
 	if (!t)
 		return 0;
 	now = bpf_ktime_get_ns();
-	transition(t, &e, now, false, false, &c, &last);
+	transition(t, &e, now, false, false, &c, &last, NULL);
 	charge(&c, tid, c.state, now);
 	rec = bpf_ringbuf_reserve(&exits, sizeof(*rec), 0);
 	if (rec) {

@@ -54,6 +54,27 @@ enum wm_limits {
 	WM_EARLY_SAME_PROCESS = 0x80000000,
 };
 
+/*
+ * Stretches (docs/probes/sched.md): the time from a thread's wake from a
+ * wait (a syscall it blocked in, with the futex word for a futex) to its
+ * next block in that same wait: how long it was kept from it. A thread that
+ * waits for work in one place (an event loop in epoll_wait, a worker on its
+ * queue's futex) serves what arrives only there: its stretches are the
+ * delays of what arrived meanwhile. Which of its waits is its home is
+ * decided in user space (most time blocked in it); the kernel keeps the
+ * last WM_HOME_SLOTS waits of each thread and histograms every stretch.
+ */
+enum wm_stretch_limits {
+	WM_HOME_SLOTS = 3,
+	/* bucket unit: 1 ms / 64, so that octaves of it fall on 2^k ms */
+	WM_STRETCH_UNIT_NS = 15625,
+	WM_STRETCH_OCTAVES = 26,     /* units 1 .. 2^26 (17.5 min) */
+	WM_STRETCH_SUB = 4,          /* buckets per octave */
+	WM_STRETCH_BUCKETS = 108,    /* 1 (below a unit) + OCTAVES * SUB, + 3 unused (alignment) */
+	WM_STRETCH_KEY_SHIFT = 48,   /* a wait's key: syscall << 48 | futex word */
+	WM_DEFAULT_MAX_STRETCHES = 32768,
+};
+
 /* Index of the per-CPU `stats` array: every loss is counted here and
  * exported as waitmeter_bpf_events_lost_total{probe="sched",reason}. */
 enum wm_stat {
@@ -63,7 +84,17 @@ enum wm_stat {
 	WM_STAT_FUTEX_MAP_FULL = 3, /* a futex wait could not be charged to its waker */
 	WM_STAT_PREEMPT_MAP_FULL = 4, /* a run-queue wait could not be charged to its preemptor */
 	WM_STAT_THROTTLE_RINGBUF_FULL = 5, /* a throttled stretch was not reported */
-	WM_NR_STATS = 6,
+	WM_STAT_STRETCH_MAP_FULL = 6, /* a stretch of a thread kept from a wait was not histogrammed */
+	WM_NR_STATS = 7,
+};
+
+/* One of the last waits a thread blocked in (a stretch's end and start). */
+struct wm_home_slot {
+	__u64 key;      /* syscall << WM_STRETCH_KEY_SHIFT | futex word; 0: free */
+	__u64 entered;  /* when it last blocked in it */
+	__u64 left;     /* when that wait ended; 0: blocked in it now */
+	__u32 at_us[WM_NR_STATES]; /* its `ns` at `left`, in 1024 ns units (differences wrap correctly) */
+	__u32 _pad;
 };
 
 /* What the probe knows of one watched thread: the value of the `threads` map
@@ -139,6 +170,9 @@ struct wm_thread {
 	struct bpf_spin_lock lock;
 	__u32 _pad;
 	struct wm_thread_data d;
+	/* its last waits, for its stretches (enum wm_stretch_limits); not in
+	 * its final record: the stretches map has what they closed */
+	struct wm_home_slot homes[WM_HOME_SLOTS];
 };
 
 /* A thread's final record, sent on the `exits` ring buffer at its exit;
@@ -205,6 +239,30 @@ struct wm_preempt_key {
 struct wm_preempt {
 	__u64 ns;
 	char comm[WM_COMM_LEN]; /* of the process (group leader) that had the CPU */
+};
+
+/* A thread's stretches away from one wait: `stretches` map, cumulative. */
+struct wm_stretch_key {
+	__u32 tid;        /* host TID */
+	__u32 gen;        /* its incarnation: (u32)start */
+	__u64 wait;       /* syscall << WM_STRETCH_KEY_SHIFT | futex word (parked: the address parked on) */
+};
+
+struct wm_stretch {
+	__u32 tgid;       /* host TGID */
+	__u32 _pad;
+	__u64 count;      /* stretches closed (the thread blocked in the wait again) */
+	__u64 ns;         /* their sum */
+	__u64 max_ns;     /* the longest */
+	__u64 wait_ns;    /* time blocked in the wait itself before each (its idle time) */
+	/* the stretches of at least cfg.stretch_long_ns (stalls), and the
+	 * thread's time in each state during them */
+	__u64 long_count;
+	__u64 long_ns;
+	__u64 long_state_ns[WM_NR_STATES];
+	/* bucket 0: below a unit; 1 + octave * SUB + sub: units [2^o (1 + sub/4), 2^o (1 + (sub+1)/4));
+	 * the last counts everything longer too */
+	__u32 buckets[WM_STRETCH_BUCKETS];
 };
 
 /* A stretch of time a thread spent throttled, on the `throttles` ring buffer. */
@@ -282,6 +340,7 @@ struct wm_sched_config {
 	__u8 _pad[5];
 	__u8 syscall_state[WM_MAX_SYSCALLS]; /* enum wm_state of a thread blocked in syscall nr */
 	__u64 stack_interval_ns; /* a thread takes its own stack at most this often */
+	__u64 stretch_long_ns;   /* a stretch this long is a stall (its states are kept) */
 };
 
 #endif /* WAITMETER_SCHED_H */

@@ -14,7 +14,7 @@ use crate::model::partition::{secs, window, ThreadSample};
 use crate::model::throttle::{self, Stretch};
 use crate::probes::syscalls::SyscallProbe;
 use crate::report::{json, text, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling, VerdictOptions};
-use crate::session::{Session, Target};
+use crate::session::{Session, SessionOptions, Target};
 use crate::usage;
 
 /// How long a command's interpreter is looked for after its start (a shared
@@ -114,7 +114,9 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         None => None,
     };
     // --children: a watched process' new processes are watched from their fork on
-    let mut session = Session::start(&session_options(&args.probe, args.children, true))?;
+    // a stretch over the objective is a stall: the probe keeps what the thread did meanwhile
+    let stall_ns = args.age_slo.map_or(crate::model::stretches::STALL_OBJECTIVE_NS, |s| (s * 1e9) as u64);
+    let mut session = Session::start(&SessionOptions { stall_ns, ..session_options(&args.probe, args.children, true) })?;
     // each thread's syscalls, when asked (--syscalls on: a probe on every syscall of the
     // machine, docs/probes/syscalls.md). Loaded before the target is watched: the window
     // starts when everything is in place
@@ -143,10 +145,12 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         session.discover_matching(&|pid, _| crate::procfs::ancestor_in(pid, &pids).is_some())?;
     }
     let mut syscalls = crate::model::syscalls::Tally::default();
+    let mut stretches = crate::model::stretches::Tally::new(stall_ns);
     // The window opens now, with everything in place: what the threads did since they were
     // seeded (while the agent attached its probes and read symbols, competing for the CPU) is
     // a baseline, subtracted from every row
     let base = session.sample();
+    stretches.open(session.probe().stretches());
     let lost_at_start = session.lost();
     let t0 = base.at_ns;
     let base: HashMap<u32, ThreadSample> = base.live.into_values().flatten().map(|s| (s.host_tid, s)).collect();
@@ -241,6 +245,14 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
             syscalls.note(reading.into_iter().map(|r| (r.host_tid, r.nr, r.calls, r.ns)));
             p.forget(&gone);
         }
+        // the stretches too: those of exited threads are read once more, then deleted
+        if !new_exits.is_empty() {
+            let reading = session.probe().stretches();
+            let alive: std::collections::HashSet<(u32, u32)> = live.iter().map(|s| (s.host_tid, s.start_ns as u32)).collect();
+            let gone: Vec<_> = reading.iter().map(|(k, _)| *k).filter(|(t, g, _)| !alive.contains(&(*t, *g))).collect();
+            stretches.note(reading);
+            session.probe().forget_stretches(&gone);
+        }
         exits_since_tick.extend(new_exits.iter().cloned());
         exited.extend(new_exits);
         let done = all_gone(&watched) || stop_requested() || snap.at_ns >= t0 + window_ns;
@@ -319,6 +331,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
             }
         }
     }
+    stretches.note(session.probe().stretches());
     let lost: Vec<_> = session
         .lost()
         .into_iter()
@@ -355,6 +368,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
                 ThreadRow {
                     cpu_split: split(s),
                     syscalls: syscalls.of(s.host_tid),
+                    stretches: stretches.of(s.host_tid, s.start_ns as u32),
                     age: ages.thread(pid, s.tid, t0),
                     peaks: peaks.of(s.host_tid, s.start_ns),
                     ..ThreadRow::from_sample(&d, d.times, existed)

@@ -49,6 +49,7 @@ pub fn session_options(p: &ProbeArgs, follow_forks: bool, keep_stacks: bool) -> 
             holder_hz: p.holder_sample_hz,
             keep: keep_stacks,
         },
+        stall_ns: crate::model::stretches::STALL_OBJECTIVE_NS,
     }
 }
 

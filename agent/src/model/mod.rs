@@ -7,6 +7,7 @@ pub mod labels;
 pub mod partition;
 pub mod peaks;
 pub mod stacks;
+pub mod stretches;
 pub mod state;
 pub mod syscall_names;
 pub mod syscalls;

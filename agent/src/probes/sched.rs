@@ -16,6 +16,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuild
 use crate::clock::monotonic_ns;
 use crate::model::partition::{ThreadSample, Times};
 use crate::model::state::{State, NR_STATES};
+use crate::model::stretches::{self, WaitKey};
 use crate::model::syscalls;
 
 use super::batch;
@@ -26,7 +27,7 @@ pub(super) mod skel {
 }
 use skel::types::{
     wm_blame_key, wm_exit, wm_futex_key, wm_futex_kind, wm_gil, wm_gil_key, wm_limits, wm_preempt, wm_preempt_key, wm_stat, wm_state,
-    wm_task_ids, wm_thread, wm_thread_data, wm_throttle,
+    wm_stretch, wm_stretch_key, wm_stretch_limits, wm_task_ids, wm_thread, wm_thread_data, wm_throttle,
 };
 use skel::{SchedSkel, SchedSkelBuilder};
 
@@ -43,6 +44,11 @@ const _: () = {
     assert!(State::Yield as u32 == wm_state::WM_STATE_YIELD.0);
     assert!(NR_STATES == wm_state::WM_NR_STATES.0 as usize);
     assert!(syscalls::MAX_SYSCALLS == wm_limits::WM_MAX_SYSCALLS.0 as usize);
+    assert!(stretches::UNIT_NS == wm_stretch_limits::WM_STRETCH_UNIT_NS.0 as u64);
+    assert!(stretches::OCTAVES == wm_stretch_limits::WM_STRETCH_OCTAVES.0 as usize);
+    assert!(stretches::SUB == wm_stretch_limits::WM_STRETCH_SUB.0 as usize);
+    assert!(stretches::BUCKETS == wm_stretch_limits::WM_STRETCH_BUCKETS.0 as usize);
+    assert!(stretches::KEY_SHIFT == wm_stretch_limits::WM_STRETCH_KEY_SHIFT.0);
 };
 
 /// A GIL holder id with this bit is a host TID: the thread of the process whose
@@ -52,13 +58,14 @@ pub const DEFAULT_MAX_THREADS: u32 = wm_limits::WM_DEFAULT_MAX_THREADS.0;
 pub const DEFAULT_MAX_PROCS: u32 = wm_limits::WM_DEFAULT_MAX_PROCS.0;
 
 /// Why events were lost, as exported in the `reason` label.
-pub const LOSS_REASONS: [(u32, &str); 6] = [
+pub const LOSS_REASONS: [(u32, &str); 7] = [
     (wm_stat::WM_STAT_THREAD_MAP_FULL.0, "thread_map_full"),
     (wm_stat::WM_STAT_EXIT_RINGBUF_FULL.0, "exit_ringbuf_full"),
     (wm_stat::WM_STAT_BLAME_MAP_FULL.0, "blame_map_full"),
     (wm_stat::WM_STAT_FUTEX_MAP_FULL.0, "futex_map_full"),
     (wm_stat::WM_STAT_PREEMPT_MAP_FULL.0, "preempt_map_full"),
     (wm_stat::WM_STAT_THROTTLE_RINGBUF_FULL.0, "throttle_ringbuf_full"),
+    (wm_stat::WM_STAT_STRETCH_MAP_FULL.0, "stretch_map_full"),
 ];
 
 /// A thread incarnation as the blame maps key it: (host TID, (u32)start).
@@ -127,7 +134,12 @@ pub struct SchedOptions {
     /// CPU-clock samples a second per CPU for the GIL holders' native
     /// stacks (bpf/holder_samples.bpf.h; 0: none)
     pub holder_sample_hz: u32,
+    /// a stretch away from a wait this long is a stall: the probe keeps its states (0: none)
+    pub stall_ns: u64,
 }
+
+/// A reading of the stretches map: (host TID, incarnation, wait) and its histogram, cumulative.
+pub type StretchRecord = ((u32, u32, WaitKey), stretches::Hist);
 
 /// Fields drop in order: the ring buffer and links before the object.
 pub struct SchedProbe {
@@ -212,10 +224,13 @@ fn open_and_load(opts: &SchedOptions, sweep: bool) -> Result<SchedSkel<'static>>
         rodata.cfg.follow_forks = opts.follow_forks as u8;
         rodata.cfg.stacks = opts.stacks;
         rodata.cfg.stack_interval_ns = opts.stack_interval_ns;
+        rodata.cfg.stretch_long_ns = opts.stall_ns;
     }
     open.maps.py_tstates.set_max_entries(opts.max_threads)?;
     open.maps.threads.set_max_entries(opts.max_threads)?;
     open.maps.parked.set_max_entries(opts.max_threads)?;
+    // a thread's last few waits each (most threads have one or two)
+    open.maps.stretches.set_max_entries(opts.max_threads.saturating_mul(2))?;
     open.maps.watched.set_max_entries(opts.max_procs)?;
     open.maps.exits.set_max_entries(opts.exit_buffer_bytes)?;
     open.progs.sweep.set_autoload(sweep);
@@ -496,7 +511,36 @@ impl SchedProbe {
             ("preempt_blame", batch::count::<wm_preempt_key, wm_preempt>(&m.preempt_blame)),
             ("watched", batch::count::<u32, u32>(&m.watched)),
             ("gil_words", batch::count::<wm_gil_key, wm_gil>(&m.gil_words)),
+            ("stretches", batch::count::<wm_stretch_key, wm_stretch>(&m.stretches)),
         ]
+    }
+
+    /// Every thread's stretches away from each of its waits, cumulative.
+    pub fn stretches(&self) -> Vec<StretchRecord> {
+        batch::dump::<wm_stretch_key, wm_stretch>(&self.skel.maps.stretches, MapFlags::ANY)
+            .into_iter()
+            .map(|(k, v)| {
+                let mut h = stretches::Hist {
+                    count: v.count,
+                    ns: v.ns,
+                    max_ns: v.max_ns,
+                    wait_ns: v.wait_ns,
+                    long_count: v.long_count,
+                    long_ns: v.long_ns,
+                    long_state_ns: v.long_state_ns,
+                    ..Default::default()
+                };
+                h.buckets = v.buckets;
+                ((k.tid, k.gen, WaitKey(k.wait)), h)
+            })
+            .collect()
+    }
+
+    /// Delete these entries of the stretches map: their threads are gone, and the reading just
+    /// taken is their last (only the thread itself writes its entries).
+    pub fn forget_stretches(&self, gone: &[(u32, u32, WaitKey)]) -> usize {
+        let keys: Vec<wm_stretch_key> = gone.iter().map(|(tid, gen, w)| wm_stretch_key { tid: *tid, gen: *gen, wait: w.0 }).collect();
+        batch::delete(&self.skel.maps.stretches, &keys)
     }
 
     /// Every live watched thread, sampled now. `comm` is left empty for the
@@ -680,6 +724,7 @@ pub(super) fn test_probe() -> Option<SchedProbe> {
         translate_pids: pidns_ino != crate::procfs::INIT_PIDNS_INO,
         stacks: 0,
         stack_interval_ns: 0,
+        stall_ns: 0,
         holder_sample_hz: 0,
     })
     .expect("load the sched probe");

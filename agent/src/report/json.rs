@@ -68,6 +68,10 @@ pub struct JsonThread {
     /// GIL hold times, with --gil-probe uprobe only
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gil_hold: Option<JsonHold>,
+    /// its stretches away from its home wait (the wait it spent most of its blocked time in):
+    /// how long it was kept from it each time; absent when it has no home (docs/verdicts.md)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stretches: Option<JsonStretches>,
     /// time the thread existed within the window (the sum of `seconds`)
     pub existed_s: f64,
     pub exited: bool,
@@ -160,6 +164,31 @@ pub struct JsonHold {
     pub total_s: f64,
     pub p50_s: Option<f64>,
     pub p99_s: Option<f64>,
+}
+
+/// A thread's stretches away from its home wait over the window (`model::stretches`).
+#[derive(Serialize, Debug)]
+pub struct JsonStretches {
+    /// the home wait: its syscall ("epoll_wait", "futex")
+    pub home: String,
+    /// the futex word or parked address of a futex home
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "hex_some")]
+    pub futex: Option<u64>,
+    /// time blocked in the home wait (waiting for work)
+    pub home_wait_s: f64,
+    /// stretches that ended in the window (the thread blocked at home again), their sum and
+    /// quantiles (within a quarter octave), and the longest
+    pub count: u64,
+    pub total_s: f64,
+    pub p50_s: Option<f64>,
+    pub p99_s: Option<f64>,
+    pub max_s: f64,
+    /// the stalls: stretches at least the objective long, and the thread's time per state in them
+    pub objective_s: f64,
+    pub stalls: u64,
+    pub stall_s: f64,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub stall_states: BTreeMap<&'static str, f64>,
 }
 
 /// Syscalls listed per thread in the JSON.
@@ -429,6 +458,24 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
                 seconds: round6(secs(c.ns)),
             })
             .collect(),
+        stretches: row.stretches.as_ref().and_then(|s| Some((s.at_home()?, s.objective_ns))).map(|((k, h), objective_ns)| JsonStretches {
+            home: k.name(),
+            futex: k.is_futex().then_some(k.word()),
+            home_wait_s: round6(secs(h.wait_ns)),
+            count: h.count,
+            total_s: round6(secs(h.ns)),
+            p50_s: h.quantile_ns(0.5, 0).map(|n| round6(secs(n))),
+            p99_s: h.quantile_ns(0.99, 0).map(|n| round6(secs(n))),
+            max_s: round6(secs(h.max_ns)),
+            objective_s: round6(secs(objective_ns)),
+            stalls: h.long_count,
+            stall_s: round6(secs(h.long_ns)),
+            stall_states: State::ALL
+                .into_iter()
+                .filter(|s| h.long_state_ns[*s as usize] > 0)
+                .map(|s| (s.name(), round6(secs(h.long_state_ns[s as usize]))))
+                .collect(),
+        }),
         peaks: row.peaks.as_ref().map(|p| {
             PEAK_STATES
                 .into_iter()

@@ -56,6 +56,8 @@ pub struct ThreadRow {
     pub syscalls: Vec<crate::model::syscalls::SyscallCount>,
     /// a row of this many short-lived threads of one role, summed (`fold`); 0: one thread
     pub folded: u32,
+    /// its stretches away from each of its waits, and its home wait (None: it closed none)
+    pub stretches: Option<crate::model::stretches::ThreadStretches>,
 }
 
 impl ThreadRow {
@@ -161,6 +163,7 @@ impl ThreadRow {
             cpu_split: None,
             syscalls: vec![],
             folded: 0,
+            stretches: None,
         }
     }
 }

@@ -47,6 +47,8 @@ pub struct SessionOptions {
     pub lock_uprobes: bool,
     /// wait stacks to take
     pub stacks: crate::stacks::Options,
+    /// a stretch away from a wait this long is a stall (model::stretches)
+    pub stall_ns: u64,
 }
 
 /// Threads sampled at one moment, grouped by process.
@@ -100,6 +102,7 @@ impl Session {
             stacks: opts.stacks.mode(),
             stack_interval_ns: opts.stacks.interval_ns,
             holder_sample_hz: if opts.stacks.native && opts.stacks.python { opts.stacks.holder_hz } else { 0 },
+            stall_ns: opts.stall_ns,
         })?;
         let mut session = Session {
             sweeps: SWEEP && probe.sweeps(),
