@@ -1,14 +1,20 @@
 """The overview dashboard (waitmeter-overview): waiting vs working per process and
-thread, the application age, and the health of the agent itself.
+thread, the application age and the serving threads' stretches, and the health of the agent itself.
 """
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
-from .common import K, P, RATE, T, WAITING, dashboard, q, stat, table, timeseries
+from .common import CFG, K, P, RATE, T, WAITING, dashboard, q, stat, table, timeseries
 
 
 def build():
     waiting = f'sum by (pid, thread) (rate(waitmeter_thread_seconds_total{{{T}, state=~"{WAITING}"}}[{RATE}]))'
     working = f'sum by (pid, thread) (rate(waitmeter_thread_seconds_total{{{T}, state=~"{WAITING}|running"}}[{RATE}]))'
+    # the stretches of each serving thread (never summed across threads), and the alert's objective
+    stretch = f"sum by (pid, thread, wait, le) (rate(waitmeter_thread_stretch_seconds_bucket{{{T}}}[{RATE}]))"
+    objective = CFG["alerts"]["servingThreadStall"]["objectiveSeconds"]
     return dashboard(
         "waitmeter-overview",
         "waitmeter / Waiting vs working",
@@ -59,8 +65,8 @@ def build():
                     "short",
                     stacked=True,
                 ),
-                12,
-                9,
+                24,
+                8,
             ),
             (
                 timeseries(
@@ -74,6 +80,31 @@ def build():
                     ],
                     "short",
                 ).override_by_query("B", [dm.DynamicConfigValue(id_val="custom.axisPlacement", value="right"), dm.DynamicConfigValue(id_val="unit", value="s")]),
+                12,
+                9,
+            ),
+            (
+                timeseries(
+                    "Serving threads: stretch p50/p99/max-bucket",
+                    "For a thread that serves input (it waits for work in one place, its home wait: an event loop in "
+                    "epoll_wait, a worker on its queue's futex), a stretch is the time from leaving that wait (work "
+                    "arrived) to blocking there again: how long it was kept from its poll, and so how long what arrived "
+                    "meanwhile waited. The dashed red line is the objective (WaitmeterServingThreadStalled fires when a "
+                    "thread's p99 stays above it); max-bucket is the upper bound of the longest stretch's log2 bucket. "
+                    "p99 high with the thread otherwise idle is a stall (one long handler or blocking call), not "
+                    "saturation: `waitmeter attach --pid PID` names what it ran meanwhile.",
+                    [
+                        q(f"histogram_quantile({qt}, {stretch})", "{{pid}} {{thread}} ({{wait}}) " + name, ref)
+                        for qt, name, ref in ((0.5, "p50", "A"), (0.99, "p99", "B"), (1, "max-bucket", "C"))
+                    ],
+                    "s",
+                )
+                .thresholds(
+                    db.ThresholdsConfig()
+                    .mode(dm.ThresholdsMode.ABSOLUTE)
+                    .steps([dm.Threshold(value=None, color="green"), dm.Threshold(value=objective, color="red")])
+                )
+                .thresholds_style(cb.GraphThresholdsStyleConfig().mode(cm.GraphTresholdsStyleMode.DASHED)),
                 12,
                 9,
             ),

@@ -44,6 +44,7 @@ def alert_rules():
     pod = "{{ with $labels.pod }}, pod {{ $labels.namespace }}/{{ . }}{{ end }}"
     g, i, t, q, c = a["gilStarvation"], a["ageRisingWhileIdle"], a["cpuThrottling"], a["runqueueSaturation"], a["lockConvoy"]
     s = a["threadSaturation"]
+    st = a["servingThreadStall"]
     holder = (
         '{{ with printf "topk(1, sum by (holder) (rate(waitmeter_gil_wait_seconds_total{pid=%q, thread=%q, instance=%q}[5m])))"'
         " $labels.pid $labels.thread $labels.instance | query }}{{ with . | first }}, mostly behind thread"
@@ -103,6 +104,24 @@ def alert_rules():
             f"Thread {{{{ $labels.thread }}}} of pid {{{{ $labels.pid }}}}{pod} was runnable but waited in the run queue"
             f" {{{{ $value | humanizePercentage }}}} of its time over 5 minutes (threshold {q['share']:.0%}): the CPUs it"
             " may run on are busy with other work (waitmeter_runqueue_wait_seconds_total names what had them).",
+        ),
+        (
+            "WaitmeterServingThreadStalled",
+            # per thread and home wait, never summed across threads (nor the summed thread="other"). The
+            # minimum rate keeps out threads with too few stretches to have a p99: at 0.2/s, 60 in 5 minutes
+            # (below that the "p99" is the longest of a handful, and one GC pause or reload would fire it)
+            f'histogram_quantile(0.99, sum without (comm) (rate(waitmeter_thread_stretch_seconds_bucket{{thread!="other"}}[5m])))'
+            f' > {st["objectiveSeconds"]}'
+            f' and sum without (comm) (rate(waitmeter_thread_stretch_seconds_count{{thread!="other"}}[5m]))'
+            f' >= {st["minStretchesPerSecond"]}',
+            st["for"],
+            "warning",
+            "A thread that serves input is kept from its poll longer than the objective: what arrives meanwhile waits.",
+            f"Thread {{{{ $labels.thread }}}} of pid {{{{ $labels.pid }}}}{pod} was kept from its home wait"
+            f" ({{{{ $labels.wait }}}}) for {{{{ $value | humanizeDuration }}}} or longer in 1% of its stretches over 5"
+            f" minutes (p99; objective {st['objectiveSeconds']:g} s): what arrived meanwhile waited that long before"
+            " the thread polled again. Between two polls it runs long work or blocks elsewhere (CPU work in a"
+            " handler on the event loop, a slow command, the GIL, synchronous I/O).",
         ),
         (
             "WaitmeterLockConvoy",
