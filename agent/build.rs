@@ -40,11 +40,12 @@ fn main() {
         println!("cargo:rerun-if-changed={}", bpf.join(format!("{stem}.h")).display());
         println!("cargo:rerun-if-changed={}", bpf.join("vmlinux").join(arch).join("vmlinux.h").display());
     }
-    println!("cargo:rerun-if-changed={}", bpf.join("core_fixes.bpf.h").display());
-    println!("cargo:rerun-if-changed={}", bpf.join("parked.bpf.h").display());
-    println!("cargo:rerun-if-changed={}", bpf.join("watched.bpf.h").display());
-    println!("cargo:rerun-if-changed={}", bpf.join("stacks.bpf.h").display());
-    println!("cargo:rerun-if-changed={}", bpf.join("sweep.bpf.h").display());
-    println!("cargo:rerun-if-changed={}", bpf.join("stacks.h").display());
+    // every header the objects include (a new one is not forgotten)
+    for entry in std::fs::read_dir(&bpf).expect("bpf/ is readable").flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "h") {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
     println!("cargo:rerun-if-env-changed=WAITMETER_CLANG");
 }

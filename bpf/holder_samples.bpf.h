@@ -62,6 +62,55 @@ static __always_inline __s32 holder_wanted(__u32 tgid, __u64 tstate, __u16 sw, _
 	return -1;
 }
 
+/*
+ * A watched thread on the CPU that has not blocked (its voluntary context
+ * switches unchanged) for a quarter of the stall objective is busy in a long
+ * stretch away from its waits, or busy all the time: its stack now is what
+ * kept it from its home, charged one clock period under role busy (gen 0:
+ * user space names the live thread by its TID). Only while every stack is
+ * kept (`stacks_all`). The program cannot read `threads` (a perf_event
+ * program may not use a map with a spin lock): it follows each thread's
+ * `nvcsw` in a map of its own, at the clock's rate.
+ */
+struct wm_busy {
+	__u64 nvcsw;      /* the thread's voluntary switches at `since` */
+	__u64 since;      /* the first sample that saw that count */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, WM_DEFAULT_MAX_THREADS);
+	__type(key, __u32);
+	__type(value, struct wm_busy);
+} busy SEC(".maps");
+
+static __always_inline void sample_busy(void *ctx, __u32 tgid, __u32 tid)
+{
+	struct wm_wait_stack_key key = { .tid = tid, .state = WM_STATE_RUNNING, .role = WM_ROLE_BUSY };
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 nvcsw = task->nvcsw, now = bpf_ktime_get_ns();
+	struct wm_busy *b = bpf_map_lookup_elem(&busy, &tid);
+	struct wm_stack_ref own;
+
+	if (!cfg.stretch_long_ns || !cfg.sample_period_ns)
+		return;
+	if (!b || b->nvcsw != nvcsw) {
+		struct wm_busy fresh = { .nvcsw = nvcsw, .since = now };
+
+		bpf_map_update_elem(&busy, &tid, &fresh, BPF_ANY);
+		return;
+	}
+	if (now < b->since + cfg.stretch_long_ns / 4)
+		return;
+	own_stacks(ctx, tgid, tid, &own);
+	if (!has_stack(&own))
+		return;
+	key.native = own.native;
+	key.py = own.py;
+	if (!add_wait(&key, cfg.sample_period_ns, 0))
+		stack_loss(WM_STACK_STAT_WAIT_MAP_FULL);
+}
+
 SEC("perf_event")
 int sample_holder(void *ctx)
 {
@@ -74,6 +123,8 @@ int sample_holder(void *ctx)
 
 	if (!(cfg.stacks & WM_STACKS_NATIVE))
 		return 0;
+	if (stacks_all && tid && is_watched(id >> 32))
+		sample_busy(ctx, id >> 32, tid);
 	tstate = bpf_map_lookup_elem(&py_tstates, &tid);
 	if (!tstate || !*tstate)
 		return 0;

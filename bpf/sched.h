@@ -341,6 +341,7 @@ struct wm_sched_config {
 	__u8 syscall_state[WM_MAX_SYSCALLS]; /* enum wm_state of a thread blocked in syscall nr */
 	__u64 stack_interval_ns; /* a thread takes its own stack at most this often */
 	__u64 stretch_long_ns;   /* a stretch this long is a stall (its states are kept) */
+	__u64 sample_period_ns;  /* the CPU clock's period (holder_samples.bpf.h); 0: no clock */
 };
 
 #endif /* WAITMETER_SCHED_H */

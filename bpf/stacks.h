@@ -37,7 +37,12 @@ enum wm_role {
 	WM_ROLE_HOLDER = 1,    /* the GIL holder when the victim began to wait */
 	WM_ROLE_WAKER = 2,     /* the thread whose futex wake ended the wait, as it woke it */
 	WM_ROLE_PREEMPTOR = 3, /* the thread of the same process that had the CPU */
-	WM_NR_ROLES = 4,
+	/* the thread itself on the CPU, sampled by the CPU clock while it had
+	 * not blocked in any of its waits for a quarter of the stall objective
+	 * (busy in a long stretch: what kept it from its home); state running,
+	 * blamed 0, each sample charged one clock period */
+	WM_ROLE_BUSY = 4,
+	WM_NR_ROLES = 5,
 };
 
 /* The stacks of one moment: a native stack id and a Python stack key. */

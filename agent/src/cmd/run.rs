@@ -82,7 +82,7 @@ fn unix_ns() -> i64 {
 }
 
 /// A sample of the session, with what the exporter and the recorders need
-/// of it: exited threads folded, threads labelled, stacks handed on (the
+/// of it: exited threads folded, threads labelled, stretches counted, stacks handed on (the
 /// GIL holds by function to the exporter always, the rest to recordings).
 fn sample(
     session: &mut Session,
@@ -95,6 +95,12 @@ fn sample(
     exporter.fold_exits(&snap.exited);
     exporter.label_threads(&snap);
     exporter.rebalance(crate::clock::monotonic_ns(), &snap);
+    // the stretches, read after the exits are folded: a gone thread's reading is its last, and
+    // its entries are deleted (the map holds the live threads')
+    let gone = exporter.note_stretches(&snap, session.probe().stretches());
+    if !gone.is_empty() {
+        session.probe().forget_stretches(&gone);
+    }
     let stacks = session.take_wait_stacks();
     if !stacks.is_empty() {
         let procs: HashMap<u64, Proc> = session.targets().map(|t| (t.id, Proc { pid: t.pid, comm: t.comm.clone() })).collect();

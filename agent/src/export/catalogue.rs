@@ -146,6 +146,14 @@ pub const APP_AGE_SECONDS: Metric = Metric {
     help: "The application's end-to-end age (now - send time of what it handles): from its own endpoint (--age-url; no thread label) or from waitmeter_client samples (latest per thread).",
 };
 
+pub const THREAD_STRETCH_SECONDS: Metric = Metric {
+    base: "waitmeter_thread_stretch",
+    kind: Kind::Histogram,
+    unit: Some("seconds"),
+    labels: &["pid", "comm", "thread", "wait"],
+    help: "Stretches of a thread away from its home wait: a stretch is the time from the end of one block in a wait (the thread was woken: work arrived) to the start of its next block in that same wait, i.e. how long the thread was kept from the wait it came back to, and so how long what arrived meanwhile waited. A thread's home is the wait it spent most of its blocked time in (at least half of it; an event loop's epoll_wait, a worker's queue futex, an acceptor's accept4), and only its stretches at home are counted; wait is the home's syscall (wait=\"epoll_wait\", \"futex\"). A thread with no such wait has no series. Buckets at 1 ms to 16.384 s in powers of two (exact boundaries of the probe's buckets; a stretch of exactly 2^k ms counts in the bucket above). Thread labels are bounded and folded like waitmeter_thread_seconds_total (same-named threads summed, NAME#busiest, thread=\"other\" past the bound); the stretches of threads that exited stay counted in their series.",
+};
+
 pub const THREAD_WAIT_RATIO: Metric = Metric {
     base: "waitmeter_thread_wait_ratio",
     kind: Kind::Gauge,
@@ -229,7 +237,7 @@ pub const EVENTS_LOST: Metric = Metric {
     kind: Kind::Counter,
     unit: None,
     labels: &["probe", "reason"],
-    help: "Kernel events that could not be recorded, by probe and reason (thread_map_full, holds_map_full: raise --max-threads; exit_ringbuf_full: a thread's final record was lost; blame_map_full: a GIL wait was not charged to its holder; probe stacks: a wait not charged to its stacks; probe syscalls: a syscall not counted, syscall_map_full or task_storage_failed). Any increase means the numbers are incomplete.",
+    help: "Kernel events that could not be recorded, by probe and reason (thread_map_full, holds_map_full: raise --max-threads; exit_ringbuf_full: a thread's final record was lost; blame_map_full: a GIL wait was not charged to its holder; stretch_map_full: a stretch was not counted in waitmeter_thread_stretch_seconds, raise --max-threads; probe stacks: a wait not charged to its stacks; probe syscalls: a syscall not counted, syscall_map_full or task_storage_failed). Any increase means the numbers are incomplete.",
 };
 
 pub const BPF_MAP_ENTRIES: Metric = Metric {
@@ -237,7 +245,7 @@ pub const BPF_MAP_ENTRIES: Metric = Metric {
     kind: Kind::Gauge,
     unit: None,
     labels: &["probe", "map"],
-    help: "Entries in each kernel map that grows with threads and processes (threads, blame, GIL holds). They are cleaned by thread lifetime: with no thread churn the value returns to its idle level; near --max-threads, events are lost.",
+    help: "Entries in each kernel map that grows with threads and processes (threads, blame, GIL holds, stretches). They are cleaned by thread lifetime: with no thread churn the value returns to its idle level; near --max-threads, events are lost.",
 };
 
 pub const PROBE_ATTACHED: Metric = Metric {
@@ -273,6 +281,7 @@ pub const ALL: &[&Metric] = &[
     &CGROUP_QUOTA_CORES,
     &PROCESS_CPU_LIMIT_CORES,
     &APP_AGE_SECONDS,
+    &THREAD_STRETCH_SECONDS,
     &THREAD_WAIT_RATIO,
     &PROCESS_SYSCALLS,
     &AGE_SCRAPE_ERRORS,
@@ -334,6 +343,10 @@ pub fn markdown() -> String {
          all of a process' series add up to its futex wait rate.\n\
          - `function` (`waitmeter_gil_function_hold_seconds`): the first 10 distinct functions of a process\n  \
          keep their own label, later ones are summed as `function=\"other\"`; `thread` there is the holder's label.\n\
+         - `wait` (`waitmeter_thread_stretch_seconds`): the syscall of the thread's home wait (`epoll_wait`,\n  \
+         `futex`, ...), one series per thread label and home (same-named threads with different homes have one\n  \
+         each). A thread's home is decided on its stretches since it was watched; when it moves to another wait,\n  \
+         what the thread has counted stays in the old series and the new one counts from then on.\n\
          - `--tid-labels` adds a `tid` label to `waitmeter_thread_seconds_total` (one series per thread: use\n  \
          it for debugging, not for long-term storage).\n\
          - Series of a process that exited are kept for 5 minutes, then dropped.\n",

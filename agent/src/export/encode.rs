@@ -12,6 +12,7 @@ use super::catalogue::{self, Kind, Metric};
 use crate::model::hist::HoldHist;
 use crate::model::partition::secs;
 use crate::model::stacks::Lengths;
+use crate::model::stretches::Hist;
 
 /// The classic Prometheus text format (0.0.4) from the OpenMetrics text the
 /// encoder writes, for clients that do not ask for OpenMetrics (curl, promtool,
@@ -62,6 +63,7 @@ pub struct Exposition {
     pub wait_ratio: Vec<(Labels, f64)>,
     pub process_syscalls: Vec<(Labels, f64)>,
     pub app_age: Vec<(Labels, f64)>,
+    pub thread_stretches: Vec<(Labels, Hist)>,
     pub age_scrape_errors: Vec<(Labels, f64)>,
     pub age_errors: Vec<(Labels, f64)>,
     pub age_client_rejected: Vec<(Labels, f64)>,
@@ -134,6 +136,30 @@ fn histograms<T>(
     Ok(())
 }
 
+/// The `le` bounds of `waitmeter_thread_stretch_seconds`, ms: 1 ms to 16.384 s, each a
+/// boundary of the probe's buckets (octaves of its unit fall on 2^k ms).
+pub const STRETCH_LE_MS: [u64; 15] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
+
+/// A stretch histogram's Prometheus buckets: (upper bound in seconds, count in that bucket; not
+/// cumulative), then +Inf. Counted from the probe's buckets (a stretch of exactly 2^k ms is
+/// counted above `le` 2^k ms: the probe's buckets hold their lower bound), so `_count` is their
+/// sum whatever the count field says (a reading taken while the thread was recording one).
+pub fn stretch_buckets(h: &Hist) -> Vec<(f64, u64)> {
+    let mut h = h.clone();
+    h.count = h.buckets.iter().map(|b| u64::from(*b)).sum();
+    let le_ns: Vec<u64> = STRETCH_LE_MS.iter().map(|ms| ms * 1_000_000).collect();
+    let mut out = Vec::with_capacity(STRETCH_LE_MS.len() + 1);
+    let mut below = 0u64;
+    for (ms, cumulative) in STRETCH_LE_MS.iter().zip(h.cumulative(&le_ns)) {
+        // exact: every bound is a bucket's lower bound
+        let c = cumulative.round() as u64;
+        out.push((*ms as f64 / 1e3, c.saturating_sub(below)));
+        below = below.max(c);
+    }
+    out.push((f64::INFINITY, h.count.saturating_sub(below)));
+    out
+}
+
 impl Collector for Exposition {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         counters(&mut enc, &catalogue::THREAD_SECONDS, &self.thread_seconds)?;
@@ -152,6 +178,10 @@ impl Collector for Exposition {
         gauges(&mut enc, &catalogue::CGROUP_QUOTA_CORES, &self.cgroup_quota)?;
         gauges(&mut enc, &catalogue::PROCESS_CPU_LIMIT_CORES, &self.cpu_limit)?;
         gauges(&mut enc, &catalogue::APP_AGE_SECONDS, &self.app_age)?;
+        histograms(&mut enc, &catalogue::THREAD_STRETCH_SECONDS, &self.thread_stretches, |h| {
+            let buckets = stretch_buckets(h);
+            (h.ns, buckets.iter().map(|b| b.1).sum(), buckets)
+        })?;
         counters(&mut enc, &catalogue::AGE_SCRAPE_ERRORS, &self.age_scrape_errors)?;
         gauges(&mut enc, &catalogue::THREAD_WAIT_RATIO, &self.wait_ratio)?;
         counters(&mut enc, &catalogue::PROCESS_SYSCALLS, &self.process_syscalls)?;

@@ -64,12 +64,14 @@ pub fn pprof_of(parts: &[Part], start_unix_ns: i64, duration_ns: i64) -> Builder
                 })
             })
             .collect();
-        let whose = if k.role == Role::Victim { k.victim } else { k.blamed };
+        // the thread's own stack (where it waited, or what it ran while busy) or its culprit's
+        let own = matches!(k.role, Role::Victim | Role::Busy);
+        let whose = if own { k.victim } else { k.blamed };
         let thread = label(names, whose);
         let victim = label(names, k.victim);
         let mut labels: Vec<(&str, &str)> = part.labels.iter().map(|(n, v)| (*n, v.as_str())).collect();
         labels.extend([("thread", thread.as_str()), ("state", k.state.name()), ("role", k.role.label())]);
-        if k.role != Role::Victim {
+        if !own {
             labels.push(("victim", victim.as_str()));
         }
         b.add_sample(&locs, &[i64::try_from(*ns).unwrap_or(i64::MAX)], &labels);

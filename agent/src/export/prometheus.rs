@@ -12,6 +12,7 @@ use crate::model::labels::{busiest_apart, sanitize, LabelBook, BUSIEST};
 use crate::model::partition::{secs, ThreadSample, Times};
 use crate::model::stacks::{site_function, Lengths, WaitStacks};
 use crate::model::state::State;
+use crate::model::stretches::{self, Hist, ThreadStretches, WaitKey};
 use crate::session::Snapshot;
 
 /// The agent's own windows, for the values that are ratios or counts over
@@ -155,6 +156,27 @@ pub struct Exporter {
     rebalanced_at: HashMap<u64, u64>,
     /// (target, name) -> when the name lost its own label (`drop_demoted`)
     demoted: HashMap<(u64, String), u64>,
+    /// waitmeter_thread_stretch_seconds: (series, home wait's name) -> the stretches counted
+    /// there, added to only (every counter only grows, whatever threads come, go or move)
+    stretch_totals: BTreeMap<(SeriesKey, String), Hist>,
+    /// per thread (host TID, incarnation) with a home: its process, series, home and that
+    /// home's reading when last counted
+    stretch_seen: HashMap<(u32, u32), StretchSeen>,
+    /// threads that exited since the last reading of the stretches: (target, series)
+    stretch_exited: HashMap<(u32, u32), (u64, SeriesKey)>,
+    /// threads with entries in the stretches map at the last reading that were neither live
+    /// nor known to have exited (started after the snapshot, or their exit record was lost)
+    stretch_strangers: HashSet<(u32, u32)>,
+}
+
+/// A thread's stretches as last counted.
+#[derive(Debug)]
+struct StretchSeen {
+    target: u64,
+    key: SeriesKey,
+    home: WaitKey,
+    /// the home's cumulative reading when last counted
+    last: Hist,
 }
 
 /// A thread incarnation: (target, host TID, start).
@@ -191,6 +213,10 @@ impl Exporter {
             name_labels: HashMap::new(),
             rebalanced_at: HashMap::new(),
             demoted: HashMap::new(),
+            stretch_totals: BTreeMap::new(),
+            stretch_seen: HashMap::new(),
+            stretch_exited: HashMap::new(),
+            stretch_strangers: HashSet::new(),
         }
     }
 
@@ -349,6 +375,7 @@ impl Exporter {
             f.gil.retain(|(k, by), _| !(gone(k) || k.target == target && **by == *name));
             f.futex.retain(|(k, by), _| !(gone(k) || k.target == target && **by == *name));
             f.runqueue.retain(|(k, by), _| !(gone(k) || k.target == target && **by == *name));
+            self.stretch_totals.retain(|(k, _), _| !gone(k));
             for (_, w) in self.windows.iter_mut() {
                 w.retain(|k, _| !gone(k));
             }
@@ -449,6 +476,8 @@ impl Exporter {
                     None => s,
                 };
                 self.add(&mut folded, *target, &k, counted);
+                // its stretches are counted at the next reading of the probe's map (their last)
+                self.stretch_exited.insert((s.host_tid, s.start_ns as u32), (*target, k));
                 self.words.fold_exit(*target, s);
                 self.thread_labels.remove(&id);
                 self.busy.remove(&id);
@@ -477,7 +506,87 @@ impl Exporter {
             for (_, w) in self.windows.iter_mut() {
                 w.retain(|k, _| k.target != *t);
             }
+            self.stretch_totals.retain(|(k, _), _| k.target != *t);
+            self.stretch_seen.retain(|_, s| s.target != *t);
+            self.stretch_exited.retain(|_, (target, _)| target != t);
         }
+    }
+
+    /// Count a reading of the probe's stretches map (cumulative per thread incarnation and wait)
+    /// taken after `snap` (whose exits are folded and threads labelled): each thread's stretches
+    /// at its home since its last reading go to its series. Returns the entries to delete from
+    /// the map: those of threads that are gone, whose reading was just their last (an exited
+    /// thread's, or one's no longer live), and those of threads still unknown after two readings.
+    pub fn note_stretches(&mut self, snap: &Snapshot, reading: Vec<crate::probes::sched::StretchRecord>) -> Vec<(u32, u32, WaitKey)> {
+        let mut by_thread: HashMap<(u32, u32), Vec<(WaitKey, Hist)>> = HashMap::new();
+        for ((tid, gen, wait), h) in reading {
+            by_thread.entry((tid, gen)).or_default().push((wait, h));
+        }
+        let mut live: HashMap<(u32, u32), (u64, SeriesKey)> = HashMap::new();
+        for (target, threads) in &snap.live {
+            for s in threads {
+                let id = (s.host_tid, s.start_ns as u32);
+                if by_thread.contains_key(&id) {
+                    let k = self.key(*target, s);
+                    live.insert(id, (*target, k));
+                }
+            }
+        }
+        let mut gone = vec![];
+        let mut strangers = HashSet::new();
+        for (id, waits) in by_thread {
+            let (owner, alive) = match live.remove(&id) {
+                Some(o) => (Some(o), true),
+                None => {
+                    let known = self.stretch_exited.remove(&id).or_else(|| self.stretch_seen.get(&id).map(|s| (s.target, s.key.clone())));
+                    (known, false)
+                }
+            };
+            let keys = waits.iter().map(|(w, _)| (id.0, id.1, *w)).collect::<Vec<_>>();
+            match owner {
+                Some((target, key)) => self.count_stretches(id, target, key, waits),
+                // not known yet: it may have started after the snapshot
+                None if !self.stretch_strangers.contains(&id) => {
+                    strangers.insert(id);
+                    continue;
+                }
+                None => {}
+            }
+            if !alive {
+                self.stretch_seen.remove(&id);
+                gone.extend(keys);
+            }
+        }
+        self.stretch_strangers = strangers;
+        self.stretch_exited.clear();
+        // threads gone without a reading (their entries deleted with another's, or none)
+        let live_ids: HashSet<(u32, u32)> =
+            snap.live.values().flatten().map(|s| (s.host_tid, s.start_ns as u32)).collect();
+        self.stretch_seen.retain(|id, _| live_ids.contains(id));
+        crate::shrink::shrink(&mut self.stretch_seen);
+        crate::shrink::shrink(&mut self.stretch_exited);
+        gone
+    }
+
+    /// Count one thread's reading (its waits, cumulative): its home's stretches since it was
+    /// last counted, in its series now. A thread whose home moved to another wait counts that
+    /// one from now on (what it counted stays where it is; stretches of a wait before it became
+    /// home were never counted, and a wait that becomes home again is not counted twice).
+    fn count_stretches(&mut self, id: (u32, u32), target: u64, key: SeriesKey, waits: Vec<(WaitKey, Hist)>) {
+        let t = ThreadStretches::new(waits, stretches::STALL_OBJECTIVE_NS);
+        let Some((home, h)) = t.at_home() else { return };
+        let add = match self.stretch_seen.get(&id) {
+            Some(seen) if seen.home == home => Some(h.since(&seen.last)),
+            // home moved: from now on
+            Some(_) => None,
+            // first reading: all of it since the thread was watched
+            None => Some(h.clone()),
+        };
+        let total = self.stretch_totals.entry((key.clone(), home.name())).or_default();
+        if let Some(add) = add {
+            total.add(&add);
+        }
+        self.stretch_seen.insert(id, StretchSeen { target, key, home, last: h.clone() });
     }
 
     /// Every series' numbers now: the exited threads' plus the live ones'.
@@ -548,6 +657,9 @@ impl Exporter {
             ("busy", self.busy.len()),
             ("apart", self.apart.len()),
             ("demoted", self.demoted.len()),
+            ("stretch_seen", self.stretch_seen.len()),
+            ("stretch_exited", self.stretch_exited.len()),
+            ("stretch_strangers", self.stretch_strangers.len()),
         ]
     }
 
@@ -617,6 +729,11 @@ impl Exporter {
                     wait_ratio.push((series_labels(p, k, false, &[]), r));
                 }
             }
+        }
+        let mut thread_stretches = vec![];
+        for ((k, wait), h) in &self.stretch_totals {
+            let Some(p) = by_id.get(&k.target) else { continue };
+            thread_stretches.push((series_labels(p, k, true, &[("wait", wait)]), h.clone()));
         }
         let mut app_age = vec![];
         if let Some((pid, age)) = ages.process {
@@ -697,6 +814,7 @@ impl Exporter {
             wait_ratio,
             process_syscalls,
             app_age,
+            thread_stretches,
             age_scrape_errors,
             age_errors,
             age_client_rejected,
@@ -1050,5 +1168,211 @@ mod tests {
         let text = Exporter::new(20, false).render(&[], &[], &AgeExport::default(), &Snapshot::default(), &AgentStatus::default());
         assert!(!text.contains("waitmeter_age_scrape_errors_total{"), "{text}");
         assert!(!text.contains("waitmeter_age_client_rejected_total{"), "{text}");
+    }
+
+    /// A thread's stretches away from one wait: `lens_ms` each, after `wait_ns` blocked in it.
+    fn stretched(lens_ms: &[f64], wait_ns: u64) -> Hist {
+        let mut h = Hist { wait_ns, ..Hist::default() };
+        for l in lens_ms {
+            let ns = (l * 1e6) as u64;
+            h.count += 1;
+            h.ns += ns;
+            h.max_ns = h.max_ns.max(ns);
+            h.buckets[stretches::bucket(ns)] += 1;
+        }
+        h
+    }
+
+    const EPOLL: u32 = 232;
+    const FUTEX: u32 = 202;
+
+    /// Every `waitmeter_thread_stretch_seconds` sample: (suffix, thread, wait, le) -> value.
+    fn stretch_series(text: &str) -> BTreeMap<(String, String, String, String), f64> {
+        text.lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix("waitmeter_thread_stretch_seconds_")?;
+                let (suffix, rest) = rest.split_once('{')?;
+                let label = |n: &str| rest.split(&format!("{n}=\"")).nth(1).and_then(|v| v.split('"').next()).unwrap_or("").to_string();
+                Some(((suffix.to_string(), label("thread"), label("wait"), label("le")), l.rsplit(' ').next()?.parse().ok()?))
+            })
+            .collect()
+    }
+
+    fn stretch(text: &str, what: &str, thread: &str, le: &str) -> Option<f64> {
+        stretch_series(text).into_iter().find(|((s, t, _, l), _)| s == what && t == thread && l == le).map(|(_, v)| v)
+    }
+
+    #[test]
+    fn a_thread_has_a_stretch_histogram_at_its_home_wait_only() {
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let mut e = Exporter::new(20, false);
+        let mut snap = Snapshot::default();
+        // the loop (1001) blocks mostly in epoll_wait; a lock of its own (futex) now and then.
+        // "pool" (1002) waits as long on three waits: no home, no series
+        snap.live.insert(1, vec![sample(1, "loop", 0, 1, false), sample(2, "pool", 0, 1, false)]);
+        let mut home = stretched(&[0.5, 0.9, 1.5, 3.0, 150.0, 200.0, 300.0], 9_000_000_000);
+        home.buckets[0] += 0; // (a reading: count and buckets agree)
+        let reading = vec![
+            ((1001, 0, WaitKey::new(EPOLL, 0)), home.clone()),
+            ((1001, 0, WaitKey::new(FUTEX, 0x7f00_1000)), stretched(&[400.0], 100_000_000)),
+            ((1002, 0, WaitKey::new(FUTEX, 0x10)), stretched(&[1.0], 1_000_000_000)),
+            ((1002, 0, WaitKey::new(FUTEX, 0x20)), stretched(&[1.0], 1_000_000_000)),
+            ((1002, 0, WaitKey::new(0, 0)), stretched(&[1.0], 1_000_000_000)),
+        ];
+        assert!(e.note_stretches(&snap, reading).is_empty(), "live threads keep their entries");
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        assert!(text.contains("# TYPE waitmeter_thread_stretch_seconds histogram"), "{text}");
+        let le = |ms: &str| stretch(&text, "bucket", "loop", ms);
+        assert_eq!(le("0.001"), Some(2.0), "{text}");
+        assert_eq!(le("0.002"), Some(3.0));
+        assert_eq!(le("0.004"), Some(4.0));
+        assert_eq!(le("0.128"), Some(4.0));
+        assert_eq!(le("0.256"), Some(6.0));
+        assert_eq!(le("0.512"), Some(7.0));
+        assert_eq!(le("16.384"), Some(7.0));
+        assert_eq!(le("+Inf"), Some(7.0));
+        assert_eq!(stretch(&text, "count", "loop", ""), Some(7.0));
+        assert!((stretch(&text, "sum", "loop", "").unwrap() - 0.6559).abs() < 1e-9, "{text}");
+        // its lock's 400 ms stretch is not at home; pool has no home
+        let series = stretch_series(&text);
+        assert!(series.keys().all(|(_, t, w, _)| t == "loop" && w == "epoll_wait"), "{series:?}");
+        assert_eq!(series.keys().filter(|(s, ..)| s == "bucket").count(), 16, "15 bounds and +Inf");
+        assert!(
+            text.contains("waitmeter_thread_stretch_seconds_count{pid=\"10\",comm=\"svc\",thread=\"loop\",wait=\"epoll_wait\"} 7"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn stretches_of_exited_threads_stay_counted_and_their_entries_go() {
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let mut e = Exporter::new(20, false);
+        let q = WaitKey::new(FUTEX, 0x5000);
+        let worker = |tid: u32, start: u64| sample(tid, "worker", start, 1, false);
+        let mut snap = Snapshot::default();
+        snap.live.insert(1, vec![worker(1, 0), worker(2, 0)]);
+        let mut one = stretched(&[10.0, 20.0], 1_000_000_000);
+        let two = stretched(&[300.0], 1_000_000_000);
+        e.note_stretches(&snap, vec![((1001, 0, q), one.clone()), ((1002, 0, q), two.clone())]);
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        assert_eq!(stretch(&text, "count", "worker", ""), Some(3.0), "{text}");
+        // worker 1 closes two more stretches and exits: its final reading is counted, then its
+        // entry deleted; worker 2's stays
+        one.add(&stretched(&[30.0, 40.0], 1_000_000_000));
+        let mut gone = worker(1, 0);
+        gone.exited = true;
+        snap.exited.insert(1, vec![gone]);
+        snap.live.insert(1, vec![worker(2, 0)]);
+        e.fold_exits(&snap.exited);
+        let forget = e.note_stretches(&snap, vec![((1001, 0, q), one.clone()), ((1002, 0, q), two.clone())]);
+        assert_eq!(forget, [(1001, 0, q)]);
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        assert_eq!(stretch(&text, "count", "worker", ""), Some(5.0), "{text}");
+        // deleted: no longer read, still counted; a new worker reusing TID 1001 counts from zero
+        snap.exited.clear();
+        snap.live.insert(1, vec![worker(2, 0), worker(1, 7)]);
+        let forget = e.note_stretches(&snap, vec![((1002, 0, q), two.clone()), ((1001, 7, q), stretched(&[5.0], 1_000_000_000))]);
+        assert!(forget.is_empty(), "{forget:?}");
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        assert_eq!(stretch(&text, "count", "worker", ""), Some(6.0), "{text}");
+        assert_eq!(stretch(&text, "bucket", "worker", "0.256"), Some(5.0), "{text}");
+        // a thread whose exit record was lost: live before, gone now, its reading final
+        snap.live.insert(1, vec![worker(2, 0)]);
+        let forget = e.note_stretches(&snap, vec![((1002, 0, q), two.clone()), ((1001, 7, q), stretched(&[5.0, 6.0], 1_000_000_000))]);
+        assert_eq!(forget, [(1001, 7, q)]);
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        assert_eq!(stretch(&text, "count", "worker", ""), Some(7.0), "{text}");
+        // entries of a thread never seen: kept one reading (it may have started after the
+        // snapshot), deleted at the second, uncounted
+        let stranger = ((4242, 3, q), stretched(&[1.0], 1_000_000_000));
+        assert!(e.note_stretches(&snap, vec![((1002, 0, q), two.clone()), stranger.clone()]).is_empty());
+        assert_eq!(e.note_stretches(&snap, vec![((1002, 0, q), two.clone()), stranger]), [(4242, 3, q)]);
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        assert_eq!(stretch(&text, "count", "worker", ""), Some(7.0), "{text}");
+        // the process is forgotten: its series go
+        e.forget(&[1]);
+        let text = e.render(&procs, &[], &AgeExport::default(), &Snapshot::default(), &AgentStatus::default());
+        assert!(stretch_series(&text).is_empty(), "{text}");
+        assert!(e.stretch_seen.is_empty() && e.stretch_exited.is_empty());
+    }
+
+    #[test]
+    fn stretch_counters_only_grow_when_labels_fold_and_homes_move() {
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let s = 1_000_000_000u64;
+        // one own label: "idle" takes it first, then the busy "loop" takes it from it
+        let mut e = Exporter::new(1, false);
+        let epoll = WaitKey::new(EPOLL, 0);
+        let lock = WaitKey::new(FUTEX, 0x9000);
+        let mut last: BTreeMap<(String, String, String, String), f64> = BTreeMap::new();
+        let mut lp = Hist::default();
+        let mut other = Hist::default();
+        let mut moved_home = false;
+        for step in 1..=8u64 {
+            let mut snap = Snapshot::default();
+            let idle = ThreadSample { at_ns: step * s, ..sample(1, "idle", 0, step, false) };
+            let busy = ThreadSample { at_ns: step * s, ..sample(2, "loop", 0, step * s * 9 / 10, false) };
+            snap.live.insert(1, vec![idle, busy]);
+            e.label_threads(&snap);
+            e.rebalance(step * s, &snap);
+            lp.add(&stretched(&[2.0, 3.0, 150.0], 2 * s));
+            // from step 5 the loop blocks mostly on a lock: its home moves
+            if step >= 5 {
+                other.add(&stretched(&[1.0; 4], 10 * s));
+            }
+            let reading = vec![((1001, 0, epoll), stretched(&[1.0], s)), ((1002, 0, epoll), lp.clone()), ((1002, 0, lock), other.clone())];
+            e.note_stretches(&snap, reading);
+            let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+            let now = stretch_series(&text);
+            for (k, v) in &last {
+                assert!(now.get(k).copied().unwrap_or(0.0) >= *v, "{k:?} went down from {v} at step {step}:\n{text}");
+            }
+            moved_home |= now.keys().any(|(_, t, w, _)| t == "loop" && w == "futex");
+            last = now;
+        }
+        assert!(moved_home, "{last:?}");
+        // the loop got its own label after a start under "other"; all its stretches at epoll_wait
+        // before its home moved are counted once, in one series or the other
+        let count = |thread: &str, wait: &str| last.get(&("count".into(), thread.into(), wait.into(), String::new())).copied().unwrap_or(0.0);
+        assert!(count("loop", "epoll_wait") > 0.0, "{last:?}");
+        let at_epoll = count("loop", "epoll_wait") + count("other", "epoll_wait") - count("idle", "epoll_wait");
+        assert!(at_epoll <= 4.0 * 3.0 + 1.0 && at_epoll >= 3.0 * 3.0, "{last:?}");
+    }
+
+    #[test]
+    fn the_stretch_bookkeeping_returns_to_idle_after_thread_churn() {
+        let mut e = Exporter::new(20, false);
+        let q = WaitKey::new(FUTEX, 0x5000);
+        let steady = sample(1, "main", 0, 1, false);
+        let mut snap = Snapshot::default();
+        snap.live.insert(1, vec![steady.clone()]);
+        let main_reading = ((1001, 0, q), stretched(&[1.0], 1_000_000_000));
+        e.note_stretches(&snap, vec![main_reading.clone()]);
+        let idle = e.sizes();
+        let mut in_kernel: BTreeMap<(u32, u32, WaitKey), Hist> = BTreeMap::from([main_reading.clone()]);
+        for i in 0..2_000u64 {
+            let tid = 100 + (i % 50) as u32;
+            let mut t = sample(tid, "worker", i * 10, 1, false);
+            in_kernel.insert((t.host_tid, t.start_ns as u32, q), stretched(&[2.0], 1_000_000_000));
+            snap.live.insert(1, vec![steady.clone(), t.clone()]);
+            e.note_stretches(&snap, in_kernel.clone().into_iter().collect());
+            t.exited = true;
+            e.fold_exits(&BTreeMap::from([(1, vec![t])]));
+            snap.live.insert(1, vec![steady.clone()]);
+            if i % 3 == 0 {
+                for k in e.note_stretches(&snap, in_kernel.clone().into_iter().collect()) {
+                    in_kernel.remove(&k);
+                }
+            }
+        }
+        for k in e.note_stretches(&snap, in_kernel.clone().into_iter().collect()) {
+            in_kernel.remove(&k);
+        }
+        assert_eq!(in_kernel.len(), 1, "only the live thread's entry is left");
+        assert_eq!(e.sizes(), idle);
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        assert_eq!(stretch(&text, "count", "worker", ""), Some(2_000.0), "{text}");
+        assert_eq!(stretch_series(&text).keys().filter(|(s, ..)| s == "count").count(), 2, "{text}");
     }
 }

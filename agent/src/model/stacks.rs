@@ -125,6 +125,9 @@ pub enum Role {
     Waker,
     /// the thread of the same process that had the CPU
     Preemptor,
+    /// the thread itself on the CPU while busy in a long stretch away from its waits (sampled by
+    /// the CPU clock: what kept it from its home)
+    Busy,
 }
 
 impl Role {
@@ -135,6 +138,7 @@ impl Role {
             Role::Holder => "holder",
             Role::Waker => "waker",
             Role::Preemptor => "preemptor",
+            Role::Busy => "busy",
         }
     }
 }

@@ -225,10 +225,12 @@ fn open_and_load(opts: &SchedOptions, sweep: bool) -> Result<SchedSkel<'static>>
         rodata.cfg.stacks = opts.stacks;
         rodata.cfg.stack_interval_ns = opts.stack_interval_ns;
         rodata.cfg.stretch_long_ns = opts.stall_ns;
+        rodata.cfg.sample_period_ns = if opts.holder_sample_hz > 0 { 1_000_000_000 / u64::from(opts.holder_sample_hz) } else { 0 };
     }
     open.maps.py_tstates.set_max_entries(opts.max_threads)?;
     open.maps.threads.set_max_entries(opts.max_threads)?;
     open.maps.parked.set_max_entries(opts.max_threads)?;
+    open.maps.busy.set_max_entries(opts.max_threads)?;
     // a thread's last few waits each (most threads have one or two)
     open.maps.stretches.set_max_entries(opts.max_threads.saturating_mul(2))?;
     open.maps.watched.set_max_entries(opts.max_procs)?;

@@ -39,6 +39,7 @@ fn role_from_abi(r: u8) -> Option<Role> {
         x if x == wm_role::WM_ROLE_HOLDER.0 => Role::Holder,
         x if x == wm_role::WM_ROLE_WAKER.0 => Role::Waker,
         x if x == wm_role::WM_ROLE_PREEMPTOR.0 => Role::Preemptor,
+        x if x == wm_role::WM_ROLE_BUSY.0 => Role::Busy,
         _ => return None,
     })
 }

@@ -148,10 +148,15 @@ impl Session {
         }
         let mut whose: HashMap<Incarnation, (u64, u32)> = std::mem::take(&mut st.exits_since_drain);
         whose.extend(whose_threads(live).chain(whose_threads(exited)));
+        let live_by_tid: HashMap<u32, (u64, u32)> = whose_threads(live).map(|((tid, _), v)| (tid, v)).collect();
         let mut resolver = HolderResolver::default();
         let now = monotonic_ns();
         for (i, (w, ns, lengths)) in drained.into_iter().enumerate() {
-            let Some((id, victim)) = whose.get(&(w.tid, w.gen)).copied() else {
+            // a busy sample names its thread by TID alone (gen 0): the live thread
+            let found = whose.get(&(w.tid, w.gen)).copied().or_else(|| {
+                (w.gen == 0 && w.role == Role::Busy).then(|| live_by_tid.get(&w.tid).copied()).flatten()
+            });
+            let Some((id, victim)) = found else {
                 if i < retried {
                     st.unattributed += 1;
                 } else {
