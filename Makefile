@@ -17,15 +17,19 @@ HELM    := $(TOOLS)/helm
 HELM_VERSION := v3.22.0
 export HELM
 # Debian packages: to build the agent; to test it (bpftool, Prometheus/promtool, capsh, unshare, openssl, venv, groff,
-# Java and Maven for the QuickFIX/J workload of tests/test_verdicts.py)
+# Java and Maven for the QuickFIX/J workload of tests/test_verdicts.py, nginx for the serving workloads)
 BUILD_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev
-TEST_PKGS  := bpftool prometheus libcap2-bin util-linux python3-venv openssl maven openjdk-17-jdk-headless groff-base systemd
+TEST_PKGS  := bpftool prometheus libcap2-bin util-linux python3-venv openssl maven openjdk-17-jdk-headless groff-base systemd nginx
 # $(call apt,PACKAGES): install those not installed yet
 apt = @missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "setup: installing $$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+# the Express server of the serving workloads (tests/workloads/serving): its node_modules from
+# the committed package-lock.json (npm ci), once
+SERVING_NODE := tests/workloads/serving/node
 
 # interpreters the machine's pyenv does not have (tests/pythons/build.sh)
 PYTHONS := $(CURDIR)/.pythons
@@ -35,7 +39,7 @@ CARGO_FUZZ := $(TOOLS)/cargo-fuzz
 CARGO_FUZZ_VERSION := 0.13.2
 FUZZ_SECONDS ?= 60
 
-.PHONY: all setup setup-build build test lint unit integration fuzz docs mixin demo bench clean static wheel image release
+.PHONY: all setup setup-build serving-node build test lint unit integration fuzz docs mixin demo bench clean static wheel image release
 
 all: build
 
@@ -47,8 +51,15 @@ setup-build:
 # Everything make test needs: the build, the test venv, helm, cargo-fuzz.
 setup: setup-build
 	$(call apt,$(TEST_PKGS))
-	@$(MAKE) --no-print-directory $(VENV)/.ok $(HELM) $(CARGO_FUZZ) $(PYTHONS)/.ok
+	@$(MAKE) --no-print-directory $(VENV)/.ok $(HELM) $(CARGO_FUZZ) $(PYTHONS)/.ok $(SERVING_NODE)/node_modules/.ok
 	@echo "setup: ok"
+
+serving-node: $(SERVING_NODE)/node_modules/.ok
+
+$(SERVING_NODE)/node_modules/.ok: $(SERVING_NODE)/package.json $(SERVING_NODE)/package-lock.json
+	@command -v npm >/dev/null || { echo "setup: no npm for the Express workload: install Node.js >= 18 with npm (Debian: nodejs npm), then rerun"; exit 1; }
+	cd $(SERVING_NODE) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 $(VENV)/.ok: tests/requirements.txt
 	python3 -m venv $(VENV)
@@ -160,4 +171,4 @@ release: wheel image $(HELM)
 
 clean:
 	cd agent && $(CARGO) clean
-	rm -rf tests/.build $(DIST)
+	rm -rf tests/.build $(DIST) $(SERVING_NODE)/node_modules
