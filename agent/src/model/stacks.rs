@@ -385,13 +385,24 @@ pub fn site_of(stack: &[Frame]) -> String {
     }
 }
 
+/// The frame of a Python stack (innermost first) that a verdict names: the application's
+/// innermost; but never the program's entry point (the outermost frame, a script that only
+/// starts a library's server: `uvicorn`'s `<module>`) when library frames run above it: then the
+/// innermost frame, where the thread was (`EpollSelector.select ← BaseEventLoop._run_once`).
+fn app_frame(py: &[&Frame]) -> Option<usize> {
+    match py.iter().position(|f| !f.is_library()) {
+        Some(i) if i > 0 && i + 1 == py.len() => Some(1),
+        other => other,
+    }
+}
+
 /// `site_of` in two: the site without its leading C function (the Python
 /// site, or a native stack's), and that C function (a verdict groups by the
 /// first and names the second inside it).
 pub fn site_parts(stack: &[Frame]) -> (String, Option<String>) {
     let py: Vec<&Frame> = stack.iter().filter(|f| f.kind == Kind::Python).collect();
     let native_leaf = stack.iter().take_while(|f| f.kind != Kind::Python).find(|f| f.kind == Kind::Native && !f.is_library());
-    let py_part = match py.iter().position(|f| !f.is_library()) {
+    let py_part = match app_frame(&py) {
         // the application's own frame, and the library function it called
         Some(0) => Some(py[0].display_at()),
         Some(i) => Some(format!("{} ← {}", py[i - 1].display_name(), py[i].display_at())),
@@ -434,7 +445,7 @@ pub fn c_function(symbol: &str) -> &str {
 /// (they would split one function's series).
 pub fn site_function(stack: &[Frame]) -> String {
     let py: Vec<&Frame> = stack.iter().filter(|f| f.kind == Kind::Python).collect();
-    if let Some(f) = match py.iter().position(|f| !f.is_library()) {
+    if let Some(f) = match app_frame(&py) {
         Some(0) => Some(py[0]),
         Some(i) => Some(py[i - 1]),
         None => py.first().copied(),
@@ -454,6 +465,26 @@ mod tests {
 
     fn py(f: &str, file: &str, line: u32) -> Frame {
         Frame::python(f.into(), file.into(), line)
+    }
+
+    #[test]
+    fn a_site_is_never_the_programs_entry_point() {
+        let lib = "/usr/lib/python3.12/site-packages";
+        let stack = vec![
+            py("EpollSelector.select", "/usr/lib/python3.12/selectors.py", 468),
+            py("BaseEventLoop._run_once", "/usr/lib/python3.12/asyncio/base_events.py", 1898),
+            py("BaseEventLoop.run_forever", "/usr/lib/python3.12/asyncio/base_events.py", 618),
+            py("Command.__call__", &format!("{lib}/click/core.py"), 1157),
+            py("<module>", "/usr/local/bin/uvicorn", 8),
+        ];
+        let site = site_of(&stack);
+        assert!(site.starts_with("selectors.EpollSelector.select ← asyncio.base_events.BaseEventLoop._run_once") || site.contains("_run_once"), "{site}");
+        assert!(!site.contains("<module>"), "{site}");
+        // an application frame inside: it is the site, as before
+        let mut inner = stack.clone();
+        inner.insert(0, py("render_report", "/srv/app.py", 12));
+        inner.insert(0, py("dumps", "/usr/lib/python3.12/json/__init__.py", 231));
+        assert!(site_of(&inner).ends_with("render_report (app.py:12)"), "{}", site_of(&inner));
     }
 
     #[test]
