@@ -9,7 +9,7 @@ pub const S: u64 = 1_000_000_000;
 
 /// The verdict of a report, as the text report and the JSON `verdict` print it.
 pub fn lines(r: &ProcessReport) -> Vec<String> {
-    super::verdict::findings(r).iter().map(ToString::to_string).collect()
+    super::verdict::analyse(r).shown.iter().map(ToString::to_string).collect()
 }
 
 /// A thread of `name` with these nanoseconds per state, present all its window.

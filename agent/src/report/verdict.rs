@@ -1,337 +1,64 @@
-//! The verdict's rules: which findings a window's rows show, ranked by the wall time
-//! they explain, idle threads summarised. Pure, unit-tested; the findings are typed
-//! values (`finding.rs`), put in words only when rendered (docs/verdicts.md).
-use super::finding::{AgeFacts, Behind, CpuUse, Culprit, Finding, Kind, LockHolder, OffCpu, PeriodSignature, ThreadRef, ThreadTime};
+//! The verdict: the rules (`rules/`, one file per kind of finding) run once per report in their
+//! order; their findings ranked by the wall time they explain, with what is said beside each
+//! (the code, the age, the culprits kept off the CPU); and the verdict as shown: idle threads
+//! summarised, lines that repeat a headline left out, the lines capped (docs/verdicts.md).
+use super::finding::{Finding, OffCpu};
+use super::rules::idle_threads::{self, IdleThreads};
+use super::rules::more::More;
+use super::rules::rows::{row_of, thread_ref};
+use super::rules::{unmeasured_gil, Claim, Context, Repeat};
 use super::{ProcessReport, ThreadRow};
-use crate::model::blame::{self, Preemptor, CONVOY_SHARE, CONVOY_WAITERS};
-use crate::model::partition::secs;
 use crate::model::state::State;
 
-/// A thread is reported when this share of its time was involuntary waiting.
-pub const WAITING_SHARE: f64 = 0.20;
-/// ... or this share was blocked on one kind of resource.
-pub const BLOCKED_SHARE: f64 = 0.50;
-/// ... and only threads that existed for at least this share of the window
-/// (short-lived helpers' few milliseconds are noise, not findings).
-pub const MIN_PRESENCE: f64 = 0.10;
+// what others name as the verdict's (each rule's own thresholds are in its file)
+pub use super::rules::rows::{gil_holder, preemptor, waker};
+pub use super::rules::MIN_PRESENCE;
 
-fn present(r: &ThreadRow, window_ns: u64) -> bool {
-    r.times.total() as f64 >= MIN_PRESENCE * window_ns as f64
-}
-
-/// GIL starvation needs the victim's GIL wait to be at least this share of its time.
-pub const GIL_STARVATION_SHARE: f64 = 0.5;
-/// "The CPU is idle": the process used less than this share of the CPUs it may use.
-pub const IDLE_CPU_SHARE: f64 = 0.5;
-
-/// Thread `tid`, named when it is one of `rows` (or it stands for many exited ones).
-fn thread_ref(tid: u32, rows: &[ThreadRow]) -> ThreadRef {
-    if tid == crate::model::blame::GONE {
-        return ThreadRef { tid, name: Some("exited threads".to_string()), folded: 0 };
-    }
-    match rows.iter().find(|x| x.tid == tid) {
-        Some(r) => row_ref(r),
-        None => ThreadRef { tid, name: None, folded: 0 },
-    }
-}
-
-/// The thread (or the folded threads) of row `r`.
-fn row_ref(r: &ThreadRow) -> ThreadRef {
-    ThreadRef { tid: r.tid, name: Some(r.name.clone()), folded: r.folded }
-}
-
-/// The thread of `r`, and its time in `state`.
-fn time_in(r: &ThreadRow, state: State) -> ThreadTime {
-    ThreadTime { thread: row_ref(r), state, ns: r.times.get(state), total_ns: r.times.total() }
-}
-
-/// The known thread that held the GIL longest while `r` waited for it.
-pub fn gil_holder(r: &ThreadRow, rows: &[ThreadRow]) -> Option<Behind> {
-    r.top_gil_holder().map(|(tid, share)| Behind { culprit: Culprit::Thread(thread_ref(tid, rows)), share })
-}
-
-/// The share of `r`'s GIL wait whose holder was not resolved (holder 0).
-fn gil_unresolved(r: &ThreadRow) -> f64 {
-    let all: u64 = r.gil_by_holder.values().sum();
-    r.gil_by_holder.get(&0).map_or(0.0, |u| *u as f64 / all.max(1) as f64)
-}
-
-/// What had the CPU longest while `r` waited in the run queue.
-pub fn preemptor(r: &ThreadRow, rows: &[ThreadRow]) -> Option<Behind> {
-    r.top_preemptor().map(|(who, share)| {
-        let culprit = match who {
-            Preemptor::Thread(tid) => Culprit::Thread(thread_ref(*tid, rows)),
-            Preemptor::Process { pid, comm } => Culprit::Process { pid: *pid, comm: comm.clone() },
-            Preemptor::Idle => Culprit::Idle,
-        };
-        Behind { culprit, share }
-    })
-}
-
-/// The thread whose wake-up ended most of `r`'s futex wait (or the timeouts).
-pub fn waker(r: &ThreadRow, rows: &[ThreadRow]) -> Option<Behind> {
-    r.top_waker().map(|(tid, share)| {
-        let culprit = if tid == 0 { Culprit::Timeout } else { Culprit::Thread(thread_ref(tid, rows)) };
-        Behind { culprit, share }
-    })
-}
-
-/// The age as the verdict quotes it, judged against `--age-slo` or else the window's spread.
-fn age_facts(report: &ProcessReport) -> Option<AgeFacts> {
-    report.age.as_ref().map(|a| {
-        let s = &a.summary;
-        let (objective_s, objective) = match report.verdict.age_slo_s {
-            Some(slo) => (slo, "slo"),
-            None => (SPREAD_FACTOR * s.median_s + SPREAD_SLACK_S, "spread"),
-        };
-        let top = a.p99_s.map_or(s.max_s, |p99| p99.max(s.max_s));
-        AgeFacts {
-            growth_s: s.growth_s,
-            last_s: s.last_s,
-            max_s: s.max_s,
-            mean_s: s.mean_s,
-            slope: s.slope,
-            rising: s.rising,
-            objective_s,
-            objective,
-            over_objective: top > objective_s,
-        }
-    })
-}
-
-/// The default age objective: the window's median age times this, plus `SPREAD_SLACK_S`.
-pub const SPREAD_FACTOR: f64 = 2.0;
-pub const SPREAD_SLACK_S: f64 = 0.1;
-
-/// The age says something is wrong: the process' age rises or breaks its objective,
-/// or a thread's own age (`waitmeter_client`) rises.
-fn age_bad(report: &ProcessReport) -> bool {
-    age_facts(report).is_some_and(|a| a.bad()) || report.threads.iter().any(|t| t.age.as_ref().is_some_and(|a| a.rising))
-}
-
-fn share_of(r: &ThreadRow, s: State) -> f64 {
-    let t = r.times.total();
-    if t == 0 {
-        0.0
-    } else {
-        r.times.get(s) as f64 / t as f64
-    }
-}
-
-/// A thread is saturated when it was running or runnable at least this share of its time...
-pub const SATURATED_SHARE: f64 = 0.90;
-/// ... less than this share of it waiting for a CPU or the quota (else the CPU is the
-/// limit, and the run-queue or quota findings say so) ...
-pub const SATURATED_QUEUED_SHARE: f64 = 0.25;
-/// ... it existed at least this share of the window ...
-pub const SATURATED_PRESENCE: f64 = 0.5;
-/// ... and its process left at least this many of the cores it may use unused.
-pub const SPARE_CORES: f64 = 0.5;
-/// A thread that ran less than this share of its time, waited for no CPU, quota or
-/// GIL, and that nobody waited on, is idle.
-pub const IDLE_RUNNING_SHARE: f64 = 0.10;
-/// "Nobody waited on it": the waits of threads that are not idle charged to it stay under this
-/// share of the window...
-pub const IDLE_BLAME_SHARE: f64 = 0.05;
-/// ... counting a futex wait only of a waiter that ran at least this share of its time (one
-/// with work, waiting for a lock; a thread that hardly runs and is woken by others waits for
-/// work from them: a JIT compiler thread, a consumer).
-pub const WAITER_WITH_WORK_SHARE: f64 = 0.20;
 /// The verdict's lines unless all findings are asked for (`-v`).
 pub const MAX_LINES: usize = 8;
-/// Idle threads named in the idle line.
-pub const IDLE_NAMED: usize = 4;
-
-/// Running, in the run queue or throttled: the thread had work.
-fn busy_ns(r: &ThreadRow) -> u64 {
-    r.times.get(State::Running) + r.times.get(State::Runqueue) + r.times.get(State::Throttled)
-}
-
-/// Single-thread bottlenecks: threads busy nearly all of their time while the process
-/// had cores to spare (its quota, affinity and the machine's CPUs bound what it may use).
-fn saturated(report: &ProcessReport, cpu: CpuUse) -> impl Iterator<Item = Kind> + '_ {
-    let spare = cpu.used_cores + SPARE_CORES <= cpu.limit_cores;
-    let window = report.duration_ns as f64;
-    report
-        .threads
-        .iter()
-        .filter(move |r| {
-            let total = r.times.total();
-            let queued = r.times.get(State::Runqueue) + r.times.get(State::Throttled);
-            spare
-                && total as f64 >= SATURATED_PRESENCE * window
-                && busy_ns(r) as f64 >= SATURATED_SHARE * total as f64
-                && (queued as f64) < SATURATED_QUEUED_SHARE * total as f64
-        })
-        .map(move |r| Kind::SaturatedThread {
-            thread: row_ref(r),
-            busy_ns: busy_ns(r),
-            running_ns: r.times.get(State::Running),
-            total_ns: r.times.total(),
-            cpu,
-        })
-}
-
-/// Threads that blocked for want of work: each ran less than `IDLE_RUNNING_SHARE` of its time,
-/// waited for no CPU, quota or GIL, is not in a lock convoy, and the threads that are not idle
-/// themselves waited on it (as the GIL's holder, or the futex's waker of a waiter with work:
-/// `WAITER_WITH_WORK_SHARE`) for less than `IDLE_BLAME_SHARE` of the window. A JVM's GC, compiler and VM threads, a pool's spare
-/// workers, a server's readers with nothing to read. (Being the preemptor of a queued thread is
-/// not being waited on: the run-queue finding names it.)
-fn idle_threads(rows: &[ThreadRow], convoy: &[u32], window_ns: u64) -> std::collections::BTreeSet<u32> {
-    let candidates: std::collections::BTreeSet<u32> = rows
-        .iter()
-        .filter(|r| {
-            r.times.total() > 0
-                && share_of(r, State::Running) < IDLE_RUNNING_SHARE
-                && (r.times.waiting() as f64) < WAITING_SHARE * r.times.total() as f64
-                && share_of(r, State::Yield) < WAITING_SHARE
-                && !convoy.contains(&r.tid)
-                && burst(r, window_ns).is_none()
-        })
-        .map(|r| r.tid)
-        .collect();
-    let mut waited_on: std::collections::BTreeMap<u32, u64> = Default::default();
-    for r in rows.iter().filter(|r| !candidates.contains(&r.tid)) {
-        let holders = r.gil_by_holder.iter().map(|(t, ns)| (*t, *ns));
-        let wakers = if share_of(r, State::Running) >= WAITER_WITH_WORK_SHARE { r.futex_by_waker() } else { Default::default() };
-        for (tid, ns) in holders.chain(wakers).filter(|(t, _)| *t != 0 && *t != r.tid) {
-            *waited_on.entry(tid).or_default() += ns;
-        }
-    }
-    candidates.into_iter().filter(|tid| (waited_on.get(tid).copied().unwrap_or(0) as f64) < IDLE_BLAME_SHARE * window_ns as f64).collect()
-}
-
-/// A worst interval this much in a waiting state is a burst (when the window's share is not a
-/// finding already).
-pub const BURST_SHARE: f64 = 0.8;
-
-/// The thread a per-thread finding is about, and the state of its wait (None: all of it).
-fn victim_of(k: &Kind) -> Option<(u32, Option<State>)> {
-    match k {
-        Kind::GilStarvation { victim, .. }
-        | Kind::GilWait { victim, .. }
-        | Kind::RunQueueSaturation { victim, .. }
-        | Kind::CpuQuota { victim, .. }
-        | Kind::Blocked { victim, .. } => Some((victim.thread.tid, Some(victim.state))),
-        Kind::SaturatedThread { thread, .. } => Some((thread.tid, None)),
-        _ => None,
-    }
-}
-
-/// The worst waiting interval of a thread, when it was nearly all waiting though the window's
-/// share was below `WAITING_SHARE`.
-fn burst(r: &ThreadRow, window_ns: u64) -> Option<Kind> {
-    let peaks = r.peaks.as_ref()?;
-    if !present(r, window_ns) {
-        return None;
-    }
-    [State::GilWait, State::Runqueue, State::Throttled]
-        .into_iter()
-        .map(|s| (s, peaks.get(s)))
-        .filter(|(s, p)| p.share() >= BURST_SHARE && share_of(r, *s) < WAITING_SHARE)
-        .max_by_key(|(_, p)| (p.stretch_ns, p.ns))
-        .map(|(state, p)| Kind::Burst {
-            thread: row_ref(r),
-            state,
-            share: p.share(),
-            at_ns: p.at_ns,
-            interval_ns: p.len_ns,
-            stretch_ns: p.stretch_ns,
-            window_share: share_of(r, state),
-            window_ns,
-        })
-}
-
-/// A thread busy-polls the GIL when it went to wait for it this often (per second of its time) ...
-pub const POLL_RATE: f64 = 500.0;
-/// ... ran this little between two waits on average ...
-pub const POLL_HOLD_NS: u64 = 1_000_000;
-/// ... ran at least this share of its time, and waited for the GIL or a CPU at least
-/// `POLL_WAIT_SHARE` of it (on a busy machine pollers queue for a CPU more than for the GIL).
-pub const POLL_RUNNING_SHARE: f64 = 0.20;
-pub const POLL_WAIT_SHARE: f64 = 0.10;
-
-/// The threads that busy-poll the GIL (`POLL_RATE`, `POLL_HOLD_NS`, `POLL_RUNNING_SHARE`,
-/// `POLL_WAIT_SHARE`): taking it thousands of times a second for microseconds, running much of
-/// their time: their GIL waits are the price of their polling, not work kept waiting.
-fn gil_pollers(rows: &[ThreadRow], window_ns: u64) -> Vec<&ThreadRow> {
-    rows.iter()
-        .filter(|r| {
-            let running = r.times.get(State::Running);
-            present(r, window_ns)
-                && r.gil_waits as f64 >= POLL_RATE * secs(r.times.total())
-                && running / r.gil_waits.max(1) <= POLL_HOLD_NS
-                && share_of(r, State::Running) >= POLL_RUNNING_SHARE
-                && share_of(r, State::GilWait) + share_of(r, State::Runqueue) >= POLL_WAIT_SHARE
-        })
-        .collect()
-}
-
-/// GIL ping-pong: the busy-polling threads, in one finding.
-fn ping_pong(rows: &[ThreadRow], window_ns: u64) -> Option<Kind> {
-    let mut pollers = gil_pollers(rows, window_ns);
-    if pollers.is_empty() {
-        return None;
-    }
-    pollers.sort_by_key(|r| (std::cmp::Reverse(r.gil_waits), r.tid));
-    let waits: u64 = pollers.iter().map(|r| r.gil_waits).sum();
-    let running_ns: u64 = pollers.iter().map(|r| r.times.get(State::Running)).sum();
-    Some(Kind::GilPingPong {
-        count: pollers.len(),
-        threads: pollers.iter().take(IDLE_NAMED).map(|r| row_ref(r)).collect(),
-        handoffs_per_s: waits as f64 / secs(window_ns).max(1e-9),
-        mean_hold_ns: running_ns / waits.max(1),
-        gil_wait_ns: pollers.iter().map(|r| r.times.get(State::GilWait)).sum(),
-        running_ns,
-        window_ns,
-    })
-}
-
-/// Clock reads by syscall are a finding from this rate (per second of the thread's time) ...
-pub const CLOCK_SYSCALL_RATE: f64 = 1000.0;
-/// ... when the time inside them is this share of the thread's running time or more.
-pub const CLOCK_SYSCALL_SHARE: f64 = 0.05;
-
-/// A thread that read the clock through real syscalls often enough for them to cost a share
-/// of its running time (the syscall probe's counts; none without it).
-fn clock_syscalls(r: &ThreadRow, env: Option<&super::environment::Environment>, window_ns: u64) -> Option<Kind> {
-    if !present(r, window_ns) {
-        return None;
-    }
-    let (calls, kernel_ns) = crate::model::syscalls::clock_reads(&r.syscalls);
-    let per_s = calls as f64 / secs(r.times.total()).max(1e-9);
-    let running_ns = r.times.get(State::Running);
-    (per_s >= CLOCK_SYSCALL_RATE && kernel_ns as f64 >= CLOCK_SYSCALL_SHARE * running_ns as f64).then(|| Kind::ClockSyscalls {
-        thread: row_ref(r),
-        calls,
-        per_s,
-        kernel_ns,
-        running_ns,
-        clocksource: env.and_then(|e| e.clocksource.clone()),
-        vdso: env.and_then(|e| e.clock_vdso),
-    })
-}
-
 /// A culprit thread (a GIL holder, a lock's releasers, a waker) counts as kept off the CPU
 /// when it was throttled or queued for a CPU this share of its time or more.
 pub const OFF_CPU_SHARE: f64 = 0.20;
 
+/// A report's verdict, drawn once: what the JSON and the text report render.
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    /// every finding of the window, ranked (`rank`): the JSON `findings`
+    pub all: Vec<Finding>,
+    /// the verdict as shown (`shown`): the text report's verdict and the JSON `verdict`
+    pub shown: Vec<Finding>,
+}
+
+/// The verdict of `report`: its rules run once (`rules::ORDER`).
+pub fn analyse(report: &ProcessReport) -> Verdict {
+    let cx = Context::new(report).run();
+    let mut claims = cx.found.clone();
+    claims.sort_by(|a, b| rank(a.as_ref(), b.as_ref()));
+    let all: Vec<Finding> = claims.into_iter().map(|c| beside(c, &cx)).collect();
+    let shown = if report.verdict.all { all.clone() } else { shown(&all, &cx) };
+    Verdict { all, shown }
+}
+
+/// The finding of `claim`, with what is said beside it: the code of both sides (stacks taken),
+/// the age (a problem that does not quote it itself), the culprits kept off the CPU.
+fn beside(claim: Box<dyn Claim>, cx: &Context) -> Finding {
+    let report = cx.report;
+    let mut f = Finding::new(claim);
+    if let Some(s) = &report.stacks {
+        f.code = f.claim.code(s, report.python.as_ref().map_or(5_000_000, |p| p.switch_ns()));
+    }
+    if f.claim.is_problem() && !f.claim.quotes_age() {
+        f.age = cx.age.clone();
+    }
+    f.culprits_off_cpu = culprits_off_cpu(&f.claim.culprits(), cx.rows);
+    f
+}
+
 /// The threads a finding's victims waited behind that were themselves throttled or queued
 /// (`OFF_CPU_SHARE`): the link between a wait and the CPU limit behind it.
-fn culprits_off_cpu(kind: &Kind, rows: &[ThreadRow]) -> Vec<OffCpu> {
-    let thread = |b: &Option<Behind>| match b {
-        Some(Behind { culprit: Culprit::Thread(t), .. }) => vec![t.tid],
-        _ => vec![],
-    };
-    let tids = match kind {
-        Kind::GilStarvation { holder, .. } | Kind::GilWait { holder, .. } => thread(holder),
-        Kind::Blocked { waker, idle: false, .. } => thread(waker),
-        Kind::LockConvoy { wakers, .. } => wakers.iter().map(|t| t.tid).collect(),
-        _ => vec![],
-    };
-    tids.into_iter()
-        .filter_map(|tid| rows.iter().find(|r| r.tid == tid && !r.exited).or_else(|| rows.iter().find(|r| r.tid == tid)))
+fn culprits_off_cpu(tids: &[u32], rows: &[ThreadRow]) -> Vec<OffCpu> {
+    tids.iter()
+        .filter_map(|tid| row_of(*tid, rows))
         .filter_map(|r| {
             let (throttled_ns, runqueue_ns) = (r.times.get(State::Throttled), r.times.get(State::Runqueue));
             let share = (throttled_ns + runqueue_ns) as f64 / r.times.total().max(1) as f64;
@@ -340,428 +67,57 @@ fn culprits_off_cpu(kind: &Kind, rows: &[ThreadRow]) -> Vec<OffCpu> {
         .collect()
 }
 
-/// Threads runnable after sched_yield(2) for `WAITING_SHARE` of their time or more, in one
-/// finding: a spin-then-yield wait strategy. Their runnable time is not a wait (they gave the
-/// CPU away); the line says so, and what their spinning cost.
-fn yielding(rows: &[ThreadRow], window_ns: u64) -> Option<Kind> {
-    let mut yielders: Vec<&ThreadRow> =
-        rows.iter().filter(|r| present(r, window_ns) && share_of(r, State::Yield) >= WAITING_SHARE).collect();
-    if yielders.is_empty() {
-        return None;
-    }
-    yielders.sort_by_key(|r| (std::cmp::Reverse(r.times.get(State::Yield)), r.tid));
-    Some(Kind::Yielding {
-        count: yielders.len(),
-        threads: yielders.iter().take(IDLE_NAMED).map(|r| row_ref(r)).collect(),
-        yield_ns: yielders.iter().map(|r| r.times.get(State::Yield)).sum(),
-        yields: yielders.iter().map(|r| r.yields).sum(),
-        running_ns: yielders.iter().map(|r| r.times.get(State::Running)).sum(),
-        window_ns,
-    })
-}
-
-/// Every finding of the window, ranked (`rank`): the JSON `findings`, and with `-v` the verdict.
-pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
-    let rows = &report.threads;
-    let age = age_facts(report);
-    let bad_age = age_bad(report);
-    let cpu = CpuUse { used_cores: report.cpu_used_cores(), limit_cores: report.cpu_limit_cores };
-    let mut out = vec![];
-
-    let convoys: Vec<Kind> = convoys(report).collect();
-    let mut in_convoy: Vec<u32> =
-        convoys.iter().flat_map(|k| if let Kind::LockConvoy { waiters, .. } = k { waiters.clone() } else { vec![] }).collect();
-    // an unmeasured interpreter's GIL waiters are not idle, and not blocked on a lock
-    let gil_waiters = on_unmeasured_gil_mostly(report);
-    in_convoy.extend(&gil_waiters);
-    out.extend(unmeasured_gil(report));
-    let idle = idle_threads(rows, &in_convoy, report.duration_ns);
-    out.extend(starvation(report, &idle, cpu));
-    out.extend(throttling(report));
-    // the processes it started (`attach --children`) wanting more CPUs than there are
-    out.extend(report.family.as_ref().and_then(super::family::Family::oversubscription));
-    out.extend(convoys);
-    out.extend(rows.iter().filter_map(|r| thread_finding(r, rows, report.duration_ns, idle.contains(&r.tid))));
-    // a busy thread is a bottleneck of its own unless it is the GIL holder a GIL finding names
-    let gil_holders: Vec<u32> = out
-        .iter()
-        .filter_map(|k| match k {
-            Kind::GilStarvation { holder: Some(h), .. } | Kind::GilWait { holder: Some(h), .. } => match &h.culprit {
-                Culprit::Thread(t) => Some(t.tid),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect();
-    out.extend(saturated(report, cpu).filter(|k| !matches!(k, Kind::SaturatedThread { thread, .. } if gil_holders.contains(&thread.tid))));
-
-    // a bad age that no CPU finding explains, while the CPU idles: point at the longest
-    // wait of a thread that is not idle
-    let explained = out.iter().any(|k| {
-        matches!(
-            k,
-            Kind::GilStarvation { .. }
-                | Kind::SaturatedThread { .. }
-                | Kind::Oversubscribed { .. }
-                | Kind::CpuQuotaThrottling { .. }
-                | Kind::RunQueueSaturation { .. }
-                | Kind::CpuQuota { .. }
-        )
-    });
-    let idle_cpu = report.cpu_used_cores() < IDLE_CPU_SHARE * report.cpu_limit_cores;
-    if bad_age && !explained {
-        let working = |r: &&ThreadRow| !idle.contains(&r.tid);
-        let longest = |keep: &dyn Fn(&&ThreadRow) -> bool| {
-            rows.iter()
-                .filter(|r| r.times.total() > 0)
-                .filter(keep)
-                .flat_map(|r| [State::GilWait, State::FutexWait, State::IoWait, State::Other].into_iter().map(move |s| (r, s)))
-                .filter(|(r, s)| r.times.get(*s) > 0)
-                .max_by_key(|(r, s)| r.times.get(*s))
-        };
-        let longest_wait = longest(&working).or_else(|| longest(&|_| true)).map(|(r, s)| time_in(r, s));
-        if idle_cpu {
-            out.push(Kind::AgeRisingCpuIdle { age: age.clone(), window_ns: report.duration_ns, cpu, longest_wait });
-        } else {
-            let busiest = rows.iter().filter(|r| r.times.total() > 0).max_by_key(|r| busy_ns(r)).map(|r| time_in(r, State::Running));
-            out.push(Kind::AgeRisingCpuBusy { age: age.clone(), window_ns: report.duration_ns, cpu, busiest, longest_wait });
-        }
-    }
-
-    out.extend(yielding(rows, report.duration_ns));
-    out.extend(ping_pong(rows, report.duration_ns));
-    let clock: Vec<Kind> = rows.iter().filter_map(|r| clock_syscalls(r, report.environment.as_ref(), report.duration_ns)).collect();
-    // the clock source alone, when no thread's clock syscalls say it already
-    if let Some(e) = report.environment.as_ref().filter(|e| e.clock_vdso == Some(false) && clock.is_empty()) {
-        out.push(Kind::ClockSource { clocksource: e.clocksource.clone().unwrap_or_default() });
-    }
-    out.extend(clock);
-    // a stall inside the window, unless a finding names that thread's wait in that state
-    // already (or the thread as saturated)
-    let named: Vec<(u32, Option<State>)> = out.iter().filter_map(victim_of).collect();
-    out.extend(rows.iter().filter(|r| !named.contains(&(r.tid, None))).filter_map(|r| {
-        burst(r, report.duration_ns).filter(|k| !matches!(k, Kind::Burst { state, .. } if named.contains(&(r.tid, Some(*state)))))
-    }));
-
-    // healthy: no thread waited or saturated (blocked threads may be idle or contended;
-    // yielding ones idle by choice), and the age (if any) is fine
-    let quiet = out.iter().all(|k| matches!(k, Kind::Blocked { .. } | Kind::Yielding { .. } | Kind::ClockSource { .. }));
-    if quiet && !bad_age && !rows.is_empty() {
-        out.push(Kind::Healthy { age: age.clone(), window_ns: report.duration_ns, waiting_share: WAITING_SHARE });
-    }
-    out.sort_by(rank);
-    out.into_iter()
-        .map(|k| {
-            let mut f = Finding::from(k);
-            if let Some(s) = &report.stacks {
-                f.code = super::code::of(&f.kind, s, report.python.as_ref().map_or(5_000_000, |p| p.switch_ns()));
-            }
-            if f.kind.is_problem() && !f.kind.quotes_age() {
-                f.age = age.clone();
-            }
-            f.culprits_off_cpu = culprits_off_cpu(&f.kind, rows);
-            f
-        })
-        .collect()
-}
-
-/// A lock wait is a link of a causal chain when one thread's wake-ups ended this share of it.
-pub const CHAIN_SHARE: f64 = 0.5;
-
-/// The thread that ended most of `u`'s futex wait (`CHAIN_SHARE`), when that thread waited for
-/// the GIL `WAITING_SHARE` of its time or more behind a thread other than `u`; with its wait-ups'
-/// part of `u`'s wait and the futex word most of that was on.
-fn lock_link<'a>(u: &ThreadRow, rows: &'a [ThreadRow]) -> Option<(&'a ThreadRow, u64, u64)> {
-    let (w, share) = u.top_waker()?;
-    if w == 0 || w == u.tid || share < CHAIN_SHARE {
-        return None;
-    }
-    let holder = rows.iter().find(|r| r.tid == w && !r.exited).or_else(|| rows.iter().find(|r| r.tid == w))?;
-    if share_of(holder, State::GilWait) < WAITING_SHARE || holder.top_gil_holder().is_some_and(|(h, _)| h == u.tid) {
-        return None;
-    }
-    let (lock, _, ns) = top_word(u.futex.iter().filter(|x| x.waker == w))?;
-    Some((holder, ns, lock))
-}
-
-/// GIL starvation: the thread whose work falls behind lost most of its time to the GIL, itself
-/// (`GIL_STARVATION_SHARE`) or through a lock whose holder waited for the GIL (a causal chain:
-/// the lock wait `WAITING_SHARE` of its time or more, and the two together most of it, or the
-/// holder starving itself). Said when the age rises or breaks its objective; with no age source
-/// at all, said as likely when the GIL's holder is a named thread. A thread with its own rising
-/// age (waitmeter_client) is the victim before any other; else a chain's waiting end before the
-/// thread that lost the most to the GIL directly.
-fn starvation(report: &ProcessReport, idle: &std::collections::BTreeSet<u32>, cpu: CpuUse) -> Option<Kind> {
-    let rows = &report.threads;
-    let confirmed = age_bad(report);
-    let no_age = report.age.is_none() && rows.iter().all(|t| t.age.is_none());
-    if !confirmed && !no_age {
-        return None;
-    }
-    let own_age_rising = |r: &ThreadRow| r.age.as_ref().is_some_and(|a| a.rising);
-    let gil = |r: &ThreadRow| r.times.get(State::GilWait);
-    // a busy-polling thread's GIL wait is its polling's price, not starvation
-    let pollers: Vec<u32> = gil_pollers(rows, report.duration_ns).iter().map(|r| r.tid).collect();
-    let direct = rows
-        .iter()
-        .filter(|r| !pollers.contains(&r.tid))
-        .filter(|r| present(r, report.duration_ns) && share_of(r, State::GilWait) >= GIL_STARVATION_SHARE)
-        .max_by_key(|r| (own_age_rising(r), gil(r)));
-    let chain = rows
-        .iter()
-        .filter(|u| present(u, report.duration_ns) && !idle.contains(&u.tid) && !pollers.contains(&u.tid))
-        .filter_map(|u| lock_link(u, rows).map(|(w, ns, lock)| (u, w, ns, lock)))
-        .filter(|(_, w, _, _)| !pollers.contains(&w.tid))
-        .filter(|(u, w, ns, _)| {
-            let total = u.times.total() as f64;
-            *ns as f64 >= WAITING_SHARE * total
-                && ((ns + gil(u)) as f64 >= GIL_STARVATION_SHARE * total || share_of(w, State::GilWait) >= GIL_STARVATION_SHARE)
-        })
-        .max_by_key(|(u, _, ns, _)| (own_age_rising(u), *ns))
-        // a direct victim whose own age rises wins over a chain it is not part of
-        .filter(|(u, w, _, _)| direct.is_none_or(|d| !own_age_rising(d) || own_age_rising(u) || d.tid == w.tid));
-    let (victim, gil_waiter, lock_holder) = match (chain, direct) {
-        (Some((u, w, ns, lock)), _) => {
-            let share = ns as f64 / u.times.get(State::FutexWait).max(1) as f64;
-            let victim = ThreadTime { ns, ..time_in(u, State::FutexWait) };
-            let lock_holder = LockHolder {
-                gil_wait: time_in(w, State::GilWait),
-                lock,
-                share: share.min(1.0),
-                waiter_gil_ns: gil(u),
-                waiter_gil_holder: gil_holder(u, rows),
-            };
-            (victim, w, Some(lock_holder))
-        }
-        (None, Some(d)) => (time_in(d, State::GilWait), d, None),
-        (None, None) => return None,
-    };
-    let holder = gil_holder(gil_waiter, rows);
-    let named =
-        matches!(&holder, Some(Behind { culprit: Culprit::Thread(ThreadRef { name: Some(_), tid, .. }), .. }) if *tid != blame::GONE);
-    if !confirmed && !named {
-        return None;
-    }
-    Some(Kind::GilStarvation {
-        victim,
-        unresolved: gil_unresolved(gil_waiter),
-        holder,
-        age: age_facts(report),
-        cpu,
-        lock_holder,
-        age_confirmed: confirmed,
-    })
-}
-
 /// The verdict's order: "healthy" first; then the findings of lost or busy time by the wall
 /// time they explain, most first (a process-wide headline before a per-thread line that
 /// explains as much); then blocked threads (blocked is not waiting: maybe idle, maybe
-/// contended), by their blocked time; the idle line last.
-fn rank(a: &Kind, b: &Kind) -> std::cmp::Ordering {
-    let tier = |k: &Kind| match k {
-        Kind::Healthy { .. } => 0,
-        Kind::Blocked { .. } | Kind::Yielding { .. } | Kind::ClockSource { .. } => 2,
-        Kind::IdleThreads { .. } | Kind::More { .. } => 3,
-        _ => 1,
-    };
-    tier(a).cmp(&tier(b)).then(b.explains_ns().cmp(&a.explains_ns())).then(a.precedence().cmp(&b.precedence()))
+/// contended), by their blocked time; the idle line last (`Claim::tier`, `Claim::precedence`).
+/// Findings ranked alike keep the order of their rules.
+fn rank(a: &dyn Claim, b: &dyn Claim) -> std::cmp::Ordering {
+    a.tier().cmp(&b.tier()).then(b.explains_ns().cmp(&a.explains_ns())).then(a.precedence().cmp(&b.precedence()))
 }
 
-/// The verdict as shown: every finding with `-v`; else idle threads in one line, no line
-/// that repeats a headline (the starving thread's GIL wait, a convoy's waiters, a throttled
-/// cgroup's threads), and at most `MAX_LINES` lines, the rest counted.
-pub fn findings(report: &ProcessReport) -> Vec<Finding> {
-    let all = all_findings(report);
-    if report.verdict.all {
-        return all;
-    }
-    // the starving thread, and a chain's lock holder: their GIL-wait lines repeat the headline
-    let starving: Vec<u32> = all
-        .iter()
-        .flat_map(|f| match &f.kind {
-            Kind::GilStarvation { victim, lock_holder, .. } => {
-                std::iter::once(victim.thread.tid).chain(lock_holder.as_ref().map(|l| l.gil_wait.thread.tid)).collect()
-            }
-            _ => vec![],
-        })
-        .collect();
-    let mut in_convoy: Vec<u32> =
-        all.iter().flat_map(|f| if let Kind::LockConvoy { waiters, .. } = &f.kind { waiters.clone() } else { vec![] }).collect();
-    in_convoy.extend(on_unmeasured_gil_mostly(report));
-    let throttled = all.iter().any(|f| matches!(f.kind, Kind::CpuQuotaThrottling { .. }));
-    // busy-polling threads: the ping-pong line says their GIL and run-queue waits
-    let pollers: Vec<u32> = gil_pollers(&report.threads, report.duration_ns).iter().map(|r| r.tid).collect();
-    let repeats = |k: &Kind| match k {
-        Kind::GilWait { victim, .. } | Kind::RunQueueSaturation { victim, .. } if pollers.contains(&victim.thread.tid) => true,
-        Kind::GilWait { victim, .. } => starving.contains(&victim.thread.tid),
-        Kind::Blocked { victim, .. } => in_convoy.contains(&victim.thread.tid),
-        Kind::CpuQuota { .. } => throttled,
-        _ => false,
-    };
-    let (idle, shown): (Vec<Finding>, Vec<Finding>) =
-        all.into_iter().filter(|f| !repeats(&f.kind)).partition(|f| matches!(f.kind, Kind::Blocked { idle: true, .. }));
-    let mut shown: Vec<Finding> = shown;
+/// The verdict as shown unless every finding is asked for: idle threads in one line, no line
+/// that repeats a headline (`Claim::repeats`: the starving thread's GIL wait, a convoy's
+/// waiters, a throttled cgroup's threads, the busy-polling threads), and at most `MAX_LINES`
+/// lines, the rest counted.
+fn shown(all: &[Finding], cx: &Context) -> Vec<Finding> {
+    let mut repeats: Vec<Repeat> = all.iter().flat_map(|f| f.claim.repeats()).collect();
+    // waits mostly on an unmeasured interpreter's GIL, a finding or not: not lock waits
+    let on_gil = unmeasured_gil::mostly(cx.report).into_iter();
+    repeats.extend(on_gil.map(|tid| Repeat { tid: Some(tid), states: &[State::FutexWait, State::IoWait] }));
+    let repeated = |f: &Finding| f.claim.line_of().is_some_and(|line| repeats.iter().any(|r| r.covers(line)));
+    let (idle, mut shown): (Vec<Finding>, Vec<Finding>) = all.iter().filter(|f| !repeated(f)).cloned().partition(|f| f.claim.idle());
     if !idle.is_empty() {
-        let idle_tids = idle_threads(&report.threads, &in_convoy, report.duration_ns);
-        let idle_rows: Vec<&ThreadRow> =
-            report.threads.iter().filter(|r| present(r, report.duration_ns) && idle_tids.contains(&r.tid)).collect();
-        let threads = idle_rows.iter().take(IDLE_NAMED).map(|r| row_ref(r)).collect();
-        shown.push(Finding::from(Kind::IdleThreads { count: idle_rows.len(), threads }));
+        shown.push(Finding::from(idle_threads::summary(cx)));
     }
     if shown.len() > MAX_LINES {
-        let idle_line = shown.iter().position(|f| matches!(f.kind, Kind::IdleThreads { .. })).map(|i| shown.remove(i));
+        let idle_line = shown.iter().position(|f| f.claim.is::<IdleThreads>()).map(|i| shown.remove(i));
         let keep = MAX_LINES - 1 - usize::from(idle_line.is_some());
         let more = shown.len() - keep;
         shown.truncate(keep);
-        shown.push(Finding::from(Kind::More { findings: more }));
+        shown.push(Finding::from(More { findings: more }));
         shown.extend(idle_line);
     }
     shown
 }
 
-/// A thread that waited (involuntary waits first: those are what no work meter
-/// sees), else one blocked most of its time on a futex or I/O (`idle`: for want of work).
-fn thread_finding(r: &ThreadRow, rows: &[ThreadRow], window_ns: u64, idle: bool) -> Option<Kind> {
-    let total = r.times.total();
-    if total == 0 || !present(r, window_ns) {
-        return None;
-    }
-    let worst_wait = State::ALL.into_iter().filter(|s| s.is_waiting()).max_by_key(|s| r.times.get(*s));
-    if let Some(s) = worst_wait {
-        if r.times.waiting() as f64 / total as f64 >= WAITING_SHARE && r.times.get(s) > 0 {
-            let (victim, wait_ratio) = (time_in(r, s), r.times.wait_ratio().unwrap_or(0.0));
-            return Some(match s {
-                State::GilWait => Kind::GilWait { victim, wait_ratio, holder: gil_holder(r, rows), unresolved: gil_unresolved(r) },
-                State::Runqueue => Kind::RunQueueSaturation { victim, wait_ratio, preemptor: preemptor(r, rows) },
-                _ => Kind::CpuQuota { victim, wait_ratio },
-            });
-        }
-    }
-    [State::FutexWait, State::IoWait].into_iter().find(|s| share_of(r, *s) >= BLOCKED_SHARE).map(|s| match s {
-        State::FutexWait => Kind::Blocked { victim: time_in(r, s), waker: waker(r, rows), lock: parked_lock(r), idle },
-        _ => Kind::Blocked { victim: time_in(r, s), waker: None, lock: None, idle },
-    })
+/// Every finding of the window, ranked: the JSON `findings` (and the verdict with `-v`).
+#[cfg(test)]
+pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
+    analyse(report).all
 }
 
-/// The CPython lock (parking-lot address) that has at least half of a
-/// thread's futex wait, if one has.
-fn parked_lock(r: &ThreadRow) -> Option<u64> {
-    let (addr, ns, _) = top_word(r.futex.iter().filter(|w| blame::is_parked(w.addr)))?;
-    (2 * ns >= r.times.get(State::FutexWait)).then_some(addr)
-}
-
-/// The futex word (or parked address) with the most of `waits`, its part of them (ties: the
-/// lowest address), and all of them.
-fn top_word<'a>(waits: impl Iterator<Item = &'a blame::FutexWait>) -> Option<(u64, u64, u64)> {
-    let mut on: std::collections::BTreeMap<u64, u64> = Default::default();
-    for w in waits {
-        *on.entry(w.addr).or_default() += w.ns;
-    }
-    let all = on.values().sum();
-    let (addr, ns) = on.into_iter().max_by_key(|(a, ns)| (*ns, std::cmp::Reverse(*a)))?;
-    Some((addr, ns, all))
-}
-
-/// The version of a CPython whose GIL waitmeter does not measure, and the address ranges of its
-/// GIL's futex words (empty: its symbols do not say).
-fn unmeasured_python(report: &ProcessReport) -> Option<(&str, &[(u64, u64)])> {
-    report.python.as_ref().filter(|p| p.gil == "unknown").map(|p| (p.version.as_str(), p.unmeasured_gil.as_slice()))
-}
-
-/// The futex word `addr` is the GIL of an interpreter waitmeter does not measure.
-fn on_unmeasured_gil(report: &ProcessReport, addr: u64) -> bool {
-    let a = blame::address(addr);
-    !blame::is_parked(addr) && unmeasured_python(report).is_some_and(|(_, r)| r.iter().any(|(lo, hi)| (*lo..*hi).contains(&a)))
-}
-
-/// Many threads queueing on one futex word (not an unmeasured interpreter's GIL: `unmeasured_gil`).
-fn convoys(report: &ProcessReport) -> impl Iterator<Item = Kind> + '_ {
-    let window = report.duration_ns.max(1) as f64;
-    // an interpreter whose GIL is not measured and not found: any convoy may be its GIL
-    let unknown_gil = unmeasured_python(report).filter(|(_, r)| r.is_empty()).map(|(v, _)| v.to_string());
-    report
-        .top_futexes
-        .iter()
-        .filter(move |f| f.waiters.len() >= CONVOY_WAITERS && f.wait_ns as f64 >= CONVOY_SHARE * window)
-        .filter(|f| !on_unmeasured_gil(report, f.addr))
-        .map(move |f| Kind::LockConvoy {
-            futex: f.addr,
-            waiters: f.waiters.clone(),
-            wait_ns: f.wait_ns,
-            window_ns: report.duration_ns,
-            wakers: f.wakers.iter().map(|t| thread_ref(*t, &report.threads)).collect(),
-            unmeasured_python: unknown_gil.clone(),
-        })
-}
-
-/// Thread `r`'s futex wait on the GIL words of an interpreter waitmeter does not measure.
-fn unmeasured_gil_ns(report: &ProcessReport, r: &ThreadRow) -> u64 {
-    r.futex.iter().filter(|w| on_unmeasured_gil(report, w.addr)).map(|w| w.ns).sum()
-}
-
-/// Waits on the GIL of an interpreter waitmeter does not measure (2.x, 3.0–3.7), when they add up
-/// to `WAITING_SHARE` of the window: GIL contention said as such, never as a lock convoy.
-fn unmeasured_gil(report: &ProcessReport) -> Option<Kind> {
-    let (version, _) = unmeasured_python(report)?;
-    let mut by_thread: std::collections::BTreeMap<u32, u64> = Default::default();
-    for r in &report.threads {
-        let ns = unmeasured_gil_ns(report, r);
-        if ns > 0 {
-            *by_thread.entry(r.tid).or_default() += ns;
-        }
-    }
-    let wait_ns: u64 = by_thread.values().sum();
-    if (wait_ns as f64) < WAITING_SHARE * report.duration_ns as f64 {
-        return None;
-    }
-    let mut waiters: Vec<(u32, u64)> = by_thread.into_iter().collect();
-    waiters.sort_by_key(|(tid, ns)| (std::cmp::Reverse(*ns), *tid));
-    Some(Kind::UnmeasuredGil {
-        version: version.to_string(),
-        count: waiters.len(),
-        threads: waiters.iter().take(IDLE_NAMED).map(|(tid, _)| thread_ref(*tid, &report.threads)).collect(),
-        wait_ns,
-        window_ns: report.duration_ns,
-    })
-}
-
-/// The threads whose futex wait was mostly on an unmeasured interpreter's GIL (their own
-/// blocked lines would repeat the `unmeasured_gil` finding as lock waits).
-fn on_unmeasured_gil_mostly(report: &ProcessReport) -> Vec<u32> {
-    report
-        .threads
-        .iter()
-        .filter(|r| {
-            let on = unmeasured_gil_ns(report, r);
-            on > 0 && 2 * on >= r.times.get(State::FutexWait)
-        })
-        .map(|r| r.tid)
-        .collect()
-}
-
-/// Time lost to the cgroup's CPU quota, with the CFS-period signature.
-fn throttling(report: &ProcessReport) -> Option<Kind> {
-    let throttled_ns: u64 = report.threads.iter().map(|t| t.times.get(State::Throttled)).sum();
-    let cg = report.cgroup.as_ref()?;
-    if throttled_ns == 0 && cg.nr_throttled == 0 {
-        return None;
-    }
-    let period_signature =
-        report.throttling.as_ref().filter(|t| t.signature).map(|t| PeriodSignature { stretches: t.stretches, period_s: t.period_s });
-    Some(Kind::CpuQuotaThrottling {
-        cgroup: cg.path.clone(),
-        quota_cores: cg.quota_cores,
-        nr_throttled: cg.nr_throttled,
-        cgroup_throttled_s: cg.throttled_s,
-        throttled_ns,
-        period_signature,
-        age: age_facts(report),
-    })
+/// The verdict as shown.
+#[cfg(test)]
+pub fn findings(report: &ProcessReport) -> Vec<Finding> {
+    analyse(report).shown
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::blame::Preemptor;
+    use crate::report::evidence::Culprit;
     use crate::report::fixtures::{age, cgroup, lines, row, starving};
     use crate::report::Throttling;
 
@@ -928,7 +284,7 @@ mod tests {
 mod pins {
     //! Today's verdict text, pinned line by line for every kind of finding.
     use super::*;
-    use crate::model::blame::{FutexWait, PARKED};
+    use crate::model::blame::{FutexWait, Preemptor, PARKED};
     use crate::report::fixtures::{age, cgroup, chain, lines, row, starving, S};
     use crate::report::{AgeReport, CgroupReport, Throttling};
 
@@ -1236,8 +592,23 @@ mod pins {
 mod typed {
     //! The rules give typed findings: each kind with its evidence, and their ranking.
     use super::*;
-    use crate::model::blame::FutexWait;
+    use crate::model::blame::{FutexWait, Preemptor};
+    use crate::report::evidence::{AgeFacts, Behind, CpuUse, Culprit, ThreadRef, ThreadTime};
     use crate::report::fixtures::{age, cgroup, chain, row, starving, S};
+    use crate::report::rules::age_rising::AgeRisingCpuIdle;
+    use crate::report::rules::blocked::Blocked;
+    use crate::report::rules::cpu_quota::CpuQuota;
+    use crate::report::rules::cpu_quota_throttling::{CpuQuotaThrottling, PeriodSignature};
+    use crate::report::rules::gil_ping_pong::GilPingPong;
+    use crate::report::rules::gil_starvation::{GilStarvation, LockHolder};
+    use crate::report::rules::gil_wait::GilWait;
+    use crate::report::rules::healthy::Healthy;
+    use crate::report::rules::lock_convoy::LockConvoy;
+    use crate::report::rules::rows::{SPREAD_FACTOR, SPREAD_SLACK_S};
+    use crate::report::rules::run_queue::RunQueueSaturation;
+    use crate::report::rules::saturated_thread::SaturatedThread;
+    use crate::report::rules::unmeasured_gil::UnmeasuredGil;
+    use crate::report::rules::WAITING_SHARE;
     use crate::report::Throttling;
 
     fn named(tid: u32, name: &str) -> ThreadRef {
@@ -1283,8 +654,8 @@ mod typed {
     }
 
     /// `f` is `kind`, explains `explains_ns` and reads `text`.
-    fn check(f: &Finding, kind: Kind, explains_ns: u64, text: &str) {
-        assert_eq!(*f, Finding { kind, explains_ns, code: None, age: None, culprits_off_cpu: vec![] });
+    fn check(f: &Finding, kind: impl Claim, explains_ns: u64, text: &str) {
+        assert_eq!(*f, Finding { claim: Box::new(kind), explains_ns, code: None, age: None, culprits_off_cpu: vec![] });
         assert_eq!(f.to_string(), text);
     }
 
@@ -1298,7 +669,7 @@ mod typed {
         let f = findings_of(vec![row(1, "main", &[(State::Sleep, 10 * S)])], 10 * S, 4.0, Some((1.0, 1.0, false)));
         let age = Some(facts(1.0, 1.0, false));
         assert_eq!(f.len(), 1);
-        let healthy = Kind::Healthy { age, window_ns: 10 * S, waiting_share: WAITING_SHARE };
+        let healthy = Healthy { age, window_ns: 10 * S, waiting_share: WAITING_SHARE };
         check(
             &f[0],
             healthy,
@@ -1311,7 +682,7 @@ mod typed {
     fn gil_starvation_behind_a_holder() {
         let f = findings_of(starving(), 10 * S, 4.0, Some((1.0, 3.0, true)));
         let victim = time(11, "ingest", State::GilWait, 9_400_000_000, 10 * S);
-        let starvation = Kind::GilStarvation {
+        let starvation = GilStarvation {
             victim: victim.clone(),
             holder: thread(12, "processor", 9.3 / 9.4),
             unresolved: 0.1 / 9.4,
@@ -1327,10 +698,16 @@ mod typed {
         let mut r = ProcessReport::new(1, "svc".into(), None, 10 * S, None, starving()).with_age(Some(age(1.0, 3.0, true)));
         r.cpu_limit_cores = 4.0;
         let all = all_findings(&r);
-        let gil_wait = Kind::GilWait { victim, wait_ratio: 0.94, holder: thread(12, "processor", 9.3 / 9.4), unresolved: 0.1 / 9.4 };
+        let gil_wait = GilWait { victim, wait_ratio: 0.94, holder: thread(12, "processor", 9.3 / 9.4), unresolved: 0.1 / 9.4 };
         assert_eq!(
             all[1],
-            Finding { kind: gil_wait, explains_ns: 9_400_000_000, code: None, age: Some(facts(1.0, 3.0, true)), culprits_off_cpu: vec![] }
+            Finding {
+                claim: Box::new(gil_wait),
+                explains_ns: 9_400_000_000,
+                code: None,
+                age: Some(facts(1.0, 3.0, true)),
+                culprits_off_cpu: vec![]
+            }
         );
         assert_eq!(all.len(), 2);
     }
@@ -1341,8 +718,8 @@ mod typed {
         victim.gil_by_holder.insert(77, 3 * S);
         let f = findings_of(vec![victim], 10 * S, 4.0, None);
         let holder = Some(Behind { culprit: Culprit::Thread(ThreadRef { tid: 77, name: None, folded: 0 }), share: 1.0 });
-        let kind = Kind::GilWait { victim: time(11, "ingest", State::GilWait, 3 * S, 10 * S), wait_ratio: 0.3, holder, unresolved: 0.0 };
-        assert_eq!(f, [Finding { kind, explains_ns: 3 * S, code: None, age: None, culprits_off_cpu: vec![] }]);
+        let kind = GilWait { victim: time(11, "ingest", State::GilWait, 3 * S, 10 * S), wait_ratio: 0.3, holder, unresolved: 0.0 };
+        assert_eq!(f, [Finding { claim: Box::new(kind), explains_ns: 3 * S, code: None, age: None, culprits_off_cpu: vec![] }]);
         assert!(f[0].to_string().contains(", 100% of it behind a thread (77), wait ratio 0.30"), "{}", f[0]);
     }
 
@@ -1355,14 +732,14 @@ mod typed {
         c.runqueue_by.insert(Preemptor::Idle, 3 * S);
         let f = findings_of(vec![a, c], 10 * S, 4.0, None);
         let hog = Some(Behind { culprit: Culprit::Process { pid: 99, comm: "hog".into() }, share: 0.8 });
-        let a = Kind::RunQueueSaturation { victim: time(21, "spin-a", State::Runqueue, 5 * S, 10 * S), wait_ratio: 0.5, preemptor: hog };
+        let a = RunQueueSaturation { victim: time(21, "spin-a", State::Runqueue, 5 * S, 10 * S), wait_ratio: 0.5, preemptor: hog };
         let idle = Some(Behind { culprit: Culprit::Idle, share: 1.0 });
-        let c = Kind::RunQueueSaturation { victim: time(23, "spin-c", State::Runqueue, 3 * S, 10 * S), wait_ratio: 0.3, preemptor: idle };
+        let c = RunQueueSaturation { victim: time(23, "spin-c", State::Runqueue, 3 * S, 10 * S), wait_ratio: 0.3, preemptor: idle };
         assert_eq!(
             f,
             [
-                Finding { kind: a, explains_ns: 5 * S, code: None, age: None, culprits_off_cpu: vec![] },
-                Finding { kind: c, explains_ns: 3 * S, code: None, age: None, culprits_off_cpu: vec![] }
+                Finding { claim: Box::new(a), explains_ns: 5 * S, code: None, age: None, culprits_off_cpu: vec![] },
+                Finding { claim: Box::new(c), explains_ns: 3 * S, code: None, age: None, culprits_off_cpu: vec![] }
             ]
         );
         assert!(f[0].to_string().contains("(50%), mostly behind pid 99 (hog) (80%), wait ratio 0.50"), "{}", f[0]);
@@ -1372,7 +749,7 @@ mod typed {
     #[test]
     fn cpu_quota_of_a_thread() {
         let f = findings_of(vec![row(1, "w", &[(State::Running, 5 * S), (State::Throttled, 5 * S)])], 10 * S, 4.0, None);
-        let kind = Kind::CpuQuota { victim: time(1, "w", State::Throttled, 5 * S, 10 * S), wait_ratio: 0.5 };
+        let kind = CpuQuota { victim: time(1, "w", State::Throttled, 5 * S, 10 * S), wait_ratio: 0.5 };
         assert_eq!(f.len(), 1);
         check(&f[0], kind, 5 * S, "CPU quota: thread w (1) spent 5.0 s of 10.0 s throttled by its cgroup's CPU quota (50%), wait ratio 0.50: it had work and could not do it");
     }
@@ -1387,15 +764,15 @@ mod typed {
         let c = row(36, "reader", &[(State::IoWait, 6 * S), (State::Sleep, 4 * S)]);
         let f = every_finding_of(vec![a, b, c, row(33, "holder", &[(State::Sleep, 10 * S)])], 10 * S);
         assert_eq!(kinds(&f), ["healthy", "blocked", "blocked", "blocked"]);
-        let waiter = Kind::Blocked {
+        let waiter = Blocked {
             victim: time(31, "waiter", State::FutexWait, 9 * S, 10 * S),
             waker: thread(33, "holder", 8.0 / 9.0),
             lock: None,
             idle: false,
         };
         let timeout = Some(Behind { culprit: Culprit::Timeout, share: 1.0 });
-        let poller = Kind::Blocked { victim: time(32, "poller", State::FutexWait, 6 * S, 10 * S), waker: timeout, lock: None, idle: true };
-        let reader = Kind::Blocked { victim: time(36, "reader", State::IoWait, 6 * S, 10 * S), waker: None, lock: None, idle: true };
+        let poller = Blocked { victim: time(32, "poller", State::FutexWait, 6 * S, 10 * S), waker: timeout, lock: None, idle: true };
+        let reader = Blocked { victim: time(36, "reader", State::IoWait, 6 * S, 10 * S), waker: None, lock: None, idle: true };
         assert_eq!(f[1..], [Finding::from(waiter), Finding::from(poller), Finding::from(reader)]);
         assert_eq!(f[1].explains_ns, 9 * S);
         assert!(f[1].to_string().ends_with("(90%), woken by holder (33) 89% of the time: idle or contended"), "{}", f[1]);
@@ -1423,8 +800,7 @@ mod typed {
         // as shown, the convoy's waiters are in its line
         assert_eq!(kinds(&findings_of(rows, 4 * S, 4.0, None)), ["lock_convoy"]);
         let wakers = vec![named(2, "w2"), named(3, "w3"), ThreadRef { tid: 99, name: None, folded: 0 }];
-        let convoy =
-            Kind::LockConvoy { futex: 0xabc, waiters: vec![1, 2, 3], wait_ns: 9 * S, window_ns: 4 * S, wakers, unmeasured_python: None };
+        let convoy = LockConvoy { futex: 0xabc, waiters: vec![1, 2, 3], wait_ns: 9 * S, window_ns: 4 * S, wakers, unmeasured_python: None };
         check(&f[0], convoy, 9 * S, "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 4.0 s, woken by w2 (2), w3 (3), thread 99: they take turns on one lock");
     }
 
@@ -1468,7 +844,7 @@ mod typed {
         let rows = vec![poller(1, 200_000, 4 * S), poller(2, 180_000, 4 * S), poller(3, 160_000, 3 * S)];
         let shown = findings_of(rows.clone(), 10 * S, 4.0, None);
         assert_eq!(kinds(&shown), ["gil_ping_pong"]);
-        let pong = Kind::GilPingPong {
+        let pong = GilPingPong {
             count: 3,
             threads: vec![named(1, "portal-1"), named(2, "portal-2"), named(3, "portal-3")],
             handoffs_per_s: 54_000.0,
@@ -1476,6 +852,7 @@ mod typed {
             gil_wait_ns: 19 * S,
             running_ns: 11 * S,
             window_ns: 10 * S,
+            tids: vec![1, 2, 3],
         };
         check(&shown[0], pong, 19 * S, "GIL ping-pong: 3 threads (portal-1 (1), portal-2 (2), portal-3 (3)) hand the GIL over 54k/s in 20 µs holds, 19.0 s waiting for it and 1.10 CPU spent in 10.0 s: threads that take the GIL only to give it up again (busy-polling event loops: `await asyncio.sleep(0)` or `queue.empty()` in a loop; or a tight loop of tiny calls that release it), not work kept waiting. Make them block until there is work (an awaited queue or event, a memory stream); pinning the process to one CPU trades these GIL waits for run-queue waits");
         // not starvation either, with no age source or a rising one
@@ -1495,7 +872,7 @@ mod typed {
     fn an_unmeasured_interpreters_gil_is_said_as_the_gil_and_never_as_a_convoy() {
         let shown = findings(&old_python("unknown", vec![(0x1000, 0x1030)]));
         assert_eq!(kinds(&shown), ["unmeasured_gil"]);
-        let gil = Kind::UnmeasuredGil {
+        let gil = UnmeasuredGil {
             version: "2.7.18".into(),
             count: 3,
             threads: vec![named(1, "w1"), named(2, "w2"), named(3, "w3")],
@@ -1547,7 +924,7 @@ mod typed {
         let mut rows = starving();
         rows[1].times = row(12, "processor", &[(State::Running, 6 * S), (State::Throttled, 3 * S), (State::Runqueue, S)]).times;
         let f = every_finding_of(rows, 10 * S);
-        let gil = f.iter().find(|f| matches!(f.kind, Kind::GilWait { .. })).unwrap();
+        let gil = f.iter().find(|f| matches!(f.claim.get::<GilWait>(), Some(GilWait { .. }))).unwrap();
         assert_eq!(gil.culprits_off_cpu.len(), 1);
         assert!(
             gil.to_string().contains("Kept off the CPU itself: processor (12) 40% of its time (throttled 3.00 s, queued for a CPU 1.00 s)"),
@@ -1570,7 +947,7 @@ mod typed {
         let f = all_findings(&r);
         assert_eq!(kinds(&f), ["cpu_quota_throttling", "cpu_quota", "cpu_quota"]);
         assert_eq!(kinds(&findings(&r)), ["cpu_quota_throttling"]);
-        let throttling = Kind::CpuQuotaThrottling {
+        let throttling = CpuQuotaThrottling {
             cgroup: "/svc".into(),
             quota_cores: Some(0.5),
             nr_throttled: 40,
@@ -1587,13 +964,13 @@ mod typed {
         let rows = vec![row(1, "worker", &[(State::IoWait, 9 * S), (State::Running, S)])];
         let f = findings_of(rows, 10 * S, 4.0, Some((1.0, 9.0, true)));
         assert_eq!(kinds(&f), ["age_rising_cpu_idle", "blocked"]);
-        let kind = Kind::AgeRisingCpuIdle {
+        let kind = AgeRisingCpuIdle {
             age: Some(facts(1.0, 9.0, true)),
             window_ns: 10 * S,
             cpu: CpuUse { used_cores: 0.1, limit_cores: 4.0 },
             longest_wait: Some(time(1, "worker", State::IoWait, 9 * S, 10 * S)),
         };
-        assert_eq!(f[0], Finding { kind, explains_ns: 9 * S, code: None, age: None, culprits_off_cpu: vec![] });
+        assert_eq!(f[0], Finding { claim: Box::new(kind), explains_ns: 9 * S, code: None, age: None, culprits_off_cpu: vec![] });
     }
 
     #[test]
@@ -1628,7 +1005,11 @@ mod typed {
         let f = findings_of(rows, 4 * S, 4.0, Some((1.0, 9.0, true)));
         assert_eq!(kinds(&f), ["lock_convoy", "age_rising_cpu_idle", "idle_threads"]);
         // the longest wait is not the idle worker's
-        assert!(matches!(&f[1].kind, Kind::AgeRisingCpuIdle { longest_wait: Some(w), .. } if w.thread.tid != 4), "{:?}", f[1]);
+        assert!(
+            matches!(f[1].claim.get::<AgeRisingCpuIdle>(), Some(AgeRisingCpuIdle { longest_wait: Some(w), .. }) if w.thread.tid != 4),
+            "{:?}",
+            f[1]
+        );
         // "healthy" leads the blocked threads it comes with
         let f = findings_of(vec![row(1, "reader", &[(State::IoWait, 9 * S), (State::Running, S)])], 10 * S, 4.0, None);
         assert_eq!(kinds(&f), ["healthy", "blocked"]);
@@ -1650,7 +1031,7 @@ mod typed {
         let mut r = ProcessReport::new(1, "java".into(), None, 10 * S, None, rows);
         r.cpu_limit_cores = 2.0;
         let shown = findings(&r);
-        let sat = Kind::SaturatedThread {
+        let sat = SaturatedThread {
             thread: named(40, "QFJ Message Pro"),
             busy_ns: 9_900_000_000,
             running_ns: 9_700_000_000,
@@ -1664,7 +1045,7 @@ mod typed {
         // -v: every thread its own line, the idle ones marked so
         let every = findings(&r.clone().with_verdict(crate::report::VerdictOptions { all: true, age_slo_s: None }));
         assert_eq!(every.len(), 29);
-        assert_eq!(every.iter().filter(|f| matches!(f.kind, Kind::Blocked { idle: true, .. })).count(), 27);
+        assert_eq!(every.iter().filter(|f| matches!(f.claim.get::<Blocked>(), Some(Blocked { idle: true, .. }))).count(), 27);
         // no CPU to spare (1 core): the CPU, not the thread, is the limit
         let mut one = r.clone();
         one.cpu_limit_cores = 1.0;
@@ -1679,7 +1060,7 @@ mod typed {
 
     /// The GIL starvation of `rows` under a rising age (or none), if the verdict finds one.
     fn starvation_of(rows: Vec<ThreadRow>, ages: Option<(f64, f64, bool)>) -> Option<Finding> {
-        findings_of(rows, 10 * S, 4.0, ages).into_iter().find(|f| matches!(f.kind, Kind::GilStarvation { .. }))
+        findings_of(rows, 10 * S, 4.0, ages).into_iter().find(|f| matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { .. })))
     }
 
     #[test]
@@ -1692,7 +1073,7 @@ mod typed {
             waiter_gil_ns: S,
             waiter_gil_holder: thread(13, "processor", 1.0),
         };
-        let kind = Kind::GilStarvation {
+        let kind = GilStarvation {
             victim: time(11, "ingest", State::FutexWait, 4_200_000_000, 10 * S),
             holder: thread(13, "processor", 5.5 / 6.0),
             unresolved: 0.5 / 6.0,
@@ -1702,7 +1083,7 @@ mod typed {
             age_confirmed: true,
         };
         // the chain explains the longer of its two waits
-        assert_eq!(f.kind, kind);
+        assert_eq!(f.claim.get::<GilStarvation>(), Some(&kind));
         assert_eq!(f.explains_ns, 6 * S);
         assert!(f.to_string().starts_with("GIL starvation: thread ingest (11) lost 5.2 s of 10.0 s to the GIL: 1.0 s waiting for it held by processor (13), 4.2 s blocked on futex 0x7f10 (a lock or condition) released by worker (12) (93% of that wait), which itself lost 6.0 s of 10.0 s waiting for the GIL held by processor (13)"), "{f}");
         // the waiting end's own GIL wait below 5% of its time is not said
@@ -1714,11 +1095,15 @@ mod typed {
         assert!(f.to_string().starts_with("GIL starvation: thread ingest (11) lost 4.6 s of 10.0 s blocked on futex 0x7f10"), "{f}");
         // the lock holder's own GIL-wait line would repeat the chain: not shown
         let shown = findings_of(chain(), 10 * S, 4.0, Some((1.0, 6.0, true)));
-        assert!(!shown.iter().any(|f| matches!(&f.kind, Kind::GilWait { victim, .. } if victim.thread.tid == 12)), "{:?}", kinds(&shown));
+        assert!(
+            !shown.iter().any(|f| matches!(f.claim.get::<GilWait>(), Some(GilWait { victim, .. }) if victim.thread.tid == 12)),
+            "{:?}",
+            kinds(&shown)
+        );
         // the chain holds with no age source too, said as likely
         let unconfirmed = starvation_of(chain(), None).expect("a likely starvation");
         assert!(
-            matches!(&unconfirmed.kind, Kind::GilStarvation { victim, age_confirmed: false, lock_holder: Some(_), .. } if victim.thread.tid == 11)
+            matches!(unconfirmed.claim.get::<GilStarvation>(), Some(GilStarvation { victim, age_confirmed: false, lock_holder: Some(_), .. }) if victim.thread.tid == 11)
         );
     }
 
@@ -1730,12 +1115,18 @@ mod typed {
         rows[0] = row(11, "consumer", &[(State::FutexWait, 9_500_000_000), (State::Running, 500_000_000)]);
         rows[0].futex.push(FutexWait { addr: 0x7f10, waker: 12, ns: 9_500_000_000 });
         let f = starvation_of(rows, Some((1.0, 6.0, true))).expect("a starvation finding");
-        assert!(matches!(&f.kind, Kind::GilStarvation { victim, lock_holder: None, .. } if victim.thread.tid == 12), "{f}");
+        assert!(
+            matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { victim, lock_holder: None, .. }) if victim.thread.tid == 12),
+            "{f}"
+        );
         // a lock wait too small to matter is no chain either
         let mut rows = chain();
         rows[0].futex = vec![FutexWait { addr: 0x7f10, waker: 12, ns: S }, FutexWait { addr: 0x7f10, waker: 0, ns: 3_500_000_000 }];
         let f = starvation_of(rows, Some((1.0, 6.0, true))).expect("a starvation finding");
-        assert!(matches!(&f.kind, Kind::GilStarvation { victim, lock_holder: None, .. } if victim.thread.tid == 12), "{f}");
+        assert!(
+            matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { victim, lock_holder: None, .. }) if victim.thread.tid == 12),
+            "{f}"
+        );
     }
 
     #[test]
@@ -1756,13 +1147,16 @@ mod typed {
         });
         rows.push(reader);
         let f = starvation_of(rows, None).expect("a starvation finding");
-        assert!(matches!(&f.kind, Kind::GilStarvation { victim, age_confirmed: true, .. } if victim.thread.tid == 14), "{f}");
+        assert!(
+            matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { victim, age_confirmed: true, .. }) if victim.thread.tid == 14),
+            "{f}"
+        );
     }
 
     #[test]
     fn without_an_age_source_starvation_is_likely_only_behind_a_named_holder() {
         let f = starvation_of(starving(), None).expect("a likely starvation");
-        assert!(matches!(f.kind, Kind::GilStarvation { age_confirmed: false, age: None, .. }));
+        assert!(matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { age_confirmed: false, age: None, .. })));
         // the holder unknown or outside the report: the thread's GIL-wait line only
         let mut unknown = starving();
         unknown[0].gil_by_holder = [(0, 9_400_000_000)].into();
@@ -1815,7 +1209,11 @@ mod typed {
         assert_eq!(shown.len(), MAX_LINES, "{shown:?}");
         assert_eq!(shown[7].to_string(), "… and 5 more findings; -v lists them");
         // the most time explained first
-        assert!(matches!(&shown[0].kind, Kind::RunQueueSaturation { victim, .. } if victim.thread.tid == 12), "{:?}", shown[0]);
+        assert!(
+            matches!(shown[0].claim.get::<RunQueueSaturation>(), Some(RunQueueSaturation { victim, .. }) if victim.thread.tid == 12),
+            "{:?}",
+            shown[0]
+        );
         let all = findings(&r.with_verdict(crate::report::VerdictOptions { all: true, age_slo_s: None }));
         assert_eq!(all.len(), 12);
     }
@@ -1874,7 +1272,7 @@ mod typed {
             "burst: thread ingest (2) was waiting for the Python GIL 99% of the 1.0 s at 3.0 s (1.5 s in a row at half or more), though 15% of the 10.0 s window: a stall the window's average hides"
         );
         assert_eq!(f[0].explains_ns, 3 * S / 2);
-        assert!(matches!(f[1].kind, Kind::Blocked { idle: false, .. }), "a thread with a burst is not idle: {:?}", f[1]);
+        assert!(matches!(f[1].claim.get::<Blocked>(), Some(Blocked { idle: false, .. })), "a thread with a burst is not idle: {:?}", f[1]);
         // controls: a worst second below BURST_SHARE; a wait the window already reports
         let f = every_finding_of(vec![with_peak(ingest, State::GilWait, 0.6, 0)], 10 * S);
         assert!(!kinds(&f).contains(&"burst".to_string()), "{f:?}");
