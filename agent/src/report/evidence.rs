@@ -261,11 +261,8 @@ pub fn waiting(f: &mut fmt::Formatter, kind: &str, victim: &ThreadTime, behind: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::fixtures::thread;
     use serde_json::json;
-
-    fn thread(tid: u32, name: Option<&str>) -> ThreadRef {
-        ThreadRef { tid, name: name.map(Into::into), folded: 0 }
-    }
 
     #[test]
     fn culprits_serialise_with_their_type() {

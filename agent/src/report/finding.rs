@@ -136,11 +136,8 @@ mod tests {
     use super::super::rules::blocked::Blocked;
     use super::*;
     use crate::model::state::State;
+    use crate::report::fixtures::thread;
     use serde_json::json;
-
-    fn thread(tid: u32, name: Option<&str>) -> ThreadRef {
-        ThreadRef { tid, name: name.map(Into::into), folded: 0 }
-    }
 
     #[test]
     fn a_finding_serialises_as_its_kind_its_evidence_and_the_time_it_explains() {

@@ -1,10 +1,7 @@
 //! How the report's numbers are serialised (the JSON report and the typed findings share
 //! them), and `Fields`: a serialised value kept in its order, the evidence of a finding
 //! whose type the `Finding` holding it does not know (`rules::Claim`).
-use std::fmt;
-
-use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::ser::{SerializeMap, SerializeSeq};
+use serde::ser::{self, SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
 use crate::model::blame;
@@ -64,13 +61,14 @@ pub fn hex_some<S: Serializer>(addr: &Option<u64>, s: S) -> Result<S::Ok, S::Err
 
 /// A serialised value as JSON has it, objects in the order they were written (a
 /// `serde_json::Value` sorts their keys): what a value of any type serialises to, held
-/// without its type, and serialised again as it was.
+/// without its type, and serialised again as it was (`Collect`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Fields {
     Null,
     Bool(bool),
     U64(u64),
     I64(i64),
+    F32(f32),
     F64(f64),
     Str(String),
     List(Vec<Fields>),
@@ -80,8 +78,7 @@ pub enum Fields {
 impl Fields {
     /// `value` as it serialises.
     pub fn of<T: Serialize>(value: &T) -> Fields {
-        let text = serde_json::to_string(value).expect("evidence always serialises");
-        serde_json::from_str(&text).expect("serde_json reads what it wrote")
+        value.serialize(Collect).expect("evidence serialises as JSON does")
     }
 
     /// The entries of an object (none for any other value).
@@ -100,6 +97,7 @@ impl Serialize for Fields {
             Fields::Bool(b) => s.serialize_bool(*b),
             Fields::U64(n) => s.serialize_u64(*n),
             Fields::I64(n) => s.serialize_i64(*n),
+            Fields::F32(x) => s.serialize_f32(*x),
             Fields::F64(x) => s.serialize_f64(*x),
             Fields::Str(t) => s.serialize_str(t),
             Fields::List(items) => {
@@ -120,54 +118,238 @@ impl Serialize for Fields {
     }
 }
 
-impl<'de> Deserialize<'de> for Fields {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Fields, D::Error> {
-        struct Read;
-        impl<'de> Visitor<'de> for Read {
-            type Value = Fields;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_unit<E>(self) -> Result<Fields, E> {
-                Ok(Fields::Null)
-            }
-            fn visit_none<E>(self) -> Result<Fields, E> {
-                Ok(Fields::Null)
-            }
-            fn visit_bool<E>(self, b: bool) -> Result<Fields, E> {
-                Ok(Fields::Bool(b))
-            }
-            fn visit_u64<E>(self, n: u64) -> Result<Fields, E> {
-                Ok(Fields::U64(n))
-            }
-            fn visit_i64<E>(self, n: i64) -> Result<Fields, E> {
-                Ok(Fields::I64(n))
-            }
-            fn visit_f64<E>(self, x: f64) -> Result<Fields, E> {
-                Ok(Fields::F64(x))
-            }
-            fn visit_str<E>(self, t: &str) -> Result<Fields, E> {
-                Ok(Fields::Str(t.to_string()))
-            }
-            fn visit_string<E>(self, t: String) -> Result<Fields, E> {
-                Ok(Fields::Str(t))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Fields, A::Error> {
-                let mut items = vec![];
-                while let Some(item) = seq.next_element()? {
-                    items.push(item);
-                }
-                Ok(Fields::List(items))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
-                let mut entries = vec![];
-                while let Some(entry) = map.next_entry()? {
-                    entries.push(entry);
-                }
-                Ok(Fields::Object(entries))
-            }
+/// Serialises a value into `Fields`: what serde_json would write, numbers as they are (no
+/// text in between), objects in their order.
+struct Collect;
+
+/// A list, or an object's entries, being collected (`Some(name)`: a variant's, wrapped in it).
+struct Many {
+    variant: Option<&'static str>,
+    items: Vec<Fields>,
+    entries: Vec<(String, Fields)>,
+    key: Option<String>,
+}
+
+impl Many {
+    fn new(variant: Option<&'static str>) -> Many {
+        Many { variant, items: vec![], entries: vec![], key: None }
+    }
+
+    fn wrap(variant: Option<&'static str>, value: Fields) -> Fields {
+        match variant {
+            Some(v) => Fields::Object(vec![(v.to_string(), value)]),
+            None => value,
         }
-        d.deserialize_any(Read)
+    }
+
+    fn list(self) -> Fields {
+        Many::wrap(self.variant, Fields::List(self.items))
+    }
+
+    fn object(self) -> Fields {
+        Many::wrap(self.variant, Fields::Object(self.entries))
+    }
+
+    fn entry<T: ?Sized + Serialize>(&mut self, key: String, value: &T) -> Result<(), serde_json::Error> {
+        self.entries.push((key, value.serialize(Collect)?));
+        Ok(())
+    }
+}
+
+/// An object's key as JSON writes it: a string, a number as its digits.
+fn key_of(key: Fields) -> Result<String, serde_json::Error> {
+    match key {
+        Fields::Str(s) => Ok(s),
+        Fields::U64(n) => Ok(n.to_string()),
+        Fields::I64(n) => Ok(n.to_string()),
+        Fields::Bool(b) => Ok(b.to_string()),
+        _ => Err(serde::ser::Error::custom("an object's key must be a string")),
+    }
+}
+
+impl SerializeSeq for Many {
+    type Ok = Fields;
+    type Error = serde_json::Error;
+    fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Self::Error> {
+        self.items.push(value.serialize(Collect)?);
+        Ok(())
+    }
+    fn end(self) -> Result<Fields, Self::Error> {
+        Ok(self.list())
+    }
+}
+
+impl ser::SerializeTuple for Many {
+    type Ok = Fields;
+    type Error = serde_json::Error;
+    fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Self::Error> {
+        SerializeSeq::serialize_element(self, value)
+    }
+    fn end(self) -> Result<Fields, Self::Error> {
+        Ok(self.list())
+    }
+}
+
+impl ser::SerializeTupleStruct for Many {
+    type Ok = Fields;
+    type Error = serde_json::Error;
+    fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Self::Error> {
+        SerializeSeq::serialize_element(self, value)
+    }
+    fn end(self) -> Result<Fields, Self::Error> {
+        Ok(self.list())
+    }
+}
+
+impl ser::SerializeTupleVariant for Many {
+    type Ok = Fields;
+    type Error = serde_json::Error;
+    fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Self::Error> {
+        SerializeSeq::serialize_element(self, value)
+    }
+    fn end(self) -> Result<Fields, Self::Error> {
+        Ok(self.list())
+    }
+}
+
+impl SerializeMap for Many {
+    type Ok = Fields;
+    type Error = serde_json::Error;
+    fn serialize_key<T: ?Sized + Serialize>(&mut self, key: &T) -> Result<(), Self::Error> {
+        self.key = Some(key_of(key.serialize(Collect)?)?);
+        Ok(())
+    }
+    fn serialize_value<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Self::Error> {
+        let key = self.key.take().ok_or_else(|| <serde_json::Error as ser::Error>::custom("a value without a key"))?;
+        self.entry(key, value)
+    }
+    fn end(self) -> Result<Fields, Self::Error> {
+        Ok(self.object())
+    }
+}
+
+impl ser::SerializeStruct for Many {
+    type Ok = Fields;
+    type Error = serde_json::Error;
+    fn serialize_field<T: ?Sized + Serialize>(&mut self, key: &'static str, value: &T) -> Result<(), Self::Error> {
+        self.entry(key.to_string(), value)
+    }
+    fn end(self) -> Result<Fields, Self::Error> {
+        Ok(self.object())
+    }
+}
+
+impl ser::SerializeStructVariant for Many {
+    type Ok = Fields;
+    type Error = serde_json::Error;
+    fn serialize_field<T: ?Sized + Serialize>(&mut self, key: &'static str, value: &T) -> Result<(), Self::Error> {
+        self.entry(key.to_string(), value)
+    }
+    fn end(self) -> Result<Fields, Self::Error> {
+        Ok(self.object())
+    }
+}
+
+impl Serializer for Collect {
+    type Ok = Fields;
+    type Error = serde_json::Error;
+    type SerializeSeq = Many;
+    type SerializeTuple = Many;
+    type SerializeTupleStruct = Many;
+    type SerializeTupleVariant = Many;
+    type SerializeMap = Many;
+    type SerializeStruct = Many;
+    type SerializeStructVariant = Many;
+
+    fn serialize_bool(self, v: bool) -> Result<Fields, Self::Error> {
+        Ok(Fields::Bool(v))
+    }
+    fn serialize_i8(self, v: i8) -> Result<Fields, Self::Error> {
+        Ok(Fields::I64(v.into()))
+    }
+    fn serialize_i16(self, v: i16) -> Result<Fields, Self::Error> {
+        Ok(Fields::I64(v.into()))
+    }
+    fn serialize_i32(self, v: i32) -> Result<Fields, Self::Error> {
+        Ok(Fields::I64(v.into()))
+    }
+    fn serialize_i64(self, v: i64) -> Result<Fields, Self::Error> {
+        Ok(Fields::I64(v))
+    }
+    fn serialize_u8(self, v: u8) -> Result<Fields, Self::Error> {
+        Ok(Fields::U64(v.into()))
+    }
+    fn serialize_u16(self, v: u16) -> Result<Fields, Self::Error> {
+        Ok(Fields::U64(v.into()))
+    }
+    fn serialize_u32(self, v: u32) -> Result<Fields, Self::Error> {
+        Ok(Fields::U64(v.into()))
+    }
+    fn serialize_u64(self, v: u64) -> Result<Fields, Self::Error> {
+        Ok(Fields::U64(v))
+    }
+    fn serialize_f32(self, v: f32) -> Result<Fields, Self::Error> {
+        Ok(Fields::F32(v))
+    }
+    fn serialize_f64(self, v: f64) -> Result<Fields, Self::Error> {
+        Ok(Fields::F64(v))
+    }
+    fn serialize_char(self, v: char) -> Result<Fields, Self::Error> {
+        Ok(Fields::Str(v.to_string()))
+    }
+    fn serialize_str(self, v: &str) -> Result<Fields, Self::Error> {
+        Ok(Fields::Str(v.to_string()))
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Result<Fields, Self::Error> {
+        Ok(Fields::List(v.iter().map(|b| Fields::U64((*b).into())).collect()))
+    }
+    fn serialize_none(self) -> Result<Fields, Self::Error> {
+        Ok(Fields::Null)
+    }
+    fn serialize_some<T: ?Sized + Serialize>(self, value: &T) -> Result<Fields, Self::Error> {
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<Fields, Self::Error> {
+        Ok(Fields::Null)
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<Fields, Self::Error> {
+        Ok(Fields::Null)
+    }
+    fn serialize_unit_variant(self, _: &'static str, _: u32, variant: &'static str) -> Result<Fields, Self::Error> {
+        Ok(Fields::Str(variant.to_string()))
+    }
+    fn serialize_newtype_struct<T: ?Sized + Serialize>(self, _: &'static str, value: &T) -> Result<Fields, Self::Error> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: ?Sized + Serialize>(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Result<Fields, Self::Error> {
+        Ok(Many::wrap(Some(variant), value.serialize(self)?))
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Many, Self::Error> {
+        Ok(Many::new(None))
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Many, Self::Error> {
+        Ok(Many::new(None))
+    }
+    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Many, Self::Error> {
+        Ok(Many::new(None))
+    }
+    fn serialize_tuple_variant(self, _: &'static str, _: u32, variant: &'static str, _: usize) -> Result<Many, Self::Error> {
+        Ok(Many::new(Some(variant)))
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Many, Self::Error> {
+        Ok(Many::new(None))
+    }
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Many, Self::Error> {
+        Ok(Many::new(None))
+    }
+    fn serialize_struct_variant(self, _: &'static str, _: u32, variant: &'static str, _: usize) -> Result<Many, Self::Error> {
+        Ok(Many::new(Some(variant)))
     }
 }
 
@@ -198,11 +380,29 @@ mod tests {
             count: 3,
             delta: -2,
             none: None,
-            list: vec![0.1, 1e-7, 12345.678],
+            list: vec![0.1, 1e-7, 12345.678, 0.1 + 0.2, 1.0 / 3.0, f64::NAN, 2.0f64.powi(60) + 1.0],
             text: "a \"quoted\" µs",
         };
         let direct = serde_json::to_string_pretty(&v).unwrap();
         assert_eq!(serde_json::to_string_pretty(&Fields::of(&v)).unwrap(), direct);
         assert_eq!(Fields::of(&v).entries()[0].0, "zeta");
+        // flattened structs, internally tagged enums (the culprits), f32
+        #[derive(Serialize)]
+        #[serde(tag = "type", rename_all = "snake_case")]
+        enum Who {
+            Thread(Inner),
+            Process { pid: u32, comm: String },
+            Idle,
+        }
+        #[derive(Serialize)]
+        struct Flat {
+            #[serde(flatten)]
+            inner: Inner,
+            who: Vec<Who>,
+            small: f32,
+        }
+        let who = vec![Who::Thread(Inner { tid: 1, name: Some("a".into()) }), Who::Process { pid: 9, comm: "hog".into() }, Who::Idle];
+        let flat = Flat { inner: Inner { tid: 2, name: None }, who, small: 0.1 };
+        assert_eq!(serde_json::to_string(&Fields::of(&flat)).unwrap(), serde_json::to_string(&flat).unwrap());
     }
 }

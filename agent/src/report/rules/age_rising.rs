@@ -129,3 +129,23 @@ impl fmt::Display for AgeRisingCpuBusy {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures::*;
+
+    #[test]
+    fn age_rising_while_the_cpu_is_idle() {
+        let rows = vec![row(1, "worker", &[(State::IoWait, 9 * S), (State::Running, S)])];
+        let f = findings_of(rows, 10 * S, 4.0, Some((1.0, 9.0, true)));
+        assert_eq!(kinds(&f), ["age_rising_cpu_idle", "blocked"]);
+        let kind = AgeRisingCpuIdle {
+            age: Some(facts(1.0, 9.0, true)),
+            window_ns: 10 * S,
+            cpu: CpuUse { used_cores: 0.1, limit_cores: 4.0 },
+            longest_wait: Some(time(1, "worker", State::IoWait, 9 * S, 10 * S)),
+        };
+        assert_eq!(f[0], Finding { claim: Box::new(kind), explains_ns: 9 * S, code: None, age: None, culprits_off_cpu: vec![] });
+    }
+}

@@ -49,8 +49,8 @@ impl Claim for Blocked {
     fn kind(&self) -> &'static str {
         "blocked"
     }
-    fn explains_ns(&self) -> u64 {
-        self.victim.ns
+    fn victim(&self) -> Option<&ThreadTime> {
+        Some(&self.victim)
     }
     fn tier(&self) -> u8 {
         2
@@ -63,9 +63,6 @@ impl Claim for Blocked {
     }
     fn quiet(&self) -> bool {
         true
-    }
-    fn names(&self) -> Option<(u32, Option<State>)> {
-        Some((self.victim.thread.tid, Some(self.victim.state)))
     }
     fn line_of(&self) -> Option<(u32, State)> {
         Some((self.victim.thread.tid, self.victim.state))
@@ -102,5 +99,43 @@ impl fmt::Display for Blocked {
         };
         let what = if *idle { "idle (it hardly ran, and no thread waited on it)" } else { "idle or contended" };
         write!(f, "thread {}{on}{woken}: {what}", victim.spent())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures::*;
+
+    #[test]
+    fn blocked_on_a_futex_woken_by_a_thread_or_a_timeout_and_on_io() {
+        let mut a = row(31, "waiter", &[(State::FutexWait, 9 * S), (State::Running, S)]);
+        a.futex.push(FutexWait { addr: 0x10, waker: 33, ns: 8 * S });
+        a.futex.push(FutexWait { addr: 0x10, waker: 0, ns: S });
+        let mut b = row(32, "poller", &[(State::FutexWait, 6 * S), (State::Sleep, 4 * S)]);
+        b.futex.push(FutexWait { addr: 0x20, waker: 0, ns: 6 * S });
+        let c = row(36, "reader", &[(State::IoWait, 6 * S), (State::Sleep, 4 * S)]);
+        let f = every_finding_of(vec![a, b, c, row(33, "holder", &[(State::Sleep, 10 * S)])], 10 * S);
+        assert_eq!(kinds(&f), ["healthy", "blocked", "blocked", "blocked"]);
+        let waiter = Blocked {
+            victim: time(31, "waiter", State::FutexWait, 9 * S, 10 * S),
+            waker: behind(33, "holder", 8.0 / 9.0),
+            lock: None,
+            idle: false,
+        };
+        let timeout = Some(Behind { culprit: Culprit::Timeout, share: 1.0 });
+        let poller = Blocked { victim: time(32, "poller", State::FutexWait, 6 * S, 10 * S), waker: timeout, lock: None, idle: true };
+        let reader = Blocked { victim: time(36, "reader", State::IoWait, 6 * S, 10 * S), waker: None, lock: None, idle: true };
+        assert_eq!(f[1..], [Finding::from(waiter), Finding::from(poller), Finding::from(reader)]);
+        assert_eq!(f[1].explains_ns, 9 * S);
+        assert!(f[1].to_string().ends_with("(90%), woken by holder (33) 89% of the time: idle or contended"), "{}", f[1]);
+        assert!(
+            f[2].to_string().ends_with(
+                "(60%), 100% of it ended by a timeout or signal, not a wake-up: idle (it hardly ran, and no thread waited on it)"
+            ),
+            "{}",
+            f[2]
+        );
+        assert!(f[3].to_string().ends_with("blocked on I/O (60%): idle (it hardly ran, and no thread waited on it)"), "{}", f[3]);
     }
 }

@@ -105,3 +105,36 @@ impl fmt::Display for Burst {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::report::fixtures::*;
+    use crate::report::rules::blocked::Blocked;
+
+    #[test]
+    fn a_stall_the_window_hides_is_a_burst_and_not_idle() {
+        use crate::model::peaks::{Peak, Peaks};
+        let with_peak = |mut r: ThreadRow, s: State, share: f64, stretch: u64| {
+            let mut p = Peaks::default();
+            p.0[s.index()] = Peak { ns: (share * S as f64) as u64, len_ns: S, at_ns: 3 * S, stretch_ns: stretch };
+            r.peaks = Some(p);
+            r
+        };
+        // 1.5 s of GIL wait in 10 s, all in a row; the rest of the time it blocks on I/O
+        let ingest = row(2, "ingest", &[(State::GilWait, 3 * S / 2), (State::IoWait, 8 * S), (State::Running, S / 2)]);
+        let f = every_finding_of(vec![with_peak(ingest.clone(), State::GilWait, 0.99, 3 * S / 2)], 10 * S);
+        assert_eq!(kinds(&f), ["burst", "blocked"], "{f:?}");
+        assert_eq!(
+            f[0].to_string(),
+            "burst: thread ingest (2) was waiting for the Python GIL 99% of the 1.0 s at 3.0 s (1.5 s in a row at half or more), though 15% of the 10.0 s window: a stall the window's average hides"
+        );
+        assert_eq!(f[0].explains_ns, 3 * S / 2);
+        assert!(matches!(f[1].claim.get::<Blocked>(), Some(Blocked { idle: false, .. })), "a thread with a burst is not idle: {:?}", f[1]);
+        // controls: a worst second below BURST_SHARE; a wait the window already reports
+        let f = every_finding_of(vec![with_peak(ingest, State::GilWait, 0.6, 0)], 10 * S);
+        assert!(!kinds(&f).contains(&"burst".to_string()), "{f:?}");
+        let waiting = row(3, "w", &[(State::GilWait, 5 * S), (State::Running, 5 * S)]);
+        let f = every_finding_of(vec![with_peak(waiting, State::GilWait, 1.0, 2 * S)], 10 * S);
+        assert_eq!(kinds(&f), ["gil_wait"], "{f:?}");
+    }
+}

@@ -47,3 +47,22 @@ impl fmt::Display for ClockSource {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::report::fixtures::*;
+
+    #[test]
+    fn a_clock_source_the_vdso_cannot_read_is_said_and_tsc_is_not() {
+        use crate::report::environment::{vdso_capable, Environment};
+        let env = |cs: &str| Environment { clocksource: Some(cs.into()), clock_vdso: Some(vdso_capable(cs)), ..Default::default() };
+        let rows = || vec![row(1, "main", &[(State::Running, S), (State::Sleep, 9 * S)])];
+        let mut r = ProcessReport::new(1, "svc".into(), None, 10 * S, None, rows()).with_environment(env("hpet"));
+        r.cpu_limit_cores = 4.0;
+        let f = all_findings(&r);
+        assert_eq!(kinds(&f), ["healthy", "clock_source"], "{f:?}");
+        assert!(f[1].to_string().starts_with("clock source: the kernel reads time from hpet, which the vDSO cannot use"), "{}", f[1]);
+        let r = ProcessReport::new(1, "svc".into(), None, 10 * S, None, rows()).with_environment(env("tsc"));
+        assert_eq!(kinds(&all_findings(&r)), ["healthy"]);
+    }
+}

@@ -96,3 +96,43 @@ impl fmt::Display for ClockSyscalls {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::report::fixtures::*;
+
+    #[test]
+    fn clock_reads_by_syscall_are_a_finding_that_names_the_cause() {
+        use crate::model::syscalls::SyscallCount;
+        use crate::report::environment::{vdso_capable, Environment};
+        let env = |cs: &str| Environment { clocksource: Some(cs.into()), clock_vdso: Some(vdso_capable(cs)), ..Default::default() };
+        // 2M clock_gettime syscalls in 10 s, 0.9 s inside them, of 4 s running; sleeps the rest
+        let reader = |calls: u64, ns: u64| ThreadRow {
+            syscalls: vec![SyscallCount { nr: 228, calls, ns }, SyscallCount { nr: 0, calls: 10, ns: 5 * S }],
+            ..row(1, "reader", &[(State::Running, 4 * S), (State::Sleep, 6 * S)])
+        };
+        let report = |r: ThreadRow, cs: &str| {
+            let mut p = ProcessReport::new(1, "svc".into(), None, 10 * S, None, vec![r]).with_environment(env(cs));
+            p.cpu_limit_cores = 4.0;
+            p
+        };
+        // the clock source the vDSO cannot read: said once, in the thread's finding
+        let f = all_findings(&report(reader(2_000_000, 900_000_000), "hpet"));
+        assert_eq!(kinds(&f), ["clock_syscalls"], "{f:?}");
+        let line = f[0].to_string();
+        assert!(line.starts_with("clock syscalls: thread reader (1) read the clock with 2.0M system calls (200k/s), 0.90 s inside them, 22% of its 4.00 s running: the kernel reads time from hpet"), "{line}");
+        assert_eq!(f[0].explains_ns, 900_000_000);
+        // tsc: the code bypasses the vDSO
+        let f = all_findings(&report(reader(2_000_000, 900_000_000), "tsc"));
+        assert!(
+            f[0].to_string().contains("the clock source (tsc) is one the vDSO reads in user space, so this code makes the syscall itself"),
+            "{}",
+            f[0]
+        );
+        // a few clock syscalls a second, or cheap ones, are nothing
+        assert_eq!(kinds(&all_findings(&report(reader(5_000, 100_000_000), "tsc"))), ["healthy"]);
+        assert_eq!(kinds(&all_findings(&report(reader(2_000_000, 100_000_000), "tsc"))), ["healthy"]);
+        // the read(2) time of the thread is not a clock read
+        assert_eq!(crate::model::syscalls::clock_reads(&reader(1, 1).syscalls), (1, 1));
+    }
+}

@@ -29,17 +29,14 @@ impl Claim for CpuQuota {
     fn kind(&self) -> &'static str {
         "cpu_quota"
     }
-    fn explains_ns(&self) -> u64 {
-        self.victim.ns
+    fn victim(&self) -> Option<&ThreadTime> {
+        Some(&self.victim)
     }
     fn precedence(&self) -> u8 {
         6
     }
     fn explains_age(&self) -> bool {
         true
-    }
-    fn names(&self) -> Option<(u32, Option<State>)> {
-        Some((self.victim.thread.tid, Some(self.victim.state)))
     }
     fn line_of(&self) -> Option<(u32, State)> {
         Some((self.victim.thread.tid, self.victim.state))
@@ -49,5 +46,19 @@ impl Claim for CpuQuota {
 impl fmt::Display for CpuQuota {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         waiting(f, "CPU quota", &self.victim, "", self.wait_ratio)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures::*;
+
+    #[test]
+    fn cpu_quota_of_a_thread() {
+        let f = findings_of(vec![row(1, "w", &[(State::Running, 5 * S), (State::Throttled, 5 * S)])], 10 * S, 4.0, None);
+        let kind = CpuQuota { victim: time(1, "w", State::Throttled, 5 * S, 10 * S), wait_ratio: 0.5 };
+        assert_eq!(f.len(), 1);
+        check(&f[0], kind, 5 * S, "CPU quota: thread w (1) spent 5.0 s of 10.0 s throttled by its cgroup's CPU quota (50%), wait ratio 0.50: it had work and could not do it");
     }
 }

@@ -99,3 +99,34 @@ impl fmt::Display for CpuQuotaThrottling {
         write!(f, "{}: raise the quota or lower the parallelism", growth(age))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures::*;
+    use crate::report::Throttling;
+
+    #[test]
+    fn cpu_quota_throttling() {
+        let rows: Vec<ThreadRow> =
+            (1..=2).map(|i| row(i, &format!("w{i}"), &[(State::Running, 3 * S), (State::Throttled, 2 * S)])).collect();
+        let mut r = ProcessReport::new(1, "svc".into(), None, 5 * S, None, rows);
+        r.cpu_limit_cores = 4.0;
+        let cg = cgroup(Some(0.5));
+        let th = Throttling { stretches: 40, concentration: Some(0.97), signature: true, period_s: 0.1 };
+        let r = r.with_cgroup(Some(cg), Some(th));
+        let f = all_findings(&r);
+        assert_eq!(kinds(&f), ["cpu_quota_throttling", "cpu_quota", "cpu_quota"]);
+        assert_eq!(kinds(&findings(&r)), ["cpu_quota_throttling"]);
+        let throttling = CpuQuotaThrottling {
+            cgroup: "/svc".into(),
+            quota_cores: Some(0.5),
+            nr_throttled: 40,
+            cgroup_throttled_s: 2.0,
+            throttled_ns: 4 * S,
+            period_signature: Some(PeriodSignature { stretches: 40, period_s: 0.1 }),
+            age: None,
+        };
+        check(&f[0], throttling, 4 * S, "CPU quota throttling: the cgroup /svc (quota 0.50 cores) was throttled in 40 periods, 2.00 s; its threads lost 4.00 s runnable but throttled; 40 throttled stretches ended on the 100 ms CFS period boundary: waits cluster at multiples of the period: raise the quota or lower the parallelism");
+    }
+}

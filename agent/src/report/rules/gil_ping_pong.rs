@@ -119,3 +119,47 @@ impl fmt::Display for GilPingPong {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures::*;
+
+    /// A thread that went to wait for the GIL `waits` times in 10 s, running `running_s`.
+    fn poller(tid: u32, waits: u64, running_ns: u64) -> ThreadRow {
+        let mut r = row(tid, &format!("portal-{tid}"), &[(State::Running, running_ns), (State::GilWait, 10 * S - running_ns)]);
+        r.gil_waits = waits;
+        r.gil_by_holder.insert(0, 10 * S - running_ns);
+        r
+    }
+
+    #[test]
+    fn busy_polling_threads_are_gil_ping_pong_and_not_threads_with_work() {
+        // three event-loop threads each taking the GIL 20k times a second for ~20 µs
+        let rows = vec![poller(1, 200_000, 4 * S), poller(2, 180_000, 4 * S), poller(3, 160_000, 3 * S)];
+        let shown = findings_of(rows.clone(), 10 * S, 4.0, None);
+        assert_eq!(kinds(&shown), ["gil_ping_pong"]);
+        let pong = GilPingPong {
+            count: 3,
+            threads: vec![named(1, "portal-1"), named(2, "portal-2"), named(3, "portal-3")],
+            handoffs_per_s: 54_000.0,
+            mean_hold_ns: 11 * S / 540_000,
+            gil_wait_ns: 19 * S,
+            running_ns: 11 * S,
+            window_ns: 10 * S,
+            tids: vec![1, 2, 3],
+        };
+        check(&shown[0], pong, 19 * S, "GIL ping-pong: 3 threads (portal-1 (1), portal-2 (2), portal-3 (3)) hand the GIL over 54k/s in 20 µs holds, 19.0 s waiting for it and 1.10 CPU spent in 10.0 s: threads that take the GIL only to give it up again (busy-polling event loops: `await asyncio.sleep(0)` or `queue.empty()` in a loop; or a tight loop of tiny calls that release it), not work kept waiting. Make them block until there is work (an awaited queue or event, a memory stream); pinning the process to one CPU trades these GIL waits for run-queue waits");
+        // not starvation either, with no age source or a rising one
+        assert!(!kinds(&findings_of(rows.clone(), 10 * S, 4.0, Some((1.0, 5.0, true)))).contains(&"gil_starvation".to_string()));
+        // the controls: a thread starved behind a long holder goes to wait often but hardly runs;
+        // a worker that takes the GIL for milliseconds at a time is not polling
+        let mut starved = row(4, "ingest", &[(State::GilWait, 9_900_000_000), (State::Running, 100_000_000)]);
+        starved.gil_waits = 2_330;
+        starved.gil_by_holder.insert(5, 9_900_000_000);
+        let worker = poller(6, 3_000, 5 * S);
+        let f = findings_of(vec![starved, worker, row(5, "processor", &[(State::Running, 10 * S)])], 10 * S, 4.0, None);
+        assert!(!kinds(&f).contains(&"gil_ping_pong".to_string()), "{:?}", kinds(&f));
+        assert_eq!(kinds(&f)[0], "gil_starvation");
+    }
+}

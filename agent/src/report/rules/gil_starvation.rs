@@ -155,6 +155,9 @@ impl Claim for GilStarvation {
     fn kind(&self) -> &'static str {
         "gil_starvation"
     }
+    fn victim(&self) -> Option<&ThreadTime> {
+        Some(&self.victim)
+    }
     /// The victim's wait; a chain's, the longer of its two waits.
     fn explains_ns(&self) -> u64 {
         let v = &self.victim;
@@ -168,9 +171,6 @@ impl Claim for GilStarvation {
     }
     fn explains_age(&self) -> bool {
         true
-    }
-    fn names(&self) -> Option<(u32, Option<State>)> {
-        Some((self.victim.thread.tid, Some(self.victim.state)))
     }
     /// The starving thread's and a chain's lock holder's GIL-wait lines.
     fn repeats(&self) -> Vec<Repeat> {
@@ -252,10 +252,8 @@ impl fmt::Display for GilStarvation {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn thread(tid: u32, name: Option<&str>) -> ThreadRef {
-        ThreadRef { tid, name: name.map(Into::into), folded: 0 }
-    }
+    use crate::report::fixtures::*;
+    use crate::report::rules::gil_wait::GilWait;
 
     #[test]
     fn the_starvation_line_names_no_holder_outside_the_report() {
@@ -275,5 +273,149 @@ mod tests {
             kind.to_string(),
             "GIL starvation: thread ingest (11) lost 9.0 s of 10.0 s waiting for the GIL; CPU 0.1 of 2 cores: this is waiting, not working. Move the GIL-heavy work to its own process"
         );
+    }
+
+    #[test]
+    fn gil_starvation_behind_a_holder() {
+        let f = findings_of(starving(), 10 * S, 4.0, Some((1.0, 3.0, true)));
+        let victim = time(11, "ingest", State::GilWait, 9_400_000_000, 10 * S);
+        let starvation = GilStarvation {
+            victim: victim.clone(),
+            holder: behind(12, "processor", 9.3 / 9.4),
+            unresolved: 0.1 / 9.4,
+            age: Some(facts(1.0, 3.0, true)),
+            cpu: CpuUse { used_cores: 10.5 / 10.0, limit_cores: 4.0 },
+            lock_holder: None,
+            age_confirmed: true,
+        };
+        check(&f[0], starvation, 9_400_000_000, "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12), 1% behind a holder not resolved (hand-offs too fast to follow); message age grew 2.0 s (to 3.0 s; mean 2.00 s, max 3.00 s); CPU 1.1 of 4 cores: this is waiting, not working. Move processor to its own process");
+        // the victim's own line follows, with the same holder
+        // as shown, the victim's own line would repeat it; among all findings it follows, with the age
+        assert_eq!(f.len(), 1);
+        let mut r = ProcessReport::new(1, "svc".into(), None, 10 * S, None, starving()).with_age(Some(age(1.0, 3.0, true)));
+        r.cpu_limit_cores = 4.0;
+        let all = all_findings(&r);
+        let gil_wait = GilWait { victim, wait_ratio: 0.94, holder: behind(12, "processor", 9.3 / 9.4), unresolved: 0.1 / 9.4 };
+        assert_eq!(
+            all[1],
+            Finding {
+                claim: Box::new(gil_wait),
+                explains_ns: 9_400_000_000,
+                code: None,
+                age: Some(facts(1.0, 3.0, true)),
+                culprits_off_cpu: vec![]
+            }
+        );
+        assert_eq!(all.len(), 2);
+    }
+
+    /// The GIL starvation of `rows` under a rising age (or none), if the verdict finds one.
+    fn starvation_of(rows: Vec<ThreadRow>, ages: Option<(f64, f64, bool)>) -> Option<Finding> {
+        findings_of(rows, 10 * S, 4.0, ages).into_iter().find(|f| matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { .. })))
+    }
+
+    #[test]
+    fn a_lock_wait_behind_a_thread_waiting_for_the_gil_is_one_chain_with_the_lock_waiter_first() {
+        let f = starvation_of(chain(), Some((1.0, 6.0, true))).expect("a starvation finding");
+        let lock_holder = LockHolder {
+            gil_wait: time(12, "worker", State::GilWait, 6 * S, 10 * S),
+            lock: 0x7f10,
+            share: 4.2 / 4.5,
+            waiter_gil_ns: S,
+            waiter_gil_holder: behind(13, "processor", 1.0),
+        };
+        let kind = GilStarvation {
+            victim: time(11, "ingest", State::FutexWait, 4_200_000_000, 10 * S),
+            holder: behind(13, "processor", 5.5 / 6.0),
+            unresolved: 0.5 / 6.0,
+            age: Some(facts(1.0, 6.0, true)),
+            cpu: CpuUse { used_cores: 1.4, limit_cores: 4.0 },
+            lock_holder: Some(lock_holder),
+            age_confirmed: true,
+        };
+        // the chain explains the longer of its two waits
+        assert_eq!(f.claim.get::<GilStarvation>(), Some(&kind));
+        assert_eq!(f.explains_ns, 6 * S);
+        assert!(f.to_string().starts_with("GIL starvation: thread ingest (11) lost 5.2 s of 10.0 s to the GIL: 1.0 s waiting for it held by processor (13), 4.2 s blocked on futex 0x7f10 (a lock or condition) released by worker (12) (93% of that wait), which itself lost 6.0 s of 10.0 s waiting for the GIL held by processor (13)"), "{f}");
+        // the waiting end's own GIL wait below 5% of its time is not said
+        let mut rows = chain();
+        rows[0].times.0[State::GilWait.index()] = 400_000_000;
+        rows[0].times.0[State::IoWait.index()] = 3_600_000_000;
+        rows[0].gil_by_holder.insert(13, 400_000_000);
+        let f = starvation_of(rows, Some((1.0, 6.0, true))).expect("a starvation finding");
+        assert!(f.to_string().starts_with("GIL starvation: thread ingest (11) lost 4.6 s of 10.0 s blocked on futex 0x7f10"), "{f}");
+        // the lock holder's own GIL-wait line would repeat the chain: not shown
+        let shown = findings_of(chain(), 10 * S, 4.0, Some((1.0, 6.0, true)));
+        assert!(
+            !shown.iter().any(|f| matches!(f.claim.get::<GilWait>(), Some(GilWait { victim, .. }) if victim.thread.tid == 12)),
+            "{:?}",
+            kinds(&shown)
+        );
+        // the chain holds with no age source too, said as likely
+        let unconfirmed = starvation_of(chain(), None).expect("a likely starvation");
+        assert!(
+            matches!(unconfirmed.claim.get::<GilStarvation>(), Some(GilStarvation { victim, age_confirmed: false, lock_holder: Some(_), .. }) if victim.thread.tid == 11)
+        );
+    }
+
+    #[test]
+    fn a_thread_waiting_for_work_from_a_starving_producer_is_not_the_victim() {
+        // control: a consumer that hardly runs, woken by the starving worker, waits for work
+        // (idle), not on a lock: the worker is the victim
+        let mut rows = chain();
+        rows[0] = row(11, "consumer", &[(State::FutexWait, 9_500_000_000), (State::Running, 500_000_000)]);
+        rows[0].futex.push(FutexWait { addr: 0x7f10, waker: 12, ns: 9_500_000_000 });
+        let f = starvation_of(rows, Some((1.0, 6.0, true))).expect("a starvation finding");
+        assert!(
+            matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { victim, lock_holder: None, .. }) if victim.thread.tid == 12),
+            "{f}"
+        );
+        // a lock wait too small to matter is no chain either
+        let mut rows = chain();
+        rows[0].futex = vec![FutexWait { addr: 0x7f10, waker: 12, ns: S }, FutexWait { addr: 0x7f10, waker: 0, ns: 3_500_000_000 }];
+        let f = starvation_of(rows, Some((1.0, 6.0, true))).expect("a starvation finding");
+        assert!(
+            matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { victim, lock_holder: None, .. }) if victim.thread.tid == 12),
+            "{f}"
+        );
+    }
+
+    #[test]
+    fn a_thread_whose_own_age_rises_is_the_victim_before_a_longer_gil_wait() {
+        let mut rows = starving();
+        let mut reader = row(14, "reader", &[(State::GilWait, 6 * S), (State::Running, 4 * S)]);
+        reader.gil_by_holder.insert(12, 6 * S);
+        reader.age = Some(crate::model::age::AgeSummary {
+            samples: 5,
+            first_s: 0.1,
+            last_s: 3.1,
+            max_s: 3.1,
+            mean_s: 1.6,
+            median_s: 1.6,
+            growth_s: 3.0,
+            slope: 0.3,
+            rising: true,
+        });
+        rows.push(reader);
+        let f = starvation_of(rows, None).expect("a starvation finding");
+        assert!(
+            matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { victim, age_confirmed: true, .. }) if victim.thread.tid == 14),
+            "{f}"
+        );
+    }
+
+    #[test]
+    fn without_an_age_source_starvation_is_likely_only_behind_a_named_holder() {
+        let f = starvation_of(starving(), None).expect("a likely starvation");
+        assert!(matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { age_confirmed: false, age: None, .. })));
+        // the holder unknown or outside the report: the thread's GIL-wait line only
+        let mut unknown = starving();
+        unknown[0].gil_by_holder = [(0, 9_400_000_000)].into();
+        assert_eq!(starvation_of(unknown, None), None);
+        let mut outside = starving();
+        outside[0].gil_by_holder = [(77, 9_400_000_000)].into();
+        assert_eq!(starvation_of(outside, None), None);
+        // an age source that says the work keeps up: no starvation
+        assert_eq!(starvation_of(starving(), Some((1.0, 1.0, false))), None);
     }
 }

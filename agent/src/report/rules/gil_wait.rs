@@ -40,14 +40,11 @@ impl Claim for GilWait {
     fn kind(&self) -> &'static str {
         "gil_wait"
     }
-    fn explains_ns(&self) -> u64 {
-        self.victim.ns
+    fn victim(&self) -> Option<&ThreadTime> {
+        Some(&self.victim)
     }
     fn precedence(&self) -> u8 {
         6
-    }
-    fn names(&self) -> Option<(u32, Option<State>)> {
-        Some((self.victim.thread.tid, Some(self.victim.state)))
     }
     fn line_of(&self) -> Option<(u32, State)> {
         Some((self.victim.thread.tid, self.victim.state))
@@ -67,5 +64,22 @@ impl fmt::Display for GilWait {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let behind = self.holder.as_ref().map(|h| format!(", {:.0}% of it behind {}", 100.0 * h.share, h.culprit.long()));
         waiting(f, "GIL wait", &self.victim, &(behind.unwrap_or_default() + &unresolved_part(self.unresolved)), self.wait_ratio)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures::*;
+
+    #[test]
+    fn gil_wait_behind_a_thread_outside_the_report() {
+        let mut victim = row(11, "ingest", &[(State::GilWait, 3 * S), (State::Running, 7 * S)]);
+        victim.gil_by_holder.insert(77, 3 * S);
+        let f = findings_of(vec![victim], 10 * S, 4.0, None);
+        let holder = Some(Behind { culprit: Culprit::Thread(ThreadRef { tid: 77, name: None, folded: 0 }), share: 1.0 });
+        let kind = GilWait { victim: time(11, "ingest", State::GilWait, 3 * S, 10 * S), wait_ratio: 0.3, holder, unresolved: 0.0 };
+        assert_eq!(f, [Finding { claim: Box::new(kind), explains_ns: 3 * S, code: None, age: None, culprits_off_cpu: vec![] }]);
+        assert!(f[0].to_string().contains(", 100% of it behind a thread (77), wait ratio 0.30"), "{}", f[0]);
     }
 }

@@ -106,3 +106,27 @@ impl fmt::Display for LockConvoy {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures::*;
+
+    #[test]
+    fn lock_convoy() {
+        let rows: Vec<ThreadRow> = (1..=3)
+            .map(|i| {
+                let mut r = row(i, &format!("w{i}"), &[(State::FutexWait, 3 * S), (State::Running, S)]);
+                r.futex.push(FutexWait { addr: 0xabc, waker: if i == 3 { 99 } else { i + 1 }, ns: 3 * S });
+                r
+            })
+            .collect();
+        let f = every_finding_of(rows.clone(), 4 * S);
+        assert_eq!(kinds(&f), ["lock_convoy", "blocked", "blocked", "blocked"]);
+        // as shown, the convoy's waiters are in its line
+        assert_eq!(kinds(&findings_of(rows, 4 * S, 4.0, None)), ["lock_convoy"]);
+        let wakers = vec![named(2, "w2"), named(3, "w3"), ThreadRef { tid: 99, name: None, folded: 0 }];
+        let convoy = LockConvoy { futex: 0xabc, waiters: vec![1, 2, 3], wait_ns: 9 * S, window_ns: 4 * S, wakers, unmeasured_python: None };
+        check(&f[0], convoy, 9 * S, "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 4.0 s, woken by w2 (2), w3 (3), thread 99: they take turns on one lock");
+    }
+}

@@ -12,7 +12,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::code::Code;
-use super::evidence::{AgeFacts, CpuUse};
+use super::evidence::{AgeFacts, CpuUse, ThreadTime};
 use super::serial::Fields;
 use super::{ProcessReport, ThreadRow};
 use crate::model::stacks::WaitStacks;
@@ -164,9 +164,14 @@ impl Repeat {
 pub trait Claim: Evidence + fmt::Display + fmt::Debug {
     /// The JSON `kind`: the finding's name in snake case.
     fn kind(&self) -> &'static str;
-    /// The wall time it accounts for (`explains_s`); nothing for what is not a wait.
+    /// The thread whose wait it is about, with its time in the state of that wait.
+    fn victim(&self) -> Option<&ThreadTime> {
+        None
+    }
+    /// The wall time it accounts for (`explains_s`): its victim's wait; nothing for what is
+    /// not a wait.
     fn explains_ns(&self) -> u64 {
-        0
+        self.victim().map_or(0, |v| v.ns)
     }
     /// The verdict's tier (`verdict::rank`): 0 the all-clear, 1 lost or busy time, 2 blocked
     /// threads and what is not a wait, 3 the lines that sum up others.
@@ -197,7 +202,7 @@ pub trait Claim: Evidence + fmt::Display + fmt::Debug {
     /// The thread it is about and the state of its wait (None: all its time): a burst of it
     /// is not said again.
     fn names(&self) -> Option<(u32, Option<State>)> {
-        None
+        self.victim().map(|v| (v.thread.tid, Some(v.state)))
     }
     /// It is a thread's own line: the thread, and the state it waited in.
     fn line_of(&self) -> Option<(u32, State)> {

@@ -99,3 +99,53 @@ impl fmt::Display for SaturatedThread {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures::*;
+    use crate::report::rules::blocked::Blocked;
+
+    #[test]
+    fn a_busy_thread_with_cpu_to_spare_is_the_head_of_line_and_comes_first() {
+        // one processing thread busy all the window (a little queued), 27 idle JVM threads, a
+        // session thread that waited on it, on 2 cores
+        let mut rows = vec![row(
+            40,
+            "QFJ Message Pro",
+            &[(State::Running, 9_700_000_000), (State::Runqueue, 200_000_000), (State::FutexWait, 100_000_000)],
+        )];
+        rows.extend((1..=27).map(|i| row(i, &format!("GC Thread#{i}"), &[(State::FutexWait, 10 * S)])));
+        let mut session = row(50, "session-1", &[(State::FutexWait, 8 * S), (State::Running, 2 * S)]);
+        session.futex.push(FutexWait { addr: 0x50, waker: 40, ns: 8 * S });
+        rows.push(session);
+        let mut r = ProcessReport::new(1, "java".into(), None, 10 * S, None, rows);
+        r.cpu_limit_cores = 2.0;
+        let shown = findings(&r);
+        let sat = SaturatedThread {
+            thread: named(40, "QFJ Message Pro"),
+            busy_ns: 9_900_000_000,
+            running_ns: 9_700_000_000,
+            total_ns: 10 * S,
+            cpu: CpuUse { used_cores: 1.17, limit_cores: 2.0 },
+        };
+        check(&shown[0], sat, 9_900_000_000, "head-of-line: thread QFJ Message Pro (40) was busy 99% of 10.0 s (running 97%, runnable 2%) while the process used CPU 1.2 of 2 cores: one thread is the limit, and everything it serves queues behind it. Spread its work over more threads or make each item cheaper");
+        // the session thread woken by the busy thread is listed; the 27 idle threads are one line
+        assert_eq!(kinds(&shown), ["saturated_thread", "blocked", "idle_threads"]);
+        assert_eq!(shown[2].to_string(), "idle: 27 threads (GC Thread#1, GC Thread#2, GC Thread#3, GC Thread#4, 23 more) were blocked or asleep nearly all the window, and no thread waited on them; -v lists them");
+        // -v: every thread its own line, the idle ones marked so
+        let every = findings(&r.clone().with_verdict(crate::report::VerdictOptions { all: true, age_slo_s: None }));
+        assert_eq!(every.len(), 29);
+        assert_eq!(every.iter().filter(|f| matches!(f.claim.get::<Blocked>(), Some(Blocked { idle: true, .. }))).count(), 27);
+        // no CPU to spare (1 core): the CPU, not the thread, is the limit
+        let mut one = r.clone();
+        one.cpu_limit_cores = 1.0;
+        assert!(!kinds(&findings(&one)).contains(&"saturated_thread".to_string()), "{:?}", kinds(&findings(&one)));
+        // a thread half queued is the run queue's finding, not a head-of-line
+        let queued = findings_of(vec![row(1, "w", &[(State::Running, 6 * S), (State::Runqueue, 4 * S)])], 10 * S, 4.0, None);
+        assert_eq!(kinds(&queued), ["run_queue_saturation"]);
+        // nor is the GIL holder a GIL finding already names
+        let f = findings_of(starving(), 10 * S, 4.0, None);
+        assert_eq!(kinds(&f), ["gil_starvation"]);
+    }
+}

@@ -111,3 +111,58 @@ impl fmt::Display for UnmeasuredGil {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixtures::*;
+
+    /// Three threads waiting on futex 0x1008 of a Python process whose interpreter's GIL is
+    /// `gil` (a measured one: "enabled"), its GIL's words in `ranges`.
+    fn old_python(gil: &'static str, ranges: Vec<(u64, u64)>) -> ProcessReport {
+        let rows: Vec<ThreadRow> = (1..=3)
+            .map(|i| {
+                let mut r = row(i, &format!("w{i}"), &[(State::FutexWait, 3 * S), (State::Running, S)]);
+                r.futex.push(FutexWait { addr: 0x1008, waker: if i == 3 { 1 } else { i + 1 }, ns: 3 * S });
+                r
+            })
+            .collect();
+        let python = crate::report::PythonInfo {
+            version: "2.7.18".into(),
+            gil,
+            gil_probe: "none",
+            lock_probe: "none",
+            free_threaded: false,
+            binary: "/usr/lib/libpython2.7.so.1.0".into(),
+            symbols: true,
+            switch_interval_us: None,
+            unmeasured_gil: ranges,
+        };
+        let mut r = ProcessReport::new(1, "python".into(), Some(python), 4 * S, None, rows);
+        r.cpu_limit_cores = 4.0;
+        r
+    }
+
+    #[test]
+    fn an_unmeasured_interpreters_gil_is_said_as_the_gil_and_never_as_a_convoy() {
+        let shown = findings(&old_python("unknown", vec![(0x1000, 0x1030)]));
+        assert_eq!(kinds(&shown), ["unmeasured_gil"]);
+        let gil = UnmeasuredGil {
+            version: "2.7.18".into(),
+            count: 3,
+            threads: vec![named(1, "w1"), named(2, "w2"), named(3, "w3")],
+            wait_ns: 9 * S,
+            window_ns: 4 * S,
+        };
+        check(&shown[0], gil, 9 * S, "GIL (not measured): 3 threads (w1 (1), w2 (2), w3 (3)) waited 9.0 s in total in 4.0 s on the GIL of CPython 2.7.18, whose GIL waitmeter does not measure (it measures CPython 3.8 and later): GIL contention, not a lock convoy; these waits count as futex_wait, with no holder named. Fewer threads running Python code at once (processes for CPU work) is the fix; on CPython 3.8 and later the GIL's holders are named");
+        // a futex word outside the GIL's: a convoy as ever
+        assert_eq!(kinds(&findings(&old_python("unknown", vec![(0x2000, 0x2030)]))), ["lock_convoy"]);
+        // symbols that do not say where the GIL is: the convoy, said to be maybe the GIL
+        let f = findings(&old_python("unknown", vec![]));
+        assert_eq!(kinds(&f), ["lock_convoy"]);
+        assert!(f[0].to_string().ends_with("they take turns on one lock, or this is the GIL: waitmeter does not measure the GIL of CPython 2.7.18 (it measures CPython 3.8 and later), and this interpreter's symbols do not say where its GIL is"), "{}", f[0]);
+        // a measured interpreter: no caveat
+        let f = findings(&old_python("enabled", vec![]));
+        assert!(f[0].to_string().ends_with("they take turns on one lock"), "{}", f[0]);
+    }
+}

@@ -79,3 +79,37 @@ impl fmt::Display for Yielding {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::report::fixtures::*;
+
+    #[test]
+    fn yielding_threads_are_one_line_and_not_waiting() {
+        // three spin-then-yield consumers on one CPU, and (the victim) a thread queued behind them
+        let consumer = |tid: u32| {
+            let mut r =
+                row(tid, &format!("md-consumer-{tid}"), &[(State::Running, S / 10), (State::Yield, 9 * S), (State::Runqueue, S / 10)]);
+            r.yields = 40_000;
+            r
+        };
+        let mut pricer = row(9, "pricer", &[(State::Running, 6 * S), (State::Runqueue, 4 * S)]);
+        pricer.runqueue_by.insert(crate::model::blame::Preemptor::Thread(1), 4 * S);
+        let all = every_finding_of(vec![consumer(1), consumer(2), consumer(3), pricer], 10 * S);
+        assert_eq!(kinds(&all), ["run_queue_saturation", "yielding"], "{all:?}");
+        let line = all[1].to_string();
+        assert!(
+            line.starts_with(
+                "yielding: 3 threads (md-consumer-1 (1), md-consumer-2 (2), md-consumer-3 (3)) gave the CPU away 120000 times"
+            ),
+            "{line}"
+        );
+        assert!(line.contains("27.0 s runnable after it") && line.contains("used 0.03 CPU"), "{line}");
+        // alone they are healthy, and not idle: the yield line says what they are
+        let alone = every_finding_of(vec![consumer(1), consumer(2), consumer(3)], 10 * S);
+        assert_eq!(kinds(&alone), ["healthy", "yielding"], "{alone:?}");
+        // the control: the same time in the run queue is waiting
+        let spinner = row(4, "spinner", &[(State::Running, S), (State::Runqueue, 9 * S)]);
+        assert_eq!(kinds(&every_finding_of(vec![spinner], 10 * S)), ["run_queue_saturation"]);
+    }
+}
