@@ -4,7 +4,6 @@ pub use super::evidence::{AgeFacts, Behind, CpuUse, Culprit, ThreadRef, ThreadTi
 pub use super::finding::Finding;
 pub use super::rules::rows::{SPREAD_FACTOR, SPREAD_SLACK_S};
 pub use super::rules::Claim;
-pub use super::verdict::{all_findings, findings};
 use super::{AgeReport, CgroupReport, PythonInfo, Throttling};
 pub use super::{ProcessReport, ThreadRow};
 use crate::model::age::AgeSummary;
@@ -16,7 +15,17 @@ pub const S: u64 = 1_000_000_000;
 
 /// The verdict of a report, as the text report and the JSON `verdict` print it.
 pub fn lines(r: &ProcessReport) -> Vec<String> {
-    super::verdict::analyse(r).shown.iter().map(ToString::to_string).collect()
+    findings(r).iter().map(ToString::to_string).collect()
+}
+
+/// Every finding of the window, ranked: the JSON `findings` (and the verdict with `-v`).
+pub fn all_findings(r: &ProcessReport) -> Vec<Finding> {
+    super::verdict::analyse(r).all
+}
+
+/// The verdict as shown.
+pub fn findings(r: &ProcessReport) -> Vec<Finding> {
+    super::verdict::analyse(r).shown
 }
 
 /// A thread of `name` with these nanoseconds per state, present all its window.

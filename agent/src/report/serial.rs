@@ -179,38 +179,23 @@ impl SerializeSeq for Many {
     }
 }
 
-impl ser::SerializeTuple for Many {
-    type Ok = Fields;
-    type Error = serde_json::Error;
-    fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Self::Error> {
-        SerializeSeq::serialize_element(self, value)
-    }
-    fn end(self) -> Result<Fields, Self::Error> {
-        Ok(self.list())
-    }
+/// A tuple is a list (a variant's, in an object of its name).
+macro_rules! as_list {
+    ($($what:ident::$element:ident),*) => {$(
+        impl ser::$what for Many {
+            type Ok = Fields;
+            type Error = serde_json::Error;
+            fn $element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Self::Error> {
+                SerializeSeq::serialize_element(self, value)
+            }
+            fn end(self) -> Result<Fields, Self::Error> {
+                Ok(self.list())
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTupleStruct for Many {
-    type Ok = Fields;
-    type Error = serde_json::Error;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Self::Error> {
-        SerializeSeq::serialize_element(self, value)
-    }
-    fn end(self) -> Result<Fields, Self::Error> {
-        Ok(self.list())
-    }
-}
-
-impl ser::SerializeTupleVariant for Many {
-    type Ok = Fields;
-    type Error = serde_json::Error;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Self::Error> {
-        SerializeSeq::serialize_element(self, value)
-    }
-    fn end(self) -> Result<Fields, Self::Error> {
-        Ok(self.list())
-    }
-}
+as_list!(SerializeTuple::serialize_element, SerializeTupleStruct::serialize_field, SerializeTupleVariant::serialize_field);
 
 impl SerializeMap for Many {
     type Ok = Fields;
@@ -228,27 +213,23 @@ impl SerializeMap for Many {
     }
 }
 
-impl ser::SerializeStruct for Many {
-    type Ok = Fields;
-    type Error = serde_json::Error;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, key: &'static str, value: &T) -> Result<(), Self::Error> {
-        self.entry(key.to_string(), value)
-    }
-    fn end(self) -> Result<Fields, Self::Error> {
-        Ok(self.object())
-    }
+/// A struct is an object (a variant's, in an object of its name).
+macro_rules! as_object {
+    ($($what:ident),*) => {$(
+        impl ser::$what for Many {
+            type Ok = Fields;
+            type Error = serde_json::Error;
+            fn serialize_field<T: ?Sized + Serialize>(&mut self, key: &'static str, value: &T) -> Result<(), Self::Error> {
+                self.entry(key.to_string(), value)
+            }
+            fn end(self) -> Result<Fields, Self::Error> {
+                Ok(self.object())
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeStructVariant for Many {
-    type Ok = Fields;
-    type Error = serde_json::Error;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, key: &'static str, value: &T) -> Result<(), Self::Error> {
-        self.entry(key.to_string(), value)
-    }
-    fn end(self) -> Result<Fields, Self::Error> {
-        Ok(self.object())
-    }
-}
+as_object!(SerializeStruct, SerializeStructVariant);
 
 impl Serializer for Collect {
     type Ok = Fields;

@@ -101,18 +101,6 @@ fn shown(all: &[Finding], cx: &Context) -> Vec<Finding> {
     shown
 }
 
-/// Every finding of the window, ranked: the JSON `findings` (and the verdict with `-v`).
-#[cfg(test)]
-pub fn all_findings(report: &ProcessReport) -> Vec<Finding> {
-    analyse(report).all
-}
-
-/// The verdict as shown.
-#[cfg(test)]
-pub fn findings(report: &ProcessReport) -> Vec<Finding> {
-    analyse(report).shown
-}
-
 #[cfg(test)]
 mod pins;
 #[cfg(test)]

@@ -55,17 +55,11 @@ impl Claim for Blocked {
     fn tier(&self) -> u8 {
         2
     }
-    fn precedence(&self) -> u8 {
-        6
-    }
     fn is_problem(&self) -> bool {
         !self.idle
     }
     fn quiet(&self) -> bool {
         true
-    }
-    fn line_of(&self) -> Option<(u32, State)> {
-        Some((self.victim.thread.tid, self.victim.state))
     }
     /// The waker of a thread that is not idle.
     fn culprits(&self) -> Vec<u32> {

@@ -82,9 +82,6 @@ impl Claim for Burst {
     fn explains_ns(&self) -> u64 {
         self.stretch_ns.max((self.share * self.interval_ns as f64) as u64)
     }
-    fn precedence(&self) -> u8 {
-        6
-    }
 }
 
 impl fmt::Display for Burst {

@@ -27,9 +27,6 @@ impl Claim for ClockSource {
     fn tier(&self) -> u8 {
         2
     }
-    fn precedence(&self) -> u8 {
-        6
-    }
     fn is_problem(&self) -> bool {
         false
     }

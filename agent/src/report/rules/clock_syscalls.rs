@@ -67,9 +67,6 @@ impl Claim for ClockSyscalls {
     fn explains_ns(&self) -> u64 {
         self.kernel_ns
     }
-    fn precedence(&self) -> u8 {
-        6
-    }
 }
 
 impl fmt::Display for ClockSyscalls {

@@ -32,14 +32,8 @@ impl Claim for CpuQuota {
     fn victim(&self) -> Option<&ThreadTime> {
         Some(&self.victim)
     }
-    fn precedence(&self) -> u8 {
-        6
-    }
     fn explains_age(&self) -> bool {
         true
-    }
-    fn line_of(&self) -> Option<(u32, State)> {
-        Some((self.victim.thread.tid, self.victim.state))
     }
 }
 

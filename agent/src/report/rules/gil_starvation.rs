@@ -166,6 +166,10 @@ impl Claim for GilStarvation {
     fn precedence(&self) -> u8 {
         2
     }
+    /// A headline, not the victim's own line.
+    fn line_of(&self) -> Option<(u32, State)> {
+        None
+    }
     fn quotes_age(&self) -> bool {
         true
     }

@@ -43,12 +43,6 @@ impl Claim for GilWait {
     fn victim(&self) -> Option<&ThreadTime> {
         Some(&self.victim)
     }
-    fn precedence(&self) -> u8 {
-        6
-    }
-    fn line_of(&self) -> Option<(u32, State)> {
-        Some((self.victim.thread.tid, self.victim.state))
-    }
     fn gil_holder(&self) -> Option<u32> {
         thread_of(&self.holder)
     }

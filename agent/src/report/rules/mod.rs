@@ -179,8 +179,10 @@ pub trait Claim: Evidence + fmt::Display + fmt::Debug {
         1
     }
     /// Among findings that explain the same wall time, lower first: the process-wide headlines
-    /// before the per-thread lines.
-    fn precedence(&self) -> u8;
+    /// (0 to 5) before the per-thread lines and the other lines of their own (6).
+    fn precedence(&self) -> u8 {
+        6
+    }
     /// It quotes the application's age in its own words (and JSON `age`); else the age is
     /// quoted beside it (`Finding::age`) when it is a problem.
     fn quotes_age(&self) -> bool {
@@ -204,9 +206,10 @@ pub trait Claim: Evidence + fmt::Display + fmt::Debug {
     fn names(&self) -> Option<(u32, Option<State>)> {
         self.victim().map(|v| (v.thread.tid, Some(v.state)))
     }
-    /// It is a thread's own line: the thread, and the state it waited in.
+    /// It is a thread's own line, of its victim: the thread, and the state it waited in (a
+    /// headline about a victim says None).
     fn line_of(&self) -> Option<(u32, State)> {
-        None
+        self.victim().map(|v| (v.thread.tid, v.state))
     }
     /// The threads' own lines it says already: left out of the shown verdict.
     fn repeats(&self) -> Vec<Repeat> {

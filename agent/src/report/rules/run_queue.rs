@@ -40,14 +40,8 @@ impl Claim for RunQueueSaturation {
     fn victim(&self) -> Option<&ThreadTime> {
         Some(&self.victim)
     }
-    fn precedence(&self) -> u8 {
-        6
-    }
     fn explains_age(&self) -> bool {
         true
-    }
-    fn line_of(&self) -> Option<(u32, State)> {
-        Some((self.victim.thread.tid, self.victim.state))
     }
     fn code(&self, stacks: &WaitStacks, switch_ns: u64) -> Option<Code> {
         code::of_wait(&self.victim, self.preemptor.as_ref(), State::Runqueue, Role::Preemptor, stacks, switch_ns)

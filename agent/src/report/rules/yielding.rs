@@ -55,9 +55,6 @@ impl Claim for Yielding {
     fn tier(&self) -> u8 {
         2
     }
-    fn precedence(&self) -> u8 {
-        6
-    }
     fn is_problem(&self) -> bool {
         false
     }

@@ -2,7 +2,7 @@
 use super::*;
 use crate::model::blame::Preemptor;
 use crate::report::evidence::Culprit;
-use crate::report::fixtures::{age, cgroup, lines, row, starving};
+use crate::report::fixtures::{age, all_findings, cgroup, lines, row, starving};
 use crate::report::Throttling;
 
 fn findings_of(rows: Vec<ThreadRow>, window_ns: u64) -> Vec<String> {
