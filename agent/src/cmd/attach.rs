@@ -13,7 +13,7 @@ use crate::clock::monotonic_ns;
 use crate::model::partition::{secs, window, ThreadSample};
 use crate::model::throttle::{self, Stretch};
 use crate::probes::syscalls::SyscallProbe;
-use crate::report::{json, text, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling, VerdictOptions};
+use crate::report::{json, text, verdict, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling, VerdictOptions};
 use crate::session::{Session, SessionOptions, Target};
 use crate::usage;
 
@@ -36,13 +36,15 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         args.output == Output::Text && args.command.is_empty() && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let Measured { reports, launched, roots } = measure(args, all_findings)?;
     for (i, report) in reports.iter().enumerate() {
+        // the verdict is drawn once, for whichever renderer
+        let v = verdict::analyse(report);
         match args.output {
             // several processes: one object per line (JSON Lines)
-            Output::Json if reports.len() > 1 => emit(&format!("{}\n", json::render_line(report))),
-            Output::Json => emit(&format!("{}\n", json::render(report))),
+            Output::Json if reports.len() > 1 => emit(&format!("{}\n", json::render_line(report, &v))),
+            Output::Json => emit(&format!("{}\n", json::render(report, &v))),
             Output::Text => {
                 let sep = if i > 0 { "\n" } else { "" };
-                emit(&format!("{sep}{}", text::report_fit(report, color, text::terminal_width().unwrap_or(text::FULL_WIDTH))))
+                emit(&format!("{sep}{}", text::report_fit(report, &v, color, text::terminal_width().unwrap_or(text::FULL_WIDTH))))
             }
         }
     }

@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::finding::{Culprit, Kind, ThreadRef};
+use super::evidence::{Behind, Culprit, ThreadRef, ThreadTime};
 use crate::model::stacks::{HoldSite, Role, Site, WaitStacks};
 use crate::model::state::State;
 
@@ -16,7 +16,7 @@ pub struct Side {
     pub thread: ThreadRef,
     /// `json.dumps ← processor (service.py:52)`
     pub site: String,
-    #[serde(serialize_with = "super::json::ratio")]
+    #[serde(serialize_with = "super::serial::ratio")]
     pub share: f64,
     /// the C function with the most of that site's time (a GIL holder's,
     /// sampled while it ran; a native frame of a C extension)
@@ -28,7 +28,7 @@ pub struct Side {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct InC {
     pub function: String,
-    #[serde(serialize_with = "super::json::ratio")]
+    #[serde(serialize_with = "super::serial::ratio")]
     pub share: f64,
 }
 
@@ -40,9 +40,9 @@ const IN_C_SHARE: f64 = 0.2;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Holds {
     pub holds: u64,
-    #[serde(serialize_with = "super::json::seconds")]
+    #[serde(serialize_with = "super::serial::seconds")]
     pub p50_s: u64,
-    #[serde(serialize_with = "super::json::seconds")]
+    #[serde(serialize_with = "super::serial::seconds")]
     pub p99_s: u64,
     /// the waits were mostly (p50) two switch intervals or longer: the holder
     /// did not give the GIL up when asked (a C call that does not release it)
@@ -70,24 +70,18 @@ pub struct Code {
     pub holds: Option<Holds>,
 }
 
-/// The code of a finding's two sides; None when the finding is not about
-/// one thread's wait or no stack of it was taken. `switch_ns`: the target's
-/// GIL switch interval.
-pub fn of(kind: &Kind, stacks: &WaitStacks, switch_ns: u64) -> Option<Code> {
-    if let Kind::LockConvoy { waiters, .. } = kind {
-        return convoy(waiters, stacks);
-    }
-    let (victim, holder, state, role) = match kind {
-        // a causal chain's code is of its GIL wait: the lock holder's, behind the GIL holder
-        Kind::GilStarvation { victim, holder, lock_holder, .. } => {
-            (lock_holder.as_ref().map_or(victim, |l| &l.gil_wait), holder.as_ref(), State::GilWait, Role::Holder)
-        }
-        Kind::GilWait { victim, holder, .. } => (victim, holder.as_ref(), State::GilWait, Role::Holder),
-        Kind::RunQueueSaturation { victim, preemptor, .. } => (victim, preemptor.as_ref(), State::Runqueue, Role::Preemptor),
-        Kind::Blocked { victim, waker, .. } if victim.state == State::FutexWait => (victim, waker.as_ref(), State::FutexWait, Role::Waker),
-        Kind::Blocked { victim, .. } => (victim, None, victim.state, Role::Victim),
-        _ => return None,
-    };
+/// The code of the two sides of `victim`'s wait in `state` behind `holder` (the culprit in
+/// `role`: holder, preemptor, waker; `Role::Victim`: the victim's side only); None when no
+/// stack of it was taken. `switch_ns`: the target's GIL switch interval. A finding's code
+/// (`rules::Claim::code`).
+pub fn of_wait(
+    victim: &ThreadTime,
+    holder: Option<&Behind>,
+    state: State,
+    role: Role,
+    stacks: &WaitStacks,
+    switch_ns: u64,
+) -> Option<Code> {
     let culprit = holder.and_then(|b| match &b.culprit {
         Culprit::Thread(t) => Some(t.clone()),
         _ => None,
@@ -117,7 +111,7 @@ pub fn of(kind: &Kind, stacks: &WaitStacks, switch_ns: u64) -> Option<Code> {
 
 /// A convoy: the code that released the lock (the wakers' top site) and
 /// where the waiters waited for it, over all its waiters.
-fn convoy(waiters: &[u32], stacks: &WaitStacks) -> Option<Code> {
+pub fn convoy(waiters: &[u32], stacks: &WaitStacks) -> Option<Code> {
     let anyone = |text: String| ThreadRef { tid: 0, name: Some(text), folded: 0 };
     let side = |who: &str, s: Site| Side {
         thread: anyone(who.into()),
@@ -175,7 +169,9 @@ impl fmt::Display for Code {
 
 #[cfg(test)]
 mod tests {
-    use super::super::finding::{Behind, CpuUse, ThreadTime};
+    use super::super::evidence::CpuUse;
+    use super::super::rules::gil_starvation::GilStarvation;
+    use super::super::rules::Claim;
     use super::*;
     use crate::model::stacks::{Frame, Key, Stack};
 
@@ -197,7 +193,7 @@ mod tests {
         w.add(key(Role::Holder, &in_c), 500);
         w.add(key(Role::Holder, &spin), 100);
         w.add(key(Role::Victim, &recv), 1000);
-        let kind = Kind::GilStarvation {
+        let kind = GilStarvation {
             victim: ThreadTime {
                 thread: ThreadRef { tid: 11, name: Some("ingest".into()), folded: 0 },
                 state: State::GilWait,
@@ -211,18 +207,18 @@ mod tests {
             lock_holder: None,
             age_confirmed: true,
         };
-        let code = of(&kind, &w, 5_000_000).expect("code");
+        let code = kind.code(&w, 5_000_000).expect("code");
         assert_eq!(
             code.to_string(),
             "Code: processor (12) held the GIL in `json.dumps ← processor (service.py:52)` 90% of that time (in C `encoder_listencode_obj` 56% of it), without a switch for 70–75 ms at a time (p50–p99 of 12 holds): a call that does not release the GIL; ingest (11) waited in `recv_exact (service.py:70)` (100%)."
         );
         // with a switch interval of 100 ms those waits are not long
-        assert!(!of(&kind, &w, 100_000_000).unwrap().to_string().contains("without a switch"));
+        assert!(!kind.code(&w, 100_000_000).unwrap().to_string().contains("without a switch"));
         assert_eq!(
             serde_json::to_value(&code).unwrap()["culprit"],
             serde_json::json!({"thread": {"tid": 12, "name": "processor"}, "site": "json.dumps ← processor (service.py:52)", "share": 0.9,
                                "in_c": {"function": "encoder_listencode_obj", "share": 0.5556}})
         );
-        assert!(of(&kind, &WaitStacks::default(), 5_000_000).is_none());
+        assert!(kind.code(&WaitStacks::default(), 5_000_000).is_none());
     }
 }

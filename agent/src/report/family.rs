@@ -6,30 +6,17 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use super::finding::Kind;
-use super::json::seconds;
+use super::serial::seconds;
 use super::ProcessReport;
 use crate::model::blame::Preemptor;
 use crate::model::state::State;
 
-/// A process wanting at least half a CPU over the window is one of the busy ones (a pool's
-/// parent that hands out tasks and collects results wants about a tenth: the CPU its threads ran).
-pub const BUSY_CORES: f64 = 0.5;
 /// A thread runnable (running, queued, throttled) at least this share of the time it existed
 /// is CPU-bound: the time it waited for a CPU is CPU it wanted. A thread that blocks most of its
 /// time wanted the CPU it ran; its run-queue wait is latency after each wakeup, which grows with
 /// what the others run, not demand of its own (a Pool's parent on 3.14: 0.11 CPU run, 0.3 queued
 /// behind the workers, up to 0.5 on a loaded machine: counted as a fifth busy process).
 pub const CPU_BOUND_SHARE: f64 = 0.5;
-/// The busy processes want at least this many times the CPUs they may use.
-pub const OVER_FACTOR: f64 = 1.25;
-/// They waited for a CPU at least this share of the time they wanted one.
-pub const RUNQUEUE_SHARE: f64 = 0.2;
-/// At least this share of that wait was behind the family itself (else a neighbour took the
-/// CPUs: not the family's own oversubscription).
-pub const FAMILY_SHARE: f64 = 0.5;
-/// The members a finding names.
-const NAMED: usize = 6;
 
 /// One process of the family, as its report sums its threads.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -72,51 +59,6 @@ impl Family {
         members.insert(0, member(root, &pids));
         Family { cpus: root.cpu_limit_cores, window_ns: root.duration_ns, members }
     }
-
-    /// "N processes on M CPUs: k× oversubscribed", when the busy members want more CPUs than
-    /// there are and wait for them behind each other.
-    pub fn oversubscription(&self) -> Option<Kind> {
-        if self.window_ns == 0 || self.cpus <= 0.0 {
-            return None;
-        }
-        let window = self.window_ns as f64;
-        let mut busy: Vec<&Member> = self.members.iter().filter(|m| m.demand_ns as f64 >= BUSY_CORES * window).collect();
-        let demand: u64 = busy.iter().map(|m| m.demand_ns).sum();
-        let runqueue: u64 = busy.iter().map(|m| m.runqueue_ns).sum();
-        let behind_family: u64 = busy.iter().map(|m| m.runqueue_family_ns).sum();
-        let demand_cores = demand as f64 / window;
-        if (busy.len() as f64) <= self.cpus
-            || demand_cores < OVER_FACTOR * self.cpus
-            || (runqueue as f64) < RUNQUEUE_SHARE * demand as f64
-            || (behind_family as f64) < FAMILY_SHARE * runqueue as f64
-        {
-            return None;
-        }
-        busy.sort_by(|a, b| b.demand_ns.cmp(&a.demand_ns).then(a.pid.cmp(&b.pid)));
-        Some(Kind::Oversubscribed {
-            count: busy.len(),
-            processes: busy
-                .iter()
-                .take(NAMED)
-                .map(|m| ProcessDemand { pid: m.pid, comm: m.comm.clone(), cores: m.demand_ns as f64 / window })
-                .collect(),
-            cpus: self.cpus,
-            demand_cores,
-            runqueue_ns: runqueue,
-            runqueue_share: runqueue as f64 / demand as f64,
-            behind_family_share: behind_family as f64 / runqueue as f64,
-            window_ns: self.window_ns,
-        })
-    }
-}
-
-/// A busy member as a finding names it: its PID, name and the CPUs it wanted.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ProcessDemand {
-    pub pid: u32,
-    pub comm: String,
-    #[serde(serialize_with = "super::json::rounded")]
-    pub cores: f64,
 }
 
 fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
@@ -154,6 +96,7 @@ fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
 mod tests {
     use super::*;
     use crate::report::fixtures::{row, S};
+    use crate::report::rules::oversubscribed::{self, Oversubscribed};
     use std::collections::BTreeMap;
 
     /// A process of one thread over a 10 s window: running and waiting for a CPU behind `by`.
@@ -181,25 +124,16 @@ mod tests {
         let f = Family::of(&parent, &workers.iter().collect::<Vec<_>>());
         assert_eq!(f.members.iter().map(|m| m.pid).collect::<Vec<_>>(), [100, 101, 102, 103, 104]);
         assert_eq!(f.members[0].demand_ns, S / 10, "a thread that sleeps most of its time wanted what it ran");
-        let Some(Kind::Oversubscribed { count, processes, cpus, demand_cores, runqueue_share, behind_family_share, .. }) =
-            f.oversubscription()
+        let Some(Oversubscribed { count, processes, cpus, demand_cores, runqueue_share, behind_family_share, .. }) = oversubscribed::of(&f)
         else {
-            panic!("{:?}", f.oversubscription());
+            panic!("{:?}", oversubscribed::of(&f));
         };
         assert_eq!((count, processes.len(), cpus), (4, 4, 2.0));
         assert!((demand_cores - 3.96).abs() < 1e-9, "{demand_cores}");
         assert!((runqueue_share - 19.6 / 39.6).abs() < 1e-9 && behind_family_share == 1.0);
-        let line = Kind::Oversubscribed {
-            count,
-            processes,
-            cpus,
-            demand_cores,
-            runqueue_ns: 0,
-            runqueue_share,
-            behind_family_share,
-            window_ns: 10 * S,
-        }
-        .to_string();
+        let line =
+            Oversubscribed { count, processes, cpus, demand_cores, runqueue_ns: 0, runqueue_share, behind_family_share, window_ns: 10 * S }
+                .to_string();
         assert!(line.starts_with("oversubscribed: 4 processes on 2 CPUs want 4.0 CPUs: 2.0× oversubscribed"), "{line}");
     }
 
@@ -217,7 +151,7 @@ mod tests {
         let workers: Vec<ProcessReport> = (101..105).map(|p| process(p, 5 * S, 5 * S, sibling(101))).collect();
         let f = Family::of(&parent, &workers.iter().collect::<Vec<_>>());
         assert_eq!(f.members[0].demand_ns, 22 * S / 10);
-        let Some(Kind::Oversubscribed { count, .. }) = f.oversubscription() else { panic!() };
+        let Some(Oversubscribed { count, .. }) = oversubscribed::of(&f) else { panic!() };
         assert_eq!(count, 4);
         // a CPU-bound thread's wait is demand, however short its runs: two of them queued
         // 60% of the time want a CPU each
@@ -231,12 +165,12 @@ mod tests {
         let parent = process(100, S / 10, 0, Preemptor::Idle);
         // control: two busy workers on two CPUs hardly wait
         let two: Vec<ProcessReport> = (101..103).map(|p| process(p, 9 * S, S / 10, sibling(100))).collect();
-        assert_eq!(Family::of(&parent, &two.iter().collect::<Vec<_>>()).oversubscription(), None);
+        assert_eq!(oversubscribed::of(&Family::of(&parent, &two.iter().collect::<Vec<_>>())), None);
         // four workers that wait behind another program (a neighbour), not behind each other
         let four: Vec<ProcessReport> = (101..105).map(|p| process(p, 5 * S, 49 * S / 10, sibling(999))).collect();
-        assert_eq!(Family::of(&parent, &four.iter().collect::<Vec<_>>()).oversubscription(), None);
+        assert_eq!(oversubscribed::of(&Family::of(&parent, &four.iter().collect::<Vec<_>>())), None);
         // four light workers (a tenth of a CPU each) on two CPUs
         let light: Vec<ProcessReport> = (101..105).map(|p| process(p, S / 2, S / 2, sibling(101))).collect();
-        assert_eq!(Family::of(&parent, &light.iter().collect::<Vec<_>>()).oversubscription(), None);
+        assert_eq!(oversubscribed::of(&Family::of(&parent, &light.iter().collect::<Vec<_>>())), None);
     }
 }

@@ -1,15 +1,31 @@
-//! Hand-built windows for the report's unit tests.
-use super::{AgeReport, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling};
+//! Hand-built windows for the report's unit tests, and what the rules' tests use
+//! (`use crate::report::fixtures::*`).
+pub use super::evidence::{AgeFacts, Behind, CpuUse, Culprit, ThreadRef, ThreadTime};
+pub use super::finding::Finding;
+pub use super::rules::rows::{SPREAD_FACTOR, SPREAD_SLACK_S};
+pub use super::rules::Claim;
+use super::{AgeReport, CgroupReport, PythonInfo, Throttling};
+pub use super::{ProcessReport, ThreadRow};
 use crate::model::age::AgeSummary;
-use crate::model::blame::{FutexWait, Preemptor};
+pub use crate::model::blame::{FutexWait, Preemptor};
 use crate::model::partition::Times;
-use crate::model::state::State;
+pub use crate::model::state::State;
 
 pub const S: u64 = 1_000_000_000;
 
 /// The verdict of a report, as the text report and the JSON `verdict` print it.
 pub fn lines(r: &ProcessReport) -> Vec<String> {
-    super::verdict::findings(r).iter().map(ToString::to_string).collect()
+    findings(r).iter().map(ToString::to_string).collect()
+}
+
+/// Every finding of the window, ranked: the JSON `findings` (and the verdict with `-v`).
+pub fn all_findings(r: &ProcessReport) -> Vec<Finding> {
+    super::verdict::analyse(r).all
+}
+
+/// The verdict as shown.
+pub fn findings(r: &ProcessReport) -> Vec<Finding> {
+    super::verdict::analyse(r).shown
 }
 
 /// A thread of `name` with these nanoseconds per state, present all its window.
@@ -134,4 +150,63 @@ pub fn bless(name: &str, text: &str) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/report/testdata").join(name);
         std::fs::write(&path, text).expect("write the pinned report");
     }
+}
+
+/// A thread as a finding names it (`None`: not one of the report's).
+pub fn thread(tid: u32, name: Option<&str>) -> ThreadRef {
+    ThreadRef { tid, name: name.map(Into::into), folded: 0 }
+}
+
+pub fn named(tid: u32, name: &str) -> ThreadRef {
+    ThreadRef { tid, name: Some(name.into()), folded: 0 }
+}
+
+pub fn time(tid: u32, name: &str, state: State, ns: u64, total_ns: u64) -> ThreadTime {
+    ThreadTime { thread: named(tid, name), state, ns, total_ns }
+}
+
+/// Behind thread `tid` named `name` for `share` of a wait.
+pub fn behind(tid: u32, name: &str, share: f64) -> Option<Behind> {
+    Some(Behind { culprit: Culprit::Thread(named(tid, name)), share })
+}
+
+/// The age facts of the fixture `age(from, to, rising)` under the default (spread) objective.
+pub fn facts(from: f64, to: f64, rising: bool) -> AgeFacts {
+    let mid = (from + to) / 2.0;
+    AgeFacts {
+        growth_s: to - from,
+        last_s: to,
+        max_s: to.max(from),
+        mean_s: mid,
+        slope: (to - from) / 10.0,
+        rising,
+        objective_s: SPREAD_FACTOR * mid + SPREAD_SLACK_S,
+        objective: "spread",
+        over_objective: to.max(from) > SPREAD_FACTOR * mid + SPREAD_SLACK_S,
+    }
+}
+
+/// The findings of `rows` over a window, with an age going `(from, to, rising)`.
+pub fn findings_of(rows: Vec<ThreadRow>, window_ns: u64, limit: f64, ages: Option<(f64, f64, bool)>) -> Vec<Finding> {
+    let mut r = ProcessReport::new(1, "svc".into(), None, window_ns, None, rows);
+    r.cpu_limit_cores = limit;
+    findings(&r.with_age(ages.map(|(from, to, rising)| age(from, to, rising))))
+}
+
+/// Every finding of `rows`, as the JSON `findings` lists them.
+pub fn every_finding_of(rows: Vec<ThreadRow>, window_ns: u64) -> Vec<Finding> {
+    let mut r = ProcessReport::new(1, "svc".into(), None, window_ns, None, rows);
+    r.cpu_limit_cores = 4.0;
+    all_findings(&r)
+}
+
+/// `f` is `kind`, explains `explains_ns` and reads `text`.
+pub fn check(f: &Finding, kind: impl Claim, explains_ns: u64, text: &str) {
+    assert_eq!(*f, Finding { claim: Box::new(kind), explains_ns, code: None, age: None, culprits_off_cpu: vec![] });
+    assert_eq!(f.to_string(), text);
+}
+
+/// The JSON `kind` of each finding, in order.
+pub fn kinds(f: &[Finding]) -> Vec<String> {
+    f.iter().map(|f| serde_json::to_value(f).unwrap()["kind"].as_str().unwrap().to_string()).collect()
 }

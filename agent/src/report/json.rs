@@ -6,7 +6,9 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use super::finding::Finding;
-use super::{verdict, ProcessReport, PythonInfo, ThreadRow};
+use super::serial::{hex_addr, is_zero_u32, round4, round6};
+use super::verdict::Verdict;
+use super::{ProcessReport, PythonInfo, ThreadRow};
 use crate::model::blame;
 use crate::model::partition::{secs, Times};
 use crate::model::state::State;
@@ -79,10 +81,6 @@ pub struct JsonThread {
     /// the first of them; `attach --each-thread` keeps a row each); absent: one thread
     #[serde(skip_serializing_if = "is_zero_u32")]
     pub folded_threads: u32,
-}
-
-pub(super) fn is_zero_u32(n: &u32) -> bool {
-    *n == 0
 }
 
 #[derive(Serialize, Debug)]
@@ -172,7 +170,7 @@ pub struct JsonStretches {
     /// the home wait: its syscall ("epoll_wait", "futex")
     pub home: String,
     /// the futex word or parked address of a futex home
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "hex_some")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "crate::report::serial::hex_some")]
     pub futex: Option<u64>,
     /// time blocked in the home wait (waiting for work)
     pub home_wait_s: f64,
@@ -369,52 +367,6 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-fn round6(x: f64) -> f64 {
-    (x * 1e6).round() / 1e6
-}
-
-/// Ratios and shares: four digits.
-fn round4(x: f64) -> f64 {
-    (x * 1e4).round() / 1e4
-}
-
-/// A futex word's address: "0x7f0000001000" (a parked one's without its tag).
-fn hex_addr(addr: u64) -> String {
-    format!("{:#x}", blame::address(addr))
-}
-
-// serde `serialize_with` helpers for the typed findings: their numbers as the rest of the object has them
-
-/// nanoseconds as seconds
-pub(super) fn seconds<S: Serializer>(ns: &u64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(round6(secs(*ns)))
-}
-
-pub(super) fn rounded<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(round6(*x))
-}
-
-pub(super) fn ratio<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(round4(*x))
-}
-
-/// a state by its stable name
-pub(super) fn state_name<S: Serializer>(state: &State, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(state.name())
-}
-
-pub(super) fn hex<S: Serializer>(addr: &u64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&hex_addr(*addr))
-}
-
-/// an address that is there (with `skip_serializing_if = "Option::is_none"`)
-pub(super) fn hex_some<S: Serializer>(addr: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
-    match addr {
-        Some(a) => hex(a, s),
-        None => s.serialize_none(),
-    }
-}
-
 pub fn thread(row: &ThreadRow) -> JsonThread {
     JsonThread {
         tid: row.tid,
@@ -506,8 +458,8 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
     }
 }
 
-pub fn report(r: &ProcessReport) -> JsonReport {
-    let findings = verdict::all_findings(r);
+/// The JSON object of `r`, whose verdict `v` is (`verdict::analyse`).
+pub fn report(r: &ProcessReport, v: &Verdict) -> JsonReport {
     JsonReport {
         pid: r.pid,
         comm: r.comm.clone(),
@@ -544,8 +496,8 @@ pub fn report(r: &ProcessReport) -> JsonReport {
                 wakers: f.wakers.clone(),
             })
             .collect(),
-        verdict: verdict::findings(r).iter().map(Finding::to_string).collect(),
-        findings,
+        verdict: v.shown.iter().map(Finding::to_string).collect(),
+        findings: v.all.clone(),
         exited: r.exited_after_ns.is_some(),
         exited_after_s: r.exited_after_ns.map(|n| round6(secs(n))),
         wait_sites: r.stacks.as_ref().map(wait_sites),
@@ -555,13 +507,13 @@ pub fn report(r: &ProcessReport) -> JsonReport {
     }
 }
 
-pub fn render(r: &ProcessReport) -> String {
-    serde_json::to_string_pretty(&report(r)).expect("a report always serializes")
+pub fn render(r: &ProcessReport, v: &Verdict) -> String {
+    serde_json::to_string_pretty(&report(r, v)).expect("a report always serializes")
 }
 
 /// `render` on one line (JSON Lines: a report per process of `attach -p A,B`).
-pub fn render_line(r: &ProcessReport) -> String {
-    serde_json::to_string(&report(r)).expect("a report always serializes")
+pub fn render_line(r: &ProcessReport, v: &Verdict) -> String {
+    serde_json::to_string(&report(r, v)).expect("a report always serializes")
 }
 
 #[cfg(test)]
@@ -584,7 +536,7 @@ mod tests {
             ..Default::default()
         };
         let r = ProcessReport::new(1234, "python3.11".into(), None, 10_000_000_000, None, vec![row]);
-        let v: serde_json::Value = serde_json::from_str(&render(&r)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&render(&r, &crate::report::verdict::analyse(&r))).unwrap();
         for key in ["pid", "comm", "duration_s", "python", "cgroup", "threads", "top_futexes", "verdict"] {
             assert!(v.get(key).is_some(), "missing {key}");
         }
@@ -610,7 +562,8 @@ mod tests {
 
     #[test]
     fn the_json_is_pinned() {
-        let json = render(&crate::report::fixtures::full_report());
+        let r = crate::report::fixtures::full_report();
+        let json = render(&r, &crate::report::verdict::analyse(&r));
         crate::report::fixtures::bless("full_report.json", &json);
         assert_eq!(json, include_str!("testdata/full_report.json"));
     }

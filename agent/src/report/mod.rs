@@ -3,12 +3,15 @@
 pub mod code;
 pub mod dump;
 pub mod environment;
+pub mod evidence;
 pub mod family;
 pub mod finding;
 #[cfg(test)]
 mod fixtures;
 pub mod fold;
 pub mod json;
+pub mod rules;
+pub mod serial;
 pub mod text;
 pub mod verdict;
 
@@ -241,8 +244,8 @@ pub struct VerdictOptions {
 }
 
 impl ProcessReport {
-    /// Rows sorted by TID. The verdict is derived when the report is rendered
-    /// (`verdict::findings`), from the rows and what `with_cgroup`/`with_age` add.
+    /// Rows sorted by TID. The verdict is drawn once for the renderers (`verdict::analyse`),
+    /// from the rows and what `with_cgroup`/`with_age` add.
     pub fn new(
         pid: u32,
         comm: String,

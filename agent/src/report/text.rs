@@ -1,7 +1,8 @@
 //! Terminal rendering: the per-thread table (live and final) with a bar per thread.
 use std::fmt::Write;
 
-use super::{verdict, ProcessReport, ThreadRow};
+use super::verdict::{self, Verdict};
+use super::{ProcessReport, ThreadRow};
 use crate::model::partition::secs;
 use crate::model::state::State;
 
@@ -232,8 +233,9 @@ pub fn environment_line(e: &super::environment::Environment) -> String {
     format!("environment: {}", parts.join("; "))
 }
 
-/// The final report: header, table, legend, verdict; its table in `width` columns (the verdict's lines wrap as the terminal wraps them).
-pub fn report_fit(r: &ProcessReport, color: bool, width: usize) -> String {
+/// The final report: header, table, legend, verdict (`v`: `verdict::analyse` of `r`); its table in
+/// `width` columns (the verdict's lines wrap as the terminal wraps them).
+pub fn report_fit(r: &ProcessReport, v: &Verdict, color: bool, width: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -260,7 +262,7 @@ pub fn report_fit(r: &ProcessReport, color: bool, width: usize) -> String {
         let _ = writeln!(out, "process {} exited {:.1} s into the window; the report covers the time it ran", r.pid, secs(e));
     }
     out.push_str("verdict:\n");
-    for f in verdict::findings(r) {
+    for f in &v.shown {
         let _ = writeln!(out, "  - {f}");
     }
     out
@@ -272,6 +274,7 @@ mod tests {
     use crate::model::blame::{FutexWait, Preemptor};
     use crate::model::partition::Times;
     use crate::report::fixtures::{full_report, row, S};
+    use crate::report::verdict::analyse;
     use crate::report::ThreadRow;
 
     #[test]
@@ -295,7 +298,7 @@ mod tests {
         let row =
             ThreadRow { tid: 42, name: "worker".into(), comm: "worker".into(), times: t, existed_ns: t.total(), ..Default::default() };
         let r = ProcessReport::new(42, "demo".into(), None, 4_000_000_000, None, vec![row]);
-        let text = report_fit(&r, false, FULL_WIDTH);
+        let text = report_fit(&r, &analyse(&r), false, FULL_WIDTH);
         assert!(text.contains("PID 42 (demo), 4.0 s, 1 threads"), "{text}");
         let line = text.lines().find(|l| l.contains("worker")).unwrap();
         assert!(line.contains(" 75.0  25.0"), "{line}");
@@ -375,7 +378,7 @@ mod tests {
     fn the_table_fits_80_and_120_columns_busiest_first() {
         let r = full_report();
         for width in [80, 100, 120, FULL_WIDTH] {
-            let text = report_fit(&r, false, width);
+            let text = report_fit(&r, &analyse(&r), false, width);
             let table: Vec<&str> = text.lines().take_while(|l| !l.starts_with("verdict:")).collect();
             for line in &table {
                 assert!(line.chars().count() <= width, "{width}: {} chars: {line}", line.chars().count());
@@ -392,7 +395,7 @@ mod tests {
         // 120: the state columns, no bar
         let medium = table_fit(&r, false, 120);
         assert!(medium.contains("FUTEX") && !medium.contains("STATES"), "{medium}");
-        assert!(!report_fit(&r, false, FULL_WIDTH).contains("YIELD"));
+        assert!(!report_fit(&r, &analyse(&r), false, FULL_WIDTH).contains("YIELD"));
     }
 
     #[test]
@@ -400,7 +403,7 @@ mod tests {
         let mut r = full_report();
         r.threads[0].times.0[State::Yield.index()] = 1_000_000_000;
         for width in [80, 100, 106, 120, FULL_WIDTH, FULL_WIDTH + 6] {
-            let text = report_fit(&r, false, width);
+            let text = report_fit(&r, &analyse(&r), false, width);
             for line in text.lines().take_while(|l| !l.starts_with("verdict:")) {
                 assert!(line.chars().count() <= width, "{width}: {} chars: {line}", line.chars().count());
             }
@@ -413,7 +416,7 @@ mod tests {
     #[test]
     fn the_text_report_is_pinned() {
         let r = full_report();
-        let (plain, ansi) = (report_fit(&r, false, FULL_WIDTH), report_fit(&r, true, FULL_WIDTH));
+        let (plain, ansi) = (report_fit(&r, &analyse(&r), false, FULL_WIDTH), report_fit(&r, &analyse(&r), true, FULL_WIDTH));
         crate::report::fixtures::bless("full_report.txt", &plain);
         crate::report::fixtures::bless("full_report.ansi", &ansi);
         assert_eq!(plain, include_str!("testdata/full_report.txt"));
