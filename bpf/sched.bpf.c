@@ -296,7 +296,8 @@ static __always_inline __u64 wait_key(__u32 state, __s32 syscall, __u64 futex_ad
 {
 	if (syscall < 0 || state == WM_STATE_GIL_WAIT || !is_blocked(state))
 		return 0;
-	return ((__u64)(syscall & (WM_MAX_SYSCALLS - 1)) << WM_STRETCH_KEY_SHIFT) | (futex_addr & WM_USER_ADDR_MASK);
+	return ((__u64)(syscall & (WM_MAX_SYSCALLS - 1)) << WM_STRETCH_KEY_SHIFT) |
+	       (futex_addr & WM_USER_ADDR_MASK & ~(__u64)(WM_STRETCH_WORD_BLOCK - 1));
 }
 
 /*
@@ -304,20 +305,22 @@ static __always_inline __u64 wait_key(__u32 state, __s32 syscall, __u64 futex_ad
  * it left the wait `left_key` (woken) and/or blocks in `enter_key` now.
  * Leaving notes when, and the time per state so far; blocking in a wait it
  * left before closes the stretch between (into `so`). A wait not among the
- * last WM_HOME_SLOTS takes the slot used longest ago.
+ * last WM_HOME_SLOTS takes the slot of the one it waited in least (never
+ * its home, whose slot must outlive the other waits of a long stretch).
  */
 static __always_inline void note_waits(struct wm_thread *t, __u64 left_key, __u64 enter_key, __u64 now,
 				       struct wm_stretch_closed *so)
 {
-	__u32 oldest = 0;
-	__u64 oldest_at = ~0ULL;
+	__u32 least = 0;
+	__u64 least_waited = ~0ULL;
 
 	for (__u32 i = 0; i < WM_HOME_SLOTS; i++) {
 		struct wm_home_slot *h = &t->homes[i];
-		__u64 used = h->left ? h->left : h->entered;
 
 		if (left_key && h->key == left_key && !h->left) {
 			h->left = now | 1;
+			if (now > h->entered)
+				h->waited += now - h->entered;
 			for (__u32 s = 0; s < WM_NR_STATES; s++)
 				h->at_us[s] = (__u32)(t->d.ns[s] >> 10);
 		}
@@ -333,19 +336,18 @@ static __always_inline void note_waits(struct wm_thread *t, __u64 left_key, __u6
 			h->left = 0;
 			enter_key = 0;
 		}
-		if (!h->key)
-			used = 0;
-		if (used < oldest_at) {
-			oldest_at = used;
-			oldest = i;
+		if (h->waited < least_waited || !h->key) {
+			least_waited = h->key ? h->waited : 0;
+			least = i;
 		}
 	}
-	if (enter_key && oldest < WM_HOME_SLOTS) {
-		struct wm_home_slot *h = &t->homes[oldest];
+	if (enter_key && least < WM_HOME_SLOTS) {
+		struct wm_home_slot *h = &t->homes[least];
 
 		h->key = enter_key;
 		h->entered = now;
 		h->left = 0;
+		h->waited = 0;
 	}
 }
 

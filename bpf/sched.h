@@ -71,7 +71,10 @@ enum wm_stretch_limits {
 	WM_STRETCH_OCTAVES = 26,     /* units 1 .. 2^26 (17.5 min) */
 	WM_STRETCH_SUB = 4,          /* buckets per octave */
 	WM_STRETCH_BUCKETS = 108,    /* 1 (below a unit) + OCTAVES * SUB, + 3 unused (alignment) */
-	WM_STRETCH_KEY_SHIFT = 48,   /* a wait's key: syscall << 48 | futex word */
+	WM_STRETCH_KEY_SHIFT = 48,   /* a wait's key: syscall << 48 | futex word's 64-byte block */
+	/* futex words in one 64-byte block are one wait: a glibc condition
+	 * variable sleeps on two words (its two groups of waiters) in turn */
+	WM_STRETCH_WORD_BLOCK = 64,
 	WM_DEFAULT_MAX_STRETCHES = 32768,
 };
 
@@ -93,6 +96,7 @@ struct wm_home_slot {
 	__u64 key;      /* syscall << WM_STRETCH_KEY_SHIFT | futex word; 0: free */
 	__u64 entered;  /* when it last blocked in it */
 	__u64 left;     /* when that wait ended; 0: blocked in it now */
+	__u64 waited;   /* time blocked in it so far: the slot that waited least is the one reused */
 	__u32 at_us[WM_NR_STATES]; /* its `ns` at `left`, in 1024 ns units (differences wrap correctly) */
 	__u32 _pad;
 };

@@ -18,8 +18,11 @@ pub const SUB: usize = 4;
 /// Buckets (ABI: WM_STRETCH_BUCKETS): below a unit, then `SUB` per octave; the last used one
 /// (`OCTAVES * SUB`) counts everything longer too.
 pub const BUCKETS: usize = 108;
-/// A wait's key: syscall << KEY_SHIFT | futex word (ABI: WM_STRETCH_KEY_SHIFT).
+/// A wait's key: syscall << KEY_SHIFT | futex word's block (ABI: WM_STRETCH_KEY_SHIFT).
 pub const KEY_SHIFT: u32 = 48;
+/// Futex words in one block of this many bytes are one wait (ABI: WM_STRETCH_WORD_BLOCK): a
+/// glibc condition variable sleeps on two words, its two groups of waiters, in turn.
+pub const WORD_BLOCK: u64 = 64;
 /// The default objective of a stretch: one longer is a stall. asyncio's `slow_callback_duration`,
 /// the time at which its debug mode warns that a callback blocked the event loop; `attach
 /// --age-slo` sets another.
@@ -33,13 +36,19 @@ pub const HOME_SHARE: f64 = 0.5;
 pub struct WaitKey(pub u64);
 
 impl WaitKey {
+    /// The key of a wait in `syscall` (on futex `word`); the probe builds them (tests do here).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn new(syscall: u32, word: u64) -> WaitKey {
-        WaitKey((u64::from(syscall) << KEY_SHIFT) | (word & ((1 << KEY_SHIFT) - 1)))
+        WaitKey((u64::from(syscall) << KEY_SHIFT) | (word & ((1 << KEY_SHIFT) - 1) & !(WORD_BLOCK - 1)))
+    }
+    /// The futex word `addr` (or a parked address) is in this wait's block.
+    pub fn holds(self, addr: u64) -> bool {
+        self.is_futex() && crate::model::blame::address(addr) & !(WORD_BLOCK - 1) == self.word()
     }
     pub fn syscall(self) -> u32 {
         (self.0 >> KEY_SHIFT) as u32
     }
-    /// The futex word (0: not a futex wait).
+    /// The futex word's block (0: not a futex wait).
     pub fn word(self) -> u64 {
         self.0 & ((1 << KEY_SHIFT) - 1)
     }
@@ -105,6 +114,26 @@ pub fn bounds_ns(k: usize) -> (f64, f64) {
 }
 
 impl Hist {
+    /// Stretches of these lengths, each after `wait_ns` at home; those of at least `objective_ns`
+    /// spent in `state` (for tests: what the probe would have histogrammed).
+    #[cfg(test)]
+    pub fn of(lengths_ns: &[u64], wait_ns: u64, objective_ns: u64, state: super::state::State) -> Hist {
+        let mut h = Hist::default();
+        for &ns in lengths_ns {
+            h.count += 1;
+            h.ns += ns;
+            h.max_ns = h.max_ns.max(ns);
+            h.wait_ns += wait_ns;
+            h.buckets[bucket(ns)] += 1;
+            if ns >= objective_ns {
+                h.long_count += 1;
+                h.long_ns += ns;
+                h.long_state_ns[state as usize] += ns;
+            }
+        }
+        h
+    }
+
     /// This window's part: `self` less an earlier reading of the same thread and wait.
     pub fn since(&self, before: &Hist) -> Hist {
         let mut d = Hist {
@@ -331,10 +360,15 @@ mod tests {
         // no wait holds most of the blocked time: no home
         let mut other = lock.clone();
         other.wait_ns = 600_000_000;
-        let s = ThreadStretches::new(vec![(WaitKey::new(202, 0x1000), lock), (WaitKey::new(0, 0), other.clone()), (WaitKey::new(7, 0), other)], STALL_OBJECTIVE_NS);
+        let s = ThreadStretches::new(
+            vec![(WaitKey::new(202, 0x1000), lock), (WaitKey::new(0, 0), other.clone()), (WaitKey::new(7, 0), other)],
+            STALL_OBJECTIVE_NS,
+        );
         assert_eq!(s.home, None);
         let k = WaitKey::new(202, 0x7f00_dead_beef);
-        assert_eq!((k.syscall(), k.word(), k.is_futex()), (202, 0x7f00_dead_beef, true));
+        assert_eq!((k.syscall(), k.word(), k.is_futex()), (202, 0x7f00_dead_bec0, true));
+        // the two words of a glibc condition variable are one wait
+        assert!(k.holds(0x7f00_dead_bef0) && k.holds(0x7f00_dead_bef4) && !k.holds(0x7f00_dead_bf00));
     }
 
     #[test]

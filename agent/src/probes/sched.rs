@@ -49,6 +49,7 @@ const _: () = {
     assert!(stretches::SUB == wm_stretch_limits::WM_STRETCH_SUB.0 as usize);
     assert!(stretches::BUCKETS == wm_stretch_limits::WM_STRETCH_BUCKETS.0 as usize);
     assert!(stretches::KEY_SHIFT == wm_stretch_limits::WM_STRETCH_KEY_SHIFT.0);
+    assert!(stretches::WORD_BLOCK == wm_stretch_limits::WM_STRETCH_WORD_BLOCK.0 as u64);
 };
 
 /// A GIL holder id with this bit is a host TID: the thread of the process whose

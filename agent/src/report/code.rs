@@ -109,6 +109,14 @@ pub fn of_wait(
     })
 }
 
+/// What a busy thread ran (its CPU clock samples while it had not blocked for a while: role
+/// busy), as the culprit side of a finding about it (a stall, a saturated thread).
+pub fn busy(thread: &ThreadRef, stacks: &WaitStacks) -> Option<Code> {
+    let s = stacks.top_site(thread.tid, State::Running, Role::Busy, None)?;
+    let culprit = Side { thread: thread.clone(), site: s.text, share: s.share, in_c: s.in_c.map(|(function, share)| InC { function, share }) };
+    Some(Code { role: Role::Busy.label(), culprit: Some(culprit), victim: None, holds: None })
+}
+
 /// A convoy: the code that released the lock (the wakers' top site) and
 /// where the waiters waited for it, over all its waiters.
 pub fn convoy(waiters: &[u32], stacks: &WaitStacks) -> Option<Code> {
@@ -138,6 +146,7 @@ impl fmt::Display for Code {
                 "waker" if c.thread.tid == 0 => "released it in",
                 "waker" => "woke it from",
                 "preemptor" => "had the CPU in",
+                "busy" => "ran",
                 _ => "was in",
             };
             write!(f, "Code: {} {verb} `{}` {:.0}% of that time", name(&c.thread), c.site, 100.0 * c.share)?;

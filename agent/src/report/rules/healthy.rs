@@ -56,7 +56,7 @@ impl fmt::Display for Healthy {
         };
         write!(
             f,
-            "healthy: {age}; no thread waited for a CPU, quota or the GIL for {:.0}% or more of its time, and none was busy all of the {:.1} s",
+            "healthy: {age}; no thread waited for a CPU, quota or the GIL for {:.0}% or more of its time, no serving thread was kept from its home wait for long, and none that others wait on was busy all of the {:.1} s",
             100.0 * self.waiting_share,
             secs(self.window_ns)
         )
@@ -67,6 +67,8 @@ impl fmt::Display for Healthy {
 mod tests {
     use super::*;
     use crate::report::fixtures::*;
+    use crate::model::stretches::{Hist, ThreadStretches, WaitKey};
+    use crate::report::ThreadRow;
 
     #[test]
     fn healthy() {
@@ -78,7 +80,7 @@ mod tests {
             &f[0],
             healthy,
             0,
-            "healthy: age flat at 1.00 s (mean 1.00 s, max 1.00 s, objective 2.10 s); no thread waited for a CPU, quota or the GIL for 20% or more of its time, and none was busy all of the 10.0 s",
+            "healthy: age flat at 1.00 s (mean 1.00 s, max 1.00 s, objective 2.10 s); no thread waited for a CPU, quota or the GIL for 20% or more of its time, no serving thread was kept from its home wait for long, and none that others wait on was busy all of the 10.0 s",
         );
     }
 
@@ -101,10 +103,17 @@ mod tests {
         let mut r = ProcessReport::new(1, "svc".into(), None, 10 * S, None, rows()).with_age(Some(spiky));
         r.cpu_limit_cores = 4.0;
         assert!(!kinds(&findings(&r)).contains(&"healthy".to_string()), "{:?}", findings(&r));
-        // a saturated thread is never healthy, age or not
-        assert_eq!(
-            kinds(&findings_of(vec![row(1, "busy", &[(State::Running, 10 * S)])], 10 * S, 4.0, Some((0.1, 0.1, false)))),
-            ["saturated_thread"]
-        );
+        // a saturated thread is never healthy, age or not, when something waits on it: it serves
+        // input (a home wait it comes back to) ...
+        let obj = crate::model::stretches::STALL_OBJECTIVE_NS;
+        let serving = ThreadRow {
+            stretches: Some(ThreadStretches::new(vec![(WaitKey::new(202, 0x10), Hist::of(&[3 * S, 4 * S], S, obj, State::Running))], obj)),
+            ..row(1, "busy", &[(State::Running, 10 * S)])
+        };
+        assert_eq!(kinds(&findings_of(vec![serving], 10 * S, 4.0, Some((0.1, 0.1, false)))), ["saturated_thread"]);
+        // ... or the age is bad
+        assert_eq!(kinds(&findings_of(vec![row(1, "busy", &[(State::Running, 10 * S)])], 10 * S, 4.0, Some((0.1, 3.0, true))))[0], "saturated_thread");
+        // a busy thread nothing waits on (a batch loop with the GIL off) is no limit
+        assert_eq!(kinds(&findings_of(vec![row(1, "busy", &[(State::Running, 10 * S)])], 10 * S, 4.0, Some((0.1, 0.1, false)))), ["healthy"]);
     }
 }

@@ -47,7 +47,7 @@ pub fn idle(cx: &Context) -> BTreeSet<u32> {
         .iter()
         .filter(|r| {
             r.times.total() > 0
-                && share_of(r, State::Running) < IDLE_RUNNING_SHARE
+                && (share_of(r, State::Running) < IDLE_RUNNING_SHARE || waits_at_home(r))
                 && (r.times.waiting() as f64) < WAITING_SHARE * r.times.total() as f64
                 && share_of(r, State::Yield) < WAITING_SHARE
                 && !together.contains(&r.tid)
@@ -64,6 +64,19 @@ pub fn idle(cx: &Context) -> BTreeSet<u32> {
         }
     }
     candidates.into_iter().filter(|tid| (waited_on.get(tid).copied().unwrap_or(0) as f64) < IDLE_BLAME_SHARE * window_ns as f64).collect()
+}
+
+/// A thread that spent most of its blocked time in its home wait, the one place it waits for
+/// work (`model::stretches`): a loop in its poll, a pool's worker on its queue, whatever it ran
+/// in between.
+pub fn waits_at_home(r: &ThreadRow) -> bool {
+    let blocked: u64 = [State::FutexWait, State::IoWait, State::Sleep, State::Other].into_iter().map(|s| r.times.get(s)).sum();
+    r.stretches.as_ref().and_then(|s| s.at_home()).is_some_and(|(_, h)| h.wait_ns > 0 && 2 * h.wait_ns >= blocked)
+}
+
+/// The futex word `addr` is where thread `r` waits for work: its home wait.
+pub fn home_word(r: &ThreadRow, addr: u64) -> bool {
+    r.stretches.as_ref().and_then(|s| s.home).is_some_and(|k| k.holds(addr))
 }
 
 /// The idle threads of the window present in it, in one line.

@@ -6,6 +6,8 @@ use serde::Serialize;
 use super::super::code::{self, Code};
 use super::super::evidence::ThreadRef;
 use super::super::serial::{hex, seconds};
+use super::super::ThreadRow;
+use super::idle_threads::home_word;
 use super::rows::thread_ref;
 use super::unmeasured_gil::{on_unmeasured_gil, unmeasured_python};
 use super::{Claim, Context, Repeat};
@@ -41,13 +43,26 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
     report
         .top_futexes
         .iter()
-        .filter(|f| f.waiters.len() >= CONVOY_WAITERS && f.wait_ns as f64 >= CONVOY_SHARE * window)
         .filter(|f| !on_unmeasured_gil(report, f.addr))
-        .map(|f| -> Box<dyn Claim> {
+        .filter_map(|f| {
+            // waiting for work is idle, never contention: only the threads that took the lock in
+            // the middle of their work (it is not their home wait) and were handed it (a wake
+            // ended a wait of theirs on it) queue on it
+            let contenders: Vec<&ThreadRow> = f
+                .waiters
+                .iter()
+                .filter_map(|tid| cx.rows.iter().find(|r| r.tid == *tid))
+                .filter(|r| !home_word(r, f.addr) && r.futex.iter().any(|w| w.addr == f.addr && w.waker != 0))
+                .collect();
+            let wait_ns: u64 = contenders.iter().flat_map(|r| r.futex.iter().filter(|w| w.addr == f.addr)).map(|w| w.ns).sum();
+            (contenders.len() >= CONVOY_WAITERS && wait_ns as f64 >= CONVOY_SHARE * window)
+                .then(|| (f, contenders.iter().map(|r| r.tid).collect::<Vec<u32>>(), wait_ns))
+        })
+        .map(|(f, waiters, wait_ns)| -> Box<dyn Claim> {
             Box::new(LockConvoy {
                 futex: f.addr,
-                waiters: f.waiters.clone(),
-                wait_ns: f.wait_ns,
+                waiters,
+                wait_ns,
                 window_ns: cx.window_ns,
                 wakers: f.wakers.iter().map(|t| thread_ref(*t, cx.rows)).collect(),
                 unmeasured_python: unknown_gil.clone(),

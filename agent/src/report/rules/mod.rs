@@ -36,6 +36,7 @@ pub mod oversubscribed;
 pub mod rows;
 pub mod run_queue;
 pub mod saturated_thread;
+pub mod stall;
 pub mod unmeasured_gil;
 pub mod yielding;
 
@@ -61,6 +62,9 @@ pub const ORDER: &[Rule] = &[
     unmeasured_gil::find,
     // the convoys' waiters are not idle: before any rule that asks which threads are (`Context::idle`)
     lock_convoy::find,
+    // a serving thread kept from its home: before the GIL starvation, which leaves a thread
+    // whose stall names its GIL holder to it (one finding per cause)
+    stall::find,
     gil_starvation::find,
     cpu_quota_throttling::find,
     oversubscribed::find,

@@ -7,7 +7,11 @@ use serde::Serialize;
 use super::super::evidence::{CpuUse, ThreadRef};
 use super::super::serial::seconds;
 use super::rows::{busy_ns, row_ref};
+use super::super::code::{self, Code};
+use super::super::ThreadRow;
 use super::{Claim, Context};
+use crate::model::blame::Preemptor;
+use crate::model::stacks::WaitStacks;
 use crate::model::partition::secs;
 use crate::model::state::State;
 
@@ -52,7 +56,7 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
                 && busy_ns(r) as f64 >= SATURATED_SHARE * total as f64
                 && (queued as f64) < SATURATED_QUEUED_SHARE * total as f64
         })
-        .filter(|r| !gil_holders.contains(&r.tid))
+        .filter(|r| !gil_holders.contains(&r.tid) && waited_for(r, cx))
         .map(|r| -> Box<dyn Claim> {
             Box::new(SaturatedThread {
                 thread: row_ref(r),
@@ -81,6 +85,33 @@ impl Claim for SaturatedThread {
     fn names(&self) -> Option<(u32, Option<State>)> {
         Some((self.thread.tid, None))
     }
+    /// What it ran (its CPU clock samples while busy).
+    fn code(&self, stacks: &WaitStacks, _switch_ns: u64) -> Option<Code> {
+        code::busy(&self.thread, stacks)
+    }
+}
+
+/// Others waited behind thread `tid` (for the GIL it held, a futex it woke them from, a CPU it
+/// had) this long in the window, summed.
+fn waited_on(tid: u32, rows: &[ThreadRow]) -> u64 {
+    rows.iter()
+        .filter(|r| r.tid != tid)
+        .map(|r| {
+            r.gil_by_holder.get(&tid).copied().unwrap_or(0)
+                + r.futex_by_waker().get(&tid).copied().unwrap_or(0)
+                + r.runqueue_by.get(&Preemptor::Thread(tid)).copied().unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Something waits on a busy thread: the application's age is bad, or it serves input (it has a
+/// home wait it comes back to: what arrives queues while it is busy), or other threads waited
+/// behind it. A thread that computes on its own with nothing queued behind it (a batch loop on
+/// a free-threaded interpreter) is no head-of-line limit.
+fn waited_for(r: &ThreadRow, cx: &Context) -> bool {
+    cx.bad_age
+        || r.stretches.as_ref().is_some_and(|s| s.home.is_some())
+        || waited_on(r.tid, cx.rows) as f64 >= super::idle_threads::IDLE_BLAME_SHARE * cx.window_ns as f64
 }
 
 impl fmt::Display for SaturatedThread {
