@@ -61,9 +61,15 @@ def test_a_serving_thread_kept_from_its_poll_is_the_first_line(name):
     assert first["kind"] == "stall", verdict
     assert first["thread"]["tid"] == tid, (tid, verdict)
     assert verdict[0].startswith("stall: "), verdict
-    # the stretch lengths agree with what the clients measured, from outside, over the same window
+    # the stretch lengths agree with what the clients measured, from outside, over the same
+    # window: the stalls' middle with the pings' p99 (what one slow request costs a ping), and
+    # the longest covers the longest ping. A stretch lasts until the thread blocks at home
+    # again: slow requests back to back on a loaded machine are one longer stretch (a busy
+    # period), so the longest may exceed the longest ping (docs/verdicts.md)
     seen = in_window(report, lat)
-    assert abs(first["max_s"] - seen["max"]) <= TOLERANCE * seen["max"], (first, seen)
+    stall = {k: first[k] for k in ("p50_s", "max_s", "stalls", "stall_s")}
+    assert abs(first["p50_s"] - seen["p99"]) <= TOLERANCE * seen["p99"], (stall, seen)
+    assert first["max_s"] >= (1 - TOLERANCE) * seen["max"], (stall, seen)
     assert first["stalls"] >= 5, first
     thread = next(t for t in report["threads"] if t["tid"] == tid)
     assert thread["stretches"]["max_s"] == first["max_s"], thread["stretches"]

@@ -33,7 +33,13 @@ pub struct Verdict {
 pub fn analyse(report: &ProcessReport) -> Verdict {
     let cx = Context::new(report).run();
     let mut claims = cx.found.clone();
-    claims.sort_by(|a, b| rank(a.as_ref(), b.as_ref()));
+    // a thread's own line that a headline says already comes after the headlines of its tier
+    let repeats: Vec<Repeat> = claims.iter().flat_map(|c| c.repeats()).collect();
+    let repeated = |c: &dyn Claim| c.line_of().is_some_and(|line| repeats.iter().any(|r| r.covers(line)));
+    claims.sort_by(|a, b| {
+        let (a, b) = (a.as_ref(), b.as_ref());
+        a.tier().cmp(&b.tier()).then(repeated(a).cmp(&repeated(b))).then(rank(a, b))
+    });
     let all: Vec<Finding> = claims.into_iter().map(|c| beside(c, &cx)).collect();
     let shown = if report.verdict.all { all.clone() } else { shown(&all, &cx) };
     Verdict { all, shown }

@@ -74,6 +74,10 @@ fn lock_link<'a>(u: &ThreadRow, rows: &'a [ThreadRow]) -> Option<(&'a ThreadRow,
         return None;
     }
     let (lock, _, ns) = top_word(u.futex.iter().filter(|x| x.waker == w))?;
+    // its home wait is where it waits for work (a pool's worker on its queue): no lock
+    if super::idle_threads::home_word(u, lock) {
+        return None;
+    }
     Some((holder, ns, lock))
 }
 

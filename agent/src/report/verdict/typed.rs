@@ -58,7 +58,8 @@ fn ranking_puts_the_binding_limit_first() {
     let mut r = ProcessReport::new(1, "svc".into(), None, 5 * S, None, rows);
     r.cpu_limit_cores = 4.0;
     let r = r.with_cgroup(Some(cgroup(Some(3.0))), None).with_age(Some(age(0.1, 6.2, true)));
-    let every = ["gil_starvation", "gil_wait", "lock_convoy", "cpu_quota_throttling", "cpu_quota", "cpu_quota", "cpu_quota"];
+    // the lines the headlines say already after them
+    let every = ["gil_starvation", "lock_convoy", "cpu_quota_throttling", "gil_wait", "cpu_quota", "cpu_quota", "cpu_quota"];
     assert_eq!(kinds(&all_findings(&r)), every);
     // as shown: no line that repeats a headline (the starving thread's GIL wait, the
     // throttled cgroup's threads, the convoy's waiters)
