@@ -3,7 +3,12 @@
 //! its rank, what it claims for the other findings (`Claim`) and its words (`Display`).
 //!
 //! The rules run in the order of `ORDER`, each seeing the findings before it (`Context`):
-//! adding a kind of finding is a file here and a line in `ORDER`.
+//! adding a kind of finding is a file here and a line in `ORDER`. The file has a struct of the
+//! evidence (`#[derive(Clone, Debug, PartialEq, Serialize)]`: its fields are the JSON's, after
+//! `"kind"`), `find(&Context) -> Vec<Box<dyn Claim>>` (or, for a thread's own line, `of` in
+//! `PER_THREAD`), `impl Claim` (its `kind`, and of the other methods those whose defaults do not
+//! fit) and `impl Display` (its line); its line in `ORDER` comes after the rules whose findings
+//! it reads.
 use std::any::Any;
 use std::cell::OnceCell;
 use std::collections::BTreeSet;
