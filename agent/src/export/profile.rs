@@ -40,7 +40,7 @@ pub fn pprof(stacks: &WaitStacks, names: &HashMap<u32, String>, start_unix_ns: i
 pub fn pprof_of(parts: &[Part], start_unix_ns: i64, duration_ns: i64) -> Builder {
     let mut b = Builder::new(&[("wait", "nanoseconds")], ("wait", "nanoseconds"), 1);
     b.set_time(start_unix_ns, duration_ns);
-    b.add_comment("waitmeter wait profile: value = nanoseconds a thread waited; role victim = its own stack, holder/waker/preemptor = the stack of who it waited behind");
+    b.add_comment("waitmeter wait profile: value = nanoseconds a thread waited; role victim = its own stack, holder/waker/preemptor = the stack of who it waited behind; role busy = a thread's own code on the CPU while it had not blocked for long (not a wait)");
     // the heaviest first, so that what a full profile leaves out is the least
     let mut entries: Vec<_> = parts.iter().flat_map(|p| p.stacks.ns.iter().map(move |(k, ns)| (p, k, ns))).collect();
     entries.sort_by(|a, b| b.2.cmp(a.2).then_with(|| (a.1.victim, a.1.role, a.1.state).cmp(&(b.1.victim, b.1.role, b.1.state))));

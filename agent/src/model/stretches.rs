@@ -239,11 +239,43 @@ impl ThreadStretches {
         ThreadStretches { home, waits, objective_ns }
     }
 
+    /// Not `locks`' blocks (futex words whose waiters take turns: `lock_blocks`): a lock is where
+    /// a thread waits in the middle of its work, never its home, however long it waited there.
+    /// The home is chosen again among its other waits.
+    pub fn without_locks(self, locks: &std::collections::BTreeSet<u64>) -> ThreadStretches {
+        match self.home {
+            Some(h) if h.is_futex() && locks.contains(&h.word()) => {
+                let waits: Vec<(WaitKey, Hist)> = self.waits.iter().filter(|(k, _)| !(k.is_futex() && locks.contains(&k.word()))).cloned().collect();
+                let home = ThreadStretches::new(waits, self.objective_ns).home;
+                ThreadStretches { home, ..self }
+            }
+            _ => self,
+        }
+    }
+
     /// The home wait's stretches.
     pub fn at_home(&self) -> Option<(WaitKey, &Hist)> {
         let home = self.home?;
         self.waits.iter().find(|(k, _)| *k == home).map(|(k, h)| (*k, h))
     }
+}
+
+/// The futex blocks (`WORD_BLOCK`) that are locks: a thread that woke another from it waited
+/// on it too (they take turns on it). A queue's producer wakes its consumers without waiting
+/// where they wait. `waits`: per thread (TID), its futex waits as (word, waker TID).
+pub fn lock_blocks<'a>(waits: impl Iterator<Item = (u32, &'a [(u64, u32)])>) -> std::collections::BTreeSet<u64> {
+    let block = |w: u64| crate::model::blame::address(w) & !(WORD_BLOCK - 1);
+    let mut waiters: std::collections::BTreeMap<u64, std::collections::BTreeSet<u32>> = Default::default();
+    let mut wakers: std::collections::BTreeMap<u64, std::collections::BTreeSet<u32>> = Default::default();
+    for (tid, ws) in waits {
+        for (word, waker) in ws {
+            waiters.entry(block(*word)).or_default().insert(tid);
+            if *waker != 0 && *waker != tid {
+                wakers.entry(block(*word)).or_default().insert(*waker);
+            }
+        }
+    }
+    wakers.into_iter().filter(|(b, w)| waiters.get(b).is_some_and(|ws| w.iter().any(|t| ws.contains(t)))).map(|(b, _)| b).collect()
 }
 
 /// Readings of the probe over a window: the first of each (thread, incarnation, wait) is the
@@ -369,6 +401,25 @@ mod tests {
         assert_eq!((k.syscall(), k.word(), k.is_futex()), (202, 0x7f00_dead_bec0, true));
         // the two words of a glibc condition variable are one wait
         assert!(k.holds(0x7f00_dead_bef0) && k.holds(0x7f00_dead_bef4) && !k.holds(0x7f00_dead_bf00));
+    }
+
+    #[test]
+    fn a_lock_is_never_a_home() {
+        // ingest waits on a lock that worker releases and waits on too; workers 3 and 4 wait on
+        // their queue, which the dispatcher (1) fills without waiting there
+        let lock = 0x5000u64;
+        let waits: Vec<(u32, Vec<(u64, u32)>)> =
+            vec![(10, vec![(lock + 4, 11)]), (11, vec![(lock, 10)]), (3, vec![(0x9000, 1)]), (4, vec![(0x9004, 1)])];
+        let locks = lock_blocks(waits.iter().map(|(t, w)| (*t, w.as_slice())));
+        assert_eq!(locks.into_iter().collect::<Vec<_>>(), vec![lock]);
+        let mut on_lock = Hist::of(&[1_000_000; 10], 2_000_000_000, STALL_OBJECTIVE_NS, super::super::state::State::Running);
+        on_lock.wait_ns = 2_000_000_000;
+        let mut recv = Hist::of(&[1_000_000; 10], 1_000_000, STALL_OBJECTIVE_NS, super::super::state::State::Running);
+        recv.wait_ns = 10_000_000;
+        let ingest = ThreadStretches::new(vec![(WaitKey::new(202, lock), on_lock), (WaitKey::new(45, 0), recv)], STALL_OBJECTIVE_NS);
+        assert_eq!(ingest.home, Some(WaitKey::new(202, lock)));
+        let locks = lock_blocks(waits.iter().map(|(t, w)| (*t, w.as_slice())));
+        assert_eq!(ingest.without_locks(&locks).home, Some(WaitKey::new(45, 0)));
     }
 
     #[test]

@@ -187,6 +187,20 @@ pub struct JsonStretches {
     pub stall_s: f64,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub stall_states: BTreeMap<&'static str, f64>,
+    /// its other waits that closed stretches, most blocked time first (how the home was chosen)
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_waits: Vec<JsonWait>,
+}
+
+/// One of a thread's waits besides its home: the syscall, the futex block, the time blocked in
+/// it before each stretch, and the stretches.
+#[derive(Serialize, Debug)]
+pub struct JsonWait {
+    pub wait: String,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "crate::report::serial::hex_some")]
+    pub futex: Option<u64>,
+    pub blocked_s: f64,
+    pub count: u64,
 }
 
 /// Syscalls listed per thread in the JSON.
@@ -410,7 +424,18 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
                 seconds: round6(secs(c.ns)),
             })
             .collect(),
-        stretches: row.stretches.as_ref().and_then(|s| Some((s.at_home()?, s.objective_ns))).map(|((k, h), objective_ns)| JsonStretches {
+        stretches: row.stretches.as_ref().and_then(|s| Some((s.at_home()?, s))).map(|((k, h), all)| JsonStretches {
+            other_waits: all
+                .waits
+                .iter()
+                .filter(|(w, _)| *w != k)
+                .map(|(w, h)| JsonWait {
+                    wait: w.name(),
+                    futex: w.is_futex().then_some(w.word()),
+                    blocked_s: round6(secs(h.wait_ns)),
+                    count: h.count,
+                })
+                .collect(),
             home: k.name(),
             futex: k.is_futex().then_some(k.word()),
             home_wait_s: round6(secs(h.wait_ns)),
@@ -419,7 +444,7 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
             p50_s: h.quantile_ns(0.5, 0).map(|n| round6(secs(n))),
             p99_s: h.quantile_ns(0.99, 0).map(|n| round6(secs(n))),
             max_s: round6(secs(h.max_ns)),
-            objective_s: round6(secs(objective_ns)),
+            objective_s: round6(secs(all.objective_ns)),
             stalls: h.long_count,
             stall_s: round6(secs(h.long_ns)),
             stall_states: State::ALL

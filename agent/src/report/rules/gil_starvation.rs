@@ -64,7 +64,7 @@ pub struct LockHolder {
 /// The thread that ended most of `u`'s futex wait (`CHAIN_SHARE`), when that thread waited for
 /// the GIL `WAITING_SHARE` of its time or more behind a thread other than `u`; with its wait-ups'
 /// part of `u`'s wait and the futex word most of that was on.
-fn lock_link<'a>(u: &ThreadRow, rows: &'a [ThreadRow]) -> Option<(&'a ThreadRow, u64, u64)> {
+pub(super) fn lock_link<'a>(u: &ThreadRow, rows: &'a [ThreadRow]) -> Option<(&'a ThreadRow, u64, u64)> {
     let (w, share) = u.top_waker()?;
     if w == 0 || w == u.tid || share < CHAIN_SHARE {
         return None;

@@ -137,6 +137,11 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
         if busy_ns(r) as f64 >= SATURATED_SHARE * r.times.total() as f64 {
             continue;
         }
+        // kept on a lock whose holder waits for the GIL: the GIL starvation's causal chain says
+        // it, through to the GIL's holder (one finding per cause)
+        if super::gil_starvation::lock_link(r, cx.rows).is_some() {
+            continue;
+        }
         let mut parts: Vec<StallPart> = State::ALL
             .into_iter()
             .map(|s| (s, h.long_state_ns[s as usize]))
