@@ -166,8 +166,24 @@ def quiet_entries(before, after):
 
 def at_idle(idle, after):
     """The maps that hold one entry per thread or process back at their idle
-    size. (The blame maps hold what is active: checked with quiet_entries.)"""
-    return all(after[m] <= idle[m] for m in after if m not in BLAME_MAPS)
+    size. (The blame maps hold what is active: checked with quiet_entries. The
+    stretches map holds an entry per live thread and wait it came back to: its
+    home's for its life, the others' while they change; a thread that joined
+    the churn's threads may keep a home it did not have at idle: checked with
+    stretch_entries.)"""
+    return all(after[m] <= idle[m] for m in after if m not in BLAME_MAPS + ("stretches",))
+
+
+def stretch_entries(agent_pid, pid):
+    """The TIDs of the agent's stretches entries: (those of threads of `pid` that are gone,
+    how many entries each live thread of it has at most)."""
+    ids = agent_maps(agent_pid, ("stretches",))
+    assert set(ids) == {"stretches"}, ids
+    cp = subprocess.run(["bpftool", "-j", "map", "dump", "id", str(ids["stretches"])], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    tids = [e["formatted"]["key"]["tid"] for e in json.loads(cp.stdout)]
+    live = {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+    return [t for t in tids if t not in live], max((tids.count(t) for t in live), default=0)
 
 
 # What the agent keeps after the churn: bounded label sets, folded futex words,
@@ -208,11 +224,13 @@ def test_blame_moved_out_of_the_kernel_is_still_counted():
             time.sleep(SETTLE_GAP_S)
             last = blame_entries(agent.pid)
             m = parse(scrape(port))
+            dead_stretches, most_stretches = stretch_entries(agent.pid, w.pid)
     after, moved = entries(m), per_thread(m, "waitmeter_futex_wait_seconds_total")["churn"]
     main_after = [k for k in last if k[0] == "futex_blame" and waiter(k) == w.pid]
     print(f"maps idle {idle}, after {after}; main thread's futex entries in the kernel {len(main_before)} -> "
           f"{len(main_after)}; futex blame of the main and steady threads {before:.6f} s -> {moved:.6f} s")
     assert at_idle(idle, after), (idle, after)
+    assert not dead_stretches and most_stretches <= 4, (dead_stretches[:5], most_stretches)
     assert not quiet_entries(first, last), quiet_entries(first, last)[:5]
     # the main thread gets an entry per worker that woke it (at its exit): they move out of
     # the kernel at the drain of the worker's exit (issue 16), not seconds later, so at most
@@ -277,8 +295,10 @@ def test_ten_minutes_of_churn_leave_the_maps_at_their_idle_size(reused_tids):
                 after = entries(m)
                 first, last = last, blame_entries(agent.pid)
                 stale, quiet = dead_waiters(w.pid, last), quiet_entries(first, last)
+                dead_stretches, most_stretches = stretch_entries(agent.pid, w.pid)
                 end_rss = rss_kib(agent.pid)
-                if (not stale and not quiet and at_idle(idle, after) and end_rss <= idle_rss + RSS_SLACK_KIB) \
+                if (not stale and not quiet and at_idle(idle, after) and not dead_stretches and most_stretches <= 4
+                        and end_rss <= idle_rss + RSS_SLACK_KIB) \
                         or time.monotonic() > settle:
                     break
     lost = sum(v for (name, labels), v in m.items() if name == "waitmeter_bpf_events_lost_total" and "exit_ringbuf_full" in labels)
@@ -286,6 +306,8 @@ def test_ten_minutes_of_churn_leave_the_maps_at_their_idle_size(reused_tids):
           f"exit records lost {lost:.0f}")
     assert lost > 0, "no exit record was lost: the bursts did not test cleaning by lifetime"
     assert at_idle(idle, after), (idle, after)
+    # no stretches entry of a thread that is gone; a live one keeps its home's and those in use
+    assert not dead_stretches and most_stretches <= 4, (dead_stretches[:5], most_stretches)
     # no blame entry of a thread that is gone (their exit records were lost for many)
     assert not stale, f"{len(stale)} blame entries of exited threads, e.g. {stale[:5]}"
     # and none that stopped growing: what is left in the blame maps is active
@@ -350,12 +372,14 @@ def test_bursts_of_exits_under_run_lose_nothing_and_leave_no_entry():
             m = parse(scrape(port))
             after = entries(m)
             stale = dead_waiters(w.pid, blame_entries(agent.pid))
+            dead_stretches, _ = stretch_entries(agent.pid, w.pid)
     lost = sched_losses(m)
     print(f"{made} threads; maps idle {idle}, after {after}; lost {lost}")
     assert made >= 5000, f"the churn made only {made} threads"
     assert lost and not any(lost.values()), lost
     assert at_idle(idle, after), (idle, after)
     assert not stale, f"{len(stale)} blame entries of exited threads, e.g. {stale[:5]}"
+    assert not dead_stretches, f"{len(dead_stretches)} stretches entries of exited threads, e.g. {dead_stretches[:5]}"
 
 
 def test_bursts_of_exits_lose_no_thread_and_account_for_each():

@@ -64,7 +64,8 @@ def test_every_alert_has_its_runbook_section_and_a_firing_unit_test():
 def catalogue():
     """Metric names served by the agent (docs/metrics.md is generated from its catalogue)."""
     names = set(re.findall(r"^\| `(waitmeter_[a-z_]+)`", (ROOT / "docs" / "metrics.md").read_text(), re.M))
-    hist = {n for n in names if n in ("waitmeter_gil_hold_seconds", "waitmeter_gil_function_hold_seconds")}
+    hist = {n for n in names if n in ("waitmeter_gil_hold_seconds", "waitmeter_gil_function_hold_seconds",
+                                      "waitmeter_thread_stretch_seconds")}
     return names | {f"{n}_{s}" for n in hist for s in ("bucket", "sum", "count")}
 
 

@@ -345,8 +345,10 @@ pub fn markdown() -> String {
          keep their own label, later ones are summed as `function=\"other\"`; `thread` there is the holder's label.\n\
          - `wait` (`waitmeter_thread_stretch_seconds`): the syscall of the thread's home wait (`epoll_wait`,\n  \
          `futex`, ...), one series per thread label and home (same-named threads with different homes have one\n  \
-         each). A thread's home is decided on its stretches since it was watched; when it moves to another wait,\n  \
-         what the thread has counted stays in the old series and the new one counts from then on.\n\
+         each). A thread's home is decided on its stretches since it was watched (a wait other than its home\n  \
+         counts while the thread keeps coming back to it: one it has not come back to for 2 s is forgotten);\n  \
+         when it moves to another wait, what the thread has counted stays in the old series and the new one\n  \
+         counts from then on.\n\
          - `--tid-labels` adds a `tid` label to `waitmeter_thread_seconds_total` (one series per thread: use\n  \
          it for debugging, not for long-term storage).\n\
          - Series of a process that exited are kept for 5 minutes, then dropped.\n",

@@ -169,15 +169,21 @@ pub struct Exporter {
     stretch_strangers: HashSet<(u32, u32)>,
 }
 
-/// A thread's stretches as last counted.
+/// A live thread's stretches as last read.
 #[derive(Debug)]
 struct StretchSeen {
     target: u64,
     key: SeriesKey,
-    home: WaitKey,
-    /// the home's cumulative reading when last counted
-    last: Hist,
+    /// its home, and the home's cumulative reading when last counted
+    home: Option<(WaitKey, Hist)>,
+    /// its other waits' entries: (count at the last reading, when it last changed)
+    others: HashMap<WaitKey, (u64, u64)>,
 }
+
+/// A live thread's entry of a wait other than its home that did not change for this long is
+/// deleted (a thread that joins threads, or waits on a new futex word per request, makes one
+/// each time); its home's stays while it lives.
+pub const STRETCH_QUIET_NS: u64 = 2_000_000_000;
 
 /// A thread incarnation: (target, host TID, start).
 type Incarnation = (u64, u32, u64);
@@ -515,8 +521,9 @@ impl Exporter {
     /// Count a reading of the probe's stretches map (cumulative per thread incarnation and wait)
     /// taken after `snap` (whose exits are folded and threads labelled): each thread's stretches
     /// at its home since its last reading go to its series. Returns the entries to delete from
-    /// the map: those of threads that are gone, whose reading was just their last (an exited
-    /// thread's, or one's no longer live), and those of threads still unknown after two readings.
+    /// the map, which keeps what is still of use: those of a gone thread (an exited one, or one
+    /// no longer live) after this reading, its last; those of a live thread's other waits that
+    /// did not change for `STRETCH_QUIET_NS`; those of threads still unknown after two readings.
     pub fn note_stretches(&mut self, snap: &Snapshot, reading: Vec<crate::probes::sched::StretchRecord>) -> Vec<(u32, u32, WaitKey)> {
         let mut by_thread: HashMap<(u32, u32), Vec<(WaitKey, Hist)>> = HashMap::new();
         for ((tid, gen, wait), h) in reading {
@@ -535,16 +542,17 @@ impl Exporter {
         let mut gone = vec![];
         let mut strangers = HashSet::new();
         for (id, waits) in by_thread {
-            let (owner, alive) = match live.remove(&id) {
-                Some(o) => (Some(o), true),
-                None => {
-                    let known = self.stretch_exited.remove(&id).or_else(|| self.stretch_seen.get(&id).map(|s| (s.target, s.key.clone())));
-                    (known, false)
+            let all: Vec<(u32, u32, WaitKey)> = waits.iter().map(|(w, _)| (id.0, id.1, *w)).collect();
+            if let Some((target, key)) = live.remove(&id) {
+                gone.extend(self.count_stretches(id, target, key, waits, snap.at_ns).into_iter().map(|w| (id.0, id.1, w)));
+                continue;
+            }
+            match self.stretch_exited.remove(&id).or_else(|| self.stretch_seen.get(&id).map(|s| (s.target, s.key.clone()))) {
+                // gone: this reading is its last
+                Some((target, key)) => {
+                    self.count_stretches(id, target, key, waits, snap.at_ns);
+                    self.stretch_seen.remove(&id);
                 }
-            };
-            let keys = waits.iter().map(|(w, _)| (id.0, id.1, *w)).collect::<Vec<_>>();
-            match owner {
-                Some((target, key)) => self.count_stretches(id, target, key, waits),
                 // not known yet: it may have started after the snapshot
                 None if !self.stretch_strangers.contains(&id) => {
                     strangers.insert(id);
@@ -552,41 +560,56 @@ impl Exporter {
                 }
                 None => {}
             }
-            if !alive {
-                self.stretch_seen.remove(&id);
-                gone.extend(keys);
-            }
+            gone.extend(all);
         }
         self.stretch_strangers = strangers;
         self.stretch_exited.clear();
         // threads gone without a reading (their entries deleted with another's, or none)
-        let live_ids: HashSet<(u32, u32)> =
-            snap.live.values().flatten().map(|s| (s.host_tid, s.start_ns as u32)).collect();
+        let live_ids: HashSet<(u32, u32)> = snap.live.values().flatten().map(|s| (s.host_tid, s.start_ns as u32)).collect();
         self.stretch_seen.retain(|id, _| live_ids.contains(id));
         crate::shrink::shrink(&mut self.stretch_seen);
         crate::shrink::shrink(&mut self.stretch_exited);
         gone
     }
 
-    /// Count one thread's reading (its waits, cumulative): its home's stretches since it was
-    /// last counted, in its series now. A thread whose home moved to another wait counts that
-    /// one from now on (what it counted stays where it is; stretches of a wait before it became
-    /// home were never counted, and a wait that becomes home again is not counted twice).
-    fn count_stretches(&mut self, id: (u32, u32), target: u64, key: SeriesKey, waits: Vec<(WaitKey, Hist)>) {
+    /// Count one thread's reading (its waits, cumulative) at `now`: its home's stretches since
+    /// they were last counted, in its series now. The stretches of a wait are counted from its
+    /// first reading as the thread's home (the thread's first reading: all of them); when the
+    /// home moves, what was counted stays where it is. Returns the waits whose entries are of
+    /// no use any more: the other waits' that did not change for `STRETCH_QUIET_NS`.
+    fn count_stretches(&mut self, id: (u32, u32), target: u64, key: SeriesKey, waits: Vec<(WaitKey, Hist)>, now: u64) -> Vec<WaitKey> {
+        let counts: Vec<(WaitKey, u64)> = waits.iter().map(|(w, h)| (*w, h.count)).collect();
         let t = ThreadStretches::new(waits, stretches::STALL_OBJECTIVE_NS);
-        let Some((home, h)) = t.at_home() else { return };
-        let add = match self.stretch_seen.get(&id) {
-            Some(seen) if seen.home == home => Some(h.since(&seen.last)),
-            // home moved: from now on
-            Some(_) => None,
-            // first reading: all of it since the thread was watched
-            None => Some(h.clone()),
-        };
-        let total = self.stretch_totals.entry((key.clone(), home.name())).or_default();
-        if let Some(add) = add {
-            total.add(&add);
+        let home = t.at_home().map(|(w, h)| (w, h.clone()));
+        let before = self.stretch_seen.remove(&id);
+        if let Some((wait, h)) = &home {
+            let add = match &before {
+                None => Some(h.clone()),
+                Some(StretchSeen { home: Some((was, last)), .. }) if was == wait => Some(h.since(last)),
+                // its home moved (or it had none): from now on
+                Some(_) => None,
+            };
+            let total = self.stretch_totals.entry((key.clone(), wait.name())).or_default();
+            if let Some(add) = add {
+                total.add(&add);
+            }
         }
-        self.stretch_seen.insert(id, StretchSeen { target, key, home, last: h.clone() });
+        let others_before = before.map(|s| s.others).unwrap_or_default();
+        let mut others = HashMap::new();
+        let mut quiet = vec![];
+        for (w, n) in counts.into_iter().filter(|(w, _)| home.as_ref().is_none_or(|(h, _)| h != w)) {
+            match others_before.get(&w) {
+                Some((was, since)) if *was == n && now >= since + STRETCH_QUIET_NS => quiet.push(w),
+                Some((was, since)) if *was == n => {
+                    others.insert(w, (n, *since));
+                }
+                _ => {
+                    others.insert(w, (n, now));
+                }
+            }
+        }
+        self.stretch_seen.insert(id, StretchSeen { target, key, home, others });
+        quiet
     }
 
     /// Every series' numbers now: the exited threads' plus the live ones'.
@@ -1020,6 +1043,8 @@ mod tests {
                 e.fold_exits(&BTreeMap::from([(1, vec![t])]));
             }
             snap.live.insert(1, steady(to + 2));
+            // as `run` samples: the exits folded, then the stretches read (none in the kernel here)
+            e.note_stretches(&snap, vec![]);
             e.window(to * 2_000_000_000, &snap);
             e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
             e.sizes()
@@ -1210,16 +1235,15 @@ mod tests {
         // the loop (1001) blocks mostly in epoll_wait; a lock of its own (futex) now and then.
         // "pool" (1002) waits as long on three waits: no home, no series
         snap.live.insert(1, vec![sample(1, "loop", 0, 1, false), sample(2, "pool", 0, 1, false)]);
-        let mut home = stretched(&[0.5, 0.9, 1.5, 3.0, 150.0, 200.0, 300.0], 9_000_000_000);
-        home.buckets[0] += 0; // (a reading: count and buckets agree)
+        let home = stretched(&[0.5, 0.9, 1.5, 3.0, 150.0, 200.0, 300.0], 9_000_000_000);
         let reading = vec![
             ((1001, 0, WaitKey::new(EPOLL, 0)), home.clone()),
             ((1001, 0, WaitKey::new(FUTEX, 0x7f00_1000)), stretched(&[400.0], 100_000_000)),
-            ((1002, 0, WaitKey::new(FUTEX, 0x10)), stretched(&[1.0], 1_000_000_000)),
-            ((1002, 0, WaitKey::new(FUTEX, 0x20)), stretched(&[1.0], 1_000_000_000)),
+            ((1002, 0, WaitKey::new(FUTEX, 0x1000)), stretched(&[1.0], 1_000_000_000)),
+            ((1002, 0, WaitKey::new(FUTEX, 0x2000)), stretched(&[1.0], 1_000_000_000)),
             ((1002, 0, WaitKey::new(0, 0)), stretched(&[1.0], 1_000_000_000)),
         ];
-        assert!(e.note_stretches(&snap, reading).is_empty(), "live threads keep their entries");
+        assert!(e.note_stretches(&snap, reading.clone()).is_empty(), "entries in use stay");
         let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
         assert!(text.contains("# TYPE waitmeter_thread_stretch_seconds histogram"), "{text}");
         let le = |ms: &str| stretch(&text, "bucket", "loop", ms);
@@ -1241,6 +1265,26 @@ mod tests {
             text.contains("waitmeter_thread_stretch_seconds_count{pid=\"10\",comm=\"svc\",thread=\"loop\",wait=\"epoll_wait\"} 7"),
             "{text}"
         );
+        // a second later, and then as long as STRETCH_QUIET_NS, nothing changed: the entries of
+        // waits other than a home go (the loop's lock, all of pool's), the home's stays (and
+        // counts nothing twice)
+        snap.at_ns += 1_000_000_000;
+        assert!(e.note_stretches(&snap, reading.clone()).is_empty());
+        snap.at_ns += STRETCH_QUIET_NS;
+        let mut forget = e.note_stretches(&snap, reading);
+        forget.sort();
+        let lock = WaitKey::new(FUTEX, 0x7f00_1000);
+        assert_eq!(
+            forget,
+            [
+                (1001, 0, lock),
+                (1002, 0, WaitKey::new(0, 0)),
+                (1002, 0, WaitKey::new(FUTEX, 0x1000)),
+                (1002, 0, WaitKey::new(FUTEX, 0x2000))
+            ]
+        );
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        assert_eq!(stretch(&text, "count", "loop", ""), Some(7.0));
     }
 
     #[test]
@@ -1300,7 +1344,7 @@ mod tests {
     fn stretch_counters_only_grow_when_labels_fold_and_homes_move() {
         let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
         let s = 1_000_000_000u64;
-        // one own label: "idle" takes it first, then the busy "loop" takes it from it
+        // one own label: "idle" takes it first, then "loop", once busy, takes it from it
         let mut e = Exporter::new(1, false);
         let epoll = WaitKey::new(EPOLL, 0);
         let lock = WaitKey::new(FUTEX, 0x9000);
@@ -1311,7 +1355,8 @@ mod tests {
         for step in 1..=8u64 {
             let mut snap = Snapshot::default();
             let idle = ThreadSample { at_ns: step * s, ..sample(1, "idle", 0, step, false) };
-            let busy = ThreadSample { at_ns: step * s, ..sample(2, "loop", 0, step * s * 9 / 10, false) };
+            // the loop is busy from step 3: it has its label from then
+            let busy = ThreadSample { at_ns: step * s, ..sample(2, "loop", 0, step.saturating_sub(2) * s * 9 / 10, false) };
             snap.live.insert(1, vec![idle, busy]);
             e.label_threads(&snap);
             e.rebalance(step * s, &snap);
@@ -1331,12 +1376,14 @@ mod tests {
             last = now;
         }
         assert!(moved_home, "{last:?}");
-        // the loop got its own label after a start under "other"; all its stretches at epoll_wait
-        // before its home moved are counted once, in one series or the other
-        let count = |thread: &str, wait: &str| last.get(&("count".into(), thread.into(), wait.into(), String::new())).copied().unwrap_or(0.0);
-        assert!(count("loop", "epoll_wait") > 0.0, "{last:?}");
-        let at_epoll = count("loop", "epoll_wait") + count("other", "epoll_wait") - count("idle", "epoll_wait");
-        assert!(at_epoll <= 4.0 * 3.0 + 1.0 && at_epoll >= 3.0 * 3.0, "{last:?}");
+        // the loop's 3 stretches a step at epoll_wait: steps 1-2 under "other", 3-4 under its own
+        // label; then its home is the lock (from step 5, counted from step 6: 4 a step). idle's
+        // one stretch was counted under its own label before it lost it
+        let count = |thread: &str, wait: &str| last.get(&("count".into(), thread.into(), wait.into(), String::new())).copied();
+        assert_eq!(count("other", "epoll_wait"), Some(6.0), "{last:?}");
+        assert_eq!(count("loop", "epoll_wait"), Some(6.0), "{last:?}");
+        assert_eq!(count("loop", "futex"), Some(12.0), "{last:?}");
+        assert_eq!(count("idle", "epoll_wait"), Some(1.0), "{last:?}");
     }
 
     #[test]
@@ -1354,8 +1401,15 @@ mod tests {
             let tid = 100 + (i % 50) as u32;
             let mut t = sample(tid, "worker", i * 10, 1, false);
             in_kernel.insert((t.host_tid, t.start_ns as u32, q), stretched(&[2.0], 1_000_000_000));
+            // main joins each worker: a futex word of its own (the worker's TID word), a new entry
+            // each time beside its home's
+            let joined = (1001, 0, WaitKey::new(FUTEX, 0x7000_0000 + (i % 700) * 64));
+            in_kernel.entry(joined).or_default().add(&stretched(&[0.1], 1_000_000));
             snap.live.insert(1, vec![steady.clone(), t.clone()]);
-            e.note_stretches(&snap, in_kernel.clone().into_iter().collect());
+            snap.at_ns = i * 100_000_000;
+            for k in e.note_stretches(&snap, in_kernel.clone().into_iter().collect()) {
+                in_kernel.remove(&k);
+            }
             t.exited = true;
             e.fold_exits(&BTreeMap::from([(1, vec![t])]));
             snap.live.insert(1, vec![steady.clone()]);
@@ -1365,11 +1419,19 @@ mod tests {
                 }
             }
         }
-        for k in e.note_stretches(&snap, in_kernel.clone().into_iter().collect()) {
-            in_kernel.remove(&k);
+        // one reading STRETCH_QUIET_NS after the churn: the last joins' entries did not change
+        let during = in_kernel.len();
+        for _ in 0..2 {
+            for k in e.note_stretches(&snap, in_kernel.clone().into_iter().collect()) {
+                in_kernel.remove(&k);
+            }
+            snap.at_ns += STRETCH_QUIET_NS;
         }
-        assert_eq!(in_kernel.len(), 1, "only the live thread's entry is left");
-        assert_eq!(e.sizes(), idle);
+        // (at most the joins of the last STRETCH_QUIET_NS, 20 a second, were in the kernel at the end)
+        assert!(during <= 1 + 2 * 20 + 2, "{during}");
+        assert_eq!(in_kernel.keys().collect::<Vec<_>>(), [&(1001, 0, q)], "only the live thread's home is left");
+        // the stretch bookkeeping (the rest is pruned at windows and renders)
+        assert_eq!(e.sizes()[8..], idle[8..]);
         let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
         let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
         assert_eq!(stretch(&text, "count", "worker", ""), Some(2_000.0), "{text}");
