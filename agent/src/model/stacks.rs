@@ -478,7 +478,10 @@ mod tests {
             py("<module>", "/usr/local/bin/uvicorn", 8),
         ];
         let site = site_of(&stack);
-        assert!(site.starts_with("selectors.EpollSelector.select ← asyncio.base_events.BaseEventLoop._run_once") || site.contains("_run_once"), "{site}");
+        assert!(
+            site.starts_with("selectors.EpollSelector.select ← asyncio.base_events.BaseEventLoop._run_once") || site.contains("_run_once"),
+            "{site}"
+        );
         assert!(!site.contains("<module>"), "{site}");
         // an application frame inside: it is the site, as before
         let mut inner = stack.clone();

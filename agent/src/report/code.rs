@@ -113,7 +113,8 @@ pub fn of_wait(
 /// busy), as the culprit side of a finding about it (a stall, a saturated thread).
 pub fn busy(thread: &ThreadRef, stacks: &WaitStacks) -> Option<Code> {
     let s = stacks.top_site(thread.tid, State::Running, Role::Busy, None)?;
-    let culprit = Side { thread: thread.clone(), site: s.text, share: s.share, in_c: s.in_c.map(|(function, share)| InC { function, share }) };
+    let culprit =
+        Side { thread: thread.clone(), site: s.text, share: s.share, in_c: s.in_c.map(|(function, share)| InC { function, share }) };
     Some(Code { role: Role::Busy.label(), culprit: Some(culprit), victim: None, holds: None })
 }
 

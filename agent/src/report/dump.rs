@@ -52,6 +52,9 @@ pub struct DumpThread {
     pub behind_stack: Vec<String>,
     /// threads that waited behind this one in the window (TIDs, most first)
     pub blocking: Vec<u32>,
+    /// its stretches away from its home wait (as the attach JSON has them); absent: no home
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stretches: Option<super::json::JsonStretches>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -195,6 +198,7 @@ impl Dump {
                     stack = culprit_stack(stacks, t.tid);
                 }
                 DumpThread {
+                    stretches: super::json::stretches(t),
                     tid: t.tid,
                     name: t.name.clone(),
                     now: now.get(&t.tid).cloned().unwrap_or_default(),
@@ -285,6 +289,21 @@ impl Dump {
                 let _ = write!(now, " [{}]", clean(w));
             }
             let _ = writeln!(out, "{line}  ({now})");
+            if let Some(s) = &t.stretches {
+                let ms = |x: f64| x * 1e3;
+                let _ = writeln!(
+                    out,
+                    "  home {}: {} stretches away, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {} over the {:.0} ms objective ({:.2} s)",
+                    s.home,
+                    s.count,
+                    ms(s.p50_s.unwrap_or(0.0)),
+                    ms(s.p99_s.unwrap_or(0.0)),
+                    ms(s.max_s),
+                    s.stalls,
+                    ms(s.objective_s),
+                    s.stall_s
+                );
+            }
             if t.stack.is_empty() {
                 let _ = writeln!(out, "    (no stack: it did not switch state in the window)");
             }

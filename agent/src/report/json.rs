@@ -165,7 +165,7 @@ pub struct JsonHold {
 }
 
 /// A thread's stretches away from its home wait over the window (`model::stretches`).
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct JsonStretches {
     /// the home wait: its syscall ("epoll_wait", "futex")
     pub home: String,
@@ -194,7 +194,7 @@ pub struct JsonStretches {
 
 /// One of a thread's waits besides its home: the syscall, the futex block, the time blocked in
 /// it before each stretch, and the stretches.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct JsonWait {
     pub wait: String,
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "crate::report::serial::hex_some")]
@@ -381,6 +381,39 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+/// A thread's stretches at home as the JSON has them (None: it has no home).
+pub fn stretches(row: &ThreadRow) -> Option<JsonStretches> {
+    row.stretches.as_ref().and_then(|s| Some((s.at_home()?, s))).map(|((k, h), all)| JsonStretches {
+        other_waits: all
+            .waits
+            .iter()
+            .filter(|(w, _)| *w != k)
+            .map(|(w, h)| JsonWait {
+                wait: w.name(),
+                futex: w.is_futex().then_some(w.word()),
+                blocked_s: round6(secs(h.wait_ns)),
+                count: h.count,
+            })
+            .collect(),
+        home: k.name(),
+        futex: k.is_futex().then_some(k.word()),
+        home_wait_s: round6(secs(h.wait_ns)),
+        count: h.count,
+        total_s: round6(secs(h.ns)),
+        p50_s: h.quantile_ns(0.5, 0).map(|n| round6(secs(n))),
+        p99_s: h.quantile_ns(0.99, 0).map(|n| round6(secs(n))),
+        max_s: round6(secs(h.max_ns)),
+        objective_s: round6(secs(all.objective_ns)),
+        stalls: h.long_count,
+        stall_s: round6(secs(h.long_ns)),
+        stall_states: State::ALL
+            .into_iter()
+            .filter(|s| h.long_state_ns[*s as usize] > 0)
+            .map(|s| (s.name(), round6(secs(h.long_state_ns[s as usize]))))
+            .collect(),
+    })
+}
+
 pub fn thread(row: &ThreadRow) -> JsonThread {
     JsonThread {
         tid: row.tid,
@@ -424,35 +457,7 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
                 seconds: round6(secs(c.ns)),
             })
             .collect(),
-        stretches: row.stretches.as_ref().and_then(|s| Some((s.at_home()?, s))).map(|((k, h), all)| JsonStretches {
-            other_waits: all
-                .waits
-                .iter()
-                .filter(|(w, _)| *w != k)
-                .map(|(w, h)| JsonWait {
-                    wait: w.name(),
-                    futex: w.is_futex().then_some(w.word()),
-                    blocked_s: round6(secs(h.wait_ns)),
-                    count: h.count,
-                })
-                .collect(),
-            home: k.name(),
-            futex: k.is_futex().then_some(k.word()),
-            home_wait_s: round6(secs(h.wait_ns)),
-            count: h.count,
-            total_s: round6(secs(h.ns)),
-            p50_s: h.quantile_ns(0.5, 0).map(|n| round6(secs(n))),
-            p99_s: h.quantile_ns(0.99, 0).map(|n| round6(secs(n))),
-            max_s: round6(secs(h.max_ns)),
-            objective_s: round6(secs(all.objective_ns)),
-            stalls: h.long_count,
-            stall_s: round6(secs(h.long_ns)),
-            stall_states: State::ALL
-                .into_iter()
-                .filter(|s| h.long_state_ns[*s as usize] > 0)
-                .map(|s| (s.name(), round6(secs(h.long_state_ns[s as usize]))))
-                .collect(),
-        }),
+        stretches: stretches(row),
         peaks: row.peaks.as_ref().map(|p| {
             PEAK_STATES
                 .into_iter()

@@ -153,9 +153,10 @@ impl Session {
         let now = monotonic_ns();
         for (i, (w, ns, lengths)) in drained.into_iter().enumerate() {
             // a busy sample names its thread by TID alone (gen 0): the live thread
-            let found = whose.get(&(w.tid, w.gen)).copied().or_else(|| {
-                (w.gen == 0 && w.role == Role::Busy).then(|| live_by_tid.get(&w.tid).copied()).flatten()
-            });
+            let found = whose
+                .get(&(w.tid, w.gen))
+                .copied()
+                .or_else(|| (w.gen == 0 && w.role == Role::Busy).then(|| live_by_tid.get(&w.tid).copied()).flatten());
             let Some((id, victim)) = found else {
                 if i < retried {
                     st.unattributed += 1;

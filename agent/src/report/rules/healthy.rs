@@ -66,8 +66,8 @@ impl fmt::Display for Healthy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::fixtures::*;
     use crate::model::stretches::{Hist, ThreadStretches, WaitKey};
+    use crate::report::fixtures::*;
     use crate::report::ThreadRow;
 
     #[test]
@@ -112,8 +112,14 @@ mod tests {
         };
         assert_eq!(kinds(&findings_of(vec![serving], 10 * S, 4.0, Some((0.1, 0.1, false)))), ["saturated_thread"]);
         // ... or the age is bad
-        assert_eq!(kinds(&findings_of(vec![row(1, "busy", &[(State::Running, 10 * S)])], 10 * S, 4.0, Some((0.1, 3.0, true))))[0], "saturated_thread");
+        assert_eq!(
+            kinds(&findings_of(vec![row(1, "busy", &[(State::Running, 10 * S)])], 10 * S, 4.0, Some((0.1, 3.0, true))))[0],
+            "saturated_thread"
+        );
         // a busy thread nothing waits on (a batch loop with the GIL off) is no limit
-        assert_eq!(kinds(&findings_of(vec![row(1, "busy", &[(State::Running, 10 * S)])], 10 * S, 4.0, Some((0.1, 0.1, false)))), ["healthy"]);
+        assert_eq!(
+            kinds(&findings_of(vec![row(1, "busy", &[(State::Running, 10 * S)])], 10 * S, 4.0, Some((0.1, 0.1, false)))),
+            ["healthy"]
+        );
     }
 }

@@ -4,15 +4,15 @@ use std::fmt;
 
 use serde::Serialize;
 
+use super::super::code::{self, Code};
 use super::super::evidence::{CpuUse, ThreadRef};
 use super::super::serial::seconds;
-use super::rows::{busy_ns, row_ref};
-use super::super::code::{self, Code};
 use super::super::ThreadRow;
+use super::rows::{busy_ns, row_ref};
 use super::{Claim, Context};
 use crate::model::blame::Preemptor;
-use crate::model::stacks::WaitStacks;
 use crate::model::partition::secs;
+use crate::model::stacks::WaitStacks;
 use crate::model::state::State;
 
 /// A thread is saturated when it was running or runnable at least this share of its time...

@@ -7,9 +7,9 @@ use std::fmt;
 use serde::Serialize;
 
 use super::super::code::{self, Code};
-use super::super::ThreadRow;
 use super::super::evidence::{Behind, ThreadRef, ThreadTime};
 use super::super::serial::{hex_some, seconds, state_name};
+use super::super::ThreadRow;
 use super::rows::{busy_ns, gil_holder, preemptor, row_ref, waker};
 use super::saturated_thread::SATURATED_SHARE;
 use super::{Claim, Context, Repeat};
@@ -74,8 +74,9 @@ fn serves(home: WaitKey) -> bool {
 /// The role a home gives its thread, in words.
 fn role(home: &str) -> &'static str {
     match home {
-        "epoll_wait" | "epoll_pwait" | "epoll_pwait2" | "poll" | "ppoll" | "select" | "pselect6" | "io_getevents"
-        | "io_uring_enter" => "event loop",
+        "epoll_wait" | "epoll_pwait" | "epoll_pwait2" | "poll" | "ppoll" | "select" | "pselect6" | "io_getevents" | "io_uring_enter" => {
+            "event loop"
+        }
         "accept" | "accept4" => "acceptor",
         "futex" | "futex_wait" | "futex_waitv" => "worker",
         _ => "reader",
@@ -173,8 +174,13 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
             alike: vec![],
         };
         // threads alike: one line, its numbers summed
-        let role_name = |t: &ThreadRef| t.name.as_deref().unwrap_or("").trim_end_matches(|c: char| c.is_ascii_digit() || c == '-' || c == '_').to_string();
-        match out.iter_mut().find(|s| s.home == stall.home && role_name(&s.thread) == role_name(&stall.thread) && !role_name(&s.thread).is_empty()) {
+        let role_name = |t: &ThreadRef| {
+            t.name.as_deref().unwrap_or("").trim_end_matches(|c: char| c.is_ascii_digit() || c == '-' || c == '_').to_string()
+        };
+        match out
+            .iter_mut()
+            .find(|s| s.home == stall.home && role_name(&s.thread) == role_name(&stall.thread) && !role_name(&s.thread).is_empty())
+        {
             Some(s) => {
                 s.alike.push(stall.thread.clone());
                 s.stalls += stall.stalls;
@@ -234,7 +240,10 @@ impl Claim for Stall {
     fn repeats(&self) -> Vec<Repeat> {
         std::iter::once(&self.thread)
             .chain(&self.alike)
-            .map(|t| Repeat { tid: Some(t.tid), states: &[State::GilWait, State::Runqueue, State::FutexWait, State::IoWait, State::Throttled] })
+            .map(|t| Repeat {
+                tid: Some(t.tid),
+                states: &[State::GilWait, State::Runqueue, State::FutexWait, State::IoWait, State::Throttled],
+            })
             .collect()
     }
     fn gil_holder(&self) -> Option<u32> {

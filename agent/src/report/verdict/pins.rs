@@ -158,7 +158,12 @@ fn scenarios() -> Vec<(&'static str, Window)> {
     lens.extend([150, 180, 200, 220, 240, 260, 270, 270, 250, 210].map(|l| l * ms));
     let lp = home(row(1, "MainThread", &[(State::IoWait, 7 * S), (State::Running, 3 * S)]), WaitKey::new(232, 0), &lens, State::Running);
     v.push(("stall of an event loop running a handler", window(vec![lp])));
-    let mut lp = home(row(1, "MainThread", &[(State::IoWait, 6 * S), (State::GilWait, 3 * S), (State::Running, S)]), WaitKey::new(23, 0), &lens, State::GilWait);
+    let mut lp = home(
+        row(1, "MainThread", &[(State::IoWait, 6 * S), (State::GilWait, 3 * S), (State::Running, S)]),
+        WaitKey::new(23, 0),
+        &lens,
+        State::GilWait,
+    );
     lp.gil_by_holder.insert(2, 3 * S);
     let worker = row(2, "waitress-1", &[(State::Running, 4 * S), (State::FutexWait, 6 * S)]);
     v.push(("stall of a poll loop behind the GIL", window(vec![lp, worker])));
