@@ -7,7 +7,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::super::code::{self, Code};
-use super::super::evidence::{Behind, ThreadRef, ThreadTime};
+use super::super::evidence::{Behind, Culprit, ThreadRef, ThreadTime};
 use super::super::serial::{hex_some, seconds, state_name};
 use super::super::ThreadRow;
 use super::rows::{busy_ns, gil_holder, preemptor, row_ref, waker};
@@ -24,6 +24,10 @@ pub const MIN_STALLS: u64 = 2;
 /// ... and they add up to this share of the window (what arrives at a random moment waits
 /// behind a stall this often).
 pub const STALL_TIME_SHARE: f64 = 0.01;
+/// The stalls' time the thread spent kept from its home (working, or waiting for a CPU, the quota,
+/// the GIL, I/O, a lock another thread released) must be at least this share of them: a thread
+/// away from its home mostly asleep or in timed waits elsewhere was idle there, not stalled.
+pub const KEPT_SHARE: f64 = 0.5;
 /// A state of the stalls is named (with its culprit) from this share of their time.
 pub const STALL_PART_SHARE: f64 = 0.25;
 
@@ -159,6 +163,19 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
             })
             .collect();
         parts.sort_by_key(|p| std::cmp::Reverse(p.ns));
+        let kept: u64 = parts
+            .iter()
+            .filter(|p| match p.state {
+                State::Running | State::Runqueue | State::Throttled | State::GilWait | State::IoWait => true,
+                // a lock another thread released; not a timed wait nothing woke
+                State::FutexWait => !matches!(p.behind.as_ref().map(|b| &b.culprit), Some(Culprit::Timeout) | None),
+                _ => false,
+            })
+            .map(|p| p.ns)
+            .sum();
+        if (kept as f64) < KEPT_SHARE * h.long_ns as f64 {
+            continue;
+        }
         let stall = Stall {
             thread: row_ref(r),
             home: home.name(),
@@ -248,7 +265,7 @@ impl Claim for Stall {
     }
     fn gil_holder(&self) -> Option<u32> {
         self.part(State::GilWait).and_then(|p| p.behind.as_ref()).and_then(|b| match &b.culprit {
-            super::super::evidence::Culprit::Thread(t) => Some(t.tid),
+            Culprit::Thread(t) => Some(t.tid),
             _ => None,
         })
     }
@@ -256,7 +273,7 @@ impl Claim for Stall {
         self.parts
             .iter()
             .filter_map(|p| match p.behind.as_ref().map(|b| &b.culprit) {
-                Some(super::super::evidence::Culprit::Thread(t)) => Some(t.tid),
+                Some(Culprit::Thread(t)) => Some(t.tid),
                 _ => None,
             })
             .collect()
