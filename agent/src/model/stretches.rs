@@ -245,7 +245,8 @@ impl ThreadStretches {
     pub fn without_locks(self, locks: &std::collections::BTreeSet<u64>) -> ThreadStretches {
         match self.home {
             Some(h) if h.is_futex() && locks.contains(&h.word()) => {
-                let waits: Vec<(WaitKey, Hist)> = self.waits.iter().filter(|(k, _)| !(k.is_futex() && locks.contains(&k.word()))).cloned().collect();
+                let waits: Vec<(WaitKey, Hist)> =
+                    self.waits.iter().filter(|(k, _)| !(k.is_futex() && locks.contains(&k.word()))).cloned().collect();
                 let home = ThreadStretches::new(waits, self.objective_ns).home;
                 ThreadStretches { home, ..self }
             }
