@@ -148,15 +148,18 @@ impl Session {
         }
         let mut whose: HashMap<Incarnation, (u64, u32)> = std::mem::take(&mut st.exits_since_drain);
         whose.extend(whose_threads(live).chain(whose_threads(exited)));
-        let live_by_tid: HashMap<u32, (u64, u32)> = whose_threads(live).map(|((tid, _), v)| (tid, v)).collect();
+        // a busy sample's thread by TID alone: any incarnation known (exited since the last
+        // drain too), the live one first
+        let mut by_tid: HashMap<u32, (u64, u32)> = whose.iter().map(|((tid, _), v)| (*tid, *v)).collect();
+        by_tid.extend(whose_threads(live).map(|((tid, _), v)| (tid, v)));
         let mut resolver = HolderResolver::default();
         let now = monotonic_ns();
         for (i, (w, ns, lengths)) in drained.into_iter().enumerate() {
-            // a busy sample names its thread by TID alone (gen 0): the live thread
+            // a busy sample names its thread by TID alone (gen 0)
             let found = whose
                 .get(&(w.tid, w.gen))
                 .copied()
-                .or_else(|| (w.gen == 0 && w.role == Role::Busy).then(|| live_by_tid.get(&w.tid).copied()).flatten());
+                .or_else(|| (w.gen == 0 && w.role == Role::Busy).then(|| by_tid.get(&w.tid).copied()).flatten());
             let Some((id, victim)) = found else {
                 if i < retried {
                     st.unattributed += 1;
