@@ -275,7 +275,9 @@ def test_the_story_at_a_pace_ingest_keeps_up_with_is_one_stall_naming_the_gil_ho
     s = by_tid(report)[ingest].get("stretches")
     assert s and s["home"].startswith("recv"), s
     verdict, first = report["verdict"], report["findings"][0]
-    assert first["kind"] == "stall" and first["thread"]["tid"] == ingest, (verdict, kinds(report))
+    # (on a machine loaded by other processes, processor's own run-queue wait may outrank it:
+    # its seconds are in the message)
+    assert first["kind"] == "stall" and first["thread"]["tid"] == ingest, (verdict, kinds(report), by_tid(report)[processor]["seconds"])
     # one finding names both: the GIL's holder and the code it held it in
     assert verdict[0].startswith(f"stall: ingest ({ingest})"), verdict
     assert f"behind processor ({processor})" in verdict[0] and "json.dumps" in verdict[0], verdict[0]
