@@ -261,23 +261,40 @@ impl ThreadStretches {
     }
 }
 
-/// The futex blocks (`WORD_BLOCK`) that are locks: a thread that woke another from it waited
-/// on it too (they take turns on it). A queue's producer wakes its consumers without waiting
-/// where they wait. `waits`: per thread (TID), its futex waits as (word, waker TID).
-pub fn lock_blocks<'a>(waits: impl Iterator<Item = (u32, &'a [(u64, u32)])>) -> std::collections::BTreeSet<u64> {
+/// The futex blocks (`WORD_BLOCK`) that are locks: threads take turns on them, so nearly all the
+/// waits on one (`LOCK_TURNS_SHARE`) were ended by a thread that waits on it too. A queue is fed
+/// from outside: its producer wakes its consumers without waiting where they wait (a CPython
+/// `SimpleQueue`'s workers also wake each other, handing the next item on, but the producer's
+/// wakes are a part: an eighth when it submits bursts of eight).
+/// `waits`: per thread (TID), its futex waits as (word, waker TID, ns).
+pub fn lock_blocks<'a>(waits: impl Iterator<Item = (u32, &'a [(u64, u32, u64)])>) -> std::collections::BTreeSet<u64> {
     let block = |w: u64| crate::model::blame::address(w) & !(WORD_BLOCK - 1);
+    let waits: Vec<(u32, &[(u64, u32, u64)])> = waits.collect();
     let mut waiters: std::collections::BTreeMap<u64, std::collections::BTreeSet<u32>> = Default::default();
-    let mut wakers: std::collections::BTreeMap<u64, std::collections::BTreeSet<u32>> = Default::default();
-    for (tid, ws) in waits {
-        for (word, waker) in ws {
-            waiters.entry(block(*word)).or_default().insert(tid);
-            if *waker != 0 && *waker != tid {
-                wakers.entry(block(*word)).or_default().insert(*waker);
+    for (tid, ws) in &waits {
+        for (word, _, _) in ws.iter() {
+            waiters.entry(block(*word)).or_default().insert(*tid);
+        }
+    }
+    // per block: the wait ended by a thread's wake, and the part of it by a fellow waiter
+    let mut woken: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+    for (tid, ws) in &waits {
+        for (word, waker, ns) in ws.iter().filter(|(_, w, _)| *w != 0 && *w != *tid) {
+            let b = block(*word);
+            let e = woken.entry(b).or_default();
+            e.0 += ns;
+            if waiters.get(&b).is_some_and(|s| s.contains(waker)) {
+                e.1 += ns;
             }
         }
     }
-    wakers.into_iter().filter(|(b, w)| waiters.get(b).is_some_and(|ws| w.iter().any(|t| ws.contains(t)))).map(|(b, _)| b).collect()
+    woken.into_iter().filter(|(_, (all, turns))| *all > 0 && *turns as f64 >= LOCK_TURNS_SHARE * *all as f64).map(|(b, _)| b).collect()
 }
+
+/// A futex is a lock when at least this share of the waits a thread's wake ended there were
+/// ended by a thread that waits there too (a lock's holder that never waits on it makes it look
+/// like a queue: its waiters' lines then say so as waits at home).
+pub const LOCK_TURNS_SHARE: f64 = 0.95;
 
 /// Readings of the probe over a window: the first of each (thread, incarnation, wait) is the
 /// baseline, the last its end; threads that exit are read before their entries are deleted.
@@ -409,8 +426,14 @@ mod tests {
         // ingest waits on a lock that worker releases and waits on too; workers 3 and 4 wait on
         // their queue, which the dispatcher (1) fills without waiting there
         let lock = 0x5000u64;
-        let waits: Vec<(u32, Vec<(u64, u32)>)> =
-            vec![(10, vec![(lock + 4, 11)]), (11, vec![(lock, 10)]), (3, vec![(0x9000, 1)]), (4, vec![(0x9004, 1)])];
+        let s = 1_000_000_000;
+        // workers 3 and 4 also wake each other (a SimpleQueue), but the dispatcher's wakes are half
+        let waits: Vec<(u32, Vec<(u64, u32, u64)>)> = vec![
+            (10, vec![(lock + 4, 11, s)]),
+            (11, vec![(lock, 10, s / 10)]),
+            (3, vec![(0x9000, 1, s), (0x9000, 4, s)]),
+            (4, vec![(0x9004, 1, s), (0x9004, 3, s)]),
+        ];
         let locks = lock_blocks(waits.iter().map(|(t, w)| (*t, w.as_slice())));
         assert_eq!(locks.into_iter().collect::<Vec<_>>(), vec![lock]);
         let mut on_lock = Hist::of(&[1_000_000; 10], 2_000_000_000, STALL_OBJECTIVE_NS, super::super::state::State::Running);

@@ -258,8 +258,8 @@ impl ProcessReport {
         let per_thread: Vec<(u32, &[FutexWait])> = threads.iter().map(|t| (t.tid, t.futex.as_slice())).collect();
         let top_futexes = blame::top_futexes(&per_thread, TOP_FUTEXES);
         // a futex the threads take turns on is a lock, never a thread's home
-        let waits: Vec<(u32, Vec<(u64, u32)>)> =
-            threads.iter().map(|t| (t.tid, t.futex.iter().map(|w| (w.addr, w.waker)).collect())).collect();
+        let waits: Vec<(u32, Vec<(u64, u32, u64)>)> =
+            threads.iter().map(|t| (t.tid, t.futex.iter().map(|w| (w.addr, w.waker, w.ns)).collect())).collect();
         let locks = crate::model::stretches::lock_blocks(waits.iter().map(|(t, w)| (*t, w.as_slice())));
         for t in threads.iter_mut() {
             t.stretches = t.stretches.take().map(|s| s.without_locks(&locks));
