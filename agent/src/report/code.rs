@@ -216,6 +216,7 @@ mod tests {
             cpu: CpuUse { used_cores: 1.0, limit_cores: 2.0 },
             lock_holder: None,
             age_confirmed: true,
+            kept_from_home: None,
         };
         let code = kind.code(&w, 5_000_000).expect("code");
         assert_eq!(

@@ -40,6 +40,54 @@ pub struct GilStarvation {
     /// the age says the work falls behind (rising or above its objective); false: no age
     /// source is joined, and the share of time lost to the GIL alone says so
     pub age_confirmed: bool,
+    /// the victim's stalls away from its home wait, when it has some (the stall this finding
+    /// says too: one finding per cause)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_from_home: Option<KeptFromHome>,
+}
+
+/// A thread's stalls away from its home wait, as another finding quotes them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KeptFromHome {
+    pub home: String,
+    pub stalls: u64,
+    #[serde(rename = "p50_s", serialize_with = "seconds")]
+    pub p50_ns: u64,
+    #[serde(rename = "max_s", serialize_with = "seconds")]
+    pub max_ns: u64,
+}
+
+impl KeptFromHome {
+    /// Of a thread with stalls at its home.
+    pub fn of(r: &ThreadRow) -> Option<KeptFromHome> {
+        let st = r.stretches.as_ref()?;
+        let (home, h) = st.at_home()?;
+        (h.long_count > 0).then(|| KeptFromHome {
+            home: home.name(),
+            stalls: h.long_count,
+            p50_ns: h.quantile_ns(0.5, st.objective_ns).unwrap_or(h.max_ns),
+            max_ns: h.max_ns,
+        })
+    }
+}
+
+impl fmt::Display for KeptFromHome {
+    /// "kept from its read (recvfrom) for 304–570 ms at a time (p50–max of 3 stalls)"
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let lengths = if self.p50_ns + self.p50_ns / 20 >= self.max_ns {
+            format!("{:.0} ms", ms(self.max_ns))
+        } else {
+            format!("{:.0}–{:.0} ms", ms(self.p50_ns), ms(self.max_ns))
+        };
+        write!(
+            f,
+            "kept from {} ({}) for {lengths} at a time (p50–max of {} stalls)",
+            super::stall::from_what(&self.home),
+            self.home,
+            self.stalls
+        )
+    }
 }
 
 /// The thread whose release ended most of a victim's lock wait, while itself waiting for the
@@ -146,12 +194,14 @@ fn starvation(cx: &Context) -> Option<GilStarvation> {
     if !confirmed && !named {
         return None;
     }
+    let kept_from_home = row_of(victim.thread.tid, rows).and_then(KeptFromHome::of);
     Some(GilStarvation {
         victim,
         unresolved: gil_unresolved(gil_waiter),
         holder,
         age: cx.age.clone(),
         cpu: cx.cpu,
+        kept_from_home,
         lock_holder,
         age_confirmed: confirmed,
     })
@@ -212,7 +262,7 @@ fn held_by(b: &Option<Behind>) -> String {
 
 impl fmt::Display for GilStarvation {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let GilStarvation { victim, holder, unresolved, age, cpu, lock_holder, age_confirmed } = self;
+        let GilStarvation { victim, holder, unresolved, age, cpu, lock_holder, age_confirmed, kept_from_home } = self;
         let holder = holder.as_ref().and_then(|h| match &h.culprit {
             Culprit::Thread(ThreadRef { tid, name: Some(name), folded: 0 }) => Some((name, tid)),
             _ => None,
@@ -250,9 +300,10 @@ impl fmt::Display for GilStarvation {
                 secs(l.gil_wait.total_ns),
             ),
         };
+        let kept = kept_from_home.as_ref().map(|k| format!("; {k}")).unwrap_or_default();
         write!(
             f,
-            "{head}: thread {} {lost}{}; {cpu}: this is waiting, not working.{fix}{confirm}",
+            "{head}: thread {} {lost}{kept}{}; {cpu}: this is waiting, not working.{fix}{confirm}",
             victim.thread.or_a_thread(),
             growth(age),
         )
@@ -277,6 +328,7 @@ mod tests {
             cpu: CpuUse { used_cores: 0.1, limit_cores: 2.0 },
             lock_holder: None,
             age_confirmed: true,
+            kept_from_home: None,
         };
         assert_eq!(kind.explains_ns(), 9_000_000_000);
         assert_eq!(
@@ -297,6 +349,7 @@ mod tests {
             cpu: CpuUse { used_cores: 10.5 / 10.0, limit_cores: 4.0 },
             lock_holder: None,
             age_confirmed: true,
+            kept_from_home: None,
         };
         check(&f[0], starvation, 9_400_000_000, "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12), 1% behind a holder not resolved (hand-offs too fast to follow); message age grew 2.0 s (to 3.0 s; mean 2.00 s, max 3.00 s); CPU 1.1 of 4 cores: this is waiting, not working. Move processor to its own process");
         // the victim's own line follows, with the same holder
@@ -342,6 +395,7 @@ mod tests {
             cpu: CpuUse { used_cores: 1.4, limit_cores: 4.0 },
             lock_holder: Some(lock_holder),
             age_confirmed: true,
+            kept_from_home: None,
         };
         // the chain explains the longer of its two waits
         assert_eq!(f.claim.get::<GilStarvation>(), Some(&kind));

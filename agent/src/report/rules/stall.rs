@@ -10,7 +10,7 @@ use super::super::code::{self, Code};
 use super::super::evidence::{Behind, Culprit, ThreadRef, ThreadTime};
 use super::super::serial::{hex_some, seconds, state_name};
 use super::super::ThreadRow;
-use super::rows::{busy_ns, gil_holder, preemptor, row_ref, waker};
+use super::rows::{busy_ns, gil_holder, preemptor, row_ref, share_of, waker};
 use super::saturated_thread::SATURATED_SHARE;
 use super::{Claim, Context, Repeat};
 use crate::model::partition::secs;
@@ -95,7 +95,7 @@ fn a_role(home: &str) -> String {
 }
 
 /// What it was kept from, in words.
-fn from_what(home: &str) -> &'static str {
+pub(super) fn from_what(home: &str) -> &'static str {
     match role(home) {
         "event loop" => "its poll",
         "acceptor" => "its accept",
@@ -142,9 +142,13 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
         if busy_ns(r) as f64 >= SATURATED_SHARE * r.times.total() as f64 {
             continue;
         }
-        // kept on a lock whose holder waits for the GIL: the GIL starvation's causal chain says
-        // it, through to the GIL's holder (one finding per cause)
-        if super::gil_starvation::lock_link(r, cx.rows).is_some() {
+        // kept on a lock whose holder waits for the GIL, or starving for the GIL itself: the
+        // GIL starvation says it with the stalls' lengths, through to the GIL's holder (one
+        // finding per cause)
+        if super::gil_starvation::lock_link(r, cx.rows).is_some()
+            || (share_of(r, State::GilWait) >= super::gil_starvation::GIL_STARVATION_SHARE
+                && 2 * h.long_state_ns[State::GilWait as usize] >= h.long_ns)
+        {
             continue;
         }
         let mut parts: Vec<StallPart> = State::ALL
