@@ -71,10 +71,10 @@ enum wm_stretch_limits {
 	WM_STRETCH_OCTAVES = 26,     /* units 1 .. 2^26 (17.5 min) */
 	WM_STRETCH_SUB = 4,          /* buckets per octave */
 	WM_STRETCH_BUCKETS = 108,    /* 1 (below a unit) + OCTAVES * SUB, + 3 unused (alignment) */
-	WM_STRETCH_KEY_SHIFT = 48,   /* a wait's key: syscall << 48 | futex word's 64-byte block */
-	/* futex words in one 64-byte block are one wait: a glibc condition
+	WM_STRETCH_KEY_SHIFT = 48,   /* a wait's key: syscall << 48 | futex word's 8-byte block */
+	/* futex words in one 8-byte block are one wait: a glibc condition
 	 * variable sleeps on two words (its two groups of waiters) in turn */
-	WM_STRETCH_WORD_BLOCK = 64,
+	WM_STRETCH_WORD_BLOCK = 8,
 	WM_DEFAULT_MAX_STRETCHES = 32768,
 };
 

@@ -107,8 +107,8 @@ def pool_run(mode, duration):
 
 
 def block(word):
-    """A futex word's 64-byte block: the wait a home is (model::stretches::WORD_BLOCK)."""
-    return word & ~63
+    """A futex word's 8-byte block: the wait a home is (model::stretches::WORD_BLOCK)."""
+    return word & ~7
 
 
 def homes_of(report, workers):

@@ -21,8 +21,9 @@ pub const BUCKETS: usize = 108;
 /// A wait's key: syscall << KEY_SHIFT | futex word's block (ABI: WM_STRETCH_KEY_SHIFT).
 pub const KEY_SHIFT: u32 = 48;
 /// Futex words in one block of this many bytes are one wait (ABI: WM_STRETCH_WORD_BLOCK): a
-/// glibc condition variable sleeps on two words, its two groups of waiters, in turn.
-pub const WORD_BLOCK: u64 = 64;
+/// glibc condition variable sleeps on two adjacent words (`__g_signals[2]`), its two groups of
+/// waiters, in turn; a wider block would take in the mutex beside it (V8's task queues).
+pub const WORD_BLOCK: u64 = 8;
 /// The default objective of a stretch: one longer is a stall. asyncio's `slow_callback_duration`,
 /// the time at which its debug mode warns that a callback blocked the event loop; `attach
 /// --age-slo` sets another.
@@ -416,9 +417,9 @@ mod tests {
         );
         assert_eq!(s.home, None);
         let k = WaitKey::new(202, 0x7f00_dead_beef);
-        assert_eq!((k.syscall(), k.word(), k.is_futex()), (202, 0x7f00_dead_bec0, true));
+        assert_eq!((k.syscall(), k.word(), k.is_futex()), (202, 0x7f00_dead_bee8, true));
         // the two words of a glibc condition variable are one wait
-        assert!(k.holds(0x7f00_dead_bef0) && k.holds(0x7f00_dead_bef4) && !k.holds(0x7f00_dead_bf00));
+        assert!(k.holds(0x7f00_dead_beec) && k.holds(0x7f00_dead_bee8) && !k.holds(0x7f00_dead_bef0));
     }
 
     #[test]
