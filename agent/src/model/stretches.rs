@@ -267,10 +267,10 @@ impl ThreadStretches {
 /// from outside: its producer wakes its consumers without waiting where they wait (a CPython
 /// `SimpleQueue`'s workers also wake each other, handing the next item on, but the producer's
 /// wakes are a part: an eighth when it submits bursts of eight).
-/// `waits`: per thread (TID), its futex waits as (word, waker TID, ns).
-pub fn lock_blocks<'a>(waits: impl Iterator<Item = (u32, &'a [(u64, u32, u64)])>) -> std::collections::BTreeSet<u64> {
+/// `waits`: per thread (TID), its futex waits.
+pub fn lock_blocks<'a>(waits: impl Iterator<Item = (u32, &'a [FutexWaitOf])>) -> std::collections::BTreeSet<u64> {
     let block = |w: u64| crate::model::blame::address(w) & !(WORD_BLOCK - 1);
-    let waits: Vec<(u32, &[(u64, u32, u64)])> = waits.collect();
+    let waits: Vec<(u32, &[FutexWaitOf])> = waits.collect();
     let mut waiters: std::collections::BTreeMap<u64, std::collections::BTreeSet<u32>> = Default::default();
     for (tid, ws) in &waits {
         for (word, _, _) in ws.iter() {
@@ -291,6 +291,9 @@ pub fn lock_blocks<'a>(waits: impl Iterator<Item = (u32, &'a [(u64, u32, u64)])>
     }
     woken.into_iter().filter(|(_, (all, turns))| *all > 0 && *turns as f64 >= LOCK_TURNS_SHARE * *all as f64).map(|(b, _)| b).collect()
 }
+
+/// A futex wait of a thread: (word, waker TID, ns).
+pub type FutexWaitOf = (u64, u32, u64);
 
 /// A futex is a lock when at least this share of the waits a thread's wake ended there were
 /// ended by a thread that waits there too (a lock's holder that never waits on it makes it look
@@ -429,7 +432,7 @@ mod tests {
         let lock = 0x5000u64;
         let s = 1_000_000_000;
         // workers 3 and 4 also wake each other (a SimpleQueue), but the dispatcher's wakes are half
-        let waits: Vec<(u32, Vec<(u64, u32, u64)>)> = vec![
+        let waits: Vec<(u32, Vec<FutexWaitOf>)> = vec![
             (10, vec![(lock + 4, 11, s)]),
             (11, vec![(lock, 10, s / 10)]),
             (3, vec![(0x9000, 1, s), (0x9000, 4, s)]),

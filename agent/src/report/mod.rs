@@ -258,7 +258,7 @@ impl ProcessReport {
         let per_thread: Vec<(u32, &[FutexWait])> = threads.iter().map(|t| (t.tid, t.futex.as_slice())).collect();
         let top_futexes = blame::top_futexes(&per_thread, TOP_FUTEXES);
         // a futex the threads take turns on is a lock, never a thread's home
-        let waits: Vec<(u32, Vec<(u64, u32, u64)>)> =
+        let waits: Vec<(u32, Vec<crate::model::stretches::FutexWaitOf>)> =
             threads.iter().map(|t| (t.tid, t.futex.iter().map(|w| (w.addr, w.waker, w.ns)).collect())).collect();
         let locks = crate::model::stretches::lock_blocks(waits.iter().map(|(t, w)| (*t, w.as_slice())));
         for t in threads.iter_mut() {
