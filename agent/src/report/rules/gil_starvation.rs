@@ -74,12 +74,7 @@ impl KeptFromHome {
 impl fmt::Display for KeptFromHome {
     /// "kept from its read (recvfrom) for 304–570 ms at a time (p50–max of 3 stalls)"
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let ms = |ns: u64| ns as f64 / 1e6;
-        let lengths = if self.p50_ns + self.p50_ns / 20 >= self.max_ns {
-            format!("{:.0} ms", ms(self.max_ns))
-        } else {
-            format!("{:.0}–{:.0} ms", ms(self.p50_ns), ms(self.max_ns))
-        };
+        let lengths = super::stall::lengths(self.p50_ns, self.max_ns);
         write!(
             f,
             "kept from {} ({}) for {lengths} at a time (p50–max of {} stalls)",

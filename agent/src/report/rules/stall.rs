@@ -87,6 +87,16 @@ fn role(home: &str) -> &'static str {
     }
 }
 
+/// "224–270 ms" (p50–max of stalls), or one length when they are alike.
+pub(super) fn lengths(p50_ns: u64, max_ns: u64) -> String {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    if p50_ns + p50_ns / 20 >= max_ns {
+        format!("{:.0} ms", ms(max_ns))
+    } else {
+        format!("{:.0}–{:.0} ms", ms(p50_ns), ms(max_ns))
+    }
+}
+
 /// The role with its article: "an event loop".
 fn a_role(home: &str) -> String {
     let r = role(home);
@@ -306,11 +316,7 @@ impl fmt::Display for Stall {
             n => format!("{} threads alike ({} and {n} more, {}s)", n + 1, self.thread.or_a_thread(), role(&self.home)),
         };
         let verb = if self.alike.is_empty() { "was" } else { "were" };
-        let lengths = if self.p50_ns + self.p50_ns / 20 >= self.max_ns {
-            format!("{:.0} ms", ms(self.max_ns))
-        } else {
-            format!("{:.0}–{:.0} ms", ms(self.p50_ns), ms(self.max_ns))
-        };
+        let lengths = lengths(self.p50_ns, self.max_ns);
         write!(
             f,
             "stall: {who} {verb} kept from {} ({}) for {lengths} at a time (p50–max, {} times in {:.1} s over the {:.0} ms objective, {:.1} s in all); what arrived meanwhile waited up to {:.0} ms.",
