@@ -454,11 +454,15 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 			t->d.ns[from] += now - t->d.since;
 		t->d.since = now;
 	}
-	/* woken from a wait, or blocking in one: its stretches */
-	left_key = e->to < WM_NR_STATES && !is_blocked(e->to) ? wait_key(from, t->d.syscall, t->d.futex_addr) : 0;
-	enter_key = switched_out ? wait_key(e->to, e->syscall, e->futex_addr) : 0;
-	if (left_key || enter_key)
-		note_waits(t, left_key, enter_key, now, so);
+	/* woken from a wait (a wakeup), or blocking in one (a switch-out): its
+	 * stretches; a switch-in or an exit leaves them (and their programs
+	 * are verified without them) */
+	if (wake || switched_out) {
+		left_key = wake ? wait_key(from, t->d.syscall, t->d.futex_addr) : 0;
+		enter_key = switched_out ? wait_key(e->to, e->syscall, e->futex_addr) : 0;
+		if (left_key || enter_key)
+			note_waits(t, left_key, enter_key, now, so);
+	}
 	if (e->to < WM_NR_STATES)
 		t->d.state = e->to;
 	t->d.syscall = e->syscall;
