@@ -87,13 +87,17 @@ struct {
 static __always_inline void sample_busy(void *ctx, __u32 tgid, __u32 tid)
 {
 	struct wm_wait_stack_key key = { .tid = tid, .state = WM_STATE_RUNNING, .role = WM_ROLE_BUSY };
-	struct task_struct *task = bpf_get_current_task_btf();
-	__u64 nvcsw = task->nvcsw, now = bpf_ktime_get_ns();
-	struct wm_busy *b = bpf_map_lookup_elem(&busy, &tid);
+	struct task_struct *task;
 	struct wm_stack_ref own;
+	struct wm_busy *b;
+	__u64 nvcsw, now;
 
 	if (!cfg.stretch_long_ns || !cfg.sample_period_ns)
 		return;
+	task = bpf_get_current_task_btf();
+	nvcsw = task->nvcsw;
+	now = bpf_ktime_get_ns();
+	b = bpf_map_lookup_elem(&busy, &tid);
 	if (!b || b->nvcsw != nvcsw) {
 		struct wm_busy fresh = { .nvcsw = nvcsw, .since = now };
 

@@ -273,7 +273,6 @@ struct wm_closed {
 	struct wm_stack_ref culprit; /* the GIL holder's or the waker's stack; native < 0 and py 0: none */
 };
 
-
 /* GIL waits with more running than this between them are not one streak (a
  * waiter that timed out runs a few µs before it waits again) */
 #define WM_STREAK_GAP_NS 1000000ULL
@@ -876,7 +875,9 @@ static __noinline void switch_out(void *ctx, bool preempt, struct task_struct *p
 			e.new_blamed = true;
 		}
 	}
-	so = bpf_map_lookup_elem(&scratch_stretch, &zero);
+	/* only a block in a syscall can close a stretch (wait_key): no scratch
+	 * lookup for a preemption */
+	so = e.syscall >= 0 ? bpf_map_lookup_elem(&scratch_stretch, &zero) : NULL;
 	if (so)
 		so->len = 0;
 	if (transition(t, &e, now, true, false, &c, NULL, so)) {

@@ -12,6 +12,7 @@ use crate::cli::{AttachArgs, Output};
 use crate::clock::monotonic_ns;
 use crate::model::partition::{secs, window, ThreadSample};
 use crate::model::throttle::{self, Stretch};
+use crate::probes::sched::{incarnation, Incarnation};
 use crate::probes::syscalls::SyscallProbe;
 use crate::report::{json, text, verdict, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling, VerdictOptions};
 use crate::session::{Session, SessionOptions, Target};
@@ -250,7 +251,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         // the stretches too: those of exited threads are read once more, then deleted
         if !new_exits.is_empty() {
             let reading = session.probe().stretches();
-            let alive: std::collections::HashSet<(u32, u32)> = live.iter().map(|s| (s.host_tid, s.start_ns as u32)).collect();
+            let alive: std::collections::HashSet<Incarnation> = live.iter().map(|s| incarnation(s.host_tid, s.start_ns)).collect();
             let gone: Vec<_> = reading.iter().map(|(k, _)| *k).filter(|(t, g, _)| !alive.contains(&(*t, *g))).collect();
             stretches.note(reading);
             session.probe().forget_stretches(&gone);
@@ -370,7 +371,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
                 ThreadRow {
                     cpu_split: split(s),
                     syscalls: syscalls.of(s.host_tid),
-                    stretches: stretches.of(s.host_tid, s.start_ns as u32),
+                    stretches: stretches.of(incarnation(s.host_tid, s.start_ns)),
                     age: ages.thread(pid, s.tid, t0),
                     peaks: peaks.of(s.host_tid, s.start_ns),
                     ..ThreadRow::from_sample(&d, d.times, existed)

@@ -326,7 +326,7 @@ impl Tally {
     }
 
     /// A thread's stretches over the window (None: it closed none).
-    pub fn of(&self, host_tid: u32, gen: u32) -> Option<ThreadStretches> {
+    pub fn of(&self, (host_tid, gen): (u32, u32)) -> Option<ThreadStretches> {
         let waits: Vec<(WaitKey, Hist)> = self
             .last
             .iter()

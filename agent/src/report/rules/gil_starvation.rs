@@ -107,7 +107,7 @@ pub struct LockHolder {
 /// The thread that ended most of `u`'s futex wait (`CHAIN_SHARE`), when that thread waited for
 /// the GIL `WAITING_SHARE` of its time or more behind a thread other than `u`; with its wait-ups'
 /// part of `u`'s wait and the futex word most of that was on.
-pub(super) fn lock_link<'a>(u: &ThreadRow, rows: &'a [ThreadRow]) -> Option<(&'a ThreadRow, u64, u64)> {
+fn lock_link<'a>(u: &ThreadRow, rows: &'a [ThreadRow]) -> Option<(&'a ThreadRow, u64, u64)> {
     let (w, share) = u.top_waker()?;
     if w == 0 || w == u.tid || share < CHAIN_SHARE {
         return None;
@@ -143,20 +143,18 @@ fn starvation(cx: &Context) -> Option<GilStarvation> {
         return None;
     }
     let idle = cx.idle();
-    // a thread whose stall says its GIL wait and holder already
-    let stalled: Vec<u32> = cx.found::<super::stall::Stall>().filter(|s| s.gil_holder().is_some()).flat_map(|s| s.threads()).collect();
     let own_age_rising = |r: &ThreadRow| r.age.as_ref().is_some_and(|a| a.rising);
     let gil = |r: &ThreadRow| r.times.get(State::GilWait);
     // a busy-polling thread's GIL wait is its polling's price, not starvation
     let pollers: Vec<u32> = pollers(rows, cx.window_ns).iter().map(|r| r.tid).collect();
     let direct = rows
         .iter()
-        .filter(|r| !pollers.contains(&r.tid) && !stalled.contains(&r.tid))
+        .filter(|r| !pollers.contains(&r.tid))
         .filter(|r| present(r, cx.window_ns) && share_of(r, State::GilWait) >= GIL_STARVATION_SHARE)
         .max_by_key(|r| (own_age_rising(r), gil(r)));
     let chain = rows
         .iter()
-        .filter(|u| present(u, cx.window_ns) && !idle.contains(&u.tid) && !pollers.contains(&u.tid) && !stalled.contains(&u.tid))
+        .filter(|u| present(u, cx.window_ns) && !idle.contains(&u.tid) && !pollers.contains(&u.tid))
         .filter_map(|u| lock_link(u, rows).map(|(w, ns, lock)| (u, w, ns, lock)))
         .filter(|(_, w, _, _)| !pollers.contains(&w.tid))
         .filter(|(u, w, ns, _)| {

@@ -67,10 +67,10 @@ pub const ORDER: &[Rule] = &[
     unmeasured_gil::find,
     // the convoys' waiters are not idle: before any rule that asks which threads are (`Context::idle`)
     lock_convoy::find,
-    // a serving thread kept from its home: before the GIL starvation, which leaves a thread
-    // whose stall names its GIL holder to it (one finding per cause)
-    stall::find,
     gil_starvation::find,
+    // a serving thread kept from its home: after the GIL starvation, which says a starving
+    // thread's stalls itself (one finding per cause)
+    stall::find,
     cpu_quota_throttling::find,
     oversubscribed::find,
     // each thread's own line: the first of `PER_THREAD` that has one

@@ -10,7 +10,8 @@ use super::super::code::{self, Code};
 use super::super::evidence::{Behind, Culprit, ThreadRef, ThreadTime};
 use super::super::serial::{hex_some, seconds, state_name};
 use super::super::ThreadRow;
-use super::rows::{busy_ns, gil_holder, preemptor, row_ref, share_of, waker};
+use super::gil_starvation::GilStarvation;
+use super::rows::{busy_ns, gil_holder, preemptor, row_ref, waker};
 use super::saturated_thread::SATURATED_SHARE;
 use super::{Claim, Context, Repeat};
 use crate::model::partition::secs;
@@ -142,6 +143,7 @@ fn pool_workers(rows: &[ThreadRow]) -> Vec<u32> {
 pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
     let mut out: Vec<Stall> = vec![];
     let pool = pool_workers(cx.rows);
+    let starving: Vec<u32> = cx.found::<GilStarvation>().map(|s| s.victim.thread.tid).collect();
     for r in cx.rows.iter().filter(|r| !pool.contains(&r.tid)) {
         let Some(st) = &r.stretches else { continue };
         let Some((home, h)) = st.at_home() else { continue };
@@ -152,13 +154,9 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
         if busy_ns(r) as f64 >= SATURATED_SHARE * r.times.total() as f64 {
             continue;
         }
-        // kept on a lock whose holder waits for the GIL, or starving for the GIL itself: the
-        // GIL starvation says it with the stalls' lengths, through to the GIL's holder (one
-        // finding per cause)
-        if super::gil_starvation::lock_link(r, cx.rows).is_some()
-            || (share_of(r, State::GilWait) >= super::gil_starvation::GIL_STARVATION_SHARE
-                && 2 * h.long_state_ns[State::GilWait as usize] >= h.long_ns)
-        {
+        // starving for the GIL, itself or through a lock: the GIL starvation says it with the
+        // stalls' lengths, through to the GIL's holder (one finding per cause)
+        if starving.contains(&r.tid) {
             continue;
         }
         let mut parts: Vec<StallPart> = State::ALL
@@ -269,10 +267,10 @@ impl Claim for Stall {
         Some((self.thread.tid, None))
     }
     fn repeats(&self) -> Vec<Repeat> {
-        std::iter::once(&self.thread)
-            .chain(&self.alike)
-            .map(|t| Repeat {
-                tid: Some(t.tid),
+        self.threads()
+            .into_iter()
+            .map(|tid| Repeat {
+                tid: Some(tid),
                 states: &[State::GilWait, State::Runqueue, State::FutexWait, State::IoWait, State::Throttled],
             })
             .collect()
