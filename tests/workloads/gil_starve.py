@@ -39,7 +39,8 @@ def feeder(port, parent, rate=RATE):
     nxt = start
     seq = 0
     while os.getppid() == parent:
-        msg = json.dumps({"seq": seq, "sent": start_wall + (nxt - start), "body": "x" * 64}).encode() + b"\n"
+        # "sent": when it was due (its age counts from there); "wrote": when it was written
+        msg = json.dumps({"seq": seq, "sent": start_wall + (nxt - start), "wrote": time.time(), "body": "x" * 64}).encode() + b"\n"
         try:
             s.sendall(msg)
         except OSError:
