@@ -131,6 +131,7 @@ class Workload:
         self.out = Lines(self.proc, self.proc.stdout)
         try:
             lines = self.out.until(lambda line: line.strip() == "ready", timeout, '"ready"')
+            self.ready_at = time.time()  # wall clock, as the report's started_unix_s
             self.tids = {}
             self.lines = lines  # everything it printed up to "ready"
             for line in lines:
