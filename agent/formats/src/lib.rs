@@ -20,3 +20,5 @@ pub mod http;
 pub mod pprof;
 pub mod pyframe;
 pub mod pyroscope;
+#[doc(hidden)]
+pub mod testing;

@@ -58,7 +58,7 @@ fn profile() -> Builder {
 #[test]
 fn go_tool_pprof_reads_the_profile() {
     let Some(go) = go() else {
-        eprintln!("skipping: go is not installed (looked for /usr/local/go/bin/go and go on PATH)");
+        waitmeter_formats::testing::skip("go is not installed (looked for /usr/local/go/bin/go and go on PATH)");
         return;
     };
     let file = TempFile(std::env::temp_dir().join(format!("waitmeter-pprof-go-{}.pb.gz", std::process::id())));

@@ -166,7 +166,7 @@ mod tests {
     fn dump_and_delete_see_every_entry_once() {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: creating a BPF map needs root");
+            waitmeter_formats::testing::skip("creating a BPF map needs root");
             return;
         }
         let opts = libbpf_sys::bpf_map_create_opts { sz: size_of::<libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() };

@@ -185,11 +185,11 @@ mod tests {
     #[test]
     fn attach_and_drop_leave_nothing_behind() {
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipping: attaching uprobes needs root");
+            waitmeter_formats::testing::skip("attaching uprobes needs root");
             return;
         }
         let Some(py) = fixtures::pyenv_python(12) else {
-            eprintln!("skipping: no pyenv 3.12 (with take_gil in .symtab) here");
+            waitmeter_formats::testing::skip("no pyenv 3.12 (with take_gil in .symtab) here");
             return;
         };
         // the main thread drops and takes the GIL around every short sleep

@@ -285,7 +285,7 @@ mod tests {
         for minor in 8..=13 {
             match fixtures::pyenv_python(minor) {
                 Some(py) => files.push(py.parent().unwrap().parent().unwrap().join(format!("lib/libpython3.{minor}.so.1.0"))),
-                None => eprintln!("skipping 3.{minor}: no pyenv build here"),
+                None => waitmeter_formats::testing::skip(&format!("3.{minor}: no pyenv build here")),
             }
         }
         files.push("/usr/bin/python3.11".into());
@@ -312,7 +312,7 @@ mod tests {
     #[test]
     fn an_interpreter_whose_gil_is_not_measured_is_recognised_with_its_gil_words() {
         let Some(root) = fixtures::pyenv_python(8).and_then(|p| p.parent()?.parent()?.parent().map(Path::to_path_buf)) else {
-            eprintln!("skipping: no pyenv here");
+            waitmeter_formats::testing::skip("no pyenv here");
             return;
         };
         let mut seen = 0;
@@ -323,7 +323,7 @@ mod tests {
                 .map(|e| e.path())
                 .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{version}."))))
             else {
-                eprintln!("skipping {version}: no pyenv build here");
+                waitmeter_formats::testing::skip(&format!("{version}: no pyenv build here"));
                 continue;
             };
             let path = dir.join("lib").join(lib);
@@ -383,7 +383,7 @@ mod tests {
         eprintln!("detect(self) again: {again} bytes read");
         assert!(again < read, "{again} then {read}");
         let Some(node) = fixtures::spawn_ready("/usr/bin/node", &["-e", "console.log('ready'); setTimeout(() => {}, 60000)"], &[]) else {
-            eprintln!("skipping node: /usr/bin/node is not here");
+            waitmeter_formats::testing::skip("node: /usr/bin/node is not here");
             return;
         };
         let size = std::fs::metadata("/usr/bin/node").unwrap().len();

@@ -482,13 +482,13 @@ mod tests {
     #[test]
     fn names_recorded_from_real_interpreters() {
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipping: reading another process' memory needs root here");
+            waitmeter_formats::testing::skip("reading another process' memory needs root here");
             return;
         }
         let mut ran = 0;
         for minor in MINORS {
             let Some(py) = fixtures::python(minor) else {
-                eprintln!("skipping 3.{minor}: no pyenv or .pythons build here");
+                waitmeter_formats::testing::skip(&format!("3.{minor}: no pyenv or .pythons build here"));
                 continue;
             };
             let child = fixtures::spawn_ready(py.to_str().unwrap(), &["-c", fixtures::NAMED_THREADS], &[]).unwrap();
