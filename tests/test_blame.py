@@ -155,6 +155,18 @@ def convoy_of(report):
     return next(f for f in report["findings"] if f["kind"] == "lock_convoy")
 
 
+def throttled_once(cg, timeout=5.0):
+    """Until the cgroup's quota has throttled it once (cpu.stat nr_throttled): the workload
+    runs under its limit."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stat = dict(line.split() for line in (cg / "cpu.stat").read_text().splitlines())
+        if int(stat.get("nr_throttled", 0)) >= 1:
+            return
+        assert time.monotonic() < deadline, f"not throttled in {timeout} s: {stat}"
+        time.sleep(0.02)
+
+
 def test_a_throttled_lock_holder_is_named_in_the_convoy(convoy_bin, throttled_cgroup):
     """Linked findings (issue 15, test 5): four workers take turns on one mutex in a cgroup
     with 0.2 cores. A worker throttled while it holds the lock keeps the other three
@@ -164,7 +176,7 @@ def test_a_throttled_lock_holder_is_named_in_the_convoy(convoy_bin, throttled_cg
     cg = throttled_cgroup
     with Workload(convoy_bin) as w:
         (cg / "cgroup.procs").write_text(str(w.pid))
-        time.sleep(0.5)
+        throttled_once(cg)
         report, _ = attach(w.pid, 3.0)
     workers = {w.tids[f"worker{i}"] for i in range(4)}
     convoy = convoy_of(report)
@@ -203,7 +215,7 @@ def test_a_throttled_gil_holder_is_named_in_the_gil_finding(throttled_cgroup):
     cg = throttled_cgroup
     with Workload(py, ROOT / "tests" / "workloads" / "gil_holder.py", "same") as w:
         (cg / "cgroup.procs").write_text(str(w.pid))  # all its threads
-        time.sleep(0.5)
+        throttled_once(cg)
         report, _ = attach(w.pid, 3.0)
     gil = next(f for f in report["findings"] if f["kind"] in ("gil_starvation", "gil_wait") and f["thread"]["tid"] == w.tids["ingest"])
     assert gil["holder"]["tid"] == w.tids["processor"], gil

@@ -309,7 +309,13 @@ def test_run_children_follows_a_process_descendants_now_and_later():
                 for k in list(kids):
                     kids |= {int(p) for p in subprocess.run(["ps", "-o", "pid=", "--ppid", str(k)], capture_output=True, text=True).stdout.split()}
                 return kids | {parent.pid}
-            time.sleep(2.5)  # the later sleep has started (after the agent), "sleep 2" has ended
+            # the later sleep has started (after the agent): the shell's children are its subshell
+            # and "sleep 300", "sleep 2" has ended
+            started = time.monotonic() + 15
+            while sorted(subprocess.run(["ps", "-o", "args=", "--ppid", str(parent.pid)], capture_output=True, text=True).stdout.split("\n")[:-1]) \
+                    != sorted(["sh -c (sleep 300 & wait) & sleep 2; sleep 300 & wait", "sleep 300"]):
+                assert time.monotonic() < started, "the shell did not start its later sleep in 15 s"
+                time.sleep(0.05)
             deadline = time.monotonic() + 15
             while True:
                 text = wait_http(f"http://127.0.0.1:{port}/metrics")

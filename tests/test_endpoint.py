@@ -128,7 +128,11 @@ def test_slow_clients_do_not_deny_scrapes(agent):
     threads = [threading.Thread(target=trickler, daemon=True) for _ in range(64)]
     for t in threads:
         t.start()
-    time.sleep(1.0)  # every trickler connected
+    # every trickler connected once (its first connection counted) before the scrapes begin
+    deadline = time.monotonic() + 10
+    while opened[0] < len(threads):
+        assert time.monotonic() < deadline, f"{opened[0]} of {len(threads)} tricklers connected in 10 s"
+        time.sleep(0.01)
     latencies = []
     while time.monotonic() < stop:
         t0 = time.monotonic()
