@@ -328,23 +328,20 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
 
     if let Some(p) = &syscall_probe {
         syscalls.note(p.read().into_iter().map(|r| (r.host_tid, r.nr, r.calls, r.ns)));
-        for (reason, n) in p.lost() {
-            if n > 0 {
-                log::warn!("{n} syscalls were not counted ({reason}): raise --max-threads for a larger map");
-            }
+        for l in p.lost().into_iter().filter(|l| l.count > 0) {
+            log::warn!("{} syscalls were not counted ({}): {}", l.count, l.reason.label(), l.reason.remedy());
         }
     }
     stretches.note(session.probe().stretches());
-    let lost: Vec<_> = session
-        .lost()
-        .into_iter()
-        .map(|(probe, reason, n)| {
-            let before = lost_at_start.iter().find(|l| l.0 == probe && l.1 == reason).map_or(0, |l| l.2);
-            (probe, reason, n.saturating_sub(before))
-        })
-        .collect();
-    for (probe, reason, n) in lost.iter().filter(|l| l.2 > 0) {
-        log::warn!("{n} {probe} events were lost ({reason}): the numbers are incomplete; {}", lost_remedy(reason));
+    let lost: Vec<_> = session.lost().into_iter().map(|l| l.since(&lost_at_start)).collect();
+    for l in lost.iter().filter(|l| l.count > 0) {
+        log::warn!(
+            "{} {} events were lost ({}): the numbers are incomplete; {}",
+            l.count,
+            l.probe.label(),
+            l.reason.label(),
+            l.reason.remedy()
+        );
     }
     let mut reports = vec![];
     for w in &watched {
@@ -481,16 +478,4 @@ fn python_info(session: &Session, target: &Target) -> Option<PythonInfo> {
             .and_then(|g| crate::python::switch_interval_us(&crate::python::memory::Process::new(target.pid), *g)),
         unmeasured_gil: p.unmeasured_gil.clone(),
     })
-}
-
-/// What to do about events lost for `reason` (`waitmeter_bpf_events_lost_total`'s reasons).
-fn lost_remedy(reason: &str) -> &'static str {
-    match reason {
-        "exit_ringbuf_full" => "raise --exit-buffer-kib (thread exits came faster than they were read)",
-        "throttle_ringbuf_full" => "throttled stretches came faster than they were read",
-        "thread_map_full" | "holds_map_full" | "parked_map_full" | "syscall_map_full" => "raise --max-threads",
-        "blame_map_full" | "futex_map_full" | "preempt_map_full" => "more waiter/culprit pairs at once than the blame maps hold",
-        "wait_stack_map_full" | "py_stack_map_full" => "more distinct wait stacks than the stack maps hold: raise --stack-interval",
-        _ => "see docs/runbook.md",
-    }
 }

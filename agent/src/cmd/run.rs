@@ -284,7 +284,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     if !gone.is_empty() {
                         p.forget(&gone);
                     }
-                    lost.extend(p.lost().map(|(reason, n)| ("syscalls", reason, n)));
+                    lost.extend(p.lost());
                     maps.push(("syscalls", "syscall_counts", p.entries()));
                 }
                 let status = AgentStatus {

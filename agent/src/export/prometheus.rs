@@ -9,6 +9,7 @@ use super::futex_words::FutexWords;
 use crate::model::blame::Preemptor;
 use crate::model::hist::HoldHist;
 use crate::model::labels::{busiest_apart, sanitize, LabelBook, BUSIEST};
+use crate::model::loss::Lost;
 use crate::model::partition::{secs, ThreadSample, Times};
 use crate::model::stacks::{site_function, Lengths, WaitStacks};
 use crate::model::state::State;
@@ -80,7 +81,7 @@ pub struct AgentStatus {
     pub expected: Vec<&'static str>,
     pub variant: &'static str,
     /// (probe, reason, events)
-    pub lost: Vec<(&'static str, &'static str, u64)>,
+    pub lost: Vec<Lost>,
     /// (probe, map, entries)
     pub maps: Vec<(&'static str, &'static str, usize)>,
     /// the endpoint's answers by status code
@@ -798,8 +799,11 @@ impl Exporter {
         let lost = status
             .lost
             .iter()
-            .map(|(probe, reason, n)| {
-                (vec![("probe".to_string(), probe.to_string()), ("reason".to_string(), reason.to_string())], *n as f64)
+            .map(|l| {
+                (
+                    vec![("probe".to_string(), l.probe.label().to_string()), ("reason".to_string(), l.reason.label().to_string())],
+                    l.count as f64,
+                )
             })
             .collect();
         let map_entries = status
@@ -872,6 +876,7 @@ fn series_labels(p: &ProcessInfo, k: &SeriesKey, comm: bool, extra: &[(&str, &st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::loss::{Probe, Reason};
 
     fn sample(tid: u32, comm: &str, start: u64, running: u64, exited: bool) -> ThreadSample {
         let mut t = Times::default();
@@ -897,7 +902,7 @@ mod tests {
             attached: vec!["sched_switch".into()],
             expected: vec!["sched_switch", "sched_wakeup"],
             variant: "tp_btf",
-            lost: vec![("sched", "thread_map_full", 3)],
+            lost: vec![Lost::new(Probe::Sched, Reason::ThreadMapFull, 3)],
             maps: vec![("sched", "threads", 12)],
             http_codes: vec![(200, 7), (401, 2)],
             http_drops: vec![("head_timeout", 64), ("evicted", 0)],

@@ -14,6 +14,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 
 use crate::clock::monotonic_ns;
+use crate::model::loss::{Lost, Probe, Reason};
 use crate::model::partition::{ThreadSample, Times};
 use crate::model::state::{State, NR_STATES};
 use crate::model::stretches::{self, WaitKey};
@@ -59,14 +60,14 @@ pub const DEFAULT_MAX_THREADS: u32 = wm_limits::WM_DEFAULT_MAX_THREADS.0;
 pub const DEFAULT_MAX_PROCS: u32 = wm_limits::WM_DEFAULT_MAX_PROCS.0;
 
 /// Why events were lost, as exported in the `reason` label.
-pub const LOSS_REASONS: [(u32, &str); 7] = [
-    (wm_stat::WM_STAT_THREAD_MAP_FULL.0, "thread_map_full"),
-    (wm_stat::WM_STAT_EXIT_RINGBUF_FULL.0, "exit_ringbuf_full"),
-    (wm_stat::WM_STAT_BLAME_MAP_FULL.0, "blame_map_full"),
-    (wm_stat::WM_STAT_FUTEX_MAP_FULL.0, "futex_map_full"),
-    (wm_stat::WM_STAT_PREEMPT_MAP_FULL.0, "preempt_map_full"),
-    (wm_stat::WM_STAT_THROTTLE_RINGBUF_FULL.0, "throttle_ringbuf_full"),
-    (wm_stat::WM_STAT_STRETCH_MAP_FULL.0, "stretch_map_full"),
+pub const LOSS_REASONS: [(u32, Reason); 7] = [
+    (wm_stat::WM_STAT_THREAD_MAP_FULL.0, Reason::ThreadMapFull),
+    (wm_stat::WM_STAT_EXIT_RINGBUF_FULL.0, Reason::ExitRingbufFull),
+    (wm_stat::WM_STAT_BLAME_MAP_FULL.0, Reason::BlameMapFull),
+    (wm_stat::WM_STAT_FUTEX_MAP_FULL.0, Reason::FutexMapFull),
+    (wm_stat::WM_STAT_PREEMPT_MAP_FULL.0, Reason::PreemptMapFull),
+    (wm_stat::WM_STAT_THROTTLE_RINGBUF_FULL.0, Reason::ThrottleRingbufFull),
+    (wm_stat::WM_STAT_STRETCH_MAP_FULL.0, Reason::StretchMapFull),
 ];
 
 /// A thread incarnation as the blame maps key it: (host TID, (u32)start).
@@ -618,15 +619,15 @@ impl SchedProbe {
             .collect()
     }
 
-    /// Events lost in the kernel so far: (probe, reason, count summed over CPUs).
-    pub fn lost(&self) -> Vec<(&'static str, &'static str, u64)> {
+    /// Events lost in the kernel so far (counts summed over CPUs).
+    pub fn lost(&self) -> Vec<Lost> {
         LOSS_REASONS
             .iter()
             .map(|(idx, reason)| {
                 let per_cpu = self.skel.maps.stats.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY);
                 let total = per_cpu.ok().flatten().map(|v| v.iter().filter_map(|b| from_bytes::<u64>(b)).sum()).unwrap_or(0);
                 let user = if *idx == wm_stat::WM_STAT_THREAD_MAP_FULL.0 { self.seed_lost.get() } else { 0 };
-                ("sched", *reason, total + user)
+                Lost::new(Probe::Sched, *reason, total + user)
             })
             .collect()
     }
@@ -713,7 +714,7 @@ fn map_bits(map: &libbpf_rs::MapMut<'_>) -> Result<&'static [AtomicU64]> {
 pub(super) fn test_probe() -> Option<SchedProbe> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
-        eprintln!("skipped: loading the sched probe needs root and BTF");
+        waitmeter_formats::testing::skip("loading the sched probe needs root and BTF");
         return None;
     }
     let pidns_ino = crate::procfs::self_pidns_ino().expect("own PID namespace");

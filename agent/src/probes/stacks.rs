@@ -13,6 +13,7 @@ use super::sched::skel::types::{
     wm_py_stack, wm_py_walk, wm_role, wm_stack_limits, wm_stack_ref, wm_stack_stat, wm_stacks_mode, wm_wait_stack_key, wm_wait_stack_val,
 };
 use super::sched::{as_bytes, from_bytes};
+use crate::model::loss::Reason;
 use crate::model::stacks::{Lengths, Role};
 use crate::model::state::State;
 
@@ -26,10 +27,10 @@ pub const PY_MAX_FRAMES: usize = wm_stack_limits::WM_PY_MAX_FRAMES.0 as usize;
 pub const NO_OFFSET: u32 = wm_stack_limits::WM_NO_OFFSET.0;
 
 /// Why stack events were lost, as exported in the `reason` label.
-pub const LOSS_REASONS: [(u32, &str); 3] = [
-    (wm_stack_stat::WM_STACK_STAT_NATIVE_FAILED.0, "native_stack_failed"),
-    (wm_stack_stat::WM_STACK_STAT_PY_MAP_FULL.0, "py_stack_map_full"),
-    (wm_stack_stat::WM_STACK_STAT_WAIT_MAP_FULL.0, "wait_stack_map_full"),
+pub const LOSS_REASONS: [(u32, Reason); 3] = [
+    (wm_stack_stat::WM_STACK_STAT_NATIVE_FAILED.0, Reason::NativeStackFailed),
+    (wm_stack_stat::WM_STACK_STAT_PY_MAP_FULL.0, Reason::PyStackMapFull),
+    (wm_stack_stat::WM_STACK_STAT_WAIT_MAP_FULL.0, Reason::WaitStackMapFull),
 ];
 
 /// The role of a `wait_stacks` key.
@@ -208,7 +209,7 @@ impl Maps<'_> {
     }
 
     /// Stack events lost in the kernel so far: (reason, count summed over CPUs).
-    pub fn lost(&self) -> Vec<(&'static str, u64)> {
+    pub fn lost(&self) -> Vec<(Reason, u64)> {
         LOSS_REASONS.iter().map(|(idx, reason)| (*reason, super::percpu_sum(self.stats, *idx))).collect()
     }
 }

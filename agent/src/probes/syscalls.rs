@@ -11,6 +11,7 @@ use libbpf_rs::{Link, MapCore, MapFlags};
 
 use super::sched::{from_bytes, SchedProbe};
 use super::Storage;
+use crate::model::loss::{Lost, Probe, Reason};
 
 mod skel {
     #![allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
@@ -90,11 +91,11 @@ impl SyscallProbe {
     }
 
     /// Calls not counted: (reason, count).
-    pub fn lost(&self) -> [(&'static str, u64); 2] {
+    pub fn lost(&self) -> [Lost; 2] {
         let stats = &self.skel.maps.sys_stats;
         [
-            ("syscall_map_full", super::percpu_sum(stats, wm_sys_stat::WM_SYS_STAT_MAP_FULL.0)),
-            ("task_storage_failed", super::percpu_sum(stats, wm_sys_stat::WM_SYS_STAT_NO_STORAGE.0)),
+            Lost::new(Probe::Syscalls, Reason::SyscallMapFull, super::percpu_sum(stats, wm_sys_stat::WM_SYS_STAT_MAP_FULL.0)),
+            Lost::new(Probe::Syscalls, Reason::TaskStorageFailed, super::percpu_sum(stats, wm_sys_stat::WM_SYS_STAT_NO_STORAGE.0)),
         ]
     }
 }

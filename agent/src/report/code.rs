@@ -57,10 +57,15 @@ impl Holds {
     }
 }
 
+fn role_label<S: serde::Serializer>(role: &Role, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(role.label())
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Code {
-    /// the role of `culprit`: holder, waker, preemptor
-    pub role: &'static str,
+    /// the role of `culprit`: holder, waker, preemptor, busy
+    #[serde(serialize_with = "role_label")]
+    pub role: Role,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub culprit: Option<Side>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -101,12 +106,7 @@ pub fn of_wait(
         let h = stacks.holds_by_site(Some(victim.thread.tid)).into_iter().find(|h| h.holder == c.thread.tid && h.site == c.site)?;
         Holds::of(&h, switch_ns)
     });
-    (culprit_side.is_some() || victim_side.is_some()).then(|| Code {
-        role: role.label(),
-        culprit: culprit_side,
-        victim: victim_side,
-        holds,
-    })
+    (culprit_side.is_some() || victim_side.is_some()).then_some(Code { role, culprit: culprit_side, victim: victim_side, holds })
 }
 
 /// What a busy thread ran (its CPU clock samples while it had not blocked for a while: role
@@ -115,7 +115,7 @@ pub fn busy(thread: &ThreadRef, stacks: &WaitStacks) -> Option<Code> {
     let s = stacks.top_site(thread.tid, State::Running, Role::Busy, None)?;
     let culprit =
         Side { thread: thread.clone(), site: s.text, share: s.share, in_c: s.in_c.map(|(function, share)| InC { function, share }) };
-    Some(Code { role: Role::Busy.label(), culprit: Some(culprit), victim: None, holds: None })
+    Some(Code { role: Role::Busy, culprit: Some(culprit), victim: None, holds: None })
 }
 
 /// A convoy: the code that released the lock (the wakers' top site) and
@@ -130,7 +130,7 @@ pub fn convoy(waiters: &[u32], stacks: &WaitStacks) -> Option<Code> {
     };
     let culprit = stacks.top_site_of(waiters, State::FutexWait, Role::Waker).map(|s| side("the releasers", s));
     let victim = stacks.top_site_of(waiters, State::FutexWait, Role::Victim).map(|s| side("the waiters", s));
-    (culprit.is_some() || victim.is_some()).then_some(Code { role: Role::Waker.label(), culprit, victim, holds: None })
+    (culprit.is_some() || victim.is_some()).then_some(Code { role: Role::Waker, culprit, victim, holds: None })
 }
 
 impl fmt::Display for Code {
@@ -143,12 +143,12 @@ impl fmt::Display for Code {
         };
         if let Some(c) = &self.culprit {
             let verb = match self.role {
-                "holder" => "held the GIL in",
-                "waker" if c.thread.tid == 0 => "released it in",
-                "waker" => "woke it from",
-                "preemptor" => "had the CPU in",
-                "busy" => "ran",
-                _ => "was in",
+                Role::Holder => "held the GIL in",
+                Role::Waker if c.thread.tid == 0 => "released it in",
+                Role::Waker => "woke it from",
+                Role::Preemptor => "had the CPU in",
+                Role::Busy => "ran",
+                Role::Victim => "was in",
             };
             write!(f, "Code: {} {verb} `{}` {:.0}% of that time", name(&c.thread), c.site, 100.0 * c.share)?;
             if let Some(in_c) = c.in_c.as_ref().filter(|i| i.share >= IN_C_SHARE) {

@@ -532,7 +532,7 @@ pub fn report(r: &ProcessReport, v: &Verdict) -> JsonReport {
         exited_after_s: r.exited_after_ns.map(|n| round6(secs(n))),
         wait_sites: r.stacks.as_ref().map(wait_sites),
         gil_holds_by_function: r.stacks.as_ref().and_then(|w| holds_by_function(r, w)),
-        events_lost: r.events_lost.iter().map(|(probe, reason, count)| JsonLost { probe, reason, count: *count }).collect(),
+        events_lost: r.events_lost.iter().map(|l| JsonLost { probe: l.probe.label(), reason: l.reason.label(), count: l.count }).collect(),
         family: r.family.clone(),
     }
 }

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use crate::model::age::{AgeReport, AgeSummary};
 use crate::model::blame::{self, FutexWait, Preemptor, TopFutex};
+use crate::model::loss::Lost;
 use crate::model::partition::{ThreadSample, Times};
 use crate::model::state::State;
 
@@ -228,7 +229,7 @@ pub struct ProcessReport {
     /// the machine's and the process' facts that decide waits (None: not read)
     pub environment: Option<environment::Environment>,
     /// events lost during the window, by probe and reason (non-zero only)
-    pub events_lost: Vec<(&'static str, &'static str, u64)>,
+    pub events_lost: Vec<Lost>,
     /// the process and those it started, measured with it (`attach --children`; None: not asked)
     pub family: Option<family::Family>,
 }
@@ -292,8 +293,8 @@ impl ProcessReport {
     }
 
     /// Events lost during the window: (probe, reason, count), zeros left out.
-    pub fn with_events_lost(mut self, lost: Vec<(&'static str, &'static str, u64)>) -> Self {
-        self.events_lost = lost.into_iter().filter(|l| l.2 > 0).collect();
+    pub fn with_events_lost(mut self, lost: Vec<Lost>) -> Self {
+        self.events_lost = lost.into_iter().filter(|l| l.count > 0).collect();
         self
     }
 

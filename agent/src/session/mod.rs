@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 
 use crate::clock::monotonic_ns;
 use crate::model::labels::sanitize;
+use crate::model::loss::{Lost, Probe, Reason};
 use crate::model::partition::ThreadSample;
 use crate::probes::gil::GilProbe;
 use crate::probes::pypark::Parks;
@@ -170,17 +171,20 @@ impl Session {
         out
     }
 
-    /// Every event lost so far, by every probe of the session: (probe, reason, count).
-    pub fn lost(&self) -> Vec<(&'static str, &'static str, u64)> {
+    /// Every event lost so far, by every probe of the session.
+    pub fn lost(&self) -> Vec<Lost> {
         let mut lost = self.probe.lost();
         lost.extend(self.python_lost());
         lost.extend(self.stacks_lost());
         lost
     }
 
-    /// Events lost by the Python probes: (probe, reason, count).
-    fn python_lost(&self) -> [(&'static str, &'static str, u64); 2] {
-        [("gil", "holds_map_full", self.gil_probes.values().map(|g| g.lost()).sum()), ("pypark", "parked_map_full", self.parks.lost())]
+    /// Events lost by the Python probes.
+    fn python_lost(&self) -> [Lost; 2] {
+        [
+            Lost::new(Probe::Gil, Reason::HoldsMapFull, self.gil_probes.values().map(|g| g.lost()).sum()),
+            Lost::new(Probe::Pypark, Reason::ParkedMapFull, self.parks.lost()),
+        ]
     }
 
     /// Whether the waits of a target's threads in CPython's parking lot are

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::resolve::HolderResolver;
 use super::{Session, Target};
 use crate::clock::monotonic_ns;
+use crate::model::loss::{Lost, Probe, Reason};
 use crate::model::partition::ThreadSample;
 use crate::model::stacks::{Key, Lengths, Role, WaitStacks};
 use crate::model::state::State;
@@ -239,11 +240,11 @@ impl Session {
     }
 
     /// Stack events lost: in the kernel, and waits drained after their
-    /// thread was forgotten (`thread_gone`): (probe, reason, count).
-    pub(super) fn stacks_lost(&self) -> Vec<(&'static str, &'static str, u64)> {
+    /// thread was forgotten (`thread_gone`).
+    pub(super) fn stacks_lost(&self) -> Vec<Lost> {
         let Some(st) = &self.stacks else { return vec![] };
-        let mut lost: Vec<_> = self.probe.stack_maps().lost().into_iter().map(|(r, n)| ("stacks", r, n)).collect();
-        lost.push(("stacks", "thread_gone", st.unattributed));
+        let mut lost: Vec<_> = self.probe.stack_maps().lost().into_iter().map(|(r, n)| Lost::new(Probe::Stacks, r, n)).collect();
+        lost.push(Lost::new(Probe::Stacks, Reason::ThreadGone, st.unattributed));
         lost
     }
 }

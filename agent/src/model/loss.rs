@@ -1,0 +1,132 @@
+//! Events the probes could not record, by probe and reason: the labels of
+//! `waitmeter_bpf_events_lost_total`, `attach`'s `events_lost` and the remedy said with them.
+//! One enum each, matched exhaustively, so a new or renamed reason cannot lose its label or its
+//! remedy (docs/runbook.md#waitmeterEventsLost).
+
+/// The probe that lost events (the `probe` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Probe {
+    Sched,
+    Stacks,
+    Gil,
+    Pypark,
+    Syscalls,
+}
+
+impl Probe {
+    pub const fn label(self) -> &'static str {
+        match self {
+            Probe::Sched => "sched",
+            Probe::Stacks => "stacks",
+            Probe::Gil => "gil",
+            Probe::Pypark => "pypark",
+            Probe::Syscalls => "syscalls",
+        }
+    }
+}
+
+/// Why (the `reason` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    ThreadMapFull,
+    ExitRingbufFull,
+    BlameMapFull,
+    FutexMapFull,
+    PreemptMapFull,
+    ThrottleRingbufFull,
+    StretchMapFull,
+    HoldsMapFull,
+    ParkedMapFull,
+    NativeStackFailed,
+    PyStackMapFull,
+    WaitStackMapFull,
+    ThreadGone,
+    SyscallMapFull,
+    TaskStorageFailed,
+}
+
+impl Reason {
+    pub const fn label(self) -> &'static str {
+        match self {
+            Reason::ThreadMapFull => "thread_map_full",
+            Reason::ExitRingbufFull => "exit_ringbuf_full",
+            Reason::BlameMapFull => "blame_map_full",
+            Reason::FutexMapFull => "futex_map_full",
+            Reason::PreemptMapFull => "preempt_map_full",
+            Reason::ThrottleRingbufFull => "throttle_ringbuf_full",
+            Reason::StretchMapFull => "stretch_map_full",
+            Reason::HoldsMapFull => "holds_map_full",
+            Reason::ParkedMapFull => "parked_map_full",
+            Reason::NativeStackFailed => "native_stack_failed",
+            Reason::PyStackMapFull => "py_stack_map_full",
+            Reason::WaitStackMapFull => "wait_stack_map_full",
+            Reason::ThreadGone => "thread_gone",
+            Reason::SyscallMapFull => "syscall_map_full",
+            Reason::TaskStorageFailed => "task_storage_failed",
+        }
+    }
+
+    /// What to do about it, said with the count.
+    pub const fn remedy(self) -> &'static str {
+        match self {
+            Reason::ExitRingbufFull => "raise --exit-buffer-kib (thread exits came faster than they were read)",
+            Reason::ThrottleRingbufFull => "throttled stretches came faster than they were read",
+            Reason::ThreadMapFull | Reason::HoldsMapFull | Reason::ParkedMapFull | Reason::SyscallMapFull | Reason::StretchMapFull => {
+                "raise --max-threads"
+            }
+            Reason::BlameMapFull | Reason::FutexMapFull | Reason::PreemptMapFull => {
+                "more waiter/culprit pairs at once than the blame maps hold"
+            }
+            Reason::WaitStackMapFull | Reason::PyStackMapFull => {
+                "more distinct wait stacks than the stack maps hold: raise --stack-interval"
+            }
+            Reason::NativeStackFailed => {
+                "native stack walks failed (the stack map full or its hash bucket taken): those waits have no native stack"
+            }
+            Reason::ThreadGone => "waits drained after their thread was no longer known to the session (threads that exit quickly)",
+            Reason::TaskStorageFailed => "the kernel refused the per-task storage: some syscalls were not counted",
+        }
+    }
+}
+
+/// Events lost so far (or in a window) by one probe for one reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lost {
+    pub probe: Probe,
+    pub reason: Reason,
+    pub count: u64,
+}
+
+impl Lost {
+    pub const fn new(probe: Probe, reason: Reason, count: u64) -> Lost {
+        Lost { probe, reason, count }
+    }
+
+    /// The same, less what `before` had counted of it (a window's share of a running total).
+    pub fn since(self, before: &[Lost]) -> Lost {
+        let was = before.iter().find(|l| l.probe == self.probe && l.reason == self.reason).map_or(0, |l| l.count);
+        Lost { count: self.count.saturating_sub(was), ..self }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_counts_what_was_lost_in_it() {
+        let before = [Lost::new(Probe::Sched, Reason::ExitRingbufFull, 5), Lost::new(Probe::Stacks, Reason::ThreadGone, 9)];
+        assert_eq!(Lost::new(Probe::Sched, Reason::ExitRingbufFull, 12).since(&before).count, 7);
+        // another probe's count of the same name is not this one's
+        assert_eq!(Lost::new(Probe::Sched, Reason::ThreadGone, 3).since(&before).count, 3);
+        // a counter that went back (a probe reloaded) is no negative loss
+        assert_eq!(Lost::new(Probe::Stacks, Reason::ThreadGone, 4).since(&before).count, 0);
+    }
+
+    #[test]
+    fn labels_are_the_exported_names() {
+        assert_eq!(Probe::Pypark.label(), "pypark");
+        assert_eq!(Reason::StretchMapFull.label(), "stretch_map_full");
+        assert!(Reason::StretchMapFull.remedy().contains("--max-threads"));
+    }
+}
