@@ -29,19 +29,22 @@ pub struct Measured {
     launched: Option<Launched>,
     /// the processes asked for (not those found with --children)
     roots: Vec<u32>,
+    /// those of them that exited while the probes loaded, before the window opened
+    gone_before: Vec<u32>,
 }
 
 /// `all_findings`: the verdict lists every finding (`-v`).
 pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
     let color =
         args.output == Output::Text && args.command.is_empty() && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let Measured { reports, launched, roots } = measure(args, all_findings)?;
+    let Measured { reports, launched, roots, gone_before } = measure(args, all_findings)?;
     for (i, report) in reports.iter().enumerate() {
         // the verdict is drawn once, for whichever renderer
         let v = verdict::analyse(report);
         match args.output {
-            // several processes: one object per line (JSON Lines)
-            Output::Json if reports.len() > 1 => emit(&format!("{}\n", json::render_line(report, &v))),
+            // several processes (asked for, or found with --children): one object per line (JSON
+            // Lines), also when one asked for exited before the window opened
+            Output::Json if reports.len() > 1 || args.pid.len() > 1 => emit(&format!("{}\n", json::render_line(report, &v))),
             Output::Json => emit(&format!("{}\n", json::render(report, &v))),
             Output::Text => {
                 let sep = if i > 0 { "\n" } else { "" };
@@ -59,8 +62,22 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         .filter(|r| roots.contains(&r.pid))
         .filter_map(|r| r.exited_after_ns.map(|e| format!("process {} exited {:.1} s", r.pid, secs(e))))
         .collect();
-    if !gone.is_empty() {
-        return Err(usage!("{} into the {:.1} s window: the report covers the time it ran", gone.join(", "), args.duration));
+    let before: Vec<String> =
+        gone_before.iter().map(|pid| format!("process {pid} exited before the window opened: no report of it")).collect();
+    match (gone.is_empty(), before.is_empty()) {
+        (true, true) => {}
+        (false, true) => {
+            return Err(usage!("{} into the {:.1} s window: the report covers the time it ran", gone.join(", "), args.duration))
+        }
+        (true, false) => return Err(usage!("{}", before.join("; "))),
+        (false, false) => {
+            return Err(usage!(
+                "{}; {} into the {:.1} s window: the report covers the time it ran",
+                before.join("; "),
+                gone.join(", "),
+                args.duration
+            ))
+        }
     }
     Ok(())
 }
@@ -119,6 +136,10 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     // --children: a watched process' new processes are watched from their fork on
     // a stretch over the objective is a stall: the probe keeps what the thread did meanwhile
     let stall_ns = args.age_slo.map_or(crate::model::stretches::STALL_OBJECTIVE_NS, |s| (s * 1e9) as u64);
+    // a wrong PID fails now, not after the probes have loaded
+    for pid in &args.pid {
+        Session::check(*pid)?;
+    }
     let mut session = Session::start(&SessionOptions { stall_ns, ..session_options(&args.probe, args.children, true) })?;
     // each thread's syscalls, when asked (--syscalls on: a probe on every syscall of the
     // machine, docs/probes/syscalls.md). Loaded before the target is watched: the window
@@ -140,9 +161,22 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     if let Some(l) = &launched {
         pids = vec![l.pid()];
     }
+    // a process that exits while the probes load (it was there before): with others, they are
+    // measured without it; alone, there is nothing to measure
+    let mut gone_before = vec![];
     for pid in &pids {
-        session.attach(*pid)?;
+        if let Err(e) = session.attach(*pid) {
+            if launched.is_some() || Session::check(*pid).is_ok() {
+                return Err(e);
+            }
+            if pids.len() == 1 {
+                return Err(usage!("process {pid} exited while the probes loaded, before the window opened: nothing to measure"));
+            }
+            log::warn!("process {pid} exited while the probes loaded, before the window opened: the report is of the others");
+            gone_before.push(*pid);
+        }
     }
+    pids.retain(|p| !gone_before.contains(p));
     // --children: the processes they have now are watched before the window opens, like them
     if args.children {
         session.discover_matching(&|pid, _| crate::procfs::ancestor_in(pid, &pids).is_some())?;
@@ -459,7 +493,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         let mut family = family.into_iter();
         reports = watched.iter().zip(reports).map(|(w, r)| if w.root.is_none() { r.with_family(family.next()) } else { r }).collect();
     }
-    Ok(Measured { reports, launched, roots })
+    Ok(Measured { reports, launched, roots, gone_before })
 }
 
 /// The JSON `python` block of a target, as of now.

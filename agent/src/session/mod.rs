@@ -138,8 +138,9 @@ impl Session {
         self.targets.values().find(|t| t.pid == pid)
     }
 
-    /// Start watching process `pid` (a PID of the agent's namespace).
-    pub fn attach(&mut self, pid: u32) -> Result<()> {
+    /// Process `pid` (a PID of the agent's namespace) can be watched: it is there, alive, and
+    /// not a kernel thread. Checked before the probes load too, so a wrong PID fails at once.
+    pub fn check(pid: u32) -> Result<procfs::TaskStat> {
         let stat = procfs::process_stat(pid).ok_or_else(|| {
             usage!("no process with PID {pid}: check it with `ps -p {pid}` (inside a container, use the container's PIDs)")
         })?;
@@ -149,6 +150,12 @@ impl Session {
         if stat.is_kernel_thread() {
             return Err(usage!("PID {pid} is a kernel thread ({}): waitmeter measures user-space processes", sanitize(&stat.comm)));
         }
+        Ok(stat)
+    }
+
+    /// Start watching process `pid` (a PID of the agent's namespace).
+    pub fn attach(&mut self, pid: u32) -> Result<()> {
+        let stat = Self::check(pid)?;
         let map = if self.translate { Some(self.ns_to_host()?) } else { None };
         let ids = self.host_ids(pid, map.as_ref()).ok_or_else(|| usage!("process {pid} exited before it could be watched"))?;
         self.add_target(pid, stat, ids)

@@ -68,13 +68,14 @@ pub const ORDER: &[Rule] = &[
     // the convoys' waiters are not idle: before any rule that asks which threads are (`Context::idle`)
     lock_convoy::find,
     gil_starvation::find,
-    // a serving thread kept from its home: after the GIL starvation, which says a starving
-    // thread's stalls itself (one finding per cause)
-    stall::find,
     cpu_quota_throttling::find,
     oversubscribed::find,
     // each thread's own line: the first of `PER_THREAD` that has one
     per_thread,
+    // a serving thread kept from its home: after the GIL starvation, which says a starving
+    // thread's stalls itself, and after the CPU's findings, which say a stall spent waiting
+    // for a CPU (one finding per cause)
+    stall::find,
     // after the GIL findings: the GIL holder they name is not a bottleneck of its own
     saturated_thread::find,
     // after every finding that may explain a bad age

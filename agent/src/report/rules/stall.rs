@@ -10,8 +10,12 @@ use super::super::code::{self, Code};
 use super::super::evidence::{Behind, Culprit, ThreadRef, ThreadTime};
 use super::super::serial::{hex_some, seconds, state_name};
 use super::super::ThreadRow;
+use super::cpu_quota::CpuQuota;
+use super::cpu_quota_throttling::CpuQuotaThrottling;
 use super::gil_starvation::GilStarvation;
+use super::oversubscribed::Oversubscribed;
 use super::rows::{busy_ns, gil_holder, preemptor, row_ref, waker};
+use super::run_queue::RunQueueSaturation;
 use super::saturated_thread::SATURATED_SHARE;
 use super::{Claim, Context, Repeat};
 use crate::model::partition::secs;
@@ -29,6 +33,10 @@ pub const STALL_TIME_SHARE: f64 = 0.01;
 /// the GIL, I/O, a lock another thread released) must be at least this share of them: a thread
 /// away from its home mostly asleep or in timed waits elsewhere was idle there, not stalled.
 pub const KEPT_SHARE: f64 = 0.5;
+/// A stall spent at least this share waiting for a CPU (run queue, quota) is the CPU's doing:
+/// when a finding says the CPU is short (run-queue saturation, the quota, an oversubscribed
+/// machine), that finding is the line, not a stall of each thread it delayed.
+pub const CPU_SHARE: f64 = 0.5;
 /// A state of the stalls is named (with its culprit) from this share of their time.
 pub const STALL_PART_SHARE: f64 = 0.25;
 
@@ -144,6 +152,10 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
     let mut out: Vec<Stall> = vec![];
     let pool = pool_workers(cx.rows);
     let starving: Vec<u32> = cx.found::<GilStarvation>().map(|s| s.victim.thread.tid).collect();
+    let cpu_short = cx.found::<RunQueueSaturation>().next().is_some()
+        || cx.found::<CpuQuota>().next().is_some()
+        || cx.found::<CpuQuotaThrottling>().next().is_some()
+        || cx.found::<Oversubscribed>().next().is_some();
     for r in cx.rows.iter().filter(|r| !pool.contains(&r.tid)) {
         let Some(st) = &r.stretches else { continue };
         let Some((home, h)) = st.at_home() else { continue };
@@ -186,6 +198,10 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
             .map(|p| p.ns)
             .sum();
         if (kept as f64) < KEPT_SHARE * h.long_ns as f64 {
+            continue;
+        }
+        let cpu: u64 = parts.iter().filter(|p| matches!(p.state, State::Runqueue | State::Throttled)).map(|p| p.ns).sum();
+        if cpu_short && cpu as f64 >= CPU_SHARE * h.long_ns as f64 {
             continue;
         }
         let stall = Stall {

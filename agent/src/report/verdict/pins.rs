@@ -167,6 +167,16 @@ fn scenarios() -> Vec<(&'static str, Window)> {
     lp.gil_by_holder.insert(2, 3 * S);
     let worker = row(2, "waitress-1", &[(State::Running, 4 * S), (State::FutexWait, 6 * S)]);
     v.push(("stall of a poll loop behind the GIL", window(vec![lp, worker])));
+    // the same stalls spent waiting for a CPU, beside spinners that wait for one most of the
+    // time: run-queue saturation is the line (the CPU's doing), no stall of its own
+    let lp = home(
+        row(1, "VM Thread", &[(State::FutexWait, 7 * S), (State::Runqueue, 2 * S), (State::Running, S)]),
+        WaitKey::new(202, 0x7f10),
+        &lens,
+        State::Runqueue,
+    );
+    let spin = |tid, name| row(tid, name, &[(State::Runqueue, 6 * S), (State::Running, 4 * S)]);
+    v.push(("stall waiting for a CPU beside a saturated run queue", window(vec![lp, spin(2, "consumer-1"), spin(3, "consumer-2")])));
     let busy = home(row(1, "processor", &[(State::Running, 10 * S)]), WaitKey::new(202, 0x7f00), &[3 * S, 4 * S], State::Running);
     v.push(("head-of-line of a thread that serves a queue", window(vec![busy])));
     v.push(("a busy thread nothing waits on", window(vec![row(1, "batch", &[(State::Running, 10 * S)])])));
@@ -328,6 +338,14 @@ const PINNED: &[(&str, &[&str])] = &[
     &[
         "stall: MainThread (1), an event loop, was kept from its poll (select) for 224–270 ms at a time (p50–max, 10 times in 10.0 s over the 100 ms objective, 2.2 s in all); what arrived meanwhile waited up to 270 ms. Of those stretches, 100% waiting for the Python GIL behind waitress-1 (2).",
         "thread waitress-1 (2) spent 6.0 s of 10.0 s blocked on a lock or condition (futex) (60%): idle or contended",
+    ]
+),
+(
+    "stall waiting for a CPU beside a saturated run queue",
+    &[
+        "run-queue saturation: thread consumer-1 (2) spent 6.0 s of 10.0 s waiting for a CPU (run queue) (60%), wait ratio 0.60: it had work and could not do it",
+        "run-queue saturation: thread consumer-2 (3) spent 6.0 s of 10.0 s waiting for a CPU (run queue) (60%), wait ratio 0.60: it had work and could not do it",
+        "run-queue saturation: thread VM Thread (1) spent 2.0 s of 10.0 s waiting for a CPU (run queue) (20%), wait ratio 0.67: it had work and could not do it",
     ]
 ),
 (
