@@ -31,6 +31,47 @@ def test_no_module_imports_one_that_imports_it_back():
     assert not loops, f"modules that import each other: {loops}"
 
 
+# The layers, lowest first (docs/architecture.md): a module names only modules of lower layers
+# (or its own layer's, without loops). Data flows one way: probes read the kernel, the session
+# gathers their readings, the model is pure, the outputs (report, export) take the model's values
+# and name nothing that gathers or reads, and cmd wires them.
+LAYERS = [
+    # leaves: no state of their own beyond what they are about, nothing above them
+    {"model", "clock", "cgroup", "error", "idhash", "procfs", "shrink", "usage", "say", "outfile", "main"},
+    # reading a process's memory and binaries
+    {"python"},
+    # the kernel's side
+    {"probes"},
+    # what gathers readings
+    {"stacks", "age", "session"},
+    # outputs: from the model's values only
+    {"report", "export"},
+    # wiring
+    {"cli", "cmd"},
+]
+# what an output may name below it: the leaves and the interpreter's facts, never what gathers
+OUTPUTS_MAY_NAME = LAYERS[0] | LAYERS[1]
+
+
+def layer_of(module):
+    return next(i for i, layer in enumerate(LAYERS) if module in layer)
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m in imports() if not any(m in layer for layer in LAYERS))
+    assert not unplaced, f"modules in no layer of LAYERS: {unplaced}: place them"
+
+
+def test_imports_go_down_the_layers():
+    graph = imports()
+    up = sorted((a, b) for a, deps in graph.items() for b in deps if b in graph and layer_of(b) > layer_of(a))
+    assert not up, f"modules that name a higher layer (data flows one way: LAYERS): {up}"
+    outputs = LAYERS[4]
+    reach = sorted((a, b) for a in outputs for b in graph.get(a, ()) if b in graph and b not in OUTPUTS_MAY_NAME and b not in outputs)
+    assert not reach, f"outputs that name what gathers (they take the model's values): {reach}"
+    # `say`/`usage` are the crate's macros (#[macro_export]), named as crate::say!/crate::usage!
+
+
 def test_the_session_module_stays_small():
     lines = len((SRC / "session" / "mod.rs").read_text().splitlines())
     assert lines < 250, f"agent/src/session/mod.rs has {lines} lines: move code to its rooms (target, sample, resolve, lifetime)"

@@ -24,19 +24,7 @@ const EXITED_KEEP_NS: u64 = 300 * 1_000_000_000;
 /// How often the threads of the client samples are looked up in /proc.
 const PRUNE_EVERY_NS: u64 = 1_000_000_000;
 
-/// The errors of the age sources, for the self-metrics.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct AgeErrors {
-    /// failed polls of the endpoint
-    pub endpoint: u64,
-    /// malformed datagrams on the client socket
-    pub client: u64,
-    /// the endpoint's failed polls and skipped lines by reason, every reason
-    /// (empty without --age-url)
-    pub scrape: Vec<(&'static str, u64)>,
-    /// the client records not taken, by reason, every reason (empty without --age-socket)
-    pub rejected: Vec<(&'static str, u64)>,
-}
+pub use crate::model::age::AgeErrors;
 
 /// One thread's client samples.
 #[derive(Debug, Default)]

@@ -10,11 +10,10 @@ use crate::model::blame::Preemptor;
 use crate::model::hist::HoldHist;
 use crate::model::labels::{busiest_apart, sanitize, LabelBook, BUSIEST};
 use crate::model::loss::Lost;
-use crate::model::partition::{secs, ThreadSample, Times};
+use crate::model::partition::{secs, Snapshot, ThreadSample, Times};
 use crate::model::stacks::{site_function, Lengths, WaitStacks};
 use crate::model::state::State;
 use crate::model::stretches::{self, Hist, ThreadStretches, WaitKey};
-use crate::session::Snapshot;
 
 /// The agent's own windows, for the values that are ratios or counts over
 /// time (`waitmeter_thread_wait_ratio`, `waitmeter_futex_word_waiters`): a
@@ -71,7 +70,7 @@ pub struct AgeExport {
     /// (pid, tid, latest age) from waitmeter_client
     pub threads: Vec<(u32, u32, f64)>,
     /// endpoint poll errors (by reason), client records not taken (by reason)
-    pub errors: Option<crate::age::sources::AgeErrors>,
+    pub errors: Option<crate::model::age::AgeErrors>,
 }
 
 /// Self-metric inputs.
@@ -525,7 +524,7 @@ impl Exporter {
     /// the map, which keeps what is still of use: those of a gone thread (an exited one, or one
     /// no longer live) after this reading, its last; those of a live thread's other waits that
     /// did not change for `STRETCH_QUIET_NS`; those of threads still unknown after two readings.
-    pub fn note_stretches(&mut self, snap: &Snapshot, reading: Vec<crate::probes::sched::StretchRecord>) -> Vec<(u32, u32, WaitKey)> {
+    pub fn note_stretches(&mut self, snap: &Snapshot, reading: Vec<stretches::StretchRecord>) -> Vec<(u32, u32, WaitKey)> {
         let mut by_thread: HashMap<(u32, u32), Vec<(WaitKey, Hist)>> = HashMap::new();
         for ((tid, gen, wait), h) in reading {
             by_thread.entry((tid, gen)).or_default().push((wait, h));
@@ -1174,7 +1173,7 @@ mod tests {
 
     #[test]
     fn age_errors_by_source_and_by_reason() {
-        let errors = crate::age::sources::AgeErrors {
+        let errors = crate::model::age::AgeErrors {
             endpoint: 3,
             client: 1,
             scrape: vec![("connect", 0), ("timeout", 3), ("bad_line", 7)],

@@ -69,6 +69,20 @@ pub fn summarize(samples: &[AgeSample]) -> Option<AgeSummary> {
     })
 }
 
+/// The errors of the age sources, for the self-metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgeErrors {
+    /// failed polls of the endpoint
+    pub endpoint: u64,
+    /// malformed datagrams on the client socket
+    pub client: u64,
+    /// the endpoint's failed polls and skipped lines by reason, every reason
+    /// (empty without --age-url)
+    pub scrape: Vec<(&'static str, u64)>,
+    /// the client records not taken, by reason, every reason (empty without --age-socket)
+    pub rejected: Vec<(&'static str, u64)>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,18 @@
 //! Partition arithmetic: per-state nanoseconds of a thread, windows, ratios.
+use std::collections::BTreeMap;
+
 use super::blame::GONE;
 use super::state::{State, NR_STATES};
+
+/// Threads sampled at one moment, grouped by process.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub at_ns: u64,
+    /// target id -> its live threads
+    pub live: BTreeMap<u64, Vec<ThreadSample>>,
+    /// target id -> threads that exited since the previous snapshot
+    pub exited: BTreeMap<u64, Vec<ThreadSample>>,
+}
 
 /// Nanoseconds per state, indexed by `State::index()`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -338,6 +338,10 @@ impl Tally {
     }
 }
 
+/// A reading of the kernel's stretches map: (host TID, incarnation, wait) and its histogram,
+/// cumulative.
+pub type StretchRecord = ((u32, u32, WaitKey), Hist);
+
 #[cfg(test)]
 mod tests {
     use super::*;

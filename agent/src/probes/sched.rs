@@ -140,8 +140,7 @@ pub struct SchedOptions {
     pub stall_ns: u64,
 }
 
-/// A reading of the stretches map: (host TID, incarnation, wait) and its histogram, cumulative.
-pub type StretchRecord = ((u32, u32, WaitKey), stretches::Hist);
+pub use crate::model::stretches::StretchRecord;
 
 /// Fields drop in order: the ring buffer and links before the object.
 pub struct SchedProbe {

@@ -13,7 +13,6 @@ use anyhow::{Context, Result};
 use crate::clock::monotonic_ns;
 use crate::model::labels::sanitize;
 use crate::model::loss::{Lost, Probe, Reason};
-use crate::model::partition::ThreadSample;
 use crate::probes::gil::GilProbe;
 use crate::probes::pypark::Parks;
 use crate::probes::sched::{SchedOptions, SchedProbe};
@@ -52,15 +51,8 @@ pub struct SessionOptions {
     pub stall_ns: u64,
 }
 
-/// Threads sampled at one moment, grouped by process.
-#[derive(Debug, Default)]
-pub struct Snapshot {
-    pub at_ns: u64,
-    /// target id -> its live threads
-    pub live: BTreeMap<u64, Vec<ThreadSample>>,
-    /// target id -> threads that exited since the previous snapshot
-    pub exited: BTreeMap<u64, Vec<ThreadSample>>,
-}
+/// Threads sampled at one moment, grouped by process (the model's: the exporter reads it).
+pub use crate::model::partition::Snapshot;
 
 pub struct Session {
     probe: SchedProbe,
