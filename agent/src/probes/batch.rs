@@ -14,7 +14,7 @@ use std::os::fd::AsRawFd;
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::{MapCore, MapFlags};
 
-use super::sched::from_bytes;
+use super::abi::{as_bytes, from_bytes, Plain};
 
 /// Entries asked for per call; a hash bucket with more than this (ENOSPC)
 /// doubles it, up to `MAX_BATCH`.
@@ -28,14 +28,14 @@ fn opts(elem_flags: MapFlags) -> libbpf_sys::bpf_map_batch_opts {
 /// Every (key, value) of a hash map of ABI structs, read with `elem_flags`
 /// (`MapFlags::LOCK`: each value copied under its spin lock). A map whose
 /// kernel does not batch (before 5.6) is read entry by entry.
-pub fn dump<K: Copy, V: Copy>(map: &impl MapCore, elem_flags: MapFlags) -> Vec<(K, V)> {
+pub fn dump<K: Plain, V: Plain>(map: &impl MapCore, elem_flags: MapFlags) -> Vec<(K, V)> {
     batched(map, elem_flags, false)
 }
 
 /// Every (key, value) of a hash map, each looked up and deleted in one step
 /// (`BPF_MAP_LOOKUP_AND_DELETE_BATCH`): what the BPF side adds meanwhile is
 /// in the value taken or in a new entry. Entry by entry before Linux 5.6.
-pub fn drain<K: Copy, V: Copy>(map: &impl MapCore) -> Vec<(K, V)> {
+pub fn drain<K: Plain, V: Plain>(map: &impl MapCore) -> Vec<(K, V)> {
     batched(map, MapFlags::ANY, true)
 }
 
@@ -46,9 +46,10 @@ thread_local! {
     static BUFFERS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
-fn batched<K: Copy, V: Copy>(map: &impl MapCore, elem_flags: MapFlags, delete: bool) -> Vec<(K, V)> {
+fn batched<K: Plain, V: Plain>(map: &impl MapCore, elem_flags: MapFlags, delete: bool) -> Vec<(K, V)> {
     let (ks, vs) = (size_of::<K>(), size_of::<V>());
-    debug_assert_eq!((map.key_size() as usize, map.value_size() as usize), (ks, vs), "{}", map.name().to_string_lossy());
+    // always checked: a type that is not the map's would read garbage, or past the buffers
+    assert_eq!((map.key_size() as usize, map.value_size() as usize), (ks, vs), "{}: not its key and value types", map.name().to_string_lossy());
     let fd = map.as_fd().as_raw_fd();
     let mut out = Vec::new();
     let mut cap = BATCH;
@@ -101,7 +102,7 @@ fn batched<K: Copy, V: Copy>(map: &impl MapCore, elem_flags: MapFlags, delete: b
 }
 
 /// The fallback of `batched`: two system calls per entry.
-fn by_key<K: Copy, V: Copy>(map: &impl MapCore, elem_flags: MapFlags, delete: bool) -> Vec<(K, V)> {
+fn by_key<K: Plain, V: Plain>(map: &impl MapCore, elem_flags: MapFlags, delete: bool) -> Vec<(K, V)> {
     let keys: Vec<Vec<u8>> = map.keys().collect();
     keys.into_iter()
         .filter_map(|k| {
@@ -112,15 +113,15 @@ fn by_key<K: Copy, V: Copy>(map: &impl MapCore, elem_flags: MapFlags, delete: bo
 }
 
 /// Entries in a hash map now.
-pub fn count<K: Copy, V: Copy>(map: &impl MapCore) -> usize {
+pub fn count<K: Plain, V: Plain>(map: &impl MapCore) -> usize {
     dump::<K, V>(map, MapFlags::ANY).len()
 }
 
 /// Delete these keys (ABI structs) from a hash map; returns how many were
 /// there. A key already gone is skipped, not an error.
-pub fn delete<K: Copy>(map: &impl MapCore, keys: &[K]) -> usize {
+pub fn delete<K: Plain>(map: &impl MapCore, keys: &[K]) -> usize {
     let ks = size_of::<K>();
-    debug_assert_eq!(map.key_size() as usize, ks);
+    assert_eq!(map.key_size() as usize, ks, "{}: not its key type", map.name().to_string_lossy());
     let fd = map.as_fd().as_raw_fd();
     let mut deleted = 0;
     let mut at = 0;
@@ -137,7 +138,7 @@ pub fn delete<K: Copy>(map: &impl MapCore, keys: &[K]) -> usize {
             // the key after the deleted ones is not there (any more): skip it
             libc::ENOENT => at += done + 1,
             libc::EINVAL | libc::ENOTSUP | libc::EOPNOTSUPP if at == 0 && done == 0 => {
-                return keys.iter().filter(|k| map.delete(super::sched::as_bytes(*k)).is_ok()).count();
+                return keys.iter().filter(|k| map.delete(as_bytes(*k)).is_ok()).count();
             }
             e => {
                 log::debug!("batch delete in {} failed: {}", map.name().to_string_lossy(), std::io::Error::from_raw_os_error(e));
@@ -159,6 +160,8 @@ mod tests {
         a: u32,
         b: u32,
     }
+    // SAFETY: #[repr(C)] two u32s: any bit pattern is a Key.
+    unsafe impl Plain for Key {}
 
     /// A real hash map with more entries than a batch and than a bucket
     /// holds: every entry comes back once, deletes count what was there.
@@ -174,7 +177,7 @@ mod tests {
         let n = 3 * BATCH as u32 + 7;
         for i in 0..n {
             let k = Key { a: i, b: !i };
-            map.update(super::super::sched::as_bytes(&k), &(u64::from(i) * 3).to_ne_bytes(), MapFlags::ANY).expect("update");
+            map.update(as_bytes(&k), &(u64::from(i) * 3).to_ne_bytes(), MapFlags::ANY).expect("update");
         }
         let mut got = dump::<Key, u64>(&map, MapFlags::ANY);
         got.sort_by_key(|(k, _)| k.a);

@@ -1,6 +1,9 @@
 //! Loading, configuring and attaching the BPF probes, and reading their maps.
 //! Each probe family has `bpf/<stem>.bpf.c`, `bpf/<stem>.h`, `<stem>.rs` here
-//! and `docs/probes/<stem>.md`.
+//! and `docs/probes/<stem>.md`. `abi.rs` is the leaf they share: the sched object's generated
+//! types (which the stack and sweep programs use too) and the conversions of map keys and values
+//! to and from bytes, for the types marked `Plain` only.
+mod abi;
 pub mod batch;
 pub mod cpu_clock;
 pub mod gil;

@@ -22,10 +22,7 @@ use crate::model::syscalls;
 
 use super::batch;
 
-pub(super) mod skel {
-    #![allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
-    include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
-}
+use super::abi::{as_bytes, from_bytes, skel, Plain};
 use skel::types::{
     wm_blame_key, wm_exit, wm_futex_key, wm_futex_kind, wm_gil, wm_gil_key, wm_limits, wm_preempt, wm_preempt_key, wm_stat, wm_state,
     wm_stretch, wm_stretch_key, wm_stretch_limits, wm_task_ids, wm_thread, wm_thread_data, wm_throttle,
@@ -187,16 +184,6 @@ pub struct GilSpec {
     pub off_holder_id: u32,
 }
 
-pub(super) fn as_bytes<T: Copy>(v: &T) -> &[u8] {
-    // SAFETY: T is a plain-old-data ABI struct from the skeleton (no padding
-    // holes that matter to the kernel, which reads them as bytes).
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
-}
-
-pub(super) fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
-    // SAFETY: size checked; the ABI structs are valid for any bit pattern.
-    (b.len() >= size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
-}
 
 /// A futex blame key's address as the model has it: a parking-lot address
 /// carries `model::blame::PARKED`.
@@ -474,7 +461,7 @@ impl SchedProbe {
     /// it meanwhile is in the value returned, or in a new entry. A key that is
     /// not there is skipped.
     pub fn take_blame(&self, pick: &BlamePick) -> (Vec<GilRecord>, Vec<FutexRecord>, Vec<PreemptRecord>) {
-        fn take<K: Copy, V: Copy, R>(map: &libbpf_rs::MapMut, keys: impl Iterator<Item = K>, rec: impl Fn(K, V) -> R) -> Vec<R> {
+        fn take<K: Plain, V: Plain, R>(map: &libbpf_rs::MapMut, keys: impl Iterator<Item = K>, rec: impl Fn(K, V) -> R) -> Vec<R> {
             keys.filter_map(|k| Some(rec(k, from_bytes::<V>(&map.lookup_and_delete(as_bytes(&k)).ok()??)?))).collect()
         }
         let m = &self.skel.maps;
@@ -642,7 +629,7 @@ impl SchedProbe {
 }
 
 /// Add a ring buffer whose records (ABI struct `T`) are pushed onto the returned queue.
-fn collect_into<T: Copy + 'static>(
+fn collect_into<T: Plain>(
     rb: &mut RingBufferBuilder<'static, 'static>,
     map: &libbpf_rs::MapMut<'_>,
 ) -> Result<Rc<RefCell<Vec<T>>>> {
@@ -667,7 +654,7 @@ pub(super) fn comm_of(v: &wm_preempt) -> Comm {
 }
 
 /// Every (key, value) of a hash map of ABI structs.
-fn entries<K: Copy, V: Copy>(map: &libbpf_rs::MapMut) -> Vec<(K, V)> {
+fn entries<K: Plain, V: Plain>(map: &libbpf_rs::MapMut) -> Vec<(K, V)> {
     batch::dump(map, MapFlags::ANY)
 }
 

@@ -9,10 +9,10 @@ use std::collections::HashMap;
 
 use libbpf_rs::{MapCore, MapFlags, MapMut};
 
-use super::sched::skel::types::{
+use super::abi::skel::types::{
     wm_py_stack, wm_py_walk, wm_role, wm_stack_limits, wm_stack_ref, wm_stack_stat, wm_stacks_mode, wm_wait_stack_key, wm_wait_stack_val,
 };
-use super::sched::{as_bytes, from_bytes};
+use super::abi::{as_bytes, from_bytes};
 use crate::model::loss::Reason;
 use crate::model::stacks::{Lengths, Role};
 use crate::model::state::State;

@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 
 use anyhow::{Context, Result};
 
-use super::sched::skel::types::{wm_sweep_args, wm_sweep_limits, wm_sweep_out};
+use super::abi::skel::types::{wm_sweep_args, wm_sweep_limits, wm_sweep_out};
 use super::sched::{FutexRecord, GilRecord, PreemptRecord, SchedProbe};
 
 /// The `sweep_out` array's value, mapped into the agent.
@@ -88,8 +88,9 @@ impl SchedProbe {
 
 #[cfg(test)]
 mod tests {
-    use super::super::sched::skel::types::wm_preempt;
-    use super::super::sched::{as_bytes, futex_key, gil_key, preempt_key, test_blame_maps, test_probe, Incarnation};
+    use super::super::abi::as_bytes;
+    use super::super::abi::skel::types::wm_preempt;
+    use super::super::sched::{futex_key, gil_key, preempt_key, test_blame_maps, test_probe, Incarnation};
     use super::*;
     use crate::model::state::State;
     use libbpf_rs::{MapCore, MapFlags};

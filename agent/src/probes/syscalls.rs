@@ -9,7 +9,8 @@ use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
 
-use super::sched::{from_bytes, SchedProbe};
+use super::abi::{from_bytes, Plain};
+use super::sched::SchedProbe;
 use super::Storage;
 use crate::model::loss::{Lost, Probe, Reason};
 
@@ -18,6 +19,11 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/syscalls.skel.rs"));
 }
 use skel::types::{wm_sys_count, wm_sys_key, wm_sys_stat};
+
+// SAFETY: the generated #[repr(C)] structs of integers (bpf/syscalls.h).
+unsafe impl Plain for wm_sys_key {}
+// SAFETY: as above.
+unsafe impl Plain for wm_sys_count {}
 use skel::{SyscallsSkel, SyscallsSkelBuilder};
 
 /// The loaded and attached probe. Fields drop in order: the links, the
