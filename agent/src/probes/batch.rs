@@ -49,7 +49,12 @@ thread_local! {
 fn batched<K: Plain, V: Plain>(map: &impl MapCore, elem_flags: MapFlags, delete: bool) -> Vec<(K, V)> {
     let (ks, vs) = (size_of::<K>(), size_of::<V>());
     // always checked: a type that is not the map's would read garbage, or past the buffers
-    assert_eq!((map.key_size() as usize, map.value_size() as usize), (ks, vs), "{}: not its key and value types", map.name().to_string_lossy());
+    assert_eq!(
+        (map.key_size() as usize, map.value_size() as usize),
+        (ks, vs),
+        "{}: not its key and value types",
+        map.name().to_string_lossy()
+    );
     let fd = map.as_fd().as_raw_fd();
     let mut out = Vec::new();
     let mut cap = BATCH;

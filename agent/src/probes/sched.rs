@@ -184,7 +184,6 @@ pub struct GilSpec {
     pub off_holder_id: u32,
 }
 
-
 /// A futex blame key's address as the model has it: a parking-lot address
 /// carries `model::blame::PARKED`.
 pub(super) fn word(k: &wm_futex_key) -> u64 {
@@ -629,10 +628,7 @@ impl SchedProbe {
 }
 
 /// Add a ring buffer whose records (ABI struct `T`) are pushed onto the returned queue.
-fn collect_into<T: Plain>(
-    rb: &mut RingBufferBuilder<'static, 'static>,
-    map: &libbpf_rs::MapMut<'_>,
-) -> Result<Rc<RefCell<Vec<T>>>> {
+fn collect_into<T: Plain>(rb: &mut RingBufferBuilder<'static, 'static>, map: &libbpf_rs::MapMut<'_>) -> Result<Rc<RefCell<Vec<T>>>> {
     let queue = Rc::new(RefCell::new(Vec::new()));
     let sink = Rc::clone(&queue);
     // SAFETY of the 'static borrow: the map lives in the skeleton, which lives
