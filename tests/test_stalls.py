@@ -96,7 +96,7 @@ def waitress_waits_behind_the_gil(report, seen, tid, svc):
     The first line is either, and it names the holder's code; a stall of MainThread is never
     longer than what the pings waited (its stretch ends before the ping is answered)."""
     verdict, first = report["verdict"], report["findings"][0]
-    assert first["kind"] in ("stall", "gil_wait", "gil_starvation"), verdict
+    assert first["kind"] in ("stall", "gil_wait", "gil_starvation", "gil_contention"), verdict
     assert "GIL" in verdict[0] and "behind waitress-" in verdict[0], verdict[0]
     assert svc.slow_function in verdict[0] and "json.dumps" in verdict[0], verdict[0]
     stall = next((f for f in report["findings"] if f["kind"] == "stall" and f["thread"]["tid"] == tid), None)

@@ -30,6 +30,7 @@ pub mod clock_source;
 pub mod clock_syscalls;
 pub mod cpu_quota;
 pub mod cpu_quota_throttling;
+pub mod gil_contention;
 pub mod gil_ping_pong;
 pub mod gil_starvation;
 pub mod gil_wait;
@@ -82,6 +83,8 @@ pub const ORDER: &[Rule] = &[
     age_rising::find,
     yielding::find,
     gil_ping_pong::find,
+    // the GIL waits no GIL line or stall says, summed: after every GIL finding and the stalls
+    gil_contention::find,
     clock_syscalls::find,
     // after the clock syscalls: the clock source alone when no thread's line says it
     clock_source::find,

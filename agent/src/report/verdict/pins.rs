@@ -177,6 +177,20 @@ fn scenarios() -> Vec<(&'static str, Window)> {
     );
     let spin = |tid, name| row(tid, name, &[(State::Runqueue, 6 * S), (State::Running, 4 * S)]);
     v.push(("stall waiting for a CPU beside a saturated run queue", window(vec![lp, spin(2, "consumer-1"), spin(3, "consumer-2")])));
+    // a pool whose requests each wait behind another worker's long holds: none waits 20% of its
+    // time, together 3.7 s of 10 s
+    let worker = |tid: u32, name, behind: &[(u32, u64)]| {
+        let gil: u64 = behind.iter().map(|(_, ns)| ns).sum();
+        let mut r = row(tid, name, &[(State::GilWait, gil), (State::Running, S), (State::FutexWait, 9 * S - gil)]);
+        r.gil_by_holder = behind.iter().copied().collect();
+        r
+    };
+    let pool = vec![
+        worker(1, "waitress-0", &[(2, S), (3, S / 5)]),
+        worker(2, "waitress-1", &[(1, S / 2), (3, S / 2)]),
+        worker(3, "waitress-2", &[(1, S), (2, S / 2)]),
+    ];
+    v.push(("GIL waits spread over a pool", window(pool)));
     let busy = home(row(1, "processor", &[(State::Running, 10 * S)]), WaitKey::new(202, 0x7f00), &[3 * S, 4 * S], State::Running);
     v.push(("head-of-line of a thread that serves a queue", window(vec![busy])));
     v.push(("a busy thread nothing waits on", window(vec![row(1, "batch", &[(State::Running, 10 * S)])])));
@@ -346,6 +360,15 @@ const PINNED: &[(&str, &[&str])] = &[
         "run-queue saturation: thread consumer-1 (2) spent 6.0 s of 10.0 s waiting for a CPU (run queue) (60%), wait ratio 0.60: it had work and could not do it",
         "run-queue saturation: thread consumer-2 (3) spent 6.0 s of 10.0 s waiting for a CPU (run queue) (60%), wait ratio 0.60: it had work and could not do it",
         "run-queue saturation: thread VM Thread (1) spent 2.0 s of 10.0 s waiting for a CPU (run queue) (20%), wait ratio 0.67: it had work and could not do it",
+    ]
+),
+(
+    "GIL waits spread over a pool",
+    &[
+        "GIL contention: 3 threads waited 3.7 s in all for the Python GIL, 41% of it behind waitress-1 (2), in 10.0 s (37% of the window): waitress-2 (3) 1.5 s, waitress-0 (1) 1.2 s, waitress-1 (2) 1.0 s; none of them 20% of its own time, so no thread's line says it: what they serve waits behind each hold",
+        "thread waitress-1 (2) spent 8.0 s of 10.0 s blocked on a lock or condition (futex) (80%): idle or contended",
+        "thread waitress-0 (1) spent 7.8 s of 10.0 s blocked on a lock or condition (futex) (78%): idle or contended",
+        "thread waitress-2 (3) spent 7.5 s of 10.0 s blocked on a lock or condition (futex) (75%): idle or contended",
     ]
 ),
 (
