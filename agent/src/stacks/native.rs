@@ -3,8 +3,11 @@
 //! root, so right inside containers), and the function symbol covering it
 //! (.symtab, else .dynsym). A stripped object names its frames
 //! `[file+offset]` (as perf does), never guessed. Files and their
-//! symbol tables are hostile input (`formats::elf` bounds every read) and are
-//! cached by path, the maps per process.
+//! symbol tables are hostile input (`formats::elf` bounds every read). An
+//! object's symbols are parsed once per file (device, inode, size, mtime),
+//! whichever processes map it (under `run --all`, libc and libpython once, not
+//! once per process), and the least recently used go first; the maps are kept
+//! per process.
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -17,6 +20,8 @@ use waitmeter_formats::elf::Elf;
 const MAX_FUNCTIONS: usize = 1 << 20;
 /// Objects whose symbols are kept.
 const MAX_OBJECTS: usize = 256;
+/// (process, path) pairs whose file identity is kept (a stat each to find again).
+const MAX_FILES: usize = 4096;
 /// How long a process' maps are trusted before an address outside them makes us re-read.
 const MAPS_TTL_NS: u64 = 1_000_000_000;
 
@@ -55,12 +60,25 @@ impl Symbols {
     }
 }
 
+/// A file's identity: device, inode, size and modification time (a file replaced in place is
+/// another file).
+type FileId = (u64, u64, u64, i64);
+
+fn file_id(path: &std::path::Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime()))
+}
+
 #[derive(Default)]
 pub struct Native {
     /// pid -> (its file mappings, when read)
     maps: HashMap<u32, (Vec<Mapping>, u64)>,
-    /// object path (as the target names it) -> its symbols (None: unreadable)
-    objects: HashMap<(u32, String), Option<Arc<Symbols>>>,
+    /// (pid, object path as the target names it) -> the file there (None: not there)
+    files: HashMap<(u32, String), Option<FileId>>,
+    /// a file -> its symbols (None: unreadable) and when last asked for (a count of asks)
+    objects: HashMap<FileId, (Option<Arc<Symbols>>, u64)>,
+    asks: u64,
 }
 
 impl Native {
@@ -82,13 +100,24 @@ impl Native {
     }
 
     fn symbols(&mut self, pid: u32, path: &str) -> Option<Arc<Symbols>> {
-        if self.objects.len() >= MAX_OBJECTS {
-            self.objects.clear();
+        if self.files.len() >= MAX_FILES {
+            self.files.clear();
         }
-        self.objects
-            .entry((pid, path.to_string()))
-            .or_insert_with(|| Symbols::load(&crate::python::target_path(pid, path)).map(Arc::new))
-            .clone()
+        let target = crate::python::target_path(pid, path);
+        let id = (*self.files.entry((pid, path.to_string())).or_insert_with(|| file_id(&target)))?;
+        self.asks += 1;
+        if let Some((symbols, asked)) = self.objects.get_mut(&id) {
+            *asked = self.asks;
+            return symbols.clone();
+        }
+        if self.objects.len() >= MAX_OBJECTS {
+            if let Some(oldest) = self.objects.iter().min_by_key(|(_, (_, asked))| *asked).map(|(id, _)| *id) {
+                self.objects.remove(&oldest);
+            }
+        }
+        let symbols = Symbols::load(&target).map(Arc::new);
+        self.objects.insert(id, (symbols.clone(), self.asks));
+        symbols
     }
 
     /// Name the frames of a native stack of process `pid` (return addresses,
@@ -123,7 +152,7 @@ impl Native {
     /// Forget a process (it exited).
     pub fn forget(&mut self, pid: u32) {
         self.maps.remove(&pid);
-        self.objects.retain(|(p, _), _| *p != pid);
+        self.files.retain(|(p, _), _| *p != pid);
     }
 }
 
@@ -144,5 +173,33 @@ mod tests {
         assert!(f[0].function.contains("marker_function_for_symbols"), "{:?}", f[0]);
         let unknown = n.frames(std::process::id(), &[8], crate::clock::monotonic_ns());
         assert!(unknown[0].function.starts_with("[unknown]"), "{:?}", unknown[0]);
+    }
+
+    /// The same file seen through two processes is parsed once; the least recently used object
+    /// goes first when the cache is full.
+    #[test]
+    fn a_file_mapped_by_two_processes_is_parsed_once() {
+        let exe = std::env::current_exe().unwrap().to_string_lossy().into_owned();
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut n = Native::default();
+        let mine = n.symbols(std::process::id(), &exe).expect("this test binary's symbols");
+        let theirs = n.symbols(child.id(), &exe).expect("the same file through the child's root");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(Arc::ptr_eq(&mine, &theirs));
+        assert_eq!(n.objects.len(), 1);
+        // full: the one asked for least recently goes
+        n.objects.clear();
+        let fake = |i: u64| (u64::MAX, i, 0, 0);
+        for i in 0..MAX_OBJECTS as u64 {
+            n.asks += 1;
+            n.objects.insert(fake(i), (None, n.asks));
+        }
+        n.objects.get_mut(&fake(0)).unwrap().1 = n.asks + 1; // fake(0) asked for again, last
+        n.asks += 1;
+        n.symbols(std::process::id(), &exe).unwrap();
+        assert_eq!(n.objects.len(), MAX_OBJECTS);
+        assert!(n.objects.contains_key(&fake(0)), "asked for last: kept");
+        assert!(!n.objects.contains_key(&fake(1)), "the least recently asked for went");
     }
 }
