@@ -40,7 +40,8 @@ fn main() {
         println!("cargo:rerun-if-changed={}", bpf.join(format!("{stem}.h")).display());
         println!("cargo:rerun-if-changed={}", bpf.join("vmlinux").join(arch).join("vmlinux.h").display());
     }
-    // every header the objects include (a new one is not forgotten)
+    // every header the objects include, and the folder itself (a header added or removed)
+    println!("cargo:rerun-if-changed={}", bpf.display());
     for entry in std::fs::read_dir(&bpf).expect("bpf/ is readable").flatten() {
         let path = entry.path();
         if path.extension().is_some_and(|e| e == "h") {

@@ -1,6 +1,7 @@
 //! The HTTP endpoint of `waitmeter run`: `/metrics`, `/healthz`, wait
 //! profiles at `/debug/pprof/wait?seconds=N` and a landing page, HTTP/1.1
-//! with optional TLS and basic auth (`web.rs`).
+//! with optional TLS and basic auth (`web.rs`). Hand-written, not a web
+//! framework: every limit below is ours to set and test, with no async runtime.
 //!
 //! It is reachable by anyone on the pod network, so it is built to keep
 //! answering scrapes whatever other clients do:
