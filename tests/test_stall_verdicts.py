@@ -280,7 +280,8 @@ def test_the_story_at_a_pace_ingest_keeps_up_with_is_one_stall_naming_the_gil_ho
     # the ground truth: ingest's stretches from message to back at recv, most over the objective
     periods = busy_periods(messages)
     long = [p for p in periods if p >= OBJECTIVE]
-    assert len(messages) >= 10 and len(long) >= 5, (len(messages), periods)
+    # (at least 3: enough for a middle and a longest; a run of short holds gives fewer)
+    assert len(messages) >= 10 and len(long) >= 3, (len(messages), periods)
     truth = {"p50": long[(len(long) - 1) // 2], "max": long[-1], "count": len(long)}
     # the agent found ingest's home (its recv) and went by it
     s = by_tid(report)[ingest].get("stretches")

@@ -133,5 +133,16 @@ mod tests {
         let waiting = row(3, "w", &[(State::GilWait, 5 * S), (State::Running, 5 * S)]);
         let f = every_finding_of(vec![with_peak(waiting, State::GilWait, 1.0, 2 * S)], 10 * S);
         assert_eq!(kinds(&f), ["gil_wait"], "{f:?}");
+        // the burst is still said beside a GIL contention its wait is part of
+        let mut ingest = with_peak(ingest_row(), State::GilWait, 0.99, 3 * S / 2);
+        ingest.gil_by_holder.insert(9, 3 * S / 2);
+        let mut other = row(4, "main", &[(State::GilWait, S), (State::IoWait, 9 * S)]);
+        other.gil_by_holder.insert(9, S);
+        let f = every_finding_of(vec![ingest, other, row(9, "batch", &[(State::Running, 10 * S)])], 10 * S);
+        assert!(kinds(&f).contains(&"gil_contention".to_string()) && kinds(&f).contains(&"burst".to_string()), "{f:?}");
+    }
+
+    fn ingest_row() -> ThreadRow {
+        row(2, "ingest", &[(State::GilWait, 3 * S / 2), (State::IoWait, 8 * S), (State::Running, S / 2)])
     }
 }

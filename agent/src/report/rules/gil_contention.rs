@@ -96,6 +96,10 @@ impl Claim for GilContention {
     fn line_of(&self) -> Option<(u32, State)> {
         None
     }
+    /// Nor a line of the first waiter's wait: a burst of it is still said.
+    fn names(&self) -> Option<(u32, Option<State>)> {
+        None
+    }
     fn gil_holder(&self) -> Option<u32> {
         thread_of(&Some(self.holder.clone()))
     }

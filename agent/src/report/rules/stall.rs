@@ -14,7 +14,7 @@ use super::cpu_quota::CpuQuota;
 use super::cpu_quota_throttling::CpuQuotaThrottling;
 use super::gil_starvation::GilStarvation;
 use super::oversubscribed::Oversubscribed;
-use super::rows::{busy_ns, gil_holder, preemptor, row_ref, waker};
+use super::rows::{busy_ns, gil_holder, preemptor, row_of, row_ref, share_of, waker};
 use super::run_queue::RunQueueSaturation;
 use super::saturated_thread::SATURATED_SHARE;
 use super::{Claim, Context, Repeat};
@@ -33,7 +33,8 @@ pub const STALL_TIME_SHARE: f64 = 0.01;
 /// the GIL, I/O, a lock another thread released) must be at least this share of them: a thread
 /// away from its home mostly asleep or in timed waits elsewhere was idle there, not stalled.
 pub const KEPT_SHARE: f64 = 0.5;
-/// A stall spent at least this share waiting for a CPU (run queue, quota) is the CPU's doing:
+/// A stall spent at least this share waiting for a CPU (run queue, quota), or behind threads that
+/// waited for one at least this share of their time, is the CPU's doing:
 /// when a finding says the CPU is short (run-queue saturation, the quota, an oversubscribed
 /// machine), that finding is the line, not a stall of each thread it delayed.
 pub const CPU_SHARE: f64 = 0.5;
@@ -200,7 +201,15 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
         if (kept as f64) < KEPT_SHARE * h.long_ns as f64 {
             continue;
         }
-        let cpu: u64 = parts.iter().filter(|p| matches!(p.state, State::Runqueue | State::Throttled)).map(|p| p.ns).sum();
+        // waiting for a CPU itself, or behind a thread that waited for one half its time (a
+        // JVM's VM Thread waiting for spinning threads to reach a safepoint on a full core)
+        let off_cpu = |p: &StallPart| match p.behind.as_ref().map(|b| &b.culprit) {
+            Some(Culprit::Thread(t)) => {
+                row_of(t.tid, cx.rows).is_some_and(|c| share_of(c, State::Runqueue) + share_of(c, State::Throttled) >= CPU_SHARE)
+            }
+            _ => false,
+        };
+        let cpu: u64 = parts.iter().filter(|p| matches!(p.state, State::Runqueue | State::Throttled) || off_cpu(p)).map(|p| p.ns).sum();
         if cpu_short && cpu as f64 >= CPU_SHARE * h.long_ns as f64 {
             continue;
         }
