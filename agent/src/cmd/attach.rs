@@ -62,22 +62,14 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
         .filter(|r| roots.contains(&r.pid))
         .filter_map(|r| r.exited_after_ns.map(|e| format!("process {} exited {:.1} s", r.pid, secs(e))))
         .collect();
-    let before: Vec<String> =
+    // what was asked for and is gone: before the window (no report), then during it
+    let mut said: Vec<String> =
         gone_before.iter().map(|pid| format!("process {pid} exited before the window opened: no report of it")).collect();
-    match (gone.is_empty(), before.is_empty()) {
-        (true, true) => {}
-        (false, true) => {
-            return Err(usage!("{} into the {:.1} s window: the report covers the time it ran", gone.join(", "), args.duration))
-        }
-        (true, false) => return Err(usage!("{}", before.join("; "))),
-        (false, false) => {
-            return Err(usage!(
-                "{}; {} into the {:.1} s window: the report covers the time it ran",
-                before.join("; "),
-                gone.join(", "),
-                args.duration
-            ))
-        }
+    if !gone.is_empty() {
+        said.push(format!("{} into the {:.1} s window: the report covers the time it ran", gone.join(", "), args.duration));
+    }
+    if !said.is_empty() {
+        return Err(usage!("{}", said.join("; ")));
     }
     Ok(())
 }
