@@ -273,8 +273,11 @@ def test_the_story_at_a_pace_ingest_keeps_up_with_is_one_stall_naming_the_gil_ho
     its lengths are ingest's busy periods by the workload's own clock; there is no GIL line of
     ingest's own beside it (the GIL wait is folded into the stall). (2 a second, not 20: each
     message costs ingest two GIL waits, after its recv and after its os.write, and one
-    json.dumps takes 200-450 ms on a loaded 2-CPU machine: at 20 it never gets back to its recv.)"""
-    report, tids, messages = starve_run(version, 8.0, "--rate", "2")
+    json.dumps takes 200-450 ms on a loaded 2-CPU machine: at 20 it never gets back to its recv.
+    Each json.dumps is made to take about 250 ms: a message waits what is left of the one under
+    way, and at ~100 ms, as on a fast idle machine, most of those waits are under the objective;
+    at 450 ms, as on a slow loaded one, ingest starves.)"""
+    report, tids, messages = starve_run(version, 8.0, "--rate", "2", "--hold", "0.25")
     messages = within(report, messages)
     ingest, processor = tids["ingest"], tids["processor"]
     # the ground truth: ingest's stretches from message to back at recv, most over the objective
@@ -299,7 +302,10 @@ def test_the_story_at_a_pace_ingest_keeps_up_with_is_one_stall_naming_the_gil_ho
     # its numbers are the workload's
     got = {k: first[k] for k in ("p50_s", "max_s", "stalls", "stall_s", "stretches")}
     assert OBJECTIVE <= first["p50_s"] <= first["max_s"] <= report["duration_s"], got
-    assert abs(first["p50_s"] - truth["p50"]) <= TOLERANCE * truth["p50"], (got, truth, periods)
+    # (its median among the workload's middle half: of a few stretches near the objective, one
+    # the workload's clock puts just over it may be just under it by the agent's)
+    middle = (long[len(long) // 4] * (1 - TOLERANCE), long[(3 * len(long)) // 4] * (1 + TOLERANCE))
+    assert middle[0] <= first["p50_s"] <= middle[1], (got, middle, periods)
     assert abs(first["max_s"] - truth["max"]) <= TOLERANCE * truth["max"], (got, truth, periods)
     # no separate line of ingest's GIL wait or starvation: it is the stall's
     assert not gil_lines_about(verdict, "ingest", ingest), verdict

@@ -15,6 +15,9 @@ Options (after the mode), for the age join:
   --rate N           messages per second (default 500: ingest falls behind; at a few per
                      second it keeps up, each message waiting one json.dumps at most: a
                      flat age with GIL waits)
+  --hold S           make one json.dumps take about S seconds on this machine (a part of
+                     the list timed before "ready", and repeated): by default one call
+                     takes 100-450 ms, by the machine and its load
 
 Prints "tid <name> <native thread id>" for each thread (and "pid processor
 <pid>" in separate mode), then "ready". Runs until killed; its children die
@@ -52,17 +55,31 @@ def feeder(port, parent, rate=RATE):
             time.sleep(delay)
 
 
-def process_forever(nice=0):
+def process_forever(nice=0, hold=0.0, looping=None):
     if nice:
         os.nice(nice)  # a batch job in its own process: it yields the CPU to ingest
     data = [{"id": i, "name": "item-%d" % i, "value": i * 0.5, "tags": ["a", "b"]} for i in range(200_000)]
+    if hold:
+        # a tenth of the list, timed (the least of 3), repeated to take `hold`: within a
+        # twentieth-list's time of it on a fast machine and on a slow one alike
+        data = data[:20_000]
+        t = min(_timed(json.dumps, data) for _ in range(3))
+        data = data * max(1, round(hold / t))  # the same dicts again
+    if looping:
+        looping.set()
     while True:
         json.dumps(data)
 
 
-def processor_thread():
+def _timed(fn, *args):
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
+
+
+def processor_thread(hold, looping):
     print("tid processor", threading.get_native_id(), flush=True)
-    process_forever()
+    process_forever(0, hold, looping)
 
 
 def thread_state_line(name):
@@ -136,14 +153,17 @@ def main():
     print("tid MainThread", threading.get_native_id(), flush=True)
     args = sys.argv[2:]
     rate = float(args[args.index("--rate") + 1]) if "--rate" in args else RATE
+    hold = float(args[args.index("--hold") + 1]) if "--hold" in args else 0.0
     spawn(feeder, port, os.getpid(), rate)
     started = threading.Event()
     threading.Thread(target=ingest, args=(sock, started, observe), name="ingest", daemon=True).start()
     started.wait()
     if mode == "same":
-        threading.Thread(target=processor_thread, name="processor", daemon=True).start()
+        looping = threading.Event()
+        threading.Thread(target=processor_thread, args=(hold, looping), name="processor", daemon=True).start()
+        looping.wait()
     else:
-        print("pid processor", spawn(process_forever, 19), flush=True)
+        print("pid processor", spawn(process_forever, 19, hold), flush=True)
     time.sleep(1.0)  # the processor has built its data and is in its loop
     print("ready", flush=True)
     while True:

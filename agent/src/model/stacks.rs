@@ -335,10 +335,14 @@ impl WaitStacks {
         top(by_site_in_c(self.select(victim, state, role, blamed)))
     }
 
-    /// The top site of one side of the waits of several threads (a convoy's waiters).
-    pub fn top_site_of(&self, victims: &[u32], state: State, role: Role) -> Option<Site> {
+    /// The top site of one side of the waits of several threads (a convoy's waiters, a pool's
+    /// GIL waiters; behind `blamed` when given).
+    pub fn top_site_of(&self, victims: &[u32], state: State, role: Role, blamed: Option<u32>) -> Option<Site> {
         top(by_site_in_c(
-            self.ns.iter().filter(|(k, _)| victims.contains(&k.victim) && k.state == state && k.role == role).map(|(k, ns)| (k, *ns)),
+            self.ns
+                .iter()
+                .filter(|(k, _)| victims.contains(&k.victim) && k.state == state && k.role == role && blamed.is_none_or(|b| k.blamed == b))
+                .map(|(k, ns)| (k, *ns)),
         ))
     }
 }

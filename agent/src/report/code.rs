@@ -91,12 +91,6 @@ pub fn of_wait(
         Culprit::Thread(t) => Some(t.clone()),
         _ => None,
     });
-    let side = |thread: ThreadRef, s: Site| Side {
-        thread,
-        site: s.text,
-        share: s.share,
-        in_c: s.in_c.map(|(function, share)| InC { function, share }),
-    };
     let culprit_side = culprit.as_ref().filter(|_| role != Role::Victim).and_then(|t| {
         let s = stacks.top_site(victim.thread.tid, state, role, Some(t.tid))?;
         Some(side(t.clone(), s))
@@ -113,24 +107,42 @@ pub fn of_wait(
 /// busy), as the culprit side of a finding about it (a stall, a saturated thread).
 pub fn busy(thread: &ThreadRef, stacks: &WaitStacks) -> Option<Code> {
     let s = stacks.top_site(thread.tid, State::Running, Role::Busy, None)?;
-    let culprit =
-        Side { thread: thread.clone(), site: s.text, share: s.share, in_c: s.in_c.map(|(function, share)| InC { function, share }) };
-    Some(Code { role: Role::Busy, culprit: Some(culprit), victim: None, holds: None })
+    Some(Code { role: Role::Busy, culprit: Some(side(thread.clone(), s)), victim: None, holds: None })
 }
 
 /// A convoy: the code that released the lock (the wakers' top site) and
 /// where the waiters waited for it, over all its waiters.
 pub fn convoy(waiters: &[u32], stacks: &WaitStacks) -> Option<Code> {
-    let anyone = |text: String| ThreadRef { tid: 0, name: Some(text), folded: 0 };
-    let side = |who: &str, s: Site| Side {
-        thread: anyone(who.into()),
-        site: s.text,
-        share: s.share,
-        in_c: s.in_c.map(|(function, share)| InC { function, share }),
-    };
-    let culprit = stacks.top_site_of(waiters, State::FutexWait, Role::Waker).map(|s| side("the releasers", s));
-    let victim = stacks.top_site_of(waiters, State::FutexWait, Role::Victim).map(|s| side("the waiters", s));
+    let culprit = stacks.top_site_of(waiters, State::FutexWait, Role::Waker, None).map(|s| side(anyone("the releasers"), s));
+    let victim = stacks.top_site_of(waiters, State::FutexWait, Role::Victim, None).map(|s| side(anyone("the waiters"), s));
     (culprit.is_some() || victim.is_some()).then_some(Code { role: Role::Waker, culprit, victim, holds: None })
+}
+
+/// GIL contention over a pool: what `holder` ran while any of the waiters waited behind it, and
+/// where they waited, over all of them (the holder is often one of the waiters: a pool's workers
+/// take turns, and a thread never waits behind itself).
+pub fn contention(waiters: &[u32], holder: &ThreadRef, stacks: &WaitStacks, switch_ns: u64) -> Option<Code> {
+    let culprit = stacks.top_site_of(waiters, State::GilWait, Role::Holder, Some(holder.tid)).map(|s| side(holder.clone(), s));
+    let victim = stacks.top_site_of(waiters, State::GilWait, Role::Victim, None).map(|s| side(anyone("the waiters"), s));
+    // the holds' lengths as one waiter saw them (summed over waiters, a hold two of them waited
+    // behind would count twice): the one that waited longest behind it
+    let most =
+        waiters.iter().max_by_key(|v| stacks.select(**v, State::GilWait, Role::Holder, Some(holder.tid)).map(|(_, ns)| ns).sum::<u64>());
+    let holds = culprit.as_ref().zip(most).and_then(|(c, v)| {
+        let h = stacks.holds_by_site(Some(*v)).into_iter().find(|h| h.holder == holder.tid && h.site == c.site)?;
+        Holds::of(&h, switch_ns)
+    });
+    (culprit.is_some() || victim.is_some()).then_some(Code { role: Role::Holder, culprit, victim, holds })
+}
+
+/// One side of a wait: a thread and the top site of its stacks there.
+fn side(thread: ThreadRef, s: Site) -> Side {
+    Side { thread, site: s.text, share: s.share, in_c: s.in_c.map(|(function, share)| InC { function, share }) }
+}
+
+/// A side that is several threads, said as one (`the waiters`).
+fn anyone(who: &str) -> ThreadRef {
+    ThreadRef { tid: 0, name: Some(who.into()), folded: 0 }
 }
 
 impl fmt::Display for Code {
@@ -231,5 +243,38 @@ mod tests {
                                "in_c": {"function": "encoder_listencode_obj", "share": 0.5556}})
         );
         assert!(kind.code(&WaitStacks::default(), 5_000_000).is_none());
+    }
+
+    /// A pool's workers take turns holding the GIL: the holder named is also the longest waiter,
+    /// and its code is what it ran while the others waited (a thread never waits behind itself).
+    #[test]
+    fn gil_contention_over_a_pool_names_what_the_holder_ran_while_the_others_waited() {
+        let mut w = WaitStacks::default();
+        let py = |f: &str, l| Frame::python(f.into(), "/srv/app.py".into(), l);
+        let dumps: Stack =
+            vec![Frame::python("dumps".into(), "/usr/lib/python3.12/json/__init__.py".into(), 231), py("render_report", 12)].into();
+        let take: Stack =
+            vec![Frame::python("wait".into(), "/usr/lib/python3.12/threading.py".into(), 327), py("handler_thread", 40)].into();
+        let key = |victim, blamed, role, stack: &Stack| Key { victim, blamed, state: State::GilWait, role, stack: stack.clone() };
+        let mut held = crate::model::stacks::Lengths { waits: 4, max_ns: 200_000_000, ..Default::default() };
+        held.buckets[8] = 4;
+        // workers 1 and 3 waited behind 2, worker 2 behind 1 (and a sliver behind 3)
+        for victim in [1, 3] {
+            w.add_waits(key(victim, 2, Role::Holder, &dumps), 600, &held);
+            w.add(key(victim, 2, Role::Victim, &take), 600);
+        }
+        w.add_waits(key(2, 1, Role::Holder, &dumps), 900, &held);
+        w.add(key(2, 1, Role::Victim, &take), 900);
+        w.add(key(2, 3, Role::Holder, &take), 50);
+        let worker = |tid| ThreadRef { tid, name: Some(format!("worker-{tid}")), folded: 0 };
+        let code = contention(&[2, 1, 3], &worker(2), &w, 5_000_000).expect("code");
+        let text = code.to_string();
+        assert_eq!(
+            text,
+            "Code: worker-2 (2) held the GIL in `json.dumps ← render_report (app.py:12)` 100% of that time, without a switch for 164–199 ms at a time (p50–p99 of 4 holds): a call that does not release the GIL; the waiters waited in `threading.wait ← handler_thread (app.py:40)` (100%)."
+        );
+        // what worker 2 waited in is not what it ran
+        assert_eq!(code.culprit.as_ref().unwrap().thread.tid, 2);
+        assert!(contention(&[1, 3], &worker(2), &WaitStacks::default(), 5_000_000).is_none());
     }
 }

@@ -18,7 +18,7 @@ use super::stall::Stall;
 use super::unmeasured_gil::UnmeasuredGil;
 use super::{Claim, Context};
 use crate::model::partition::secs;
-use crate::model::stacks::{Role, WaitStacks};
+use crate::model::stacks::WaitStacks;
 use crate::model::state::State;
 
 /// The threads' GIL wait behind one holder, summed, from this share of the window (a fifth of a
@@ -106,8 +106,11 @@ impl Claim for GilContention {
     fn culprits(&self) -> Vec<u32> {
         self.gil_holder().into_iter().collect()
     }
+    /// The holder's code over all the waiters' waits behind it (it is often one of them).
     fn code(&self, stacks: &WaitStacks, switch_ns: u64) -> Option<Code> {
-        code::of_wait(self.waiters.first()?, Some(&self.holder), State::GilWait, Role::Holder, stacks, switch_ns)
+        let Culprit::Thread(holder) = &self.holder.culprit else { return None };
+        let waiters: Vec<u32> = self.waiters.iter().map(|w| w.thread.tid).collect();
+        code::contention(&waiters, holder, stacks, switch_ns)
     }
 }
 
