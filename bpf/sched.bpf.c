@@ -66,6 +66,8 @@ enum wm_stretch_limits _wm_stretch_limits = WM_HOME_SLOTS;
 
 enum wm_sweep_limits _wm_sweep_limits = WM_SWEEP_OUT;
 struct wm_sweep_args _wm_sweep_args = {};
+enum wm_sweep_mode _wm_sweep_mode = WM_SWEEP_WALK;
+enum wm_sweep_bits _wm_sweep_bits = WM_BLAME_TAKEN_BIT;
 enum wm_role _wm_role = WM_ROLE_VICTIM;
 enum wm_stack_stat _wm_stack_stat = WM_STACK_STAT_NATIVE_FAILED;
 enum wm_stack_limits _wm_stack_limits = WM_PY_MAX_FRAMES;
@@ -539,22 +541,37 @@ static __always_inline bool holder_is(struct task_struct *task, __u64 id)
 	return id == up.nr;
 }
 
-/* *map[key] += delta, creating the entry; false when there is no room. */
-static __always_inline bool add_ns(void *map, void *key, __u64 delta)
+/*
+ * A wait added to an entry the agent was taking (its value has
+ * WM_BLAME_TAKEN: the sweep took its time and deletes it) goes into a new
+ * entry; `fresh` is that entry's value, the wait in it. When the old entry
+ * is not deleted yet, or there is no room, the wait is counted lost as
+ * `taken`, the reason `full` otherwise.
+ */
+static __always_inline void charge_anew(void *map, void *key, void *fresh, enum wm_stat full)
+{
+	long err = bpf_map_update_elem(map, key, fresh, BPF_NOEXIST);
+
+	if (err)
+		count_loss(err == -17 /* EEXIST */ ? WM_STAT_BLAME_TAKEN : full);
+}
+
+/* *map[key] += delta, creating the entry; a loss counted as `full` when
+ * there is no room. */
+static __always_inline void add_ns(void *map, void *key, __u64 delta, enum wm_stat full)
 {
 	__u64 *ns = bpf_map_lookup_elem(map, key);
 
-	if (ns) {
-		__sync_fetch_and_add(ns, delta);
-		return true;
+	if (!ns && bpf_map_update_elem(map, key, &delta, BPF_NOEXIST) == 0)
+		return;
+	if (!ns)
+		ns = bpf_map_lookup_elem(map, key); /* made meanwhile on another CPU */
+	if (!ns) {
+		count_loss(full);
+		return;
 	}
-	if (bpf_map_update_elem(map, key, &delta, BPF_NOEXIST)) {
-		ns = bpf_map_lookup_elem(map, key);
-		if (!ns)
-			return false;
-		__sync_fetch_and_add(ns, delta);
-	}
-	return true;
+	if (__sync_fetch_and_add(ns, delta) & WM_BLAME_TAKEN)
+		charge_anew(map, key, &delta, full);
 }
 
 /* wait stacks: their maps, taking them, charging waits to them (uses count_in above) */
@@ -605,15 +622,13 @@ static __always_inline void charge(const struct wm_closed *c, __u32 tid, __u32 t
 	if (c->state == WM_STATE_GIL_WAIT) {
 		struct wm_blame_key key = { .tid = tid, .gen = c->gen, .holder = c->gil_holder };
 
-		if (!add_ns(&gil_blame, &key, delta))
-			count_loss(WM_STAT_BLAME_MAP_FULL);
+		add_ns(&gil_blame, &key, delta, WM_STAT_BLAME_MAP_FULL);
 	} else if (c->state == WM_STATE_FUTEX_WAIT && c->futex_addr) {
 		struct wm_futex_key key = {
 			.tid = tid, .waker = c->waker, .addr = c->futex_addr, .gen = c->gen, .kind = c->futex_kind,
 		};
 
-		if (!add_ns(&futex_blame, &key, delta))
-			count_loss(WM_STAT_FUTEX_MAP_FULL);
+		add_ns(&futex_blame, &key, delta, WM_STAT_FUTEX_MAP_FULL);
 	} else if (c->state == WM_STATE_THROTTLED && to != WM_STATE_THROTTLED) {
 		emit_throttle(c, tid, now);
 	}
@@ -634,20 +649,25 @@ static __always_inline void charge_runqueue(const struct wm_closed *c, __u32 tid
 	charge_stacks(tid, c->gen, c->state, prev->tgid == c->tgid ? by : 0, &c->stack, WM_ROLE_PREEMPTOR,
 		      prev->tgid == c->tgid ? by_stack : NULL, delta, 0);
 
-	if (!v) {
-		struct wm_preempt fresh = {};
+	struct wm_preempt fresh = { .ns = delta };
 
-		BPF_CORE_READ_STR_INTO(&fresh.comm, prev, group_leader, comm);
-		if (bpf_map_update_elem(&preempt_blame, &key, &fresh, BPF_NOEXIST) &&
-		    !bpf_map_lookup_elem(&preempt_blame, &key)) {
-			count_loss(WM_STAT_PREEMPT_MAP_FULL);
+	if (v) {
+		if (!(__sync_fetch_and_add(&v->ns, delta) & WM_BLAME_TAKEN))
 			return;
-		}
-		v = bpf_map_lookup_elem(&preempt_blame, &key);
-		if (!v)
-			return;
+		__builtin_memcpy(fresh.comm, v->comm, sizeof(fresh.comm));
+		charge_anew(&preempt_blame, &key, &fresh, WM_STAT_PREEMPT_MAP_FULL);
+		return;
 	}
-	__sync_fetch_and_add(&v->ns, delta);
+	BPF_CORE_READ_STR_INTO(&fresh.comm, prev, group_leader, comm);
+	if (bpf_map_update_elem(&preempt_blame, &key, &fresh, BPF_NOEXIST) == 0)
+		return;
+	v = bpf_map_lookup_elem(&preempt_blame, &key); /* made meanwhile on another CPU */
+	if (!v) {
+		count_loss(WM_STAT_PREEMPT_MAP_FULL);
+		return;
+	}
+	if (__sync_fetch_and_add(&v->ns, delta) & WM_BLAME_TAKEN)
+		charge_anew(&preempt_blame, &key, &fresh, WM_STAT_PREEMPT_MAP_FULL);
 }
 
 /* floor(log2(v)), v > 0 */

@@ -88,7 +88,8 @@ enum wm_stat {
 	WM_STAT_PREEMPT_MAP_FULL = 4, /* a run-queue wait could not be charged to its preemptor */
 	WM_STAT_THROTTLE_RINGBUF_FULL = 5, /* a throttled stretch was not reported */
 	WM_STAT_STRETCH_MAP_FULL = 6, /* a stretch of a thread kept from a wait was not histogrammed */
-	WM_NR_STATS = 7,
+	WM_STAT_BLAME_TAKEN = 7, /* a wait charged to a blame entry the agent was taking, and no new one made */
+	WM_NR_STATS = 8,
 };
 
 /* One of the last waits a thread blocked in (a stretch's end and start). */
@@ -293,10 +294,26 @@ enum wm_sweep_limits {
 	WM_SWEEP_OUT = 4096,        /* entries of each kind one run moves out (a power of 2) */
 };
 
+/*
+ * The value of a blame entry the agent is taking (`ns`, or `wm_preempt.ns`):
+ * a program that adds a wait to it sees this bit in what its atomic add
+ * returns, and charges the wait to a new entry instead (the taker deletes
+ * the old one). No wait is that long.
+ */
+enum wm_sweep_bits {
+	WM_BLAME_TAKEN_BIT = 63,
+};
+#define WM_BLAME_TAKEN (1ULL << WM_BLAME_TAKEN_BIT)
+
+enum wm_sweep_mode {
+	WM_SWEEP_WALK = 0, /* walk the blame maps for entries of exited threads */
+	WM_SWEEP_TAKE = 1, /* take the entries whose keys the agent wrote into `sweep_out` */
+};
+
 /* The sweep's input (its context). */
 struct wm_sweep_args {
 	__u32 gil;        /* walk gil_blame too (a Python target is watched) */
-	__u32 _pad;
+	__u32 mode;       /* enum wm_sweep_mode */
 };
 
 /* Each moved entry, and whether its waiter exited (else: its counterpart). */

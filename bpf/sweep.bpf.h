@@ -11,12 +11,20 @@
  * syscall program, BPF_PROG_RUN): it walks each blame map in the kernel, and
  * moves into `sweep_out` (which the agent reads through its mmap) the entries
  * of waiters without a `threads` entry (exited) and those naming a waker or
- * preemptor without one. An entry a live waiter may still add to (its counterpart exited,
- * the wait it ended not charged yet) is taken with an atomic exchange before
- * it is deleted: a charge that comes later creates a new entry, which the
- * next sweep takes. The same race as the agent's lookup-and-delete of one
- * key: a charge between a program's lookup and its add lands in the element
- * being deleted.
+ * preemptor without one.
+ *
+ * The same program takes the entries of live waiters the agent picked (their
+ * keys written into `sweep_out`: WM_SWEEP_TAKE). An entry a live waiter may
+ * still add to is taken with an atomic exchange for WM_BLAME_TAKEN before it
+ * is deleted: a program that looked the entry up before the delete and adds
+ * after the exchange sees the bit, and charges its wait to a new entry
+ * (add_ns in sched.bpf.c); one that adds between the exchange and the delete
+ * finds no room for it and counts the wait lost (`blame_taken`). A charge
+ * that comes later creates a new entry, which the next sweep or take moves.
+ * What remains: a program that looked the entry up, was held off past the
+ * delete and past the element's reuse for a new key (preallocated elements
+ * are reused at once), adds to that key; the window is the few instructions
+ * between a lookup and its add.
  *
  * Included by sched.bpf.c after its blame maps.
  */
@@ -90,7 +98,7 @@ static long sweep_futex(struct bpf_map *map, struct wm_futex_key *k, __u64 *ns, 
 	}
 	n &= WM_SWEEP_OUT - 1;
 	o->futex[n].k = *k;
-	o->futex[n].ns = __sync_lock_test_and_set(ns, 0);
+	o->futex[n].ns = __sync_lock_test_and_set(ns, WM_BLAME_TAKEN) & ~WM_BLAME_TAKEN;
 	o->futex[n].waiter_gone = gone;
 	bpf_map_delete_elem(map, k);
 	o->n_futex = n + 1;
@@ -113,11 +121,85 @@ static long sweep_preempt(struct bpf_map *map, struct wm_preempt_key *k, struct 
 	n &= WM_SWEEP_OUT - 1;
 	o->preempt[n].k = *k;
 	__builtin_memcpy(o->preempt[n].v.comm, v->comm, sizeof(v->comm));
-	o->preempt[n].v.ns = __sync_lock_test_and_set(&v->ns, 0);
+	o->preempt[n].v.ns = __sync_lock_test_and_set(&v->ns, WM_BLAME_TAKEN) & ~WM_BLAME_TAKEN;
 	o->preempt[n].waiter_gone = gone;
 	bpf_map_delete_elem(map, k);
 	o->n_preempt = n + 1;
 	return 0;
+}
+
+/*
+ * WM_SWEEP_TAKE: the agent wrote `n_*` keys of each kind into `sweep_out`;
+ * each entry there is taken into the first free slot, in order, with its
+ * time (keys not there are dropped), and `n_*` says how many were. The
+ * count is kept in the map value, not on the stack: the verifier then sees
+ * one state per callback, not one per iteration.
+ */
+static long take_gil(__u64 i, struct sweep_ctx *c)
+{
+	struct wm_sweep_out *o = c->o;
+	struct wm_blame_key k = o->gil[i & (WM_SWEEP_OUT - 1)].k;
+	__u64 *ns = bpf_map_lookup_elem(&gil_blame, &k);
+	__u32 n = o->n_gil & (WM_SWEEP_OUT - 1);
+
+	if (!ns)
+		return 0;
+	o->gil[n].k = k;
+	o->gil[n].ns = __sync_lock_test_and_set(ns, WM_BLAME_TAKEN) & ~WM_BLAME_TAKEN;
+	bpf_map_delete_elem(&gil_blame, &k);
+	o->n_gil = n + 1;
+	return 0;
+}
+
+static long take_futex(__u64 i, struct sweep_ctx *c)
+{
+	struct wm_sweep_out *o = c->o;
+	struct wm_futex_key k = o->futex[i & (WM_SWEEP_OUT - 1)].k;
+	__u64 *ns = bpf_map_lookup_elem(&futex_blame, &k);
+	__u32 n = o->n_futex & (WM_SWEEP_OUT - 1);
+
+	if (!ns)
+		return 0;
+	o->futex[n].k = k;
+	o->futex[n].ns = __sync_lock_test_and_set(ns, WM_BLAME_TAKEN) & ~WM_BLAME_TAKEN;
+	o->futex[n].waiter_gone = 0;
+	bpf_map_delete_elem(&futex_blame, &k);
+	o->n_futex = n + 1;
+	return 0;
+}
+
+static long take_preempt(__u64 i, struct sweep_ctx *c)
+{
+	struct wm_sweep_out *o = c->o;
+	struct wm_preempt_key k = o->preempt[i & (WM_SWEEP_OUT - 1)].k;
+	struct wm_preempt *v = bpf_map_lookup_elem(&preempt_blame, &k);
+	__u32 n = o->n_preempt & (WM_SWEEP_OUT - 1);
+
+	if (!v)
+		return 0;
+	o->preempt[n].k = k;
+	__builtin_memcpy(o->preempt[n].v.comm, v->comm, sizeof(v->comm));
+	o->preempt[n].v.ns = __sync_lock_test_and_set(&v->ns, WM_BLAME_TAKEN) & ~WM_BLAME_TAKEN;
+	o->preempt[n].waiter_gone = 0;
+	bpf_map_delete_elem(&preempt_blame, &k);
+	o->n_preempt = n + 1;
+	return 0;
+}
+
+static __always_inline void take(struct wm_sweep_out *o)
+{
+	struct sweep_ctx c = { .o = o };
+	__u32 gil = o->n_gil < WM_SWEEP_OUT ? o->n_gil : WM_SWEEP_OUT;
+	__u32 futex = o->n_futex < WM_SWEEP_OUT ? o->n_futex : WM_SWEEP_OUT;
+	__u32 preempt = o->n_preempt < WM_SWEEP_OUT ? o->n_preempt : WM_SWEEP_OUT;
+
+	o->n_gil = 0;
+	o->n_futex = 0;
+	o->n_preempt = 0;
+	o->more = 0;
+	bpf_loop(gil, take_gil, &c, 0);
+	bpf_loop(futex, take_futex, &c, 0);
+	bpf_loop(preempt, take_preempt, &c, 0);
 }
 
 SEC("syscall")
@@ -129,6 +211,10 @@ int sweep(struct wm_sweep_args *args)
 
 	if (!o)
 		return -1;
+	if (args->mode == WM_SWEEP_TAKE) {
+		take(o);
+		return 0;
+	}
 	c.o = o;
 	o->n_gil = 0;
 	o->n_futex = 0;

@@ -35,6 +35,7 @@ pub enum Reason {
     PreemptMapFull,
     ThrottleRingbufFull,
     StretchMapFull,
+    BlameTaken,
     HoldsMapFull,
     ParkedMapFull,
     NativeStackFailed,
@@ -55,6 +56,7 @@ impl Reason {
             Reason::PreemptMapFull => "preempt_map_full",
             Reason::ThrottleRingbufFull => "throttle_ringbuf_full",
             Reason::StretchMapFull => "stretch_map_full",
+            Reason::BlameTaken => "blame_taken",
             Reason::HoldsMapFull => "holds_map_full",
             Reason::ParkedMapFull => "parked_map_full",
             Reason::NativeStackFailed => "native_stack_failed",
@@ -82,6 +84,9 @@ impl Reason {
             }
             Reason::NativeStackFailed => {
                 "native stack walks failed (the stack map full or its hash bucket taken): those waits have no native stack"
+            }
+            Reason::BlameTaken => {
+                "waits charged to a blame entry in the instant the agent took it (a race the probe resolves unless the map is full)"
             }
             Reason::ThreadGone => "waits drained after their thread was no longer known to the session (threads that exit quickly)",
             Reason::TaskStorageFailed => "the kernel refused the per-task storage: some syscalls were not counted",

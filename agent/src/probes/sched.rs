@@ -57,7 +57,7 @@ pub const DEFAULT_MAX_THREADS: u32 = wm_limits::WM_DEFAULT_MAX_THREADS.0;
 pub const DEFAULT_MAX_PROCS: u32 = wm_limits::WM_DEFAULT_MAX_PROCS.0;
 
 /// Why events were lost, as exported in the `reason` label.
-pub const LOSS_REASONS: [(u32, Reason); 7] = [
+pub const LOSS_REASONS: [(u32, Reason); 8] = [
     (wm_stat::WM_STAT_THREAD_MAP_FULL.0, Reason::ThreadMapFull),
     (wm_stat::WM_STAT_EXIT_RINGBUF_FULL.0, Reason::ExitRingbufFull),
     (wm_stat::WM_STAT_BLAME_MAP_FULL.0, Reason::BlameMapFull),
@@ -65,6 +65,7 @@ pub const LOSS_REASONS: [(u32, Reason); 7] = [
     (wm_stat::WM_STAT_PREEMPT_MAP_FULL.0, Reason::PreemptMapFull),
     (wm_stat::WM_STAT_THROTTLE_RINGBUF_FULL.0, Reason::ThrottleRingbufFull),
     (wm_stat::WM_STAT_STRETCH_MAP_FULL.0, Reason::StretchMapFull),
+    (wm_stat::WM_STAT_BLAME_TAKEN.0, Reason::BlameTaken),
 ];
 
 /// A thread incarnation as the blame maps key it: (host TID, (u32)start).
@@ -396,7 +397,7 @@ impl SchedProbe {
 
     /// One consistent copy of an entry: the BPF side writes it holding the
     /// entry's spin lock, and BPF_F_LOCK copies it out under the same lock.
-    fn read_thread(&self, key: &[u8]) -> Option<wm_thread_data> {
+    pub(super) fn read_thread(&self, key: &[u8]) -> Option<wm_thread_data> {
         let v = self.skel.maps.threads.lookup(key, MapFlags::LOCK).ok()??;
         Some(from_bytes::<wm_thread>(&v)?.d)
     }
@@ -456,10 +457,17 @@ impl SchedProbe {
     }
 
     /// Move the blame entries whose keys `pick` chooses out of the kernel
-    /// maps: each is looked up and deleted in one step, so a wait charged to
-    /// it meanwhile is in the value returned, or in a new entry. A key that is
-    /// not there is skipped.
+    /// maps; a key that is not there is skipped. With the sweep program, it
+    /// takes them (`probes::sweep`: a wait charged to one as it goes is in a
+    /// new entry, or counted lost); else each is looked up and deleted in one
+    /// system call, and a wait charged between the two is lost uncounted.
     pub fn take_blame(&self, pick: &BlamePick) -> (Vec<GilRecord>, Vec<FutexRecord>, Vec<PreemptRecord>) {
+        if self.sweeps() {
+            match self.take(pick) {
+                Ok(taken) => return taken,
+                Err(e) => log::warn!("{e:#}: taking blame entries with a lookup-and-delete each"),
+            }
+        }
         fn take<K: Plain, V: Plain, R>(map: &libbpf_rs::MapMut, keys: impl Iterator<Item = K>, rec: impl Fn(K, V) -> R) -> Vec<R> {
             keys.filter_map(|k| Some(rec(k, from_bytes::<V>(&map.lookup_and_delete(as_bytes(&k)).ok()??)?))).collect()
         }

@@ -5,24 +5,32 @@
 //! churn this replaced, at every drain, three whole-map reads and a
 //! lookup-and-delete system call per entry of a live waiter whose waker or
 //! preemptor exited (docs/probes/sched.md, "Thread churn").
+//!
+//! The same program takes the entries the session picks (`take`): their keys
+//! are written into `sweep_out`, and it moves them out the way the probes can
+//! see (a wait charged to one as it goes is charged to a new entry, or counted
+//! lost: `blame_taken`), which a lookup-and-delete from here cannot.
 use std::os::fd::{AsFd, AsRawFd};
 use std::ptr::NonNull;
 
 use anyhow::{Context, Result};
 
-use super::abi::skel::types::{wm_sweep_args, wm_sweep_limits, wm_sweep_out};
-use super::sched::{FutexRecord, GilRecord, PreemptRecord, SchedProbe};
+use super::abi::skel::types::{wm_sweep_args, wm_sweep_limits, wm_sweep_mode, wm_sweep_out};
+use super::sched::{futex_key, gil_key, preempt_key, BlamePick, FutexRecord, GilRecord, PreemptRecord, SchedProbe};
 
 /// The `sweep_out` array's value, mapped into the agent.
 pub(super) struct SweepOut(NonNull<wm_sweep_out>);
 
 impl SweepOut {
-    /// Map the `sweep_out` array (BPF_F_MMAPABLE, one value) for reading.
+    /// Map the `sweep_out` array (BPF_F_MMAPABLE, one value) for reading, and for writing the
+    /// keys of a take.
     pub(super) fn map(map: &libbpf_rs::MapMut<'_>) -> Result<SweepOut> {
         let len = size_of::<wm_sweep_out>();
-        // SAFETY: a shared read-only mapping of the map's value area, for the
-        // life of the process (the map is never closed before exit).
-        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0) };
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: a shared mapping of the map's value area, for the life of the process (the
+        // map is never closed before exit); only the sweep program and this agent's one
+        // session thread touch it, in turn.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0) };
         if ptr == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error()).context("failed to mmap the sweep's output");
         }
@@ -52,12 +60,7 @@ impl SchedProbe {
         let mut swept = Swept::default();
         // a run stops a map's walk when its output is full; the next goes on
         loop {
-            let mut args = wm_sweep_args { gil: gil as u32, _pad: 0 };
-            // SAFETY: the program reads its ABI struct from these bytes, and writes none.
-            let ctx = unsafe { std::slice::from_raw_parts_mut((&mut args as *mut wm_sweep_args).cast::<u8>(), size_of::<wm_sweep_args>()) };
-            let input = libbpf_rs::ProgramInput { context_in: Some(ctx), ..Default::default() };
-            let rc = self.sweep_prog().test_run(input).context("failed to run the sweep")?.return_value;
-            anyhow::ensure!(rc == 0, "the sweep program found no output buffer");
+            self.run_sweep(wm_sweep_args { gil: gil as u32, mode: wm_sweep_mode::WM_SWEEP_WALK.0 })?;
             // SAFETY: the program has returned: nothing writes the value until the next run.
             let o = unsafe { self.sweep_out().0.as_ref() };
             let n = |n: u32| (n as usize).min(wm_sweep_limits::WM_SWEEP_OUT.0 as usize);
@@ -83,6 +86,54 @@ impl SchedProbe {
             swept.preempt_taken.len()
         );
         Ok(swept)
+    }
+
+    /// Move the entries of `pick` out of the blame maps (the keys not there are skipped), as
+    /// `sweep` takes those of live waiters: one run per `WM_SWEEP_OUT` keys of a kind.
+    pub(super) fn take(&self, pick: &BlamePick) -> Result<(Vec<GilRecord>, Vec<FutexRecord>, Vec<PreemptRecord>)> {
+        anyhow::ensure!(self.sweeps(), "the sweep program is not loaded");
+        let per = wm_sweep_limits::WM_SWEEP_OUT.0 as usize;
+        let gil: Vec<_> = pick.gil.iter().map(|(w, h)| gil_key(*w, *h)).collect();
+        let futex: Vec<_> = pick.futex.iter().map(|(w, by, word)| futex_key(*w, *by, *word)).collect();
+        let preempt: Vec<_> = pick.preempt.iter().map(|(w, by, tgid)| preempt_key(*w, *by, *tgid)).collect();
+        let mut out = (vec![], vec![], vec![]);
+        let runs = gil.len().max(futex.len()).max(preempt.len()).div_ceil(per);
+        for run in 0..runs {
+            let chunk = |n: usize| (run * per).min(n)..((run + 1) * per).min(n);
+            let (g, f, p) = (&gil[chunk(gil.len())], &futex[chunk(futex.len())], &preempt[chunk(preempt.len())]);
+            {
+                // SAFETY: no run is under way (runs are made by this thread, one at a time).
+                let o = unsafe { self.sweep_out().0.as_ptr().as_mut().expect("mapped") };
+                o.n_gil = g.len() as u32;
+                o.n_futex = f.len() as u32;
+                o.n_preempt = p.len() as u32;
+                g.iter().zip(o.gil.iter_mut()).for_each(|(k, e)| e.k = *k);
+                f.iter().zip(o.futex.iter_mut()).for_each(|(k, e)| e.k = *k);
+                p.iter().zip(o.preempt.iter_mut()).for_each(|(k, e)| e.k = *k);
+            }
+            self.run_sweep(wm_sweep_args { gil: 0, mode: wm_sweep_mode::WM_SWEEP_TAKE.0 })?;
+            // SAFETY: the program has returned: nothing writes the value until the next run.
+            let o = unsafe { self.sweep_out().0.as_ref() };
+            let n = |n: u32, asked: usize| (n as usize).min(asked);
+            out.0.extend(o.gil[..n(o.n_gil, g.len())].iter().map(|e| ((e.k.tid, e.k.gen), e.k.holder, e.ns)));
+            out.1.extend(o.futex[..n(o.n_futex, f.len())].iter().map(|e| ((e.k.tid, e.k.gen), e.k.waker, super::sched::word(&e.k), e.ns)));
+            out.2.extend(
+                o.preempt[..n(o.n_preempt, p.len())]
+                    .iter()
+                    .map(|e| ((e.k.tid, e.k.gen), e.k.by_tid, e.k.by_tgid, super::sched::comm_of(&e.v), e.v.ns)),
+            );
+        }
+        Ok(out)
+    }
+
+    /// One run of the sweep program with `args` as its context.
+    fn run_sweep(&self, mut args: wm_sweep_args) -> Result<()> {
+        // SAFETY: the program reads its ABI struct from these bytes, and writes none.
+        let ctx = unsafe { std::slice::from_raw_parts_mut((&mut args as *mut wm_sweep_args).cast::<u8>(), size_of::<wm_sweep_args>()) };
+        let input = libbpf_rs::ProgramInput { context_in: Some(ctx), ..Default::default() };
+        let rc = self.sweep_prog().test_run(input).context("failed to run the sweep")?.return_value;
+        anyhow::ensure!(rc == 0, "the sweep program found no output buffer");
+        Ok(())
     }
 }
 
@@ -138,5 +189,102 @@ mod tests {
         // what stays: the live waiters' entries that name live threads, idle or no waker
         let left = |m: &libbpf_rs::MapMut| m.keys().count();
         assert_eq!((left(gil), left(futex), left(preempt)), (1, 2, 1));
+    }
+
+    /// Taking the entries of live waiters as fast as the agent can while their waits are
+    /// charged loses none: a ring of threads passes tokens (each blocks on a futex its
+    /// neighbour wakes), and at the end each thread's futex time in the blame maps (taken, and
+    /// left) is its own closed futex time in `threads`, to the nanosecond, or the difference is
+    /// counted lost (`blame_taken`, `futex_map_full`).
+    #[test]
+    fn taking_entries_while_their_waits_are_charged_loses_none() {
+        use std::collections::HashMap;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{mpsc, Arc};
+        use std::time::{Duration, Instant};
+        let Some(probe) = test_probe() else { return };
+        probe.watch(std::process::id()).expect("watch this process");
+        let stop = Arc::new(AtomicBool::new(false));
+        let ring = 4;
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..ring).map(|_| mpsc::channel::<u64>()).unzip();
+        let (tids_tx, tids) = mpsc::channel::<u32>();
+        let (park_tx, park) = mpsc::channel::<mpsc::Sender<()>>();
+        let mut workers = vec![];
+        for (i, rx) in rxs.into_iter().enumerate() {
+            let next = txs[(i + 1) % ring].clone();
+            let (stop, tids_tx, park_tx) = (Arc::clone(&stop), tids_tx.clone(), park_tx.clone());
+            workers.push(std::thread::spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tids_tx.send(unsafe { libc::gettid() } as u32).expect("say the TID");
+                while let Ok(n) = rx.recv_timeout(Duration::from_millis(100)) {
+                    if stop.load(Ordering::Relaxed) || next.send(n + 1).is_err() {
+                        break;
+                    }
+                }
+                // parked in an open wait while the maps are read
+                let (tx, wait) = mpsc::channel::<()>();
+                park_tx.send(tx).expect("park");
+                let _ = wait.recv();
+            }));
+        }
+        let tids: Vec<u32> = (0..ring).map(|_| tids.recv().expect("a worker's TID")).collect();
+        txs[0].send(0).expect("start the token");
+        txs[ring / 2].send(0).expect("a second token");
+        let before = probe.lost();
+        let mine = |w: &Incarnation| tids.contains(&w.0);
+        let mut taken: HashMap<Incarnation, u64> = HashMap::new();
+        let (mut takes, mut moved) = (0u64, 0usize);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            let pick = BlamePick {
+                futex: probe.futex_blame().iter().filter(|r| mine(&r.0)).map(|r| (r.0, r.1, r.2)).collect(),
+                ..Default::default()
+            };
+            let (_, f, _) = probe.take_blame(&pick);
+            moved += f.len();
+            for r in f {
+                *taken.entry(r.0).or_default() += r.3;
+            }
+            takes += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let parked: Vec<mpsc::Sender<()>> = (0..ring).map(|_| park.recv().expect("a worker parked")).collect();
+        std::thread::sleep(Duration::from_millis(50)); // each is in its last wait
+        let mut charged = taken.clone();
+        for r in probe.futex_blame().into_iter().filter(|r| mine(&r.0)) {
+            *charged.entry(r.0).or_default() += r.3;
+        }
+        let own: HashMap<u32, (u32, u64)> = tids
+            .iter()
+            .map(|t| {
+                let d = probe.read_thread(&t.to_ne_bytes()).expect("a worker's entry");
+                (*t, (d.start as u32, d.ns[State::FutexWait as usize]))
+            })
+            .collect();
+        let lost: u64 = probe
+            .lost()
+            .iter()
+            .filter(|l| matches!(l.reason, crate::model::loss::Reason::BlameTaken | crate::model::loss::Reason::FutexMapFull))
+            .map(|l| l.since(&before).count)
+            .sum();
+        drop(parked);
+        drop(txs);
+        for w in workers {
+            w.join().expect("worker");
+        }
+        probe.unwatch(std::process::id());
+        eprintln!("{takes} takes moved {moved} entries; lost {lost}; own {own:?}; charged {charged:?}");
+        assert!(takes > 100 && moved > 1_000, "too few takes to race: {takes} moved {moved}");
+        // (a lookup-and-delete from user space, as without the sweep program, lost ~0.1% of
+        // each worker's futex time here, uncounted)
+        let mut short = 0;
+        for (tid, (gen, ns)) in &own {
+            let got = charged.get(&(*tid, *gen)).copied().unwrap_or(0);
+            assert!(*ns > 0, "worker {tid} never waited on a futex");
+            assert!(got <= *ns, "worker {tid}: {got} ns charged, more than its {ns} ns of futex waits");
+            short += ns - got;
+        }
+        // a wait counted lost is one wait, at most the 100 ms of a recv_timeout
+        assert!(short <= lost * 100_000_000, "{short} ns of futex waits not charged, {lost} waits counted lost");
     }
 }
