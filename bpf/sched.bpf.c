@@ -506,10 +506,9 @@ static __always_inline __u64 gil_holder(const struct wm_gil *g, __u64 *holder_ts
 	int locked = 0;
 	__u64 tstate = 0, id = 0;
 
-	/* `unsigned long switch_number` follows `int locked`, 8 bytes on, in
-	 * every version; its low bits go in the top 16 of *holder_tstate (a
-	 * user address has 47 bits) */
-	if (!bpf_probe_read_user(&id, sizeof(id), (void *)(g->gil + g->off_locked + 8)))
+	/* `switch_number`'s low bits go in the top 16 of *holder_tstate (a user
+	 * address has 47 bits) */
+	if (!bpf_probe_read_user(&id, sizeof(id), (void *)(g->gil + g->off_switch_number)))
 		*holder_tstate = id << 48;
 	id = 0;
 	if (bpf_probe_read_user(&locked, sizeof(locked), (void *)(g->gil + g->off_locked)) || locked <= 0)

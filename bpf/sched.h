@@ -213,7 +213,7 @@ struct wm_gil {
 	__u32 off_locked;      /* int locked */
 	__u32 off_last_holder; /* PyThreadState *last_holder */
 	__u32 off_holder_id;   /* in PyThreadState: native_thread_id or thread_id */
-	__u32 _pad;
+	__u32 off_switch_number; /* unsigned long switch_number */
 };
 
 /* What the address of a futex wait names. */

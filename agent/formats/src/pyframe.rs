@@ -249,8 +249,9 @@ const fn measured(minor: u32, m: Measured) -> FrameLayout {
     }
 }
 
-/// 3.8-3.12, default builds (the only builds they have).
-const MEASURED: &[FrameLayout] = &[
+/// 3.8-3.12, default builds (the only builds they have), in order: the one table of
+/// their thread-state offsets (`python::layout` reads the thread ids from it).
+pub const MEASURED: &[FrameLayout] = &[
     // 3.8.18: PyFrameObject f_back 24, f_code 32, f_lasti 104; co_lnotab 120
     measured(
         8,

@@ -183,6 +183,7 @@ pub struct GilSpec {
     pub off_locked: u32,
     pub off_last_holder: u32,
     pub off_holder_id: u32,
+    pub off_switch_number: u32,
 }
 
 /// A futex blame key's address as the model has it: a parking-lot address
@@ -409,7 +410,7 @@ impl SchedProbe {
             off_locked: spec.off_locked,
             off_last_holder: spec.off_last_holder,
             off_holder_id: spec.off_holder_id,
-            ..Default::default()
+            off_switch_number: spec.off_switch_number,
         };
         for w in words {
             let k = wm_gil_key { tgid: host_tgid, uaddr: *w, ..Default::default() };

@@ -1,9 +1,11 @@
 //! CPython internals per version, as data: where the GIL is, its fields, and
-//! how a thread state names its OS thread. The only place in waitmeter that
-//! knows CPython versions. Values measured on x86-64 glibc builds (see
-//! docs/python-support.md and ../shared/reference/cpython-gil.md). 3.13
-//! and later describe themselves (`debug_offsets`): only what their table
-//! does not give is here.
+//! the objects thread names are read through. With the frame and thread-state
+//! table of `waitmeter_formats::pyframe` (which this reads a thread's id from),
+//! the only places in waitmeter that know CPython versions: each offset is
+//! kept once, and the BPF side is told every one it reads (`wm_gil`). Values
+//! measured on x86-64 glibc builds (see docs/python-support.md and
+//! ../shared/reference/cpython-gil.md). 3.13 and later describe themselves
+//! (`debug_offsets`): only what their table does not give is here.
 
 use super::debug_offsets::DebugOffsets;
 
@@ -58,6 +60,18 @@ pub struct Objects {
     pub instance_dict: InstanceDict,
     /// `PyHeapTypeObject.ht_cached_keys`: the shared keys of instances
     pub ht_cached_keys: u64,
+    /// `ob_type` in an object; `tp_basicsize`, `tp_flags`, `tp_dictoffset` in a type;
+    /// `md_dict` in a module; `ma_keys`, `ma_values` in a dict
+    pub ob_type: u64,
+    pub tp_basicsize: u64,
+    pub tp_flags: u64,
+    pub tp_dictoffset: u64,
+    pub md_dict: u64,
+    pub ma_keys: u64,
+    pub ma_values: u64,
+    /// `Py_TPFLAGS_MANAGED_DICT` (3.11+), `Py_TPFLAGS_INLINE_VALUES` (3.13+)
+    pub managed_dict_flag: u64,
+    pub inline_values_flag: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +83,8 @@ pub struct Layout {
     pub enabled: Option<u64>,
     pub last_holder: u64,
     pub locked: u64,
+    /// `unsigned long switch_number`: counts changes of holder (a hold from the next)
+    pub switch_number: u64,
     pub cond: u64,
     pub mutex: u64,
     pub holder_id: HolderId,
@@ -87,7 +103,20 @@ pub const GLIBC_COND_SIGNALS: [u64; 4] = [32, 36, 40, 44];
 /// `pthread_mutex_t.__lock`: the futex word of a contended mutex.
 pub const GLIBC_MUTEX_LOCK: u64 = 0;
 
-const fn default_build(minor: u32, gil: GilLocation, holder_id: HolderId, objects: Objects) -> Layout {
+/// How a 3.8-3.12 thread state names its thread, from the frame table
+/// (`waitmeter_formats::pyframe`, the one place the thread-state offsets are kept):
+/// `native_thread_id` where it has one (3.11+), else the `pthread_t`.
+const fn holder_id(minor: u32) -> HolderId {
+    let f = &waitmeter_formats::pyframe::MEASURED[(minor - 8) as usize];
+    assert!(f.minor == minor && !f.free_threaded, "the frame table is 3.8-3.12 in order");
+    match f.tstate_native_thread_id {
+        Some(offset) => HolderId::NativeThreadId { offset },
+        None => HolderId::PthreadT { offset: f.tstate_thread_id },
+    }
+}
+
+const fn default_build(minor: u32, gil: GilLocation, objects: Objects) -> Layout {
+    let holder_id = holder_id(minor);
     Layout {
         minor,
         free_threaded: false,
@@ -95,6 +124,7 @@ const fn default_build(minor: u32, gil: GilLocation, holder_id: HolderId, object
         enabled: None,
         last_holder: 8,
         locked: 16,
+        switch_number: 24,
         cond: 32,
         mutex: 80,
         holder_id,
@@ -127,6 +157,16 @@ const fn objects(minor: u32) -> Objects {
             _ => InstanceDict::Inline313,
         },
         ht_cached_keys,
+        // the same on every default build of 3.8-3.15
+        ob_type: 8,
+        tp_basicsize: 32,
+        tp_flags: 168,
+        tp_dictoffset: 288,
+        md_dict: 16,
+        ma_keys: 32,
+        ma_values: 40,
+        managed_dict_flag: 1 << 4,
+        inline_values_flag: 1 << 2,
     }
 }
 
@@ -144,16 +184,11 @@ pub struct ParkEntry {
 pub const PARK_ENTRY: ParkEntry = ParkEntry { addr: -8, node: 32 };
 
 pub const LAYOUTS: &[Layout] = &[
-    default_build(8, GilLocation::Runtime { offset: 0x480 }, HolderId::PthreadT { offset: 0xb0 }, objects(8)),
-    default_build(9, GilLocation::Runtime { offset: 0x160 }, HolderId::PthreadT { offset: 0xb0 }, objects(9)),
-    default_build(10, GilLocation::Runtime { offset: 0x160 }, HolderId::PthreadT { offset: 0xb0 }, objects(10)),
-    default_build(11, GilLocation::Runtime { offset: 0x168 }, HolderId::NativeThreadId { offset: 0xa0 }, objects(11)),
-    default_build(
-        12,
-        GilLocation::PerInterpreter { head: 0x28, next: 0x0, gil_ptr: 0x180 },
-        HolderId::NativeThreadId { offset: 0x90 },
-        objects(12),
-    ),
+    default_build(8, GilLocation::Runtime { offset: 0x480 }, objects(8)),
+    default_build(9, GilLocation::Runtime { offset: 0x160 }, objects(9)),
+    default_build(10, GilLocation::Runtime { offset: 0x160 }, objects(10)),
+    default_build(11, GilLocation::Runtime { offset: 0x168 }, objects(11)),
+    default_build(12, GilLocation::PerInterpreter { head: 0x28, next: 0x0, gil_ptr: 0x180 }, objects(12)),
 ];
 
 /// The layout of CPython 3.`minor` (3.8–3.12, measured by hand); `None`:
@@ -165,7 +200,7 @@ pub fn layout(minor: u32, free_threaded: bool) -> Option<Layout> {
 /// The layout of a 3.13+ interpreter from its own debug offsets: where its
 /// GILs are, how a thread state names its thread, and what object layout
 /// thread names need. The GIL struct's fields that the table does not give
-/// (`cond`, `mutex`) are placed relative to `locked`, whose place `parse`
+/// (`switch_number`, `cond`, `mutex`) are placed relative to `locked`, whose place `parse`
 /// checked (16 bytes in on a default build, 24 on a free-threaded one, whose
 /// first field is `int enabled`).
 pub fn from_debug_offsets(o: &DebugOffsets) -> Layout {
@@ -177,6 +212,7 @@ pub fn from_debug_offsets(o: &DebugOffsets) -> Layout {
         enabled: o.free_threaded.then_some(0),
         last_holder: 8 + shift,
         locked: 16 + shift,
+        switch_number: 24 + shift,
         cond: 32 + shift,
         mutex: 80 + shift,
         holder_id: HolderId::NativeThreadId { offset: o.tstate_native_thread_id },
@@ -264,9 +300,9 @@ mod tests {
         assert_eq!(l.gil, GilLocation::PerInterpreter { head: 0x278, next: 0x1c60, gil_ptr: 0x10 });
         assert_eq!(l.holder_id, HolderId::NativeThreadId { offset: 0xa0 });
         assert_eq!(l.objects, Some(objects(13)));
-        assert_eq!((l.last_holder, l.locked, l.cond, l.mutex, l.enabled), (8, 16, 32, 80, None));
+        assert_eq!((l.last_holder, l.locked, l.switch_number, l.cond, l.mutex, l.enabled), (8, 16, 24, 32, 80, None));
         let t = recorded("3.14.7t");
-        assert_eq!((t.last_holder, t.locked, t.cond, t.mutex, t.enabled, t.objects), (16, 24, 40, 88, Some(0), None));
+        assert_eq!((t.last_holder, t.locked, t.switch_number, t.cond, t.mutex, t.enabled, t.objects), (16, 24, 32, 40, 88, Some(0), None));
     }
 
     #[test]

@@ -9,15 +9,6 @@ use anyhow::{bail, Context, Result};
 use super::layout::{InstanceDict, Objects};
 use super::memory::{at, before, Budget, Memory, Process};
 
-const OB_TYPE: u64 = 8;
-const TP_BASICSIZE: u64 = 32;
-const TP_FLAGS: u64 = 168;
-const TP_DICTOFFSET: u64 = 288;
-const MD_DICT: u64 = 16;
-const MA_KEYS: u64 = 32;
-const MA_VALUES: u64 = 40;
-const MANAGED_DICT: u64 = 1 << 4;
-const INLINE_VALUES: u64 = 1 << 2;
 const MAX_ENTRIES: u64 = 1 << 16;
 const MAX_NAME: u64 = 256;
 /// What one reading of the names may cost: a few reads per module and ~15 per
@@ -110,8 +101,8 @@ impl Reader<'_> {
     }
 
     fn dict_items(&self, dict: u64) -> Result<Vec<(u64, u64)>> {
-        let keys = self.ptr(dict, MA_KEYS)?;
-        let values = self.ptr(dict, MA_VALUES)?;
+        let keys = self.ptr(dict, self.o.ma_keys)?;
+        let values = self.ptr(dict, self.o.ma_values)?;
         self.entries(keys, (values != 0).then_some(values))
     }
 
@@ -160,15 +151,15 @@ impl Reader<'_> {
 
     /// An attribute stored in a Python-class instance's dict or values.
     fn attr(&self, obj: u64, name: &str) -> Result<Option<u64>> {
-        let ty = self.ptr(obj, OB_TYPE)?;
-        let flags = self.ptr(ty, TP_FLAGS)?;
+        let ty = self.ptr(obj, self.o.ob_type)?;
+        let flags = self.ptr(ty, self.o.tp_flags)?;
         let from_values = |values: u64| -> Result<Option<u64>> {
             let keys = self.ptr(ty, self.o.ht_cached_keys)?;
             Ok(self.lookup(self.entries(keys, Some(values))?, name))
         };
         match self.o.instance_dict {
             InstanceDict::DictOffset => {
-                let off = self.ptr(ty, TP_DICTOFFSET)? as i64;
+                let off = self.ptr(ty, self.o.tp_dictoffset)? as i64;
                 if off <= 0 {
                     bail!("no instance dict");
                 }
@@ -178,7 +169,7 @@ impl Reader<'_> {
                 }
                 Ok(self.lookup(self.dict_items(dict)?, name))
             }
-            _ if flags & MANAGED_DICT == 0 => bail!("not a managed-dict instance"),
+            _ if flags & self.o.managed_dict_flag == 0 => bail!("not a managed-dict instance"),
             InstanceDict::Managed311 => {
                 let dict = self.m.read_ptr(before(obj, 24)?)?;
                 if dict != 0 {
@@ -206,10 +197,10 @@ impl Reader<'_> {
                 if dict != 0 {
                     return Ok(self.lookup(self.dict_items(dict)?, name));
                 }
-                if flags & INLINE_VALUES == 0 {
+                if flags & self.o.inline_values_flag == 0 {
                     return Ok(None);
                 }
-                let values = at(obj, self.ptr(ty, TP_BASICSIZE)?)?;
+                let values = at(obj, self.ptr(ty, self.o.tp_basicsize)?)?;
                 if self.m.read_u8(at(values, 3)?)? == 0 {
                     return Ok(None); // not valid: a dict was materialized
                 }
@@ -237,7 +228,7 @@ pub fn read_thread_names(mem: &dyn Memory, runtime: u64, o: &Objects) -> Result<
     let Some(threading) = r.lookup(r.dict_items(modules)?, "threading") else {
         return Ok(HashMap::new()); // threading never imported: only the main thread
     };
-    let mdict = r.ptr(threading, MD_DICT)?;
+    let mdict = r.ptr(threading, o.md_dict)?;
     let active = r.lookup(r.dict_items(mdict)?, "_active").context("threading._active not found")?;
     let mut out = HashMap::new();
     for (k, thread) in r.dict_items(active)? {
@@ -390,9 +381,9 @@ mod tests {
         let (m, o) = (&im.mem, &im.o);
         let r = Reader { m, o };
         let threading = r.lookup(r.dict_items(modules_of(im, runtime)).unwrap(), "threading").unwrap();
-        let mdict = m.read_ptr(threading + MD_DICT).unwrap();
+        let mdict = m.read_ptr(threading + o.md_dict).unwrap();
         // the value slot of "_active" in that combined, str-keyed dict
-        let keys = m.read_ptr(mdict + MA_KEYS).unwrap();
+        let keys = m.read_ptr(mdict + o.ma_keys).unwrap();
         let (first, stride) = if o.keys_v311 { (keys + 40, 16) } else { (keys + 56, 24) };
         let key = (0..).map(|i| first + i * stride).find(|k| r.str(m.read_ptr(*k).unwrap()).is_ok_and(|s| s == "_active")).unwrap();
         im.write_u64(key + 8, active);
@@ -404,7 +395,7 @@ mod tests {
         let o = objects(12);
         let (mut im, runtime, _) = threading_image(o, THREADS);
         let modules = modules_of(&im, runtime);
-        let keys = im.mem.read_ptr(modules + MA_KEYS).unwrap();
+        let keys = im.mem.read_ptr(modules + o.ma_keys).unwrap();
         let good = im.mem.read_bytes(keys, 32, 32).unwrap();
         im.write_u64(keys + 24, 1 << 40); // dk_nentries
         assert!(read_thread_names(&im.mem, runtime, &o).is_err());
@@ -412,14 +403,14 @@ mod tests {
         im.write(keys + 9, &[200]); // dk_log2_index_bytes
         assert!(read_thread_names(&im.mem, runtime, &o).is_err());
         im.write(keys, &good);
-        im.write_u64(modules + MA_KEYS, u64::MAX - 8); // a keys pointer whose fields wrap
+        im.write_u64(modules + o.ma_keys, u64::MAX - 8); // a keys pointer whose fields wrap
         assert!(read_thread_names(&im.mem, runtime, &o).is_err());
-        im.write_u64(modules + MA_KEYS, modules); // a dict that is its own keys object
+        im.write_u64(modules + o.ma_keys, modules); // a dict that is its own keys object
         assert!(read_thread_names(&im.mem, runtime, &o).map_or(true, |n| n.is_empty()));
         // 3.8's keys format: a dk_size that would push the entries past 2^64
         let o = objects(10);
         let (mut im, runtime, _) = threading_image(o, THREADS);
-        let keys = im.mem.read_ptr(modules_of(&im, runtime) + MA_KEYS).unwrap();
+        let keys = im.mem.read_ptr(modules_of(&im, runtime) + o.ma_keys).unwrap();
         im.write_u64(keys + 8, u64::MAX / 2);
         assert!(read_thread_names(&im.mem, runtime, &o).is_err());
     }

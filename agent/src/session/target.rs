@@ -126,7 +126,13 @@ impl Session {
         let mut words = vec![];
         for gil in &p.gils {
             let w = l.futex_words(*gil);
-            let spec = GilSpec { gil: *gil, off_locked: l.locked as u32, off_last_holder: l.last_holder as u32, off_holder_id };
+            let spec = GilSpec {
+                gil: *gil,
+                off_locked: l.locked as u32,
+                off_last_holder: l.last_holder as u32,
+                off_holder_id,
+                off_switch_number: l.switch_number as u32,
+            };
             if let Err(e) = self.probe.add_gil(host_pid, &w, spec) {
                 log::warn!("process {pid}: {e:#}; GIL waits count as futex_wait");
                 return (py, vec![]);
