@@ -37,7 +37,7 @@ def test_no_module_imports_one_that_imports_it_back():
 # and name nothing that gathers or reads, and cmd wires them.
 LAYERS = [
     # leaves: no state of their own beyond what they are about, nothing above them
-    {"model", "clock", "cgroup", "error", "idhash", "procfs", "shrink", "usage", "say", "outfile", "main"},
+    {"model", "clock", "cgroup", "error", "idhash", "procfs", "shrink", "outfile", "main"},
     # reading a process's memory and binaries
     {"python"},
     # the kernel's side
@@ -69,7 +69,6 @@ def test_imports_go_down_the_layers():
     outputs = LAYERS[4]
     reach = sorted((a, b) for a in outputs for b in graph.get(a, ()) if b in graph and b not in OUTPUTS_MAY_NAME and b not in outputs)
     assert not reach, f"outputs that name what gathers (they take the model's values): {reach}"
-    # `say`/`usage` are the crate's macros (#[macro_export]), named as crate::say!/crate::usage!
 
 
 def test_the_session_module_stays_small():

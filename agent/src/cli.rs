@@ -146,7 +146,7 @@ fn with_env(cmd: clap::Command) -> clap::Command {
 pub fn parse() -> Cli {
     let matches = command().try_get_matches().unwrap_or_else(|e| {
         if let Some(var) = from_env(&e, &command(), std::env::args_os()) {
-            crate::say!("waitmeter: the value below comes from the environment variable {var}: fix or unset it");
+            crate::error::say!("waitmeter: the value below comes from the environment variable {var}: fix or unset it");
         }
         e.exit()
     });
@@ -335,14 +335,14 @@ impl AgeArgs {
             Some(path) => {
                 let mode = match &self.age_socket_mode {
                     Some(m) => parse_mode(m).map_err(|e| {
-                        crate::usage!("bad --age-socket-mode {m}: {e}, e.g. 0660 (the agent's user and the socket's group may send) or 0666 (every local user)")
+                        crate::error::usage!("bad --age-socket-mode {m}: {e}, e.g. 0660 (the agent's user and the socket's group may send) or 0666 (every local user)")
                     })?,
                     None => DEFAULT_MODE,
                 };
                 let group = match &self.age_socket_group {
                     Some(g) => {
                         let etc_group = std::fs::read_to_string("/etc/group").unwrap_or_default();
-                        Some(parse_group(g, &etc_group).map_err(|e| crate::usage!("bad --age-socket-group {g}: {e}"))?)
+                        Some(parse_group(g, &etc_group).map_err(|e| crate::error::usage!("bad --age-socket-group {g}: {e}"))?)
                     }
                     None => None,
                 };

@@ -15,20 +15,21 @@ impl fmt::Display for UsageError {
 impl std::error::Error for UsageError {}
 
 /// `return Err(usage!("..."))` in functions returning `anyhow::Result`.
-#[macro_export]
 macro_rules! usage {
     ($($arg:tt)*) => { anyhow::Error::new($crate::error::UsageError(format!($($arg)*))) };
 }
 
 /// `eprintln!` that never panics: a closed or full stderr (`2>&1 | head`)
 /// loses the line, not the program.
-#[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
         let _ = writeln!(std::io::stderr(), $($arg)*);
     }};
 }
+// named by path, `crate::error::say!`, like any item of this module
+pub(crate) use say;
+pub(crate) use usage;
 
 /// The exit code for an error: 2 for a `UsageError` anywhere in its chain, else 1.
 pub fn exit_code(err: &anyhow::Error) -> i32 {

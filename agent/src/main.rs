@@ -32,7 +32,7 @@ impl log::Log for StderrLog {
                 log::Level::Warn => "warning: ",
                 _ => "",
             };
-            crate::say!("waitmeter: {level}{}", r.args());
+            crate::error::say!("waitmeter: {level}{}", r.args());
         }
     }
     fn flush(&self) {}
@@ -78,7 +78,7 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        crate::say!("waitmeter: {e:#}");
+        crate::error::say!("waitmeter: {e:#}");
         std::process::exit(error::exit_code(&e));
     }
 }

@@ -24,13 +24,13 @@ impl OutFile {
     pub fn create(path: &Path, flag: &str) -> Result<OutFile> {
         let shown = path.display();
         match std::fs::symlink_metadata(path) {
-            Ok(m) if m.is_dir() => return Err(crate::usage!("{flag} {shown} is a folder: give a file's path")),
+            Ok(m) if m.is_dir() => return Err(crate::error::usage!("{flag} {shown} is a folder: give a file's path")),
             Ok(m) if !m.is_file() && !m.file_type().is_symlink() => {
-                return Err(crate::usage!("{flag} {shown} is a special file, not a regular one: give a file's path"))
+                return Err(crate::error::usage!("{flag} {shown} is a special file, not a regular one: give a file's path"))
             }
             _ => {}
         }
-        let name = path.file_name().ok_or_else(|| crate::usage!("{flag} {shown}: give a file's path"))?;
+        let name = path.file_name().ok_or_else(|| crate::error::usage!("{flag} {shown}: give a file's path"))?;
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
@@ -41,7 +41,7 @@ impl OutFile {
             .create_new(true)
             .mode(0o644)
             .open(&temp)
-            .map_err(|e| crate::usage!("cannot write {flag} {shown}: {e}: choose a writable path"))?;
+            .map_err(|e| crate::error::usage!("cannot write {flag} {shown}: {e}: choose a writable path"))?;
         Ok(OutFile { path: path.to_path_buf(), temp: Some(temp), file })
     }
 

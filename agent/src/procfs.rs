@@ -184,6 +184,57 @@ pub fn self_cap_eff() -> Option<u64> {
     read("/proc/self/status").and_then(|s| parse_cap_eff(&s))
 }
 
+/// A sysfs or procfs line, trimmed and bounded (these files are one short line); None when absent.
+fn first_line(path: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(text.lines().next().unwrap_or("").trim().chars().take(256).collect())
+}
+
+/// The value of `key:` in /proc/PID/status, bounded.
+fn status_field(pid: u32, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(':')).map(|v| v.trim().chars().take(256).collect()))
+}
+
+/// The machine's and a process's facts that decide its waits (`report::environment`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SchedFacts {
+    /// the clock source clock_gettime reads
+    pub clocksource: Option<String>,
+    /// the process's main thread's Cpus_allowed_list
+    pub cpus_allowed: Option<String>,
+    /// isolcpus= and nohz_full= CPUs
+    pub isolated_cpus: Option<String>,
+    pub nohz_full: Option<String>,
+}
+
+/// `SchedFacts` of process `pid`, as far as they can be read.
+pub fn sched_facts(pid: u32) -> SchedFacts {
+    SchedFacts {
+        clocksource: first_line("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+        cpus_allowed: status_field(pid, "Cpus_allowed_list"),
+        isolated_cpus: first_line("/sys/devices/system/cpu/isolated"),
+        nohz_full: first_line("/sys/devices/system/cpu/nohz_full"),
+    }
+}
+
+/// CPUs process `pid` may run on (its main thread's affinity, which its cpuset bounds).
+pub fn allowed_cpus(pid: u32) -> Option<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(pid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        Some(libc::CPU_COUNT(&set) as usize)
+    }
+}
+
+/// CPUs of the machine.
+pub fn online_cpus() -> f64 {
+    sysconf_or(libc::_SC_NPROCESSORS_ONLN, 1) as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

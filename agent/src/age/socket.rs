@@ -171,16 +171,17 @@ impl AgeSocket {
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => match occupant(path) {
                 Ok(Occupant::Stale) => {
                     log::info!("replacing the stale socket file {shown} (nobody receives on it)");
-                    std::fs::remove_file(path).map_err(|e| crate::usage!("failed to remove the stale socket {shown}: {e}: {fix}"))?;
+                    std::fs::remove_file(path)
+                        .map_err(|e| crate::error::usage!("failed to remove the stale socket {shown}: {e}: {fix}"))?;
                     UnixDatagram::bind(path)
                 }
                 Ok(Occupant::Live) => {
-                    return Err(crate::usage!(
+                    return Err(crate::error::usage!(
                         "--age-socket {shown}: a running process receives on that socket (another waitmeter?): stop it or pick another path"
                     ))
                 }
                 Ok(Occupant::Other(what)) => {
-                    return Err(crate::usage!(
+                    return Err(crate::error::usage!(
                         "--age-socket {shown} is {what}, not a socket: waitmeter replaces only a stale socket; pick a path where nothing is"
                     ))
                 }
@@ -189,11 +190,11 @@ impl AgeSocket {
             other => other,
         };
         let sock = sock.map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => crate::usage!(
+            io::ErrorKind::NotFound => crate::error::usage!(
                 "--age-socket {shown}: the folder {} does not exist: create it (a volume shared with the application) or pick another path",
                 path.parent().map_or_else(|| ".".into(), |d| d.display().to_string())
             ),
-            _ => crate::usage!("failed to bind the age socket {shown}: {e}: {fix}"),
+            _ => crate::error::usage!("failed to bind the age socket {shown}: {e}: {fix}"),
         })?;
         let meta = std::fs::symlink_metadata(path).map_err(|e| anyhow::anyhow!("failed to look at the age socket {shown}: {e}"))?;
         // from here on, dropping `s` removes the file (while it is still this socket's)
@@ -204,14 +205,14 @@ impl AgeSocket {
             .map_err(|e| anyhow::anyhow!("failed to ask for the age socket's sender credentials (SO_PASSCRED): {e}"))?;
         if let Some(gid) = cfg.group {
             std::os::unix::fs::chown(path, None, Some(gid)).map_err(|e| {
-                crate::usage!(
+                crate::error::usage!(
                     "failed to give the age socket {} to group {gid}: {e}: run the agent as root (or with CAP_CHOWN), or drop --age-socket-group",
                     path.display()
                 )
             })?;
         }
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(cfg.mode))
-            .map_err(|e| crate::usage!("failed to set the mode of the age socket {}: {e}: {fix}", path.display()))?;
+            .map_err(|e| crate::error::usage!("failed to set the mode of the age socket {}: {e}: {fix}", path.display()))?;
         Ok(s)
     }
 

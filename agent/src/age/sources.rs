@@ -109,7 +109,7 @@ impl AgeSources {
             Some(e) => {
                 let (url, interval) = (&e.url, e.interval);
                 let s = AgeScraper::new(url, &e.metric, e.labels.clone(), interval, e.timeout)
-                    .map_err(|e| crate::usage!("bad --age-url {url}: {e:#}"))?;
+                    .map_err(|e| crate::error::usage!("bad --age-url {url}: {e:#}"))?;
                 let (endpoint, metric, labels, timeout) = (s.endpoint.clone(), s.metric.clone(), s.labels.clone(), s.timeout);
                 let s = Arc::new(Mutex::new(s));
                 let poller = Arc::clone(&s);

@@ -10,13 +10,13 @@ use super::{emit, install_stop_handler, session_options, stop_requested};
 use crate::age::sources::AgeSources;
 use crate::cli::{AttachArgs, Output};
 use crate::clock::monotonic_ns;
+use crate::error::usage;
 use crate::model::partition::{secs, window, ThreadSample};
 use crate::model::throttle::{self, Stretch};
 use crate::probes::sched::{incarnation, Incarnation};
 use crate::probes::syscalls::SyscallProbe;
 use crate::report::{json, text, verdict, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling, VerdictOptions};
 use crate::session::{Session, SessionOptions, Target};
-use crate::usage;
 
 /// How long a command's interpreter is looked for after its start (a shared
 /// libpython is mapped and the GIL made within milliseconds; a shell script
@@ -209,8 +209,8 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     // one line when measuring starts (scripts can wait for it)
     let who: Vec<String> = watched.iter().map(|w| format!("PID {} ({})", w.target.pid, w.target.comm)).collect();
     match &launched {
-        Some(_) => crate::say!("waitmeter: watching {} until it exits", who.join(", ")),
-        None => crate::say!("waitmeter: watching {} for {} s", who.join(", "), args.duration),
+        Some(_) => crate::error::say!("waitmeter: watching {} until it exits", who.join(", ")),
+        None => crate::error::say!("waitmeter: watching {} for {} s", who.join(", "), args.duration),
     }
     let window_ns = if launched.is_some() { u64::MAX / 4 } else { (args.duration * 1e9) as u64 };
     let tick_ns = (args.interval * 1e9) as u64;
@@ -419,9 +419,9 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
             w.exited_at.map(|e| e.saturating_sub(t0)),
             rows,
         )
-        .with_allowed_cpus(crate::report::allowed_cpus(target.pid))
+        .with_allowed_cpus(crate::procfs::allowed_cpus(target.pid))
         .with_start(start_unix_ns)
-        .with_environment(crate::report::environment::read(target.pid))
+        .with_environment(crate::report::environment::Environment::of(crate::procfs::sched_facts(target.pid)))
         .with_verdict(VerdictOptions { all: all_findings, age_slo_s: args.age_slo });
         let report = match &target.cgroup {
             Some(cg) => {

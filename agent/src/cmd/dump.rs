@@ -35,7 +35,7 @@ pub fn dump(args: &DumpArgs) -> Result<()> {
         Output::Text => emit(&d.text()),
     }
     if report.exited_after_ns.is_some() {
-        return Err(crate::usage!("process {} exited during the window: what it did until then is above", args.pid));
+        return Err(crate::error::usage!("process {} exited during the window: what it did until then is above", args.pid));
     }
     Ok(())
 }

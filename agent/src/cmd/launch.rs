@@ -13,7 +13,7 @@ use std::process::{Child, Command};
 
 use anyhow::Result;
 
-use crate::usage;
+use crate::error::usage;
 
 /// A command started and stopped at its exec.
 pub struct Launched {

@@ -68,7 +68,7 @@ pub fn emit_bytes(bytes: &[u8]) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
-        crate::say!("waitmeter: failed to write to standard output: {e}: check where it is redirected (disk full?)");
+        crate::error::say!("waitmeter: failed to write to standard output: {e}: check where it is redirected (disk full?)");
         std::process::exit(1);
     }
 }

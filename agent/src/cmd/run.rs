@@ -45,7 +45,7 @@ struct Pushing {
 fn pushing(args: &crate::cli::PushArgs, stacks_on: bool) -> Result<Option<Pushing>> {
     let Some(url) = &args.pyroscope_url else { return Ok(None) };
     if !stacks_on {
-        return Err(crate::usage!("--pyroscope-url pushes wait profiles, which need stacks: drop --stacks none"));
+        return Err(crate::error::usage!("--pyroscope-url pushes wait profiles, which need stacks: drop --stacks none"));
     }
     let access = push::Access {
         tenant: args.pyroscope_tenant.as_deref(),
@@ -53,14 +53,16 @@ fn pushing(args: &crate::cli::PushArgs, stacks_on: bool) -> Result<Option<Pushin
         password_file: args.pyroscope_password_file.as_deref(),
         ca_file: args.pyroscope_ca_file.as_deref(),
     };
-    let target = push::Target::parse(url, &access).map_err(|e| crate::usage!("--pyroscope-url {url}: {e:#}"))?;
+    let target = push::Target::parse(url, &access).map_err(|e| crate::error::usage!("--pyroscope-url {url}: {e:#}"))?;
     let mut labels = vec![];
     for l in &args.pyroscope_labels {
         let Some((n, v)) = l.split_once('=') else {
-            return Err(crate::usage!("--pyroscope-label {l:?}: write it as NAME=VALUE"));
+            return Err(crate::error::usage!("--pyroscope-label {l:?}: write it as NAME=VALUE"));
         };
         if matches!(n, "__name__" | "service_name" | "pid" | "comm") {
-            return Err(crate::usage!("--pyroscope-label {n}: waitmeter sets that label itself (--pyroscope-service for service_name)"));
+            return Err(crate::error::usage!(
+                "--pyroscope-label {n}: waitmeter sets that label itself (--pyroscope-service for service_name)"
+            ));
         }
         labels.push((n.to_string(), v.to_string()));
     }
@@ -70,7 +72,7 @@ fn pushing(args: &crate::cli::PushArgs, stacks_on: bool) -> Result<Option<Pushin
         vec![("__name__", PROFILE_NAME), ("service_name", service.as_deref().unwrap_or("x")), ("pid", "1"), ("comm", "x")];
     all.extend(labels.iter().map(|(n, v)| (n.as_str(), v.as_str())));
     waitmeter_formats::pyroscope::check_labels(&all)
-        .map_err(|e| crate::usage!("the pushed profiles' labels: {e}: fix --pyroscope-label or --pyroscope-service"))?;
+        .map_err(|e| crate::error::usage!("the pushed profiles' labels: {e}: fix --pyroscope-label or --pyroscope-service"))?;
     let pusher = Pusher::start(target)?;
     let now = monotonic_ns();
     let every_ns = args.pyroscope_interval * 1_000_000_000;
@@ -177,7 +179,7 @@ fn push_now(ps: &mut Pushing, exporter: &crate::export::prometheus::Exporter, no
 pub fn run(args: &RunArgs) -> Result<()> {
     // the command line needs one of them; WAITMETER_ALL=false satisfies it without either
     if args.pid.is_empty() && !args.all && args.comm.is_empty() && args.cgroup.is_empty() {
-        return Err(crate::usage!(
+        return Err(crate::error::usage!(
             "nothing to watch: give --pid PID, --comm NAME, --cgroup PATH or --all (WAITMETER_ALL=false in the environment does not count)"
         ));
     }
@@ -185,14 +187,15 @@ pub fn run(args: &RunArgs) -> Result<()> {
     install_stop_handler();
     let age = args.age.config()?;
     if age.endpoint.is_some() && (args.all || selector.is_some() || args.pid.len() != 1) {
-        return Err(crate::usage!(
+        return Err(crate::error::usage!(
             "--age-url joins the age of one process with its threads: give exactly one --pid (or use --age-socket, which is per thread)"
         ));
     }
     let mut ages = AgeSources::new(&age)?;
     let web = match &args.web_config_file {
         Some(path) => Some(
-            Web::load(path).map_err(|e| crate::usage!("{e:#}: fix the file (format: docs/deployment.md, \"Securing the endpoint\")"))?,
+            Web::load(path)
+                .map_err(|e| crate::error::usage!("{e:#}: fix the file (format: docs/deployment.md, \"Securing the endpoint\")"))?,
         ),
         None => None,
     };
@@ -226,7 +229,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let syscall_probe = match args.probe.syscalls {
         Some(crate::cli::Syscalls::On) => Some(
             SyscallProbe::load(session.probe(), args.probe.max_threads.saturating_mul(8).max(32_768))
-                .map_err(|e| crate::usage!("{e:#}: run without --syscalls on"))?,
+                .map_err(|e| crate::error::usage!("{e:#}: run without --syscalls on"))?,
         ),
         _ => None,
     };
@@ -241,7 +244,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         expected.push(HOLDER_SAMPLER);
     }
     let variant = VARIANT;
-    crate::say!(
+    crate::error::say!(
         "waitmeter: serving {scheme}://{addr}/metrics{} for {} process(es){}; probes: {} ({variant}){}",
         if stacks_on { " and /debug/pprof/wait" } else { "" },
         session.targets().count(),
@@ -258,7 +261,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut next_window = monotonic_ns();
     let mut next_stacks = monotonic_ns() + STACKS_EVERY_NS;
     let mut warned_all_gone = false;
-    let online = crate::report::online_cpus();
+    let online = crate::procfs::online_cpus();
     while !stop_requested() {
         endpoint.health.beat();
         match rx.recv_timeout(TICK) {
@@ -416,7 +419,7 @@ impl Selector {
         for c in cgroups {
             let path = c.strip_prefix("/sys/fs/cgroup").unwrap_or(c).trim_end_matches('/');
             if !path.starts_with('/') && !path.is_empty() {
-                return Err(crate::usage!("--cgroup {c}: give the cgroup's path from the root, e.g. /system.slice/app.service"));
+                return Err(crate::error::usage!("--cgroup {c}: give the cgroup's path from the root, e.g. /system.slice/app.service"));
             }
             cg.push(path.to_string());
         }

@@ -46,7 +46,7 @@ use waitmeter_formats::http::{self as head, HeadError, HeadScanner, MAX_HEAD};
 
 use super::recorder::{Pull, DEFAULT_SECONDS, MAX_CAPTURES, MAX_SECONDS};
 use super::web::{Auth, Web, WebConfig};
-use crate::usage;
+use crate::error::usage;
 
 /// Default listen address of `waitmeter run`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9747";

@@ -21,8 +21,8 @@ use libbpf_rs::OpenObject;
 
 use anyhow::Result;
 
+use crate::error::usage;
 use crate::procfs::{self, CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN};
-use crate::usage;
 
 /// The memory the skeleton keeps its BPF object in, owned by one probe:
 /// allocated at attach, freed after the skeleton that borrows it (targets come

@@ -1,5 +1,5 @@
-//! The facts of the machine and the process that decide waits, read once per report: the
-//! clock source (whether the vDSO can serve clock_gettime without a syscall), the CPUs the
+//! The facts of the machine and the process that decide waits, read once per report (by
+//! `procfs::sched_facts`): the clock source (whether the vDSO can serve clock_gettime without a syscall), the CPUs the
 //! process may use, the CPUs isolated from the scheduler.
 use serde::Serialize;
 
@@ -21,28 +21,16 @@ pub struct Environment {
     pub nohz_full: Option<String>,
 }
 
-/// A sysfs or procfs line, trimmed; None when absent or empty-and-meaningless is not ours to judge.
-fn first_line(path: &str) -> Option<String> {
-    // bounded: these files are one short line
-    let text = std::fs::read_to_string(path).ok()?;
-    Some(text.lines().next().unwrap_or("").trim().chars().take(256).collect())
-}
-
-/// The value of `key:` in /proc/PID/status.
-fn status_field(pid: u32, key: &str) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    text.lines().find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(':')).map(|v| v.trim().chars().take(256).collect()))
-}
-
-/// The environment of process `pid`, as far as it can be read.
-pub fn read(pid: u32) -> Environment {
-    let clocksource = first_line("/sys/devices/system/clocksource/clocksource0/current_clocksource");
-    Environment {
-        clock_vdso: clocksource.as_deref().map(vdso_capable),
-        clocksource,
-        cpus_allowed: status_field(pid, "Cpus_allowed_list"),
-        isolated_cpus: first_line("/sys/devices/system/cpu/isolated"),
-        nohz_full: first_line("/sys/devices/system/cpu/nohz_full"),
+impl Environment {
+    /// The report's environment from what `procfs::sched_facts` read (the report reads nothing).
+    pub fn of(f: crate::procfs::SchedFacts) -> Environment {
+        Environment {
+            clock_vdso: f.clocksource.as_deref().map(vdso_capable),
+            clocksource: f.clocksource,
+            cpus_allowed: f.cpus_allowed,
+            isolated_cpus: f.isolated_cpus,
+            nohz_full: f.nohz_full,
+        }
     }
 }
 
@@ -57,14 +45,15 @@ mod tests {
 
     #[test]
     fn this_machine_and_process_are_read() {
-        let e = read(std::process::id());
-        let mine = status_field(std::process::id(), "Cpus_allowed_list").unwrap();
-        assert_eq!(e.cpus_allowed.as_deref(), Some(mine.as_str()));
+        let e = Environment::of(crate::procfs::sched_facts(std::process::id()));
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let mine = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim();
+        assert_eq!(e.cpus_allowed.as_deref(), Some(mine));
         assert!(mine.chars().all(|c| c.is_ascii_digit() || c == ',' || c == '-'), "{mine}");
         if let Some(cs) = &e.clocksource {
             assert_eq!(e.clock_vdso, Some(vdso_capable(cs)));
         }
-        assert_eq!(read(u32::MAX).cpus_allowed, None);
+        assert_eq!(crate::procfs::sched_facts(u32::MAX).cpus_allowed, None);
     }
 
     #[test]

@@ -76,23 +76,6 @@ impl ThreadRow {
     }
 }
 
-/// CPUs of the machine.
-pub fn online_cpus() -> f64 {
-    crate::procfs::sysconf_or(libc::_SC_NPROCESSORS_ONLN, 1) as f64
-}
-
-/// CPUs process `pid` may run on (its main thread's affinity, which its cpuset bounds).
-pub fn allowed_cpus(pid: u32) -> Option<usize> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(pid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
-        }
-        Some(libc::CPU_COUNT(&set) as usize)
-    }
-}
-
 /// The entry with the most time among `candidates`, and its share of `all`'s total.
 fn top<K>(candidates: impl Iterator<Item = (K, u64)>, all: impl Iterator<Item = u64>) -> Option<(K, f64)> {
     let total: u64 = all.sum();
@@ -277,7 +260,8 @@ impl ProcessReport {
             cgroup: None,
             throttling: None,
             age: None,
-            cpu_limit_cores: online_cpus(),
+            // (the one fact a report reads: what `with_cgroup`/`with_allowed_cpus` narrow)
+            cpu_limit_cores: crate::procfs::online_cpus(),
             stacks: None,
             verdict: VerdictOptions::default(),
             environment: None,

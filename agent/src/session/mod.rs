@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 
 use crate::clock::monotonic_ns;
+use crate::error::usage;
 use crate::model::labels::sanitize;
 use crate::model::loss::{Lost, Probe, Reason};
 use crate::probes::gil::GilProbe;
@@ -18,7 +19,6 @@ use crate::probes::pypark::Parks;
 use crate::probes::sched::{SchedOptions, SchedProbe};
 use crate::probes::{self};
 use crate::procfs;
-use crate::usage;
 
 mod lifetime;
 mod resolve;
