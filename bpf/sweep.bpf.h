@@ -59,6 +59,13 @@ static __always_inline bool counterpart_gone(__u32 tid)
 	return tid && !bpf_map_lookup_elem(&threads, &tid);
 }
 
+/* An entry's time, its value marked taken: a probe adding to it now
+ * charges a new entry (add_ns in sched.bpf.c). */
+static __always_inline __u64 take_ns(__u64 *ns)
+{
+	return __sync_lock_test_and_set(ns, WM_BLAME_TAKEN) & ~WM_BLAME_TAKEN;
+}
+
 /* the callbacks' context: on the stack, as bpf_for_each_map_elem() wants it */
 struct sweep_ctx {
 	struct wm_sweep_out *o;
@@ -98,7 +105,7 @@ static long sweep_futex(struct bpf_map *map, struct wm_futex_key *k, __u64 *ns, 
 	}
 	n &= WM_SWEEP_OUT - 1;
 	o->futex[n].k = *k;
-	o->futex[n].ns = __sync_lock_test_and_set(ns, WM_BLAME_TAKEN) & ~WM_BLAME_TAKEN;
+	o->futex[n].ns = take_ns(ns);
 	o->futex[n].waiter_gone = gone;
 	bpf_map_delete_elem(map, k);
 	o->n_futex = n + 1;
@@ -121,7 +128,7 @@ static long sweep_preempt(struct bpf_map *map, struct wm_preempt_key *k, struct 
 	n &= WM_SWEEP_OUT - 1;
 	o->preempt[n].k = *k;
 	__builtin_memcpy(o->preempt[n].v.comm, v->comm, sizeof(v->comm));
-	o->preempt[n].v.ns = __sync_lock_test_and_set(&v->ns, WM_BLAME_TAKEN) & ~WM_BLAME_TAKEN;
+	o->preempt[n].v.ns = take_ns(&v->ns);
 	o->preempt[n].waiter_gone = gone;
 	bpf_map_delete_elem(map, k);
 	o->n_preempt = n + 1;
@@ -145,7 +152,7 @@ static long take_gil(__u64 i, struct sweep_ctx *c)
 	if (!ns)
 		return 0;
 	o->gil[n].k = k;
-	o->gil[n].ns = __sync_lock_test_and_set(ns, WM_BLAME_TAKEN) & ~WM_BLAME_TAKEN;
+	o->gil[n].ns = take_ns(ns);
 	bpf_map_delete_elem(&gil_blame, &k);
 	o->n_gil = n + 1;
 	return 0;
@@ -161,7 +168,7 @@ static long take_futex(__u64 i, struct sweep_ctx *c)
 	if (!ns)
 		return 0;
 	o->futex[n].k = k;
-	o->futex[n].ns = __sync_lock_test_and_set(ns, WM_BLAME_TAKEN) & ~WM_BLAME_TAKEN;
+	o->futex[n].ns = take_ns(ns);
 	o->futex[n].waiter_gone = 0;
 	bpf_map_delete_elem(&futex_blame, &k);
 	o->n_futex = n + 1;
@@ -179,7 +186,7 @@ static long take_preempt(__u64 i, struct sweep_ctx *c)
 		return 0;
 	o->preempt[n].k = k;
 	__builtin_memcpy(o->preempt[n].v.comm, v->comm, sizeof(v->comm));
-	o->preempt[n].v.ns = __sync_lock_test_and_set(&v->ns, WM_BLAME_TAKEN) & ~WM_BLAME_TAKEN;
+	o->preempt[n].v.ns = take_ns(&v->ns);
 	o->preempt[n].waiter_gone = 0;
 	bpf_map_delete_elem(&preempt_blame, &k);
 	o->n_preempt = n + 1;

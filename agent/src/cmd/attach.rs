@@ -12,7 +12,7 @@ use crate::cli::{AttachArgs, Output};
 use crate::clock::monotonic_ns;
 use crate::error::usage;
 use crate::model::partition::{secs, window, ThreadSample};
-use crate::model::throttle::{self, Stretch};
+use crate::model::throttle::Stretch;
 use crate::probes::sched::{incarnation, Incarnation};
 use crate::probes::syscalls::SyscallProbe;
 use crate::report::{json, text, verdict, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling, VerdictOptions};
@@ -182,6 +182,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     stretches.open(session.probe().stretches());
     let lost_at_start = session.lost();
     let t0 = base.at_ns;
+    let online = crate::procfs::online_cpus();
     let base: HashMap<u32, ThreadSample> = base.live.into_values().flatten().map(|s| (s.host_tid, s)).collect();
     // per process: user and kernel CPU time of the threads at the start (the split of `running`)
     let mut watched: Vec<Watched> = pids
@@ -303,7 +304,8 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
                         ThreadRow::from_sample(s, d, d.total())
                     })
                     .collect();
-                let r = ProcessReport::new(w.target.pid, w.target.comm.clone(), w.python.clone(), tick_ns, None, rows);
+                let r =
+                    ProcessReport::new(w.target.pid, w.target.comm.clone(), w.python.clone(), tick_ns, None, rows).with_online_cpus(online);
                 let r = if args.each_thread { r } else { r.with_short_lived_folded() };
                 let age_line = ages.process(w.target.pid, t0).map(|a| {
                     format!(
@@ -419,6 +421,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
             w.exited_at.map(|e| e.saturating_sub(t0)),
             rows,
         )
+        .with_online_cpus(online)
         .with_allowed_cpus(crate::procfs::allowed_cpus(target.pid))
         .with_start(start_unix_ns)
         .with_environment(crate::report::environment::Environment::of(crate::procfs::sched_facts(target.pid)))
@@ -430,23 +433,9 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
                     (Some(now), Some(start)) => now.since(&start),
                     _ => Default::default(),
                 };
-                let period_ns = quota.map(|q| q.period_us * 1000).unwrap_or(100_000_000);
                 let stretches: Vec<Stretch> = target.throttles.iter().filter(|(_, s)| s.end >= t0).map(|(_, s)| *s).collect();
-                let throttling = Throttling {
-                    stretches: stretches.len(),
-                    concentration: throttle::phase_concentration(&stretches, period_ns),
-                    signature: throttle::signature(&stretches, period_ns),
-                    period_s: period_ns as f64 / 1e9,
-                };
-                let cgroup = CgroupReport {
-                    path: cg.path.clone(),
-                    quota_cores: quota.and_then(|q| q.cores()),
-                    period_s: quota.map(|q| q.period_us as f64 / 1e6),
-                    throttled_s: delta.throttled_ns as f64 / 1e9,
-                    nr_throttled: delta.nr_throttled,
-                    nr_periods: delta.nr_periods,
-                };
-                report.with_cgroup(Some(cgroup), Some(throttling))
+                let throttling = Throttling::of(&stretches, quota.map(|q| q.period_us * 1000));
+                report.with_cgroup(Some(CgroupReport::of(cg.path.clone(), quota, delta)), Some(throttling))
             }
             None => report,
         };

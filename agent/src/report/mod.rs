@@ -129,6 +129,33 @@ pub struct Throttling {
     pub period_s: f64,
 }
 
+impl CgroupReport {
+    /// The cgroup at `path` over the window: its quota, and `delta` of its cpu.stat.
+    pub fn of(path: String, quota: Option<crate::cgroup::Quota>, delta: crate::cgroup::CpuStat) -> CgroupReport {
+        CgroupReport {
+            path,
+            quota_cores: quota.and_then(|q| q.cores()),
+            period_s: quota.map(|q| q.period_us as f64 / 1e6),
+            throttled_s: delta.throttled_ns as f64 / 1e9,
+            nr_throttled: delta.nr_throttled,
+            nr_periods: delta.nr_periods,
+        }
+    }
+}
+
+impl Throttling {
+    /// The throttled stretches of a CFS period `period_ns` (100 ms when the quota is unknown).
+    pub fn of(stretches: &[crate::model::throttle::Stretch], period_ns: Option<u64>) -> Throttling {
+        let period_ns = period_ns.unwrap_or(100_000_000);
+        Throttling {
+            stretches: stretches.len(),
+            concentration: crate::model::throttle::phase_concentration(stretches, period_ns),
+            signature: crate::model::throttle::signature(stretches, period_ns),
+            period_s: period_ns as f64 / 1e9,
+        }
+    }
+}
+
 impl ThreadRow {
     /// A row for `times` of thread `s` over a window it existed in for `existed_ns`.
     pub fn from_sample(s: &ThreadSample, times: Times, existed_ns: u64) -> ThreadRow {
@@ -260,8 +287,8 @@ impl ProcessReport {
             cgroup: None,
             throttling: None,
             age: None,
-            // (the one fact a report reads: what `with_cgroup`/`with_allowed_cpus` narrow)
-            cpu_limit_cores: crate::procfs::online_cpus(),
+            // unknown until `with_online_cpus` (then `with_cgroup`/`with_allowed_cpus` narrow it)
+            cpu_limit_cores: f64::INFINITY,
             stacks: None,
             verdict: VerdictOptions::default(),
             environment: None,
@@ -301,6 +328,13 @@ impl ProcessReport {
         if let Some(s) = self.stacks.as_mut().filter(|_| !under.is_empty()) {
             s.remap(|tid| under.get(&tid).copied().unwrap_or(tid));
         }
+        self
+    }
+
+    /// The machine's CPUs (`procfs::online_cpus`): the CPU limit until a quota or an
+    /// affinity narrows it.
+    pub fn with_online_cpus(mut self, cpus: f64) -> Self {
+        self.cpu_limit_cores = self.cpu_limit_cores.min(cpus);
         self
     }
 
