@@ -50,7 +50,9 @@ def age_attach(pid, *extra, duration=4.0):
 
 def test_gil_starvation_with_the_apps_own_lag_metric(app_python):
     port = free_port()
-    with Workload(app_python, STARVE, "same", "--metrics-port", port) as w:
+    # 5,000 messages a second: ingest has the GIL a switch interval (5 ms) per json.dumps; at the
+    # default 500 it keeps up on a fast machine (one CI run: a flat lag of 0.17-0.22 s)
+    with Workload(app_python, STARVE, "same", "--metrics-port", port, "--rate", 5000) as w:
         # the starved application serves its own /metrics slowly too (2.6-6 s per scrape
         # measured once; 0.3-0.7 s for the agent's filtered poll, 1.1-2.2 s for the whole
         # page, on a loaded 2-vCPU VM): a window long enough for several scrapes
@@ -106,7 +108,7 @@ def test_processor_in_its_own_process_is_healthy(app_python):
 def test_client_samples_join_the_right_thread(app_python, tmp_path):
     sock = tmp_path / "age.sock"
     env = {"PYTHONPATH": str(CLIENT), "WAITMETER_SOCKET": str(sock)}
-    with Workload(app_python, STARVE, "same", "--client", env=env) as w:
+    with Workload(app_python, STARVE, "same", "--client", "--rate", 5000, env=env) as w:
         report, _ = age_attach(w.pid, "--age-socket", sock)
     threads = by_tid(report)
     ingest = threads[w.tids["ingest"]]
