@@ -138,7 +138,8 @@ def blame_entries(agent_pid):
         cp = subprocess.run(["bpftool", "-j", "map", "dump", "id", str(ids[name])], capture_output=True, text=True, timeout=60)
         assert cp.returncode == 0, cp.stderr
         for e in json.loads(cp.stdout):
-            if "formatted" not in e and "error" in e:
+            failed = "error" in e or (isinstance(e.get("value"), dict) and "error" in e["value"])
+            if "formatted" not in e and failed:
                 continue  # deleted by the agent between bpftool's walk of the keys and its lookup
             assert "formatted" in e, e  # (the maps have BTF: every entry is formatted)
             out[(name, json.dumps(e["formatted"]["key"], sort_keys=True))] = json.dumps(e["formatted"]["value"], sort_keys=True)
