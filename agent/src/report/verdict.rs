@@ -5,7 +5,7 @@
 use super::finding::{Finding, OffCpu};
 use super::rules::idle_threads::{self, IdleThreads};
 use super::rules::more::More;
-use super::rules::rows::{row_of, thread_ref};
+use super::rules::rows::{off_cpu_share, row_of, thread_ref};
 use super::rules::{unmeasured_gil, Claim, Context, Repeat};
 use super::{ProcessReport, ThreadRow};
 use crate::model::state::State;
@@ -67,7 +67,7 @@ fn culprits_off_cpu(tids: &[u32], rows: &[ThreadRow]) -> Vec<OffCpu> {
         .filter_map(|tid| row_of(*tid, rows))
         .filter_map(|r| {
             let (throttled_ns, runqueue_ns) = (r.times.get(State::Throttled), r.times.get(State::Runqueue));
-            let share = (throttled_ns + runqueue_ns) as f64 / r.times.total().max(1) as f64;
+            let share = off_cpu_share(r);
             (share >= OFF_CPU_SHARE).then(|| OffCpu { thread: thread_ref(r.tid, rows), throttled_ns, runqueue_ns, share })
         })
         .collect()

@@ -24,6 +24,11 @@ pub fn share_of(r: &ThreadRow, s: State) -> f64 {
     }
 }
 
+/// The share of the thread's time it was off a CPU it wanted: queued or throttled.
+pub fn off_cpu_share(r: &ThreadRow) -> f64 {
+    share_of(r, State::Runqueue) + share_of(r, State::Throttled)
+}
+
 /// Running, in the run queue or throttled: the thread had work.
 pub fn busy_ns(r: &ThreadRow) -> u64 {
     r.times.get(State::Running) + r.times.get(State::Runqueue) + r.times.get(State::Throttled)

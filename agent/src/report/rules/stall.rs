@@ -14,7 +14,7 @@ use super::cpu_quota::CpuQuota;
 use super::cpu_quota_throttling::CpuQuotaThrottling;
 use super::gil_starvation::GilStarvation;
 use super::oversubscribed::Oversubscribed;
-use super::rows::{busy_ns, gil_holder, preemptor, row_of, row_ref, share_of, waker};
+use super::rows::{busy_ns, gil_holder, off_cpu_share, preemptor, row_of, row_ref, waker};
 use super::run_queue::RunQueueSaturation;
 use super::saturated_thread::SATURATED_SHARE;
 use super::{Claim, Context, Repeat};
@@ -204,9 +204,7 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
         // waiting for a CPU itself, or behind a thread that waited for one half its time (a
         // JVM's VM Thread waiting for spinning threads to reach a safepoint on a full core)
         let off_cpu = |p: &StallPart| match p.behind.as_ref().map(|b| &b.culprit) {
-            Some(Culprit::Thread(t)) => {
-                row_of(t.tid, cx.rows).is_some_and(|c| share_of(c, State::Runqueue) + share_of(c, State::Throttled) >= CPU_SHARE)
-            }
+            Some(Culprit::Thread(t)) => row_of(t.tid, cx.rows).is_some_and(|c| off_cpu_share(c) >= CPU_SHARE),
             _ => false,
         };
         let cpu: u64 = parts.iter().filter(|p| matches!(p.state, State::Runqueue | State::Throttled) || off_cpu(p)).map(|p| p.ns).sum();
