@@ -561,13 +561,14 @@ static __always_inline void add_ns(void *map, void *key, __u64 delta, enum wm_st
 {
 	__u64 *ns = bpf_map_lookup_elem(map, key);
 
-	if (!ns && bpf_map_update_elem(map, key, &delta, BPF_NOEXIST) == 0)
-		return;
-	if (!ns)
-		ns = bpf_map_lookup_elem(map, key); /* made meanwhile on another CPU */
 	if (!ns) {
-		count_loss(full);
-		return;
+		if (bpf_map_update_elem(map, key, &delta, BPF_NOEXIST) == 0)
+			return;
+		ns = bpf_map_lookup_elem(map, key); /* made meanwhile on another CPU */
+		if (!ns) {
+			count_loss(full);
+			return;
+		}
 	}
 	if (__sync_fetch_and_add(ns, delta) & WM_BLAME_TAKEN)
 		charge_anew(map, key, &delta, full);
@@ -648,25 +649,23 @@ static __always_inline void charge_runqueue(const struct wm_closed *c, __u32 tid
 	charge_stacks(tid, c->gen, c->state, prev->tgid == c->tgid ? by : 0, &c->stack, WM_ROLE_PREEMPTOR,
 		      prev->tgid == c->tgid ? by_stack : NULL, delta, 0);
 
+	/* as add_ns, with the preemptor's process name in a new entry */
 	struct wm_preempt fresh = { .ns = delta };
 
-	if (v) {
-		if (!(__sync_fetch_and_add(&v->ns, delta) & WM_BLAME_TAKEN))
+	if (!v) {
+		BPF_CORE_READ_STR_INTO(&fresh.comm, prev, group_leader, comm);
+		if (bpf_map_update_elem(&preempt_blame, &key, &fresh, BPF_NOEXIST) == 0)
 			return;
+		v = bpf_map_lookup_elem(&preempt_blame, &key); /* made meanwhile on another CPU */
+		if (!v) {
+			count_loss(WM_STAT_PREEMPT_MAP_FULL);
+			return;
+		}
+	}
+	if (__sync_fetch_and_add(&v->ns, delta) & WM_BLAME_TAKEN) {
 		__builtin_memcpy(fresh.comm, v->comm, sizeof(fresh.comm));
 		charge_anew(&preempt_blame, &key, &fresh, WM_STAT_PREEMPT_MAP_FULL);
-		return;
 	}
-	BPF_CORE_READ_STR_INTO(&fresh.comm, prev, group_leader, comm);
-	if (bpf_map_update_elem(&preempt_blame, &key, &fresh, BPF_NOEXIST) == 0)
-		return;
-	v = bpf_map_lookup_elem(&preempt_blame, &key); /* made meanwhile on another CPU */
-	if (!v) {
-		count_loss(WM_STAT_PREEMPT_MAP_FULL);
-		return;
-	}
-	if (__sync_fetch_and_add(&v->ns, delta) & WM_BLAME_TAKEN)
-		charge_anew(&preempt_blame, &key, &fresh, WM_STAT_PREEMPT_MAP_FULL);
 }
 
 /* floor(log2(v)), v > 0 */

@@ -433,23 +433,17 @@ impl SchedProbe {
 
     /// Closed GIL waits so far.
     pub fn gil_blame(&self) -> Vec<GilRecord> {
-        entries::<wm_blame_key, u64>(&self.skel.maps.gil_blame).into_iter().map(|(k, ns)| ((k.tid, k.gen), k.holder, ns)).collect()
+        entries::<wm_blame_key, u64>(&self.skel.maps.gil_blame).into_iter().map(|(k, ns)| gil_record(&k, ns)).collect()
     }
 
     /// Closed futex waits so far.
     pub fn futex_blame(&self) -> Vec<FutexRecord> {
-        entries::<wm_futex_key, u64>(&self.skel.maps.futex_blame)
-            .into_iter()
-            .map(|(k, ns)| ((k.tid, k.gen), k.waker, word(&k), ns))
-            .collect()
+        entries::<wm_futex_key, u64>(&self.skel.maps.futex_blame).into_iter().map(|(k, ns)| futex_record(&k, ns)).collect()
     }
 
     /// Closed run-queue waits so far, charged to what had the CPU.
     pub fn preempt_blame(&self) -> Vec<PreemptRecord> {
-        entries::<wm_preempt_key, wm_preempt>(&self.skel.maps.preempt_blame)
-            .into_iter()
-            .map(|(k, v)| ((k.tid, k.gen), k.by_tid, k.by_tgid, comm_of(&v), v.ns))
-            .collect()
+        entries::<wm_preempt_key, wm_preempt>(&self.skel.maps.preempt_blame).into_iter().map(|(k, v)| preempt_record(&k, &v)).collect()
     }
 
     /// Throttled stretches that ended since the last call (drained with the exits).
@@ -474,16 +468,14 @@ impl SchedProbe {
         }
         let m = &self.skel.maps;
         (
-            take::<wm_blame_key, u64, _>(&m.gil_blame, pick.gil.iter().map(|(w, h)| gil_key(*w, *h)), |k, ns| {
-                ((k.tid, k.gen), k.holder, ns)
-            }),
+            take::<wm_blame_key, u64, _>(&m.gil_blame, pick.gil.iter().map(|(w, h)| gil_key(*w, *h)), |k, ns| gil_record(&k, ns)),
             take::<wm_futex_key, u64, _>(&m.futex_blame, pick.futex.iter().map(|(w, by, word)| futex_key(*w, *by, *word)), |k, ns| {
-                ((k.tid, k.gen), k.waker, word(&k), ns)
+                futex_record(&k, ns)
             }),
             take::<wm_preempt_key, wm_preempt, _>(
                 &m.preempt_blame,
                 pick.preempt.iter().map(|(w, by, tgid)| preempt_key(*w, *by, *tgid)),
-                |k, v| ((k.tid, k.gen), k.by_tid, k.by_tgid, comm_of(&v), v.ns),
+                |k, v| preempt_record(&k, &v),
             ),
         )
     }
@@ -681,6 +673,19 @@ pub(super) fn futex_key(w: Incarnation, waker: u32, word: u64) -> wm_futex_key {
 
 pub(super) fn preempt_key(w: Incarnation, by_tid: u32, by_tgid: u32) -> wm_preempt_key {
     wm_preempt_key { tid: w.0, gen: w.1, by_tid, by_tgid }
+}
+
+/// The records of blame entries, as read, taken or swept (the inverses of the keys above).
+pub(super) fn gil_record(k: &wm_blame_key, ns: u64) -> GilRecord {
+    ((k.tid, k.gen), k.holder, ns)
+}
+
+pub(super) fn futex_record(k: &wm_futex_key, ns: u64) -> FutexRecord {
+    ((k.tid, k.gen), k.waker, word(k), ns)
+}
+
+pub(super) fn preempt_record(k: &wm_preempt_key, v: &wm_preempt) -> PreemptRecord {
+    ((k.tid, k.gen), k.by_tid, k.by_tgid, comm_of(v), v.ns)
 }
 
 /// Map the `watched_bits` array (BPF_F_MMAPABLE) into our address space, for

@@ -16,7 +16,9 @@ use std::ptr::NonNull;
 use anyhow::{Context, Result};
 
 use super::abi::skel::types::{wm_sweep_args, wm_sweep_limits, wm_sweep_mode, wm_sweep_out};
-use super::sched::{futex_key, gil_key, preempt_key, BlamePick, FutexRecord, GilRecord, PreemptRecord, SchedProbe};
+use super::sched::{
+    futex_key, futex_record, gil_key, gil_record, preempt_key, preempt_record, BlamePick, FutexRecord, GilRecord, PreemptRecord, SchedProbe,
+};
 
 /// The `sweep_out` array's value, mapped into the agent.
 pub(super) struct SweepOut(NonNull<wm_sweep_out>);
@@ -64,13 +66,13 @@ impl SchedProbe {
             // SAFETY: the program has returned: nothing writes the value until the next run.
             let o = unsafe { self.sweep_out().0.as_ref() };
             let n = |n: u32| (n as usize).min(wm_sweep_limits::WM_SWEEP_OUT.0 as usize);
-            swept.gil.extend(o.gil[..n(o.n_gil)].iter().map(|e| ((e.k.tid, e.k.gen), e.k.holder, e.ns)));
+            swept.gil.extend(o.gil[..n(o.n_gil)].iter().map(|e| gil_record(&e.k, e.ns)));
             for e in &o.futex[..n(o.n_futex)] {
-                let r = ((e.k.tid, e.k.gen), e.k.waker, super::sched::word(&e.k), e.ns);
+                let r = futex_record(&e.k, e.ns);
                 if e.waiter_gone != 0 { &mut swept.futex } else { &mut swept.futex_taken }.push(r);
             }
             for e in &o.preempt[..n(o.n_preempt)] {
-                let r = ((e.k.tid, e.k.gen), e.k.by_tid, e.k.by_tgid, super::sched::comm_of(&e.v), e.v.ns);
+                let r = preempt_record(&e.k, &e.v);
                 if e.waiter_gone != 0 { &mut swept.preempt } else { &mut swept.preempt_taken }.push(r);
             }
             if o.more == 0 {
@@ -115,13 +117,9 @@ impl SchedProbe {
             // SAFETY: the program has returned: nothing writes the value until the next run.
             let o = unsafe { self.sweep_out().0.as_ref() };
             let n = |n: u32, asked: usize| (n as usize).min(asked);
-            out.0.extend(o.gil[..n(o.n_gil, g.len())].iter().map(|e| ((e.k.tid, e.k.gen), e.k.holder, e.ns)));
-            out.1.extend(o.futex[..n(o.n_futex, f.len())].iter().map(|e| ((e.k.tid, e.k.gen), e.k.waker, super::sched::word(&e.k), e.ns)));
-            out.2.extend(
-                o.preempt[..n(o.n_preempt, p.len())]
-                    .iter()
-                    .map(|e| ((e.k.tid, e.k.gen), e.k.by_tid, e.k.by_tgid, super::sched::comm_of(&e.v), e.v.ns)),
-            );
+            out.0.extend(o.gil[..n(o.n_gil, g.len())].iter().map(|e| gil_record(&e.k, e.ns)));
+            out.1.extend(o.futex[..n(o.n_futex, f.len())].iter().map(|e| futex_record(&e.k, e.ns)));
+            out.2.extend(o.preempt[..n(o.n_preempt, p.len())].iter().map(|e| preempt_record(&e.k, &e.v)));
         }
         Ok(out)
     }
