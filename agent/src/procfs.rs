@@ -186,13 +186,13 @@ pub fn self_cap_eff() -> Option<u64> {
 
 /// A sysfs or procfs line, trimmed and bounded (these files are one short line); None when absent.
 fn first_line(path: &str) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = read(path)?;
     Some(text.lines().next().unwrap_or("").trim().chars().take(256).collect())
 }
 
 /// The value of `key:` in /proc/PID/status, bounded.
 fn status_field(pid: u32, key: &str) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let text = read(&format!("/proc/{pid}/status"))?;
     text.lines().find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(':')).map(|v| v.trim().chars().take(256).collect()))
 }
 
