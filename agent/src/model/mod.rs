@@ -4,6 +4,7 @@ pub mod age;
 pub mod blame;
 pub mod hist;
 pub mod labels;
+pub mod ledger;
 pub mod loss;
 pub mod partition;
 pub mod peaks;

@@ -188,7 +188,7 @@ impl ThreadSample {
 /// had the CPU) add up to what its total grew by. Between two samples a value
 /// can move from one key to another: blame settled out of the kernel past the
 /// counterparts kept by name is merged into one counterpart (`GONE`, "other",
-/// the unknown GIL holder: `session/settle.rs`), and a holder that exited may
+/// the unknown GIL holder: `model/ledger.rs`), and a holder that exited may
 /// no longer resolve. Its old key then shows no growth and its new one the
 /// whole value, which the earlier sample counted already. The excess comes off
 /// the merged key first (where moved values land), then off the others.

@@ -68,51 +68,9 @@ pub const LOSS_REASONS: [(u32, Reason); 8] = [
     (wm_stat::WM_STAT_BLAME_TAKEN.0, Reason::BlameTaken),
 ];
 
-/// A thread incarnation as the blame maps key it: (host TID, (u32)start).
-/// The start tells a thread from a later one reusing its TID.
-pub type Incarnation = (u32, u32);
-
-/// The incarnation of a thread that started at `start_ns`.
-pub fn incarnation(host_tid: u32, start_ns: u64) -> Incarnation {
-    (host_tid, start_ns as u32)
-}
-
-/// A futex wait charged to its waker: (waiter, waker host TID or 0, address
-/// (with `model::blame::PARKED` if parked on), ns).
-pub type FutexRecord = (Incarnation, u32, u64, u64);
-/// A run-queue wait charged to what had the CPU: (waiter, by host TID, by host TGID, comm, ns).
-pub type PreemptRecord = (Incarnation, u32, u32, Comm, u64);
-
-/// A task's `comm` as the kernel keeps it (up to 15 bytes, NUL-padded): a
-/// copy, not an allocation, for every run-queue blame entry read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Comm([u8; 16]);
-
-impl Comm {
-    /// The first 15 bytes of `name`.
-    pub fn new(name: &str) -> Comm {
-        let mut c = [0u8; 16];
-        let n = name.len().min(15);
-        c[..n].copy_from_slice(&name.as_bytes()[..n]);
-        Comm(c)
-    }
-
-    /// As text (invalid UTF-8 replaced).
-    pub fn text(&self) -> String {
-        let n = self.0.iter().position(|c| *c == 0).unwrap_or(self.0.len());
-        String::from_utf8_lossy(&self.0[..n]).into_owned()
-    }
-}
-/// A GIL wait charged to the holder: (waiter, holder id, ns).
-pub type GilRecord = (Incarnation, u64, u64);
-/// The keys of blame entries to move out of the kernel (`take_blame`):
-/// (waiter, holder), (waiter, waker, word), (waiter, by host TID, by host TGID).
-#[derive(Default)]
-pub struct BlamePick {
-    pub gil: std::collections::HashSet<(Incarnation, u64)>,
-    pub futex: std::collections::HashSet<(Incarnation, u32, u64)>,
-    pub preempt: std::collections::HashSet<(Incarnation, u32, u32)>,
-}
+pub use crate::model::ledger::{
+    incarnation, Comm, Entries, FutexEntry, FutexKey, GilEntry, GilKey, Incarnation, Pick, PreemptEntry, PreemptKey,
+};
 /// A throttled stretch: (host TID, host TGID, start, end).
 pub type ThrottleRecord = (u32, u32, u64, u64);
 
@@ -431,19 +389,15 @@ impl SchedProbe {
         }
     }
 
-    /// Closed GIL waits so far.
-    pub fn gil_blame(&self) -> Vec<GilRecord> {
-        entries::<wm_blame_key, u64>(&self.skel.maps.gil_blame).into_iter().map(|(k, ns)| gil_record(&k, ns)).collect()
-    }
-
-    /// Closed futex waits so far.
-    pub fn futex_blame(&self) -> Vec<FutexRecord> {
-        entries::<wm_futex_key, u64>(&self.skel.maps.futex_blame).into_iter().map(|(k, ns)| futex_record(&k, ns)).collect()
-    }
-
-    /// Closed run-queue waits so far, charged to what had the CPU.
-    pub fn preempt_blame(&self) -> Vec<PreemptRecord> {
-        entries::<wm_preempt_key, wm_preempt>(&self.skel.maps.preempt_blame).into_iter().map(|(k, v)| preempt_record(&k, &v)).collect()
+    /// Every blame entry the kernel holds: closed GIL waits charged to their
+    /// holder, futex waits to their waker, run-queue waits to what had the CPU.
+    pub fn blame(&self) -> Entries {
+        let m = &self.skel.maps;
+        Entries {
+            gil: entries::<wm_blame_key, u64>(&m.gil_blame).into_iter().map(|(k, ns)| gil_entry(&k, ns)).collect(),
+            futex: entries::<wm_futex_key, u64>(&m.futex_blame).into_iter().map(|(k, ns)| futex_entry(&k, ns)).collect(),
+            preempt: entries::<wm_preempt_key, wm_preempt>(&m.preempt_blame).into_iter().map(|(k, v)| preempt_entry(&k, &v)).collect(),
+        }
     }
 
     /// Throttled stretches that ended since the last call (drained with the exits).
@@ -456,7 +410,7 @@ impl SchedProbe {
     /// takes them (`probes::sweep`: a wait charged to one as it goes is in a
     /// new entry, or counted lost); else each is looked up and deleted in one
     /// system call, and a wait charged between the two is lost uncounted.
-    pub fn take_blame(&self, pick: &BlamePick) -> (Vec<GilRecord>, Vec<FutexRecord>, Vec<PreemptRecord>) {
+    pub fn take_blame(&self, pick: &Pick) -> Entries {
         if self.sweeps() {
             match self.take(pick) {
                 Ok(taken) => return taken,
@@ -467,27 +421,23 @@ impl SchedProbe {
             keys.filter_map(|k| Some(rec(k, from_bytes::<V>(&map.lookup_and_delete(as_bytes(&k)).ok()??)?))).collect()
         }
         let m = &self.skel.maps;
-        (
-            take::<wm_blame_key, u64, _>(&m.gil_blame, pick.gil.iter().map(|(w, h)| gil_key(*w, *h)), |k, ns| gil_record(&k, ns)),
-            take::<wm_futex_key, u64, _>(&m.futex_blame, pick.futex.iter().map(|(w, by, word)| futex_key(*w, *by, *word)), |k, ns| {
-                futex_record(&k, ns)
+        Entries {
+            gil: take::<wm_blame_key, u64, _>(&m.gil_blame, pick.gil.iter().map(gil_key), |k, ns| gil_entry(&k, ns)),
+            futex: take::<wm_futex_key, u64, _>(&m.futex_blame, pick.futex.iter().map(futex_key), |k, ns| futex_entry(&k, ns)),
+            preempt: take::<wm_preempt_key, wm_preempt, _>(&m.preempt_blame, pick.preempt.iter().map(preempt_key), |k, v| {
+                preempt_entry(&k, &v)
             }),
-            take::<wm_preempt_key, wm_preempt, _>(
-                &m.preempt_blame,
-                pick.preempt.iter().map(|(w, by, tgid)| preempt_key(*w, *by, *tgid)),
-                |k, v| preempt_record(&k, &v),
-            ),
-        )
+        }
     }
 
-    /// Drop the blame entries of these records (read from the maps before):
-    /// those of waiters that exited, whose values are final. Returns how many
-    /// were deleted.
-    pub fn delete_blame(&self, gil: &[GilRecord], futex: &[FutexRecord], preempt: &[PreemptRecord]) -> usize {
+    /// Drop these blame entries (read from the maps before): those of
+    /// waiters that exited, whose values are final. Returns how many were
+    /// deleted.
+    pub fn delete_blame(&self, e: &Entries) -> usize {
         let m = &self.skel.maps;
-        let g: Vec<wm_blame_key> = gil.iter().map(|(w, h, _)| gil_key(*w, *h)).collect();
-        let f: Vec<wm_futex_key> = futex.iter().map(|(w, by, word, _)| futex_key(*w, *by, *word)).collect();
-        let p: Vec<wm_preempt_key> = preempt.iter().map(|(w, by, tgid, _, _)| preempt_key(*w, *by, *tgid)).collect();
+        let g: Vec<wm_blame_key> = e.gil.iter().map(|e| gil_key(&e.key)).collect();
+        let f: Vec<wm_futex_key> = e.futex.iter().map(|e| futex_key(&e.key)).collect();
+        let p: Vec<wm_preempt_key> = e.preempt.iter().map(|e| preempt_key(&e.key)).collect();
         batch::delete(&m.gil_blame, &g) + batch::delete(&m.futex_blame, &f) + batch::delete(&m.preempt_blame, &p)
     }
 
@@ -655,37 +605,37 @@ fn entries<K: Plain, V: Plain>(map: &libbpf_rs::MapMut) -> Vec<(K, V)> {
     batch::dump(map, MapFlags::ANY)
 }
 
-pub(super) fn gil_key(w: Incarnation, holder: u64) -> wm_blame_key {
-    wm_blame_key { tid: w.0, gen: w.1, holder }
+pub(super) fn gil_key(k: &GilKey) -> wm_blame_key {
+    wm_blame_key { tid: k.waiter.0, gen: k.waiter.1, holder: k.holder }
 }
 
-/// The kernel's key of a futex blame record (the inverse of `word`).
-pub(super) fn futex_key(w: Incarnation, waker: u32, word: u64) -> wm_futex_key {
-    let parked = word & crate::model::blame::PARKED != 0;
+/// The kernel's key of a futex blame entry (the inverse of `word`).
+pub(super) fn futex_key(k: &FutexKey) -> wm_futex_key {
+    let parked = k.word & crate::model::blame::PARKED != 0;
     wm_futex_key {
-        tid: w.0,
-        gen: w.1,
-        waker,
-        addr: word & !crate::model::blame::PARKED,
+        tid: k.waiter.0,
+        gen: k.waiter.1,
+        waker: k.waker,
+        addr: k.word & !crate::model::blame::PARKED,
         kind: if parked { wm_futex_kind::WM_FUTEX_PARKED.0 } else { wm_futex_kind::WM_FUTEX_WORD.0 },
     }
 }
 
-pub(super) fn preempt_key(w: Incarnation, by_tid: u32, by_tgid: u32) -> wm_preempt_key {
-    wm_preempt_key { tid: w.0, gen: w.1, by_tid, by_tgid }
+pub(super) fn preempt_key(k: &PreemptKey) -> wm_preempt_key {
+    wm_preempt_key { tid: k.waiter.0, gen: k.waiter.1, by_tid: k.by_tid, by_tgid: k.by_tgid }
 }
 
-/// The records of blame entries, as read, taken or swept (the inverses of the keys above).
-pub(super) fn gil_record(k: &wm_blame_key, ns: u64) -> GilRecord {
-    ((k.tid, k.gen), k.holder, ns)
+/// The blame entries as read, taken or swept (the inverses of the keys above).
+pub(super) fn gil_entry(k: &wm_blame_key, ns: u64) -> GilEntry {
+    GilEntry { key: GilKey { waiter: (k.tid, k.gen), holder: k.holder }, ns }
 }
 
-pub(super) fn futex_record(k: &wm_futex_key, ns: u64) -> FutexRecord {
-    ((k.tid, k.gen), k.waker, word(k), ns)
+pub(super) fn futex_entry(k: &wm_futex_key, ns: u64) -> FutexEntry {
+    FutexEntry { key: FutexKey { waiter: (k.tid, k.gen), waker: k.waker, word: word(k) }, ns }
 }
 
-pub(super) fn preempt_record(k: &wm_preempt_key, v: &wm_preempt) -> PreemptRecord {
-    ((k.tid, k.gen), k.by_tid, k.by_tgid, comm_of(v), v.ns)
+pub(super) fn preempt_entry(k: &wm_preempt_key, v: &wm_preempt) -> PreemptEntry {
+    PreemptEntry { key: PreemptKey { waiter: (k.tid, k.gen), by_tid: k.by_tid, by_tgid: k.by_tgid }, comm: comm_of(v), ns: v.ns }
 }
 
 /// Map the `watched_bits` array (BPF_F_MMAPABLE) into our address space, for

@@ -16,9 +16,8 @@ use std::ptr::NonNull;
 use anyhow::{Context, Result};
 
 use super::abi::skel::types::{wm_sweep_args, wm_sweep_limits, wm_sweep_mode, wm_sweep_out};
-use super::sched::{
-    futex_key, futex_record, gil_key, gil_record, preempt_key, preempt_record, BlamePick, FutexRecord, GilRecord, PreemptRecord, SchedProbe,
-};
+use super::sched::{futex_entry, futex_key, gil_entry, gil_key, preempt_entry, preempt_key, Entries, Pick, SchedProbe};
+pub use crate::model::ledger::Swept;
 
 /// The `sweep_out` array's value, mapped into the agent.
 pub(super) struct SweepOut(NonNull<wm_sweep_out>);
@@ -40,18 +39,6 @@ impl SweepOut {
     }
 }
 
-/// What a sweep moved out of the kernel: the entries of waiters that exited
-/// (final), and those of live waiters that name a waker or preemptor that is
-/// not a watched thread any more (taken).
-#[derive(Default)]
-pub struct Swept {
-    pub gil: Vec<GilRecord>,
-    pub futex: Vec<FutexRecord>,
-    pub preempt: Vec<PreemptRecord>,
-    pub futex_taken: Vec<FutexRecord>,
-    pub preempt_taken: Vec<PreemptRecord>,
-}
-
 impl SchedProbe {
     /// Move out of the blame maps the entries of the waiters that exited and,
     /// of live waiters, those whose waker or preemptor exited (or is not
@@ -66,14 +53,14 @@ impl SchedProbe {
             // SAFETY: the program has returned: nothing writes the value until the next run.
             let o = unsafe { self.sweep_out().0.as_ref() };
             let n = |n: u32| (n as usize).min(wm_sweep_limits::WM_SWEEP_OUT.0 as usize);
-            swept.gil.extend(o.gil[..n(o.n_gil)].iter().map(|e| gil_record(&e.k, e.ns)));
+            swept.exited.gil.extend(o.gil[..n(o.n_gil)].iter().map(|e| gil_entry(&e.k, e.ns)));
             for e in &o.futex[..n(o.n_futex)] {
-                let r = futex_record(&e.k, e.ns);
-                if e.waiter_gone != 0 { &mut swept.futex } else { &mut swept.futex_taken }.push(r);
+                let r = futex_entry(&e.k, e.ns);
+                if e.waiter_gone != 0 { &mut swept.exited } else { &mut swept.taken }.futex.push(r);
             }
             for e in &o.preempt[..n(o.n_preempt)] {
-                let r = preempt_record(&e.k, &e.v);
-                if e.waiter_gone != 0 { &mut swept.preempt } else { &mut swept.preempt_taken }.push(r);
+                let r = preempt_entry(&e.k, &e.v);
+                if e.waiter_gone != 0 { &mut swept.exited } else { &mut swept.taken }.preempt.push(r);
             }
             if o.more == 0 {
                 break;
@@ -81,24 +68,24 @@ impl SchedProbe {
         }
         log::debug!(
             "sweep: moved {} gil, {} futex, {} preempt entries of exited waiters; took {} futex, {} preempt of live ones",
-            swept.gil.len(),
-            swept.futex.len(),
-            swept.preempt.len(),
-            swept.futex_taken.len(),
-            swept.preempt_taken.len()
+            swept.exited.gil.len(),
+            swept.exited.futex.len(),
+            swept.exited.preempt.len(),
+            swept.taken.futex.len(),
+            swept.taken.preempt.len()
         );
         Ok(swept)
     }
 
     /// Move the entries of `pick` out of the blame maps (the keys not there are skipped), as
     /// `sweep` takes those of live waiters: one run per `WM_SWEEP_OUT` keys of a kind.
-    pub(super) fn take(&self, pick: &BlamePick) -> Result<(Vec<GilRecord>, Vec<FutexRecord>, Vec<PreemptRecord>)> {
+    pub(super) fn take(&self, pick: &Pick) -> Result<Entries> {
         anyhow::ensure!(self.sweeps(), "the sweep program is not loaded");
         let per = wm_sweep_limits::WM_SWEEP_OUT.0 as usize;
-        let gil: Vec<_> = pick.gil.iter().map(|(w, h)| gil_key(*w, *h)).collect();
-        let futex: Vec<_> = pick.futex.iter().map(|(w, by, word)| futex_key(*w, *by, *word)).collect();
-        let preempt: Vec<_> = pick.preempt.iter().map(|(w, by, tgid)| preempt_key(*w, *by, *tgid)).collect();
-        let mut out = (vec![], vec![], vec![]);
+        let gil: Vec<_> = pick.gil.iter().map(gil_key).collect();
+        let futex: Vec<_> = pick.futex.iter().map(futex_key).collect();
+        let preempt: Vec<_> = pick.preempt.iter().map(preempt_key).collect();
+        let mut out = Entries::default();
         let runs = gil.len().max(futex.len()).max(preempt.len()).div_ceil(per);
         for run in 0..runs {
             let chunk = |n: usize| (run * per).min(n)..((run + 1) * per).min(n);
@@ -117,9 +104,9 @@ impl SchedProbe {
             // SAFETY: the program has returned: nothing writes the value until the next run.
             let o = unsafe { self.sweep_out().0.as_ref() };
             let n = |n: u32, asked: usize| (n as usize).min(asked);
-            out.0.extend(o.gil[..n(o.n_gil, g.len())].iter().map(|e| gil_record(&e.k, e.ns)));
-            out.1.extend(o.futex[..n(o.n_futex, f.len())].iter().map(|e| futex_record(&e.k, e.ns)));
-            out.2.extend(o.preempt[..n(o.n_preempt, p.len())].iter().map(|e| preempt_record(&e.k, &e.v)));
+            out.gil.extend(o.gil[..n(o.n_gil, g.len())].iter().map(|e| gil_entry(&e.k, e.ns)));
+            out.futex.extend(o.futex[..n(o.n_futex, f.len())].iter().map(|e| futex_entry(&e.k, e.ns)));
+            out.preempt.extend(o.preempt[..n(o.n_preempt, p.len())].iter().map(|e| preempt_entry(&e.k, &e.v)));
         }
         Ok(out)
     }
@@ -139,7 +126,7 @@ impl SchedProbe {
 mod tests {
     use super::super::abi::as_bytes;
     use super::super::abi::skel::types::wm_preempt;
-    use super::super::sched::{futex_key, gil_key, preempt_key, test_blame_maps, test_probe, Incarnation};
+    use super::super::sched::{futex_key, gil_key, preempt_key, test_blame_maps, test_probe, FutexKey, GilKey, Incarnation, PreemptKey};
     use super::*;
     use crate::model::state::State;
     use libbpf_rs::{MapCore, MapFlags};
@@ -156,6 +143,9 @@ mod tests {
         let stale_w: Incarnation = (live, 999); // an earlier thread with the live one's TID
         let (gone_tid, gone_w) = (4_000_100u32, (4_000_100u32, 7u32));
         let put = |m: &libbpf_rs::MapMut, k: &[u8], v: &[u8]| m.update(k, v, MapFlags::ANY).expect("update");
+        let gil_key = |waiter, holder| gil_key(&GilKey { waiter, holder });
+        let futex_key = |waiter, waker, word| futex_key(&FutexKey { waiter, waker, word });
+        let preempt_key = |waiter, by_tid, by_tgid| preempt_key(&PreemptKey { waiter, by_tid, by_tgid });
         let mut comm = [b'x' as _; 16];
         comm[15] = 0;
         let pv = |ns: u64| wm_preempt { ns, comm };
@@ -175,15 +165,16 @@ mod tests {
         }
 
         let s = probe.sweep(false).expect("sweep");
-        assert!(s.gil.is_empty(), "gil_blame is walked only when asked");
-        assert_eq!(s.futex, vec![(gone_w, other_live, 0x10, 10)]);
-        assert_eq!(s.futex_taken, vec![(live_w, gone_tid, 0x20, 20)]);
-        assert_eq!(s.preempt_taken.iter().map(|r| (r.0, r.1, r.4)).collect::<Vec<_>>(), vec![(live_w, gone_tid, 70)]);
-        assert_eq!(s.preempt.len(), many as usize + 1);
-        assert!(s.preempt.iter().any(|r| r.0 == stale_w && r.4 == 50 && r.3.text() == "xxxxxxxxxxxxxxx"));
+        let futex_of = |e: &Entries| e.futex.iter().map(|e| (e.key.waiter, e.key.waker, e.key.word, e.ns)).collect::<Vec<_>>();
+        assert!(s.exited.gil.is_empty(), "gil_blame is walked only when asked");
+        assert_eq!(futex_of(&s.exited), vec![(gone_w, other_live, 0x10, 10)]);
+        assert_eq!(futex_of(&s.taken), vec![(live_w, gone_tid, 0x20, 20)]);
+        assert_eq!(s.taken.preempt.iter().map(|e| (e.key.waiter, e.key.by_tid, e.ns)).collect::<Vec<_>>(), vec![(live_w, gone_tid, 70)]);
+        assert_eq!(s.exited.preempt.len(), many as usize + 1);
+        assert!(s.exited.preempt.iter().any(|e| e.key.waiter == stale_w && e.ns == 50 && e.comm.text() == "xxxxxxxxxxxxxxx"));
         let s = probe.sweep(true).expect("sweep with GIL waits");
-        assert_eq!(s.gil, vec![(gone_w, 0x7f00, 5)]);
-        assert!(s.futex.is_empty() && s.preempt.is_empty() && s.futex_taken.is_empty() && s.preempt_taken.is_empty());
+        assert_eq!(s.exited.gil.iter().map(|e| (e.key.waiter, e.key.holder, e.ns)).collect::<Vec<_>>(), vec![(gone_w, 0x7f00, 5)]);
+        assert!(s.exited.futex.is_empty() && s.exited.preempt.is_empty() && s.taken.is_empty());
         // what stays: the live waiters' entries that name live threads, idle or no waker
         let left = |m: &libbpf_rs::MapMut| m.keys().count();
         assert_eq!((left(gil), left(futex), left(preempt)), (1, 2, 1));
@@ -234,14 +225,12 @@ mod tests {
         let (mut takes, mut moved) = (0u64, 0usize);
         let deadline = Instant::now() + Duration::from_secs(3);
         while Instant::now() < deadline {
-            let pick = BlamePick {
-                futex: probe.futex_blame().iter().filter(|r| mine(&r.0)).map(|r| (r.0, r.1, r.2)).collect(),
-                ..Default::default()
-            };
-            let (_, f, _) = probe.take_blame(&pick);
+            let pick =
+                Pick { futex: probe.blame().futex.iter().filter(|e| mine(&e.key.waiter)).map(|e| e.key).collect(), ..Default::default() };
+            let f = probe.take_blame(&pick).futex;
             moved += f.len();
-            for r in f {
-                *taken.entry(r.0).or_default() += r.3;
+            for e in f {
+                *taken.entry(e.key.waiter).or_default() += e.ns;
             }
             takes += 1;
         }
@@ -249,8 +238,8 @@ mod tests {
         let parked: Vec<mpsc::Sender<()>> = (0..ring).map(|_| park.recv().expect("a worker parked")).collect();
         std::thread::sleep(Duration::from_millis(50)); // each is in its last wait
         let mut charged = taken.clone();
-        for r in probe.futex_blame().into_iter().filter(|r| mine(&r.0)) {
-            *charged.entry(r.0).or_default() += r.3;
+        for e in probe.blame().futex.into_iter().filter(|e| mine(&e.key.waiter)) {
+            *charged.entry(e.key.waiter).or_default() += e.ns;
         }
         let own: HashMap<u32, (u32, u64)> = tids
             .iter()

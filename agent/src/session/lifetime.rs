@@ -11,11 +11,10 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::sample::Blame;
-use super::settle::Kernel;
 use super::Session;
 use crate::clock::monotonic_ns;
+use crate::model::ledger::{Entries, Incarnation};
 use crate::model::partition::ThreadSample;
-use crate::probes::sched::Incarnation;
 
 /// How often entries without a live thread are looked for.
 const GC_EVERY_NS: u64 = 5_000_000_000;
@@ -35,23 +34,19 @@ impl Session {
     /// Forget the blame entries and GIL holds of threads that exited (their
     /// final samples are taken from `kernel`, read after their exit records:
     /// it holds every entry they will ever have).
-    pub(super) fn forget_threads(&mut self, gone: &HashSet<Incarnation>, kernel: &Kernel) {
+    pub(super) fn forget_threads(&mut self, gone: &HashSet<Incarnation>, kernel: &Entries) {
         if gone.is_empty() {
             return;
         }
         self.delete_blame_of(kernel, gone);
-        self.settle.forget(|w| gone.contains(w));
+        self.ledger.forget(|w| gone.contains(w));
         self.forget_holds(&gone.iter().map(|w| w.0).collect::<Vec<u32>>());
     }
 
     /// Delete the kernel's blame entries of these waiters, as `kernel` (this
     /// sample's reading) has them: waiters that are gone get no new entries.
-    fn delete_blame_of(&self, kernel: &Kernel, gone: &HashSet<Incarnation>) -> usize {
-        self.probe.delete_blame(
-            &kernel.gil.iter().filter(|r| gone.contains(&r.0)).copied().collect::<Vec<_>>(),
-            &kernel.futex.iter().filter(|r| gone.contains(&r.0)).copied().collect::<Vec<_>>(),
-            &kernel.preempt.iter().filter(|r| gone.contains(&r.0)).copied().collect::<Vec<_>>(),
-        )
+    fn delete_blame_of(&self, kernel: &Entries, gone: &HashSet<Incarnation>) -> usize {
+        self.probe.delete_blame(&kernel.of(|w| gone.contains(w)))
     }
 
     /// Forget the GIL hold histograms of these threads, in every precise GIL probe.
@@ -70,7 +65,8 @@ impl Session {
             return;
         }
         self.lifetime.next_ns = now + GC_EVERY_NS;
-        self.settle.pass(&self.probe, &blame.kernel, seen);
+        let probe = &self.probe;
+        self.ledger.pass(&blame.kernel, seen, |pick| probe.take_blame(pick));
         let lt = &mut self.lifetime;
         // entries of threads that are gone from /proc
         let vanished = std::mem::take(&mut lt.vanished);
@@ -81,15 +77,8 @@ impl Session {
         }
         // blame of incarnations without an entry
         let lt = &mut self.lifetime;
-        let orphans: HashSet<Incarnation> = blame
-            .gil
-            .keys()
-            .chain(blame.futex.keys())
-            .chain(blame.preempt.keys())
-            .chain(self.settle.waiters())
-            .filter(|w| !seen.contains(w))
-            .copied()
-            .collect();
+        let orphans: HashSet<Incarnation> =
+            blame.waits.waiters().chain(self.ledger.waiters()).filter(|w| !seen.contains(w)).copied().collect();
         let dead: HashSet<Incarnation> = orphans.intersection(&lt.orphans).copied().collect();
         lt.orphans = orphans;
         let live_tids: HashSet<u32> = seen.iter().map(|w| w.0).collect();
@@ -99,14 +88,14 @@ impl Session {
         let mut collected = ghosts.len() as u64;
         if !dead.is_empty() {
             collected += self.delete_blame_of(&blame.kernel, &dead) as u64;
-            self.settle.forget(|w| dead.contains(w));
+            self.ledger.forget(|w| dead.contains(w));
         }
         if !dead_holds.is_empty() {
             self.forget_holds(&dead_holds);
             collected += dead_holds.len() as u64;
         }
         // pthread_t -> TID of exited threads: kept while a GIL blame record still names it
-        let holders: HashSet<u64> = blame.gil.values().flatten().map(|(h, _)| *h).collect();
+        let holders: HashSet<u64> = blame.waits.gil.values().flatten().map(|e| e.key.holder).collect();
         for t in self.targets.values_mut() {
             let alive: HashSet<u32> = live.get(&t.id).into_iter().flatten().map(|s| s.tid).collect();
             t.fsbase_tids.retain(|fsbase, tid| alive.contains(tid) || holders.contains(fsbase));
@@ -115,7 +104,7 @@ impl Session {
         if collected > 0 {
             log::debug!("forgot {collected} map entries of threads gone without an exit record");
         }
-        let (settled, merged_ns) = self.settle.entries();
+        let (settled, merged_ns) = self.ledger.entries();
         log::debug!("{settled} blame entries settled in user space ({merged_ns} ns of them merged into the exited/other counterpart)");
         release_freed_memory();
     }

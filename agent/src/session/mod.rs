@@ -4,8 +4,9 @@
 //! `target.rs` adds, discovers and reaps the watched processes; `sample.rs`
 //! reads the probe's maps into per-thread samples; `resolve.rs` turns the
 //! holder, waker and preemptor ids of those maps into TIDs; `lifetime.rs`
-//! forgets what belongs to threads that are gone, and `settle.rs` moves the
-//! blame that stopped growing out of the kernel.
+//! forgets what belongs to threads that are gone. Which blame entries move out
+//! of the kernel, and what each waiter's blame is, is the model's
+//! (`model::ledger`): the session reads and takes around it.
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
@@ -23,7 +24,6 @@ use crate::procfs;
 mod lifetime;
 mod resolve;
 mod sample;
-mod settle;
 mod stacks;
 mod target;
 
@@ -70,8 +70,8 @@ pub struct Session {
     parks: Parks,
     /// cleaning the maps by thread lifetime
     lifetime: lifetime::Lifetime,
-    /// blame entries that stopped growing, moved out of the kernel
-    settle: settle::Settle,
+    /// the blame moved out of the kernel, and what to move next
+    ledger: crate::model::ledger::Ledger,
     /// wait stacks (None: off)
     stacks: Option<stacks::StackState>,
     /// the probe sweeps the blame maps at drains of exits (probes/sweep.rs);
@@ -111,7 +111,7 @@ impl Session {
             gil_probes: Default::default(),
             parks: Default::default(),
             lifetime: Default::default(),
-            settle: Default::default(),
+            ledger: Default::default(),
             stacks: opts.stacks.enabled().then(|| stacks::StackState::new(opts.stacks)),
         };
         session.keep_stacks(opts.stacks.keep);

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{Session, Target};
+use crate::model::ledger::GilEntry;
 use crate::probes::sched::WAKER_HOLDER;
 use crate::procfs;
 use crate::python::{self, layout::HolderId};
@@ -74,11 +75,11 @@ impl HolderResolver {
     }
 
     /// holder TID -> ns, from closed waits and the open one.
-    pub(super) fn resolve(&mut self, session: &Session, t: &Target, closed: &[(u64, u64)], open: Option<(u64, u64)>) -> BTreeMap<u32, u64> {
+    pub(super) fn resolve(&mut self, session: &Session, t: &Target, closed: &[GilEntry], open: Option<(u64, u64)>) -> BTreeMap<u32, u64> {
         let mut out = BTreeMap::new();
-        let closed_total: u64 = closed.iter().map(|c| c.1).sum();
-        for (id, ns) in closed {
-            *out.entry(self.holder_tid(session, t, *id)).or_insert(0) += ns;
+        let closed_total: u64 = closed.iter().map(|e| e.ns).sum();
+        for e in closed {
+            *out.entry(self.holder_tid(session, t, e.key.holder)).or_insert(0) += e.ns;
         }
         // the open wait: the part of gil_wait not yet closed into the map
         if let Some((id, gil_total)) = open {

@@ -3,14 +3,13 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::resolve::HolderResolver;
-use super::settle::Kernel;
 use super::{Session, Target};
 use crate::clock::monotonic_ns;
 use crate::model::blame::{FutexWait, Preemptor, GONE};
 use crate::model::hist::HoldHist;
 use crate::model::labels::sanitize;
+use crate::model::ledger::{incarnation, ByWaiter, Entries, Incarnation};
 use crate::model::partition::ThreadSample;
-use crate::probes::sched::{incarnation, FutexRecord, Incarnation, PreemptRecord};
 use crate::procfs;
 use crate::python;
 
@@ -37,8 +36,8 @@ impl Session {
         // from the whole maps
         let swept = if self.sweeps {
             let python = self.targets.values().any(|t| t.python.is_some());
-            match self.settle.sweep(&self.probe, &gone, python) {
-                Ok(k) => Some(k),
+            match self.probe.sweep(python) {
+                Ok(swept) => Some(self.ledger.swept(swept, &gone)),
                 Err(e) => {
                     log::warn!("{e:#}: reading the blame maps whole at each drain of exits from now on");
                     self.sweeps = false;
@@ -63,7 +62,7 @@ impl Session {
             let who = incarnation(s.host_tid, s.start_ns);
             if let Some(t) = self.by_host_pid(host_pid) {
                 s.py_name = t.names.get(&s.tid).cloned();
-                s.gil_by_holder = resolver.resolve(self, t, blame.gil.get(&who).map(Vec::as_slice).unwrap_or(&[]), None);
+                s.gil_by_holder = resolver.resolve(self, t, blame.waits.gil.get(&who).map(Vec::as_slice).unwrap_or(&[]), None);
                 s.gil_hold = blame.holds.get(&s.host_tid).copied();
                 self.attach_waits(t, &mut s, &blame, &mut resolver);
                 out.entry(t.id).or_default().push(s);
@@ -71,10 +70,11 @@ impl Session {
         }
         self.note_exits_for_stacks(&out);
         // swept: their entries are out of the kernel already
-        let none = Kernel::default();
+        let none = Entries::default();
         self.forget_threads(&gone, if swept_out { &none } else { &blame.kernel });
         if !swept_out {
-            self.settle.counterparts_gone(&self.probe, &blame.kernel, exited, &gone);
+            let probe = &self.probe;
+            self.ledger.counterparts_gone(&blame.kernel, exited, &gone, |pick| probe.take_blame(pick));
         }
         out
     }
@@ -93,54 +93,43 @@ impl Session {
         }
     }
 
-    /// Every blame record and GIL hold histogram, by waiter, read once: the
-    /// kernel's entries and those moved out of it (`settle.rs`). By waiter
+    /// Every blame entry and GIL hold histogram, by waiter, read once: the
+    /// kernel's entries and those moved out of it (`model::ledger`). By waiter
     /// only for the waiters in `only` when given (the kernel's entries are
     /// all read: under thread churn, the exits' are a few among many).
     fn blame(&self, only: Option<&HashSet<Incarnation>>) -> Blame {
-        self.blame_from(Kernel { gil: self.probe.gil_blame(), futex: self.probe.futex_blame(), preempt: self.probe.preempt_blame() }, only)
+        self.blame_from(self.probe.blame(), only)
     }
 
     /// The same, from kernel entries read (or swept) already.
-    fn blame_from(&self, kernel: Kernel, only: Option<&HashSet<Incarnation>>) -> Blame {
-        let mut b = Blame { kernel, ..Default::default() };
-        let wanted = |w: &Incarnation| only.is_none_or(|o| o.contains(w));
-        for (who, holder, ns) in b.kernel.gil.iter().filter(|r| wanted(&r.0)) {
-            b.gil.entry(*who).or_default().push((*holder, *ns));
-        }
-        for r in b.kernel.futex.iter().filter(|r| wanted(&r.0)) {
-            b.futex.entry(r.0).or_default().push(*r);
-        }
-        for r in b.kernel.preempt.iter().filter(|r| wanted(&r.0)) {
-            b.preempt.entry(r.0).or_default().push(*r);
-        }
-        self.settle.add_to(&mut b, only);
-        b.holds = self.gil_probes.values().flat_map(|g| g.holds()).collect();
-        b
+    fn blame_from(&self, kernel: Entries, only: Option<&HashSet<Incarnation>>) -> Blame {
+        let waits = self.ledger.view(&kernel, only);
+        Blame { kernel, waits, holds: self.gil_probes.values().flat_map(|g| g.holds()).collect() }
     }
 
     /// Fill a sample's futex waits (by word and waker) and run-queue waits (by
     /// what had the CPU), with IDs of the agent's namespace.
     fn attach_waits(&self, t: &Target, s: &mut ThreadSample, waits: &Blame, r: &mut HolderResolver) {
         let who = incarnation(s.host_tid, s.start_ns);
-        if let Some(recs) = waits.futex.get(&who) {
-            s.futex = recs
+        if let Some(entries) = waits.waits.futex.get(&who) {
+            s.futex = entries
                 .iter()
-                .map(|(_, waker, addr, ns)| FutexWait { addr: *addr, waker: if *waker == 0 { 0 } else { r.ns_tid(self, *waker) }, ns: *ns })
+                .map(|e| FutexWait { addr: e.key.word, waker: if e.key.waker == 0 { 0 } else { r.ns_tid(self, e.key.waker) }, ns: e.ns })
                 .collect();
         }
-        if let Some(recs) = waits.preempt.get(&who) {
-            for (_, by_tid, by_tgid, comm, ns) in recs {
-                let who = if *by_tid == 0 {
+        if let Some(entries) = waits.waits.preempt.get(&who) {
+            for e in entries {
+                let (by_tid, by_tgid) = (e.key.by_tid, e.key.by_tgid);
+                let who = if by_tid == 0 {
                     Preemptor::Idle
-                } else if *by_tid == GONE {
+                } else if by_tid == GONE {
                     Preemptor::merged()
-                } else if *by_tgid == t.host_pid {
-                    Preemptor::Thread(r.ns_tid(self, *by_tid))
+                } else if by_tgid == t.host_pid {
+                    Preemptor::Thread(r.ns_tid(self, by_tid))
                 } else {
-                    Preemptor::Process { pid: r.ns_tid(self, *by_tgid), comm: sanitize(&comm.text()) }
+                    Preemptor::Process { pid: r.ns_tid(self, by_tgid), comm: sanitize(&e.comm.text()) }
                 };
-                *s.runqueue_by.entry(who).or_insert(0) += ns;
+                *s.runqueue_by.entry(who).or_insert(0) += e.ns;
             }
         }
     }
@@ -221,7 +210,7 @@ impl Session {
                     s.py_name = t.names.get(&s.tid).cloned();
                     if t.python.is_some() {
                         let open = lt.gil_holder.map(|h| (h, s.times.get(crate::model::state::State::GilWait)));
-                        let closed = blame.gil.get(&who).map(Vec::as_slice).unwrap_or(&[]);
+                        let closed = blame.waits.gil.get(&who).map(Vec::as_slice).unwrap_or(&[]);
                         s.gil_by_holder = resolver.resolve(self, t, closed, open);
                         s.gil_hold = blame.holds.get(&s.host_tid).copied();
                     }
@@ -241,16 +230,12 @@ impl Session {
     }
 }
 
-/// The blame records and GIL holds of one sample, by waiter.
-#[derive(Default)]
+/// The blame entries and GIL holds of one sample.
 pub(super) struct Blame {
-    /// the kernel's entries as read
-    pub(super) kernel: Kernel,
+    /// the kernel's entries as read (or swept)
+    pub(super) kernel: Entries,
     /// by waiter: the kernel's entries and the settled ones
-    /// GIL waits: [(holder id, ns)]
-    pub(super) gil: HashMap<Incarnation, Vec<(u64, u64)>>,
-    pub(super) futex: HashMap<Incarnation, Vec<FutexRecord>>,
-    pub(super) preempt: HashMap<Incarnation, Vec<PreemptRecord>>,
+    pub(super) waits: ByWaiter,
     /// GIL hold histograms (precise probe), by host TID
     pub(super) holds: HashMap<u32, HoldHist>,
 }
