@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
 
-use super::Storage;
+use super::Owned;
 
 use crate::model::hist::{HoldHist, BUCKETS};
 use crate::python::GilFunction;
@@ -23,28 +23,22 @@ use skel::{GilSkel, GilSkelBuilder};
 
 const _: () = assert!(BUCKETS == wm_gil_limits::WM_GIL_HOLD_BUCKETS.0 as usize);
 
-/// Fields drop in order: links, then the skeleton (which destroys the BPF
-/// object), then the storage the skeleton borrowed.
 pub struct GilProbe {
     links: Vec<Link>,
-    skel: GilSkel<'static>,
-    /// only held, to be freed last
-    _storage: Storage,
+    skel: Owned<GilSkel<'static>>,
 }
 
 impl GilProbe {
     /// Attach to process `pid` (agent namespace): a uretprobe on every
     /// take_gil clone and a uprobe on every drop_gil clone of `binary`.
     pub fn attach(pid: u32, binary: &Path, functions: &[GilFunction], max_threads: u32) -> Result<GilProbe> {
-        let mut storage = Storage::new();
-        // SAFETY: `open` and `skel` are dropped before `storage`: on the error
-        // paths below they are locals declared after it, and in `GilProbe` the
-        // fields drop in declaration order.
-        let mut open = GilSkelBuilder::default().open(unsafe { storage.lend() }).context("failed to open the gil BPF object")?;
-        open.maps.held_since.set_max_entries(max_threads)?;
-        open.maps.holds.set_max_entries(max_threads)?;
-        let skel = open.load().context("failed to load the gil BPF object")?;
-        let mut probe = GilProbe { links: vec![], skel, _storage: storage };
+        let skel = Owned::open(|memory| {
+            let mut open = GilSkelBuilder::default().open(memory).context("failed to open the gil BPF object")?;
+            open.maps.held_since.set_max_entries(max_threads)?;
+            open.maps.holds.set_max_entries(max_threads)?;
+            open.load().context("failed to load the gil BPF object")
+        })?;
+        let mut probe = GilProbe { links: vec![], skel };
         for f in functions {
             let (prog, ret) = if f.take { (&probe.skel.progs.take_gil_exit, true) } else { (&probe.skel.progs.drop_gil_enter, false) };
             let link = prog

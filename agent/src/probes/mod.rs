@@ -2,7 +2,8 @@
 //! Each probe family has `bpf/<stem>.bpf.c`, `bpf/<stem>.h`, `<stem>.rs` here
 //! and `docs/probes/<stem>.md`. `abi.rs` is the leaf they share: the sched object's generated
 //! types (which the stack and sweep programs use too) and the conversions of map keys and values
-//! to and from bytes, for the types marked `Plain` only.
+//! to and from bytes, for the types marked `Plain` only. `Owned` holds a skeleton with the memory
+//! its object lives in; `Mapped`, a map's values shared with the kernel by `mmap`.
 mod abi;
 pub mod batch;
 pub mod cpu_clock;
@@ -13,7 +14,7 @@ pub mod stacks;
 pub mod sweep;
 pub mod syscalls;
 
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::path::Path;
 use std::ptr::NonNull;
 
@@ -24,42 +25,93 @@ use anyhow::Result;
 use crate::error::usage;
 use crate::procfs::{self, CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN};
 
-/// The memory the skeleton keeps its BPF object in, owned by one probe:
-/// allocated at attach, freed after the skeleton that borrows it (targets come
-/// and go under `run --all`; one leaked allocation per attach would add up).
-/// A raw pointer, not a `Box`: moving a `Box` asserts it is unaliased, and
-/// the skeleton holds a reference into it.
-pub(crate) struct Storage(NonNull<MaybeUninit<OpenObject>>);
+/// A BPF skeleton and the memory its object lives in, which it borrows,
+/// owned together: probes are loaded and unloaded as targets come and go
+/// (`run --all`), so no caller can lend them memory of a known life, and one
+/// leaked allocation per load would add up. The skeleton is dropped before
+/// the memory by `Drop`, whatever the order of fields around it; it is
+/// reached through `&self`/`&mut self` only, so nothing borrowed from it (a
+/// map, a program) outlives its owner: the `'static` of `S` stays in here.
+pub(crate) struct Owned<S> {
+    skel: ManuallyDrop<S>,
+    /// a `Box`'s allocation, as a raw pointer: moving a `Box` asserts it is
+    /// unaliased, and the skeleton holds a reference into it
+    memory: NonNull<MaybeUninit<OpenObject>>,
+}
 
-// SAFETY: an owned heap allocation holding an `OpenObject`/`Object`, which
-// libbpf-rs declares `Send` and `Sync`; it is only reached through the
-// skeleton, whose own `Send`/`Sync` the generated code declares.
-unsafe impl Send for Storage {}
-unsafe impl Sync for Storage {}
-
-impl Storage {
-    pub(crate) fn new() -> Storage {
-        Storage(NonNull::from(Box::leak(Box::new(MaybeUninit::uninit()))))
-    }
-
-    /// The storage, for the skeleton to borrow.
-    ///
-    /// # Safety
-    /// Whatever holds the returned reference must be dropped before `self`.
-    pub(crate) unsafe fn lend(&mut self) -> &'static mut MaybeUninit<OpenObject> {
-        // SAFETY: valid from `new` until `drop`; the caller lends it once and
-        // drops the borrower first.
-        unsafe { self.0.as_mut() }
+impl<S> Owned<S> {
+    /// Open (and load) a skeleton with `open`, handed fresh memory for its
+    /// object. `open` must not keep the reference anywhere but in what it
+    /// returns: on an error, what it made is dropped before it returns.
+    pub(crate) fn open(open: impl FnOnce(&'static mut MaybeUninit<OpenObject>) -> Result<S>) -> Result<Owned<S>> {
+        let memory = NonNull::from(Box::leak(Box::new(MaybeUninit::uninit())));
+        // SAFETY: valid until freed below or in `drop`, after whatever borrowed it is gone.
+        match open(unsafe { &mut *memory.as_ptr() }) {
+            Ok(skel) => Ok(Owned { skel: ManuallyDrop::new(skel), memory }),
+            Err(e) => {
+                // SAFETY: allocated by `Box` above; `open` returned, dropping what borrowed it.
+                drop(unsafe { Box::from_raw(memory.as_ptr()) });
+                Err(e)
+            }
+        }
     }
 }
 
-impl Drop for Storage {
+impl<S> std::ops::Deref for Owned<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.skel
+    }
+}
+
+impl<S> std::ops::DerefMut for Owned<S> {
+    fn deref_mut(&mut self) -> &mut S {
+        &mut self.skel
+    }
+}
+
+impl<S> Drop for Owned<S> {
     fn drop(&mut self) {
-        // SAFETY: allocated by `Box` in `new`, freed once here; the skeleton
-        // that borrowed it (and dropped the object in it) is gone: `attach`
-        // drops its open skeleton before the storage on every error path
-        // (declared later, dropped earlier), and the probes declare `_storage` last.
-        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+        // SAFETY: the skeleton (which destroys the BPF object in the memory)
+        // is dropped once, here, and then the memory `open` allocated by `Box`.
+        unsafe {
+            ManuallyDrop::drop(&mut self.skel);
+            drop(Box::from_raw(self.memory.as_ptr()));
+        }
+    }
+}
+
+/// The value area of a `BPF_F_MMAPABLE` array map, mapped shared into the
+/// agent (kernel and agent see the same bytes), unmapped when dropped. The
+/// mapping holds the map: it stays valid after the map's fd is closed.
+pub(crate) struct Mapped {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Mapped {
+    /// Map `len` bytes of `map`'s values, readable and writable.
+    pub(crate) fn new(map: &libbpf_rs::MapMut<'_>, len: usize, what: &str) -> Result<Mapped> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: a new shared mapping of the map's fd; nothing else is at the address the kernel picks.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(anyhow::Error::from(std::io::Error::last_os_error()).context(format!("failed to mmap {what}")));
+        }
+        Ok(Mapped { ptr: NonNull::new(ptr.cast()).ok_or_else(|| anyhow::anyhow!("mmap of {what} returned null"))?, len })
+    }
+
+    /// The start of the mapping (page-aligned), valid for `len` bytes while `self` lives.
+    pub(crate) fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
 

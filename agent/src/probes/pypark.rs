@@ -14,7 +14,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore};
 
 use super::sched::SchedProbe;
-use super::Storage;
+use super::Owned;
 use crate::python::layout::PARK_ENTRY;
 
 mod skel {
@@ -24,30 +24,26 @@ mod skel {
 use skel::types::wm_park_stat;
 use skel::{PyparkSkel, PyparkSkelBuilder};
 
-/// The loaded object. Fields drop in order: the skeleton, then its storage.
+/// The loaded object.
 struct Loaded {
-    skel: PyparkSkel<'static>,
-    /// only held, to be freed last
-    _storage: Storage,
+    skel: Owned<PyparkSkel<'static>>,
 }
 
 impl Loaded {
     fn load(sched: &SchedProbe) -> Result<Loaded> {
-        let mut storage = Storage::new();
-        // SAFETY: `open` and the skeleton are dropped before `storage`: on the
-        // error paths `open` is a local declared after it, and `Loaded`
-        // declares `_storage` last.
-        let mut open = PyparkSkelBuilder::default().open(unsafe { storage.lend() }).context("failed to open the pypark BPF object")?;
-        {
-            let rodata = open.maps.rodata_data.as_deref_mut().context("pypark BPF object has no .rodata")?;
-            rodata.cfg.off_addr = PARK_ENTRY.addr;
-            rodata.cfg.off_node = PARK_ENTRY.node;
-        }
-        let shared = sched.parked_map();
-        open.maps.parked.set_max_entries(shared.info().context("failed to read the parked map's info")?.info.max_entries)?;
-        open.maps.parked.reuse_fd(shared.as_fd()).context("failed to share the sched probe's parked map")?;
-        let skel = open.load().context("failed to load the pypark BPF object")?;
-        Ok(Loaded { skel, _storage: storage })
+        let skel = Owned::open(|memory| {
+            let mut open = PyparkSkelBuilder::default().open(memory).context("failed to open the pypark BPF object")?;
+            {
+                let rodata = open.maps.rodata_data.as_deref_mut().context("pypark BPF object has no .rodata")?;
+                rodata.cfg.off_addr = PARK_ENTRY.addr;
+                rodata.cfg.off_node = PARK_ENTRY.node;
+            }
+            let shared = sched.parked_map();
+            open.maps.parked.set_max_entries(shared.info().context("failed to read the parked map's info")?.info.max_entries)?;
+            open.maps.parked.reuse_fd(shared.as_fd()).context("failed to share the sched probe's parked map")?;
+            open.load().context("failed to load the pypark BPF object")
+        })?;
+        Ok(Loaded { skel })
     }
 }
 

@@ -4,7 +4,6 @@
 use std::cell::RefCell;
 use std::io::Read;
 use std::mem::{size_of, MaybeUninit};
-use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +20,7 @@ use crate::model::stretches::{self, WaitKey};
 use crate::model::syscalls;
 
 use super::batch;
+use super::{Mapped, Owned};
 
 use super::abi::{as_bytes, from_bytes, skel, Plain};
 use skel::types::{
@@ -98,7 +98,6 @@ pub struct SchedOptions {
 
 pub use crate::model::stretches::StretchRecord;
 
-/// Fields drop in order: the ring buffer and links before the object.
 pub struct SchedProbe {
     ringbuf: RingBuffer<'static>,
     exits: Rc<RefCell<Vec<wm_exit>>>,
@@ -106,9 +105,9 @@ pub struct SchedProbe {
     links: Vec<(String, Link)>,
     /// the holder sampler's CPU clocks, one per CPU (empty: off, or failed)
     samplers: Vec<Link>,
-    skel: SchedSkel<'static>,
-    /// `watched_bits`, shared with the kernel (mmap of the array map)
-    bits: &'static [AtomicU64],
+    skel: Owned<SchedSkel<'static>>,
+    /// `watched_bits`, shared with the kernel (mmap of the array map): `bits()`
+    bits: Mapped,
     /// threads user space could not seed because `threads` was full
     seed_lost: std::cell::Cell<u64>,
     /// `sweep_out`, mapped (probes/sweep.rs)
@@ -154,10 +153,11 @@ pub(super) fn word(k: &wm_futex_key) -> u64 {
     }
 }
 
-fn open_and_load(opts: &SchedOptions, sweep: bool) -> Result<SchedSkel<'static>> {
-    // The skeleton borrows its object storage for as long as it lives: the
-    // whole run of the agent. One allocation per load attempt.
-    let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+fn open_and_load(opts: &SchedOptions, sweep: bool) -> Result<Owned<SchedSkel<'static>>> {
+    Owned::open(|memory| open_and_load_in(memory, opts, sweep))
+}
+
+fn open_and_load_in(storage: &'static mut MaybeUninit<OpenObject>, opts: &SchedOptions, sweep: bool) -> Result<SchedSkel<'static>> {
     let mut builder = SchedSkelBuilder::default();
     if let Some(btf) = &opts.btf {
         builder.obj_builder.btf_custom_path(btf).context("failed to set the BTF path")?;
@@ -214,7 +214,7 @@ impl SchedProbe {
         let exits = collect_into::<wm_exit>(&mut rb, &skel.maps.exits)?;
         let throttles = collect_into::<wm_throttle>(&mut rb, &skel.maps.throttles)?;
         let ringbuf = rb.build().context("failed to set up the exit ring buffer")?;
-        let bits = map_bits(&skel.maps.watched_bits)?;
+        let bits = Mapped::new(&skel.maps.watched_bits, wm_limits::WM_WATCH_WORDS.0 as usize * size_of::<u64>(), "the watched bitmap")?;
         let sweep_out = super::sweep::SweepOut::map(&skel.maps.sweep_out)?;
         let mut samplers = vec![];
         if opts.holder_sample_hz > 0 {
@@ -231,13 +231,13 @@ impl SchedProbe {
 
     /// The `parked` map (host TID -> address parked on), which the pypark
     /// probe's uprobes write and this probe reads.
-    pub fn parked_map(&self) -> &libbpf_rs::MapMut<'static> {
+    pub fn parked_map(&self) -> &libbpf_rs::MapMut<'_> {
         &self.skel.maps.parked
     }
 
     /// The `watched_bits` map (bit TGID set = watched), which every probe
     /// that filters by process shares with this one (bpf/watched.bpf.h).
-    pub fn watched_bits_map(&self) -> &libbpf_rs::MapMut<'static> {
+    pub fn watched_bits_map(&self) -> &libbpf_rs::MapMut<'_> {
         &self.skel.maps.watched_bits
     }
 
@@ -271,7 +271,7 @@ impl SchedProbe {
     }
 
     /// The sweep's program and output (probes/sweep.rs).
-    pub(super) fn sweep_prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+    pub(super) fn sweep_prog(&self) -> &libbpf_rs::ProgramMut<'_> {
         &self.skel.progs.sweep
     }
 
@@ -288,8 +288,15 @@ impl SchedProbe {
         v
     }
 
+    /// The watched bitmap, as the kernel sees it.
+    fn bits(&self) -> &[AtomicU64] {
+        // SAFETY: the mapping is `WM_WATCH_WORDS` u64s, page-aligned, and lives
+        // as long as `self`; the kernel and this agent change it atomically only.
+        unsafe { std::slice::from_raw_parts(self.bits.ptr().as_ptr().cast::<AtomicU64>(), wm_limits::WM_WATCH_WORDS.0 as usize) }
+    }
+
     fn bit(&self, host_tgid: u32) -> Result<(&AtomicU64, u64)> {
-        let word = self.bits.get(host_tgid as usize / 64).with_context(|| format!("PID {host_tgid} is above PID_MAX_LIMIT"))?;
+        let word = self.bits().get(host_tgid as usize / 64).with_context(|| format!("PID {host_tgid} is above PID_MAX_LIMIT"))?;
         Ok((word, 1u64 << (host_tgid % 64)))
     }
 
@@ -579,13 +586,11 @@ impl SchedProbe {
 }
 
 /// Add a ring buffer whose records (ABI struct `T`) are pushed onto the returned queue.
-fn collect_into<T: Plain>(rb: &mut RingBufferBuilder<'static, 'static>, map: &libbpf_rs::MapMut<'_>) -> Result<Rc<RefCell<Vec<T>>>> {
+/// The builder borrows the map only until `build`: the ring buffer maps the
+/// map's memory itself, which holds the map for as long as it lives.
+fn collect_into<'m, T: Plain>(rb: &mut RingBufferBuilder<'m, 'static>, map: &'m libbpf_rs::MapMut<'_>) -> Result<Rc<RefCell<Vec<T>>>> {
     let queue = Rc::new(RefCell::new(Vec::new()));
     let sink = Rc::clone(&queue);
-    // SAFETY of the 'static borrow: the map lives in the skeleton, which lives
-    // in the same SchedProbe as the ring buffer, and the ring buffer is
-    // dropped first (field order).
-    let map: &'static libbpf_rs::MapMut<'static> = unsafe { &*(map as *const libbpf_rs::MapMut<'_>).cast::<libbpf_rs::MapMut<'static>>() };
     rb.add(map, move |data: &[u8]| {
         if let Some(rec) = from_bytes::<T>(data) {
             sink.borrow_mut().push(rec);
@@ -638,22 +643,6 @@ pub(super) fn preempt_entry(k: &wm_preempt_key, v: &wm_preempt) -> PreemptEntry 
     PreemptEntry { key: PreemptKey { waiter: (k.tid, k.gen), by_tid: k.by_tid, by_tgid: k.by_tgid }, comm: comm_of(v), ns: v.ns }
 }
 
-/// Map the `watched_bits` array (BPF_F_MMAPABLE) into our address space, for
-/// atomic bit updates that cannot race with the kernel's own.
-fn map_bits(map: &libbpf_rs::MapMut<'_>) -> Result<&'static [AtomicU64]> {
-    let words = wm_limits::WM_WATCH_WORDS.0 as usize;
-    let len = words * size_of::<u64>();
-    // SAFETY: a shared mapping of the map's fd of exactly its value area; it
-    // lives as long as the process (the map is never closed before exit).
-    let ptr =
-        unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0) };
-    if ptr == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error()).context("failed to mmap the watched bitmap");
-    }
-    // SAFETY: `len` bytes, page-aligned, valid for the life of the process.
-    Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicU64>(), words) })
-}
-
 /// A sched probe for unit tests on the real kernel (None, with a line on
 /// stderr, without root and BTF). Nothing is watched.
 #[cfg(test)]
@@ -683,7 +672,7 @@ pub(super) fn test_probe() -> Option<SchedProbe> {
 
 /// The blame maps, for tests that fill them by hand.
 #[cfg(test)]
-pub(super) fn test_blame_maps(p: &SchedProbe) -> [&libbpf_rs::MapMut<'static>; 3] {
+pub(super) fn test_blame_maps(p: &SchedProbe) -> [&libbpf_rs::MapMut<'_>; 3] {
     [&p.skel.maps.gil_blame, &p.skel.maps.futex_blame, &p.skel.maps.preempt_blame]
 }
 

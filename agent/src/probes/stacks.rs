@@ -80,12 +80,12 @@ pub struct RawPyStack {
 
 /// The maps, borrowed from the sched probe.
 pub struct Maps<'a> {
-    pub native: &'a MapMut<'static>,
-    pub py: &'a MapMut<'static>,
-    pub walk: &'a MapMut<'static>,
-    pub tstates: &'a MapMut<'static>,
-    pub waits: &'a MapMut<'static>,
-    pub stats: &'a MapMut<'static>,
+    pub native: &'a MapMut<'a>,
+    pub py: &'a MapMut<'a>,
+    pub walk: &'a MapMut<'a>,
+    pub tstates: &'a MapMut<'a>,
+    pub waits: &'a MapMut<'a>,
+    pub stats: &'a MapMut<'a>,
 }
 
 /// Delete every entry of a map.

@@ -10,32 +10,40 @@
 //! are written into `sweep_out`, and it moves them out the way the probes can
 //! see (a wait charged to one as it goes is charged to a new entry, or counted
 //! lost: `blame_taken`), which a lookup-and-delete from here cannot.
-use std::os::fd::{AsFd, AsRawFd};
-use std::ptr::NonNull;
-
 use anyhow::{Context, Result};
+
+use super::Mapped;
 
 use super::abi::skel::types::{wm_sweep_args, wm_sweep_limits, wm_sweep_mode, wm_sweep_out};
 use super::sched::{futex_entry, futex_key, gil_entry, gil_key, preempt_entry, preempt_key, Entries, Pick, SchedProbe};
 pub use crate::model::ledger::Swept;
 
-/// The `sweep_out` array's value, mapped into the agent.
-pub(super) struct SweepOut(NonNull<wm_sweep_out>);
+/// The `sweep_out` array's value (BPF_F_MMAPABLE, one value), mapped into the agent for
+/// reading, and for writing the keys of a take.
+pub(super) struct SweepOut(Mapped);
 
 impl SweepOut {
-    /// Map the `sweep_out` array (BPF_F_MMAPABLE, one value) for reading, and for writing the
-    /// keys of a take.
     pub(super) fn map(map: &libbpf_rs::MapMut<'_>) -> Result<SweepOut> {
-        let len = size_of::<wm_sweep_out>();
-        let prot = libc::PROT_READ | libc::PROT_WRITE;
-        // SAFETY: a shared mapping of the map's value area, for the life of the process (the
-        // map is never closed before exit); only the sweep program and this agent's one
-        // session thread touch it, in turn.
-        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0) };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context("failed to mmap the sweep's output");
-        }
-        Ok(SweepOut(NonNull::new(ptr.cast()).context("mmap returned null")?))
+        Ok(SweepOut(Mapped::new(map, size_of::<wm_sweep_out>(), "the sweep's output")?))
+    }
+
+    /// The output of the last run.
+    ///
+    /// # Safety
+    /// No run of the sweep program is under way (runs are made by one thread, one at a time).
+    unsafe fn read(&self) -> &wm_sweep_out {
+        // SAFETY: the mapping holds one `wm_sweep_out`, page-aligned, for as long as `self`.
+        unsafe { self.0.ptr().cast::<wm_sweep_out>().as_ref() }
+    }
+
+    /// The input of the next run.
+    ///
+    /// # Safety
+    /// As `read`, and no reference from `read` is alive.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn write(&self) -> &mut wm_sweep_out {
+        // SAFETY: as `read`; the caller holds no other reference into the mapping.
+        unsafe { self.0.ptr().cast::<wm_sweep_out>().as_mut() }
     }
 }
 
@@ -51,7 +59,7 @@ impl SchedProbe {
         loop {
             self.run_sweep(wm_sweep_args { gil: gil as u32, mode: wm_sweep_mode::WM_SWEEP_WALK.0 })?;
             // SAFETY: the program has returned: nothing writes the value until the next run.
-            let o = unsafe { self.sweep_out().0.as_ref() };
+            let o = unsafe { self.sweep_out().read() };
             let n = |n: u32| (n as usize).min(wm_sweep_limits::WM_SWEEP_OUT.0 as usize);
             swept.exited.gil.extend(o.gil[..n(o.n_gil)].iter().map(|e| gil_entry(&e.k, e.ns)));
             for e in &o.futex[..n(o.n_futex)] {
@@ -92,7 +100,7 @@ impl SchedProbe {
             let (g, f, p) = (&gil[chunk(gil.len())], &futex[chunk(futex.len())], &preempt[chunk(preempt.len())]);
             {
                 // SAFETY: no run is under way (runs are made by this thread, one at a time).
-                let o = unsafe { self.sweep_out().0.as_ptr().as_mut().expect("mapped") };
+                let o = unsafe { self.sweep_out().write() };
                 o.n_gil = g.len() as u32;
                 o.n_futex = f.len() as u32;
                 o.n_preempt = p.len() as u32;
@@ -102,7 +110,7 @@ impl SchedProbe {
             }
             self.run_sweep(wm_sweep_args { gil: 0, mode: wm_sweep_mode::WM_SWEEP_TAKE.0 })?;
             // SAFETY: the program has returned: nothing writes the value until the next run.
-            let o = unsafe { self.sweep_out().0.as_ref() };
+            let o = unsafe { self.sweep_out().read() };
             let n = |n: u32, asked: usize| (n as usize).min(asked);
             out.gil.extend(o.gil[..n(o.n_gil, g.len())].iter().map(|e| gil_entry(&e.k, e.ns)));
             out.futex.extend(o.futex[..n(o.n_futex, f.len())].iter().map(|e| futex_entry(&e.k, e.ns)));

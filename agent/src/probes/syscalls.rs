@@ -11,7 +11,7 @@ use libbpf_rs::{Link, MapCore, MapFlags};
 
 use super::abi::{from_bytes, Plain};
 use super::sched::SchedProbe;
-use super::Storage;
+use super::Owned;
 use crate::model::loss::{Lost, Probe, Reason};
 
 mod skel {
@@ -26,14 +26,11 @@ unsafe impl Plain for wm_sys_key {}
 unsafe impl Plain for wm_sys_count {}
 use skel::{SyscallsSkel, SyscallsSkelBuilder};
 
-/// The loaded and attached probe. Fields drop in order: the links, the
-/// skeleton, then its storage.
+/// The loaded and attached probe.
 pub struct SyscallProbe {
     /// only held: dropping them detaches
     _links: Vec<Link>,
-    skel: SyscallsSkel<'static>,
-    /// only held, to be freed last
-    _storage: Storage,
+    skel: Owned<SyscallsSkel<'static>>,
 }
 
 /// The hooks, as the `probe` label of waitmeter_probe_attached names them.
@@ -52,20 +49,18 @@ pub struct Reading {
 impl SyscallProbe {
     /// Load and attach; `max_entries` sizes the (thread, syscall) map.
     pub fn load(sched: &SchedProbe, max_entries: u32) -> Result<SyscallProbe> {
-        let mut storage = Storage::new();
-        // SAFETY: `open` and the skeleton are dropped before `storage`: on the
-        // error paths `open` is a local declared after it, and the probe
-        // declares `_storage` last.
-        let mut open = SyscallsSkelBuilder::default().open(unsafe { storage.lend() }).context("failed to open the syscalls BPF object")?;
-        let shared = sched.watched_bits_map();
-        open.maps.watched_bits.reuse_fd(shared.as_fd()).context("failed to share the sched probe's watched_bits map")?;
-        open.maps.syscall_counts.set_max_entries(max_entries)?;
-        let skel = open.load().context("failed to load the syscalls BPF object (needs task local storage, Linux 5.11+)")?;
+        let skel = Owned::open(|memory| {
+            let mut open = SyscallsSkelBuilder::default().open(memory).context("failed to open the syscalls BPF object")?;
+            let shared = sched.watched_bits_map();
+            open.maps.watched_bits.reuse_fd(shared.as_fd()).context("failed to share the sched probe's watched_bits map")?;
+            open.maps.syscall_counts.set_max_entries(max_entries)?;
+            open.load().context("failed to load the syscalls BPF object (needs task local storage, Linux 5.11+)")
+        })?;
         let links = vec![
             skel.progs.sys_enter_btf.attach().context("failed to attach tp_btf/sys_enter")?,
             skel.progs.sys_exit_btf.attach().context("failed to attach tp_btf/sys_exit")?,
         ];
-        Ok(SyscallProbe { _links: links, skel, _storage: storage })
+        Ok(SyscallProbe { _links: links, skel })
     }
 
     /// Every count, as of now.
