@@ -1,5 +1,6 @@
 """A real Prometheus scrapes `waitmeter run` on loopback (issue: foundation, test 8)."""
 import json
+import re
 import statistics
 import subprocess
 import time
@@ -8,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from conftest import WAITMETER, Guard, Workload, free_port, prometheus, wait_http, which
+from conftest import ROOT, WAITMETER, Guard, Workload, free_port, prometheus, wait_http, which
 
 pytestmark = pytest.mark.needs_root
 
@@ -48,6 +49,13 @@ def pinned_pair_agent(workload_bin):
             yield w, port, agent
 
 
+def catalogue_labels():
+    """Metric (as scraped in the classic format) -> its labels, from docs/metrics.md (generated
+    from the agent's catalogue)."""
+    rows = re.findall(r"^\| `(waitmeter_[a-z_]+)` \| [a-z]+ \| ([^|]*) \|", (ROOT / "docs" / "metrics.md").read_text(), re.M)
+    return {name: re.findall(r"`([a-z_]+)`", labels) for name, labels in rows}
+
+
 def test_exposition_is_valid_and_complete(pinned_pair_agent):
     w, port, _ = pinned_pair_agent
     text = wait_http(f"http://127.0.0.1:{port}/metrics")
@@ -67,6 +75,19 @@ def test_exposition_is_valid_and_complete(pinned_pair_agent):
     assert 'waitmeter_bpf_events_lost_total{probe="sched",reason="exit_ringbuf_full"} 0' in text
     assert "waitmeter_build_info{version=" in text
     assert "waitmeter_watched_processes 1" in text
+    # every series carries the labels the catalogue declares for its metric, in its order
+    declared = catalogue_labels()
+    wrong = []
+    for line in text.splitlines():
+        m = re.match(r"^([a-z_:]+)(?:\{(.*)\})? ", line)
+        if not m or line.startswith("#"):
+            continue
+        family = next((n for n in (m[1], re.sub(r"_(bucket|sum|count)$", "", m[1])) if n in declared), None)
+        names = [n for n in re.findall(r'([a-zA-Z_]+)="', m[2] or "") if n != "le"]
+        if family is None or any(n not in declared[family] for n in names) or \
+                names != sorted(names, key=declared[family].index):
+            wrong.append(line)
+    assert not wrong, f"series whose labels are not their metric's in docs/metrics.md: {wrong[:5]}"
     # promtool's own linter accepts it
     assert which("promtool"), "promtool (Debian prometheus) is installed by make setup"
     cp = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)

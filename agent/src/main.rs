@@ -5,6 +5,7 @@ mod cli;
 mod clock;
 mod cmd;
 mod error;
+mod http_client;
 
 mod export;
 mod idhash;

@@ -7,22 +7,19 @@
 //! metric's samples only (`?name[]=`), so that an application serving its
 //! /metrics while holding its GIL renders a few lines, not all of them.
 use std::collections::BTreeMap;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Result};
 use thiserror::Error;
 use waitmeter_formats::http::{self as wire, HeadError};
 
 use super::exposition::{self, BadLine, ExpositionError, Reading};
+use crate::http_client::{self as client, Deadline, Failure, Framing};
 use crate::model::age::AgeSample;
 
 /// The largest body read (decoded). A filtered answer is a few hundred bytes;
 /// an endpoint that ignores the filter sends everything.
 pub const MAX_BODY: usize = 16 << 20;
-/// The longest chunk-size line of a chunked body.
-const MAX_CHUNK_LINE: usize = 1024;
 
 /// OpenMetrics 1.0 first (the only text format with exemplars, and an `# EOF`
 /// that shows the body is whole), then the Prometheus text formats; metric
@@ -190,53 +187,6 @@ impl Endpoint {
     }
 }
 
-/// How the body ends.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Framing {
-    Length(usize),
-    Chunked,
-    /// at the end of the connection
-    Close,
-}
-
-/// Follows the chunks of a chunked body as they arrive, to know when it is
-/// whole without waiting for the connection to close.
-#[derive(Default)]
-struct Chunks {
-    /// offset of the next chunk-size line
-    at: usize,
-    done: bool,
-}
-
-impl Chunks {
-    fn advance(&mut self, body: &[u8]) -> Result<(), PollError> {
-        while !self.done {
-            let Some(rest) = body.get(self.at..) else { return Ok(()) };
-            let window = &rest[..rest.len().min(MAX_CHUNK_LINE)];
-            let Some(nl) = window.windows(2).position(|w| w == b"\r\n") else {
-                if rest.len() >= MAX_CHUNK_LINE {
-                    return Err(PollError::BadResponse("a chunk-size line too long".into()));
-                }
-                return Ok(());
-            };
-            let size = wire::chunk_size(&rest[..nl]).ok_or_else(|| PollError::BadResponse("a malformed chunk size".into()))?;
-            if size == 0 {
-                self.done = true;
-            } else {
-                if size > MAX_BODY {
-                    return Err(PollError::TooLarge(format!("a chunk of {size} bytes (the body may have {MAX_BODY} at most)")));
-                }
-                self.at += nl + 2 + size + 2;
-            }
-        }
-        Ok(())
-    }
-}
-
-fn timed_out(e: &std::io::Error) -> bool {
-    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
-}
-
 /// What is printable of text from the network, for a message.
 fn printable(s: &str) -> String {
     s.chars().take(80).map(|c| if c.is_control() { '?' } else { c }).collect()
@@ -281,98 +231,18 @@ fn check_head(head: &[u8]) -> Result<Framing, PollError> {
 
 /// GET the endpoint; the body of its 200 answer, whole, within `timeout`.
 pub fn get(ep: &Endpoint, timeout: Duration) -> Result<Vec<u8>, PollError> {
-    let deadline = Instant::now() + timeout;
-    let left = || deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero());
-    let timeout_in = |stage| PollError::Timeout(timeout, stage);
-    // name resolution has the system resolver's own timeouts (an IP address has none)
-    let addrs: Vec<SocketAddr> = ep.hostport.to_socket_addrs().map_err(|e| PollError::Connect(format!("{}: {e}", ep.hostport)))?.collect();
-    let mut stream = None;
-    let mut last_error = format!("{}: no address", ep.hostport);
-    for addr in addrs {
-        let t = left().ok_or_else(|| timeout_in("connecting"))?;
-        match TcpStream::connect_timeout(&addr, t) {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
-            Err(e) if timed_out(&e) => return Err(timeout_in("connecting")),
-            Err(e) => last_error = format!("{addr}: {e}"),
-        }
-    }
-    let mut s = stream.ok_or(PollError::Connect(last_error))?;
-    s.set_write_timeout(Some(left().ok_or_else(|| timeout_in("sending the request"))?)).map_err(|e| PollError::Connect(e.to_string()))?;
-    s.write_all(ep.request().as_bytes()).map_err(|e| {
-        if timed_out(&e) {
-            timeout_in("sending the request")
-        } else {
-            PollError::Connect(format!("sending the request: {e}"))
-        }
-    })?;
-
-    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
-    let mut piece = vec![0u8; 64 * 1024];
-    let mut scanner = wire::HeadScanner::default();
-    let mut head: Option<(usize, Framing)> = None;
-    let mut chunks = Chunks::default();
-    loop {
-        if let Some((start, framing)) = head {
-            let body = &buf[start..];
-            let whole = match framing {
-                Framing::Length(n) => body.len() >= n,
-                Framing::Chunked => {
-                    chunks.advance(body)?;
-                    chunks.done
-                }
-                Framing::Close => false,
-            };
-            if whole {
-                break;
-            }
-            // a chunked body may take twice its decoded size on the wire (tiny chunks)
-            if body.len() > 2 * MAX_BODY + MAX_CHUNK_LINE {
-                return Err(PollError::TooLarge(format!("a body over {MAX_BODY} bytes")));
-            }
-        }
-        let stage = if head.is_some() { "reading the body" } else { "waiting for the response head" };
-        let t = left().ok_or_else(|| timeout_in(stage))?;
-        s.set_read_timeout(Some(t)).map_err(|e| PollError::Connect(e.to_string()))?;
-        let n = match s.read(&mut piece) {
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) if timed_out(&e) => return Err(timeout_in(stage)),
-            Err(e) => return Err(PollError::BadResponse(format!("{stage}: {e}"))),
-        };
-        if n == 0 {
-            break; // the server closed
-        }
-        buf.extend_from_slice(&piece[..n]);
-        if head.is_none() {
-            match scanner.feed(&buf) {
-                Some(end) => head = Some((end, check_head(&buf[..end])?)),
-                None if buf.len() > wire::MAX_HEAD => {
-                    return Err(PollError::TooLarge(format!("a response head over {} bytes", wire::MAX_HEAD)));
-                }
-                None => {}
-            }
-        } else if matches!(head, Some((start, Framing::Close)) if buf.len() - start > MAX_BODY) {
-            return Err(PollError::TooLarge(format!("a body over {MAX_BODY} bytes")));
-        }
-    }
-    let Some((start, framing)) = head else {
-        return Err(PollError::BadResponse(format!("the connection closed after {} bytes, before a whole head", buf.len())));
+    let failed = |f: Failure| match f {
+        Failure::Connect(e) => PollError::Connect(e),
+        Failure::Timeout(stage) => PollError::Timeout(timeout, stage),
+        Failure::TooLarge(e) => PollError::TooLarge(e),
+        Failure::Bad(e) => PollError::BadResponse(e),
     };
-    buf.drain(..start);
-    match framing {
-        Framing::Length(n) if buf.len() < n => Err(PollError::BadResponse(format!("the body ended after {} of {n} bytes", buf.len()))),
-        Framing::Length(n) => {
-            buf.truncate(n);
-            Ok(buf)
-        }
-        Framing::Chunked => {
-            wire::dechunk(&buf, MAX_BODY).ok_or_else(|| PollError::BadResponse("a malformed or incomplete chunked body".into()))
-        }
-        Framing::Close => Ok(buf),
-    }
+    let deadline = Deadline::after(timeout);
+    let mut s = client::connect(&ep.hostport, &deadline).map_err(failed)?;
+    client::send(&mut s, &[ep.request().as_bytes()], &deadline).map_err(failed)?;
+    let answer = client::read_head(&mut s, &deadline).map_err(failed)?;
+    let framing = check_head(answer.head())?;
+    client::read_body(&mut s, answer, framing, MAX_BODY, &deadline).map_err(failed)
 }
 
 /// The outcome of one poll.
@@ -572,8 +442,10 @@ pub fn histogram_quantile(start: Option<&Reading>, end: &Reading, q: f64) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
     use std::net::TcpListener;
     use std::sync::mpsc;
+    use std::time::Instant;
 
     const T: Duration = Duration::from_secs(5);
 

@@ -44,3 +44,16 @@ where
         }
     }
 }
+
+impl<C, S> crate::http_client::Stream for Conn<C>
+where
+    C: DerefMut + Deref<Target = ConnectionCommon<S>>,
+    S: SideData,
+{
+    fn socket(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(s) => s,
+            Conn::Tls(s) => &s.sock,
+        }
+    }
+}

@@ -1,6 +1,11 @@
 //! The Prometheus exposition of one scrape, encoded by the official
 //! `prometheus-client` crate from the labelled series `prometheus.rs` builds,
 //! in OpenMetrics text or the classic 0.0.4 text.
+//!
+//! Constant series through one `Collector`, not the crate's stateful families: every value is
+//! computed afresh at each scrape from the state `prometheus.rs` keeps (label budgets, baselines,
+//! folded exits), which the families would hold a second time. The label names are the
+//! catalogue's (`tests/test_prometheus.py` checks a scrape's against `docs/metrics.md`).
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;

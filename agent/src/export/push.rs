@@ -9,19 +9,19 @@
 //!
 //! The server's answer is untrusted input: the head and the start of an
 //! error body are read under one deadline and bounded.
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use base64::Engine;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use waitmeter_formats::http as wire;
+
+use crate::http_client::{self as client, Deadline, Failure};
 use waitmeter_formats::pyroscope::{self, PUSH_PATH};
 
 /// Pushes waiting to be sent; more are dropped (counted).
@@ -201,35 +201,12 @@ fn printable(b: &[u8]) -> String {
 
 /// POST `body` to the target, within `timeout`.
 pub fn post(t: &Target, body: &[u8], timeout: Duration) -> Result<(), PushError> {
-    let deadline = Instant::now() + timeout;
-    let left = || deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero());
-    let late = |stage: &str| unreachable(format!("no answer within {} s ({stage})", timeout.as_secs()));
-    let addrs: Vec<SocketAddr> = t.hostport.to_socket_addrs().map_err(|e| unreachable(format!("{}: {e}", t.hostport)))?.collect();
-    let mut last = format!("{}: no address", t.hostport);
-    let mut sock = None;
-    for a in addrs {
-        match TcpStream::connect_timeout(&a, left().ok_or_else(|| late("connecting"))?) {
-            Ok(s) => {
-                sock = Some(s);
-                break;
-            }
-            Err(e) => last = format!("{a}: {e}"),
-        }
-    }
-    let sock = sock.ok_or_else(|| unreachable(last))?;
-    let _ = sock.set_nodelay(true);
-    let io = |e: std::io::Error, stage: &str| {
-        if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
-            late(stage)
-        } else {
-            unreachable(format!("{stage}: {e}"))
-        }
+    let failed = |f: Failure| match f {
+        Failure::Timeout(stage) => unreachable(format!("no answer within {:.1} s ({stage})", timeout.as_secs_f64())),
+        Failure::Connect(e) | Failure::TooLarge(e) | Failure::Bad(e) => unreachable(e),
     };
-    let set = |s: &TcpStream| -> Result<(), PushError> {
-        let d = left().ok_or_else(|| late("sending"))?;
-        s.set_read_timeout(Some(d)).and_then(|()| s.set_write_timeout(Some(d))).map_err(|e| io(e, "set-up"))
-    };
-    set(&sock)?;
+    let deadline = Deadline::after(timeout);
+    let sock = client::connect(&t.hostport, &deadline).map_err(failed)?;
     let mut conn = match &t.tls {
         None => Conn::Plain(sock),
         Some((cfg, name)) => {
@@ -242,40 +219,14 @@ pub fn post(t: &Target, body: &[u8], timeout: Duration) -> Result<(), PushError>
         head.push_str(&format!("{n}: {v}\r\n"));
     }
     head.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", body.len()));
-    conn.write_all(head.as_bytes()).and_then(|()| conn.write_all(body)).and_then(|()| conn.flush()).map_err(|e| io(e, "sending"))?;
-
-    let mut buf = Vec::with_capacity(2048);
-    let mut piece = [0u8; 4096];
-    let mut scanner = wire::HeadScanner::default();
-    let end = loop {
-        if let Some(end) = scanner.feed(&buf) {
-            break end;
-        }
-        if buf.len() > wire::MAX_HEAD {
-            return Err(unreachable(format!("an answer head over {} bytes", wire::MAX_HEAD)));
-        }
-        match conn.read(&mut piece) {
-            Ok(0) => return Err(unreachable(format!("the server closed the connection after {} bytes of its answer", buf.len()))),
-            Ok(n) => buf.extend_from_slice(&piece[..n]),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(io(e, "reading the answer")),
-        }
-    };
-    let status = {
-        let r = wire::parse_response(&buf[..end]).map_err(|e| unreachable(format!("not an HTTP answer: {e}")))?;
-        r.status
-    };
+    client::send(&mut conn, &[head.as_bytes(), body], &deadline).map_err(failed)?;
+    let answer = client::read_head(&mut conn, &deadline).map_err(failed)?;
+    let status = wire::parse_response(answer.head()).map_err(|e| unreachable(format!("not an HTTP answer: {e}")))?.status;
     if status == 200 {
         return Ok(());
     }
     // the start of the error body, for the log (Connect: {"code":..., "message":...})
-    while buf.len() < end + MAX_ERROR_BODY {
-        match conn.read(&mut piece) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => buf.extend_from_slice(&piece[..n]),
-        }
-    }
-    let text = printable(&buf[end..buf.len().min(end + MAX_ERROR_BODY)]);
+    let text = printable(&client::read_start(&mut conn, answer, MAX_ERROR_BODY, &deadline));
     let outcome = if status == 429 || status >= 500 { Outcome::Failed } else { Outcome::Rejected };
     Err(PushError { outcome, message: format!("HTTP {status}: {text}") })
 }
@@ -351,7 +302,9 @@ impl Pusher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
     use std::net::TcpListener;
+    use std::time::Instant;
 
     fn target(url: &str) -> Target {
         Target::parse(url, &Access::default()).unwrap()
@@ -430,5 +383,27 @@ mod tests {
         drop(l);
         let e = post(&target(&url), b"BODY", Duration::from_millis(300)).unwrap_err();
         assert_eq!(e.outcome, Outcome::Unreachable, "{}", e.message);
+    }
+
+    /// A server that answers a byte at a time, each well within the timeout, is cut off at
+    /// the deadline of the whole push, not let run a timeout per byte (it held the push
+    /// thread for minutes, every later push dropped as the queue filled).
+    #[test]
+    fn a_trickling_server_is_cut_off_at_the_deadline() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let Ok((mut s, _)) = l.accept() else { return };
+            for b in b"HTTP/1.1 200 OK\r\nX-Pad: ".iter().chain(std::iter::repeat(&b'a')) {
+                if s.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let t0 = Instant::now();
+        let e = post(&target(&url), b"BODY", Duration::from_millis(500)).unwrap_err();
+        assert_eq!(e.outcome, Outcome::Unreachable, "{}", e.message);
+        assert!(t0.elapsed() < Duration::from_secs(2), "cut off after {:?}: {}", t0.elapsed(), e.message);
     }
 }
