@@ -48,7 +48,7 @@ pub fn attach(args: &AttachArgs, all_findings: bool) -> Result<()> {
             Output::Json => emit(&format!("{}\n", json::render(report, &v))),
             Output::Text => {
                 let sep = if i > 0 { "\n" } else { "" };
-                emit(&format!("{sep}{}", text::report_fit(report, &v, color, text::terminal_width().unwrap_or(text::FULL_WIDTH))))
+                emit(&format!("{sep}{}", text::report_fit(report, &v, color, terminal_width().unwrap_or(text::FULL_WIDTH))))
             }
         }
     }
@@ -307,35 +307,14 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
                 let r =
                     ProcessReport::new(w.target.pid, w.target.comm.clone(), w.python.clone(), tick_ns, None, rows).with_online_cpus(online);
                 let r = if args.each_thread { r } else { r.with_short_lived_folded() };
-                let age_line = ages.process(w.target.pid, t0).map(|a| {
-                    format!(
-                        "age {:.2} s ({:+.2} s since attach, {} samples from the {})",
-                        a.summary.last_s, a.summary.growth_s, a.summary.samples, a.source
-                    )
-                });
+                let age = ages.process(w.target.pid, t0);
+                let at_s = secs(snap.at_ns.saturating_sub(t0));
                 if plain_lines {
-                    let line = text::plain_line(&r, secs(snap.at_ns.saturating_sub(t0)), age_line.as_deref());
-                    // several processes: each line says whose it is
-                    let line = if watched.len() > 1 {
-                        line.replacen("waitmeter: ", &format!("waitmeter: PID {}: ", w.target.pid), 1)
-                    } else {
-                        line
-                    };
-                    emit(&format!("{line}\n"));
+                    emit(&format!("{}\n", text::tick_line(&r, at_s, age.as_ref(), watched.len() > 1)));
                 }
                 if live_view {
-                    frame.push_str(&format!(
-                        "waitmeter: PID {} ({}), {:.0}/{:.0} s, last {:.1} s (Ctrl-C ends early)\n{}",
-                        w.target.pid,
-                        w.target.comm,
-                        secs(snap.at_ns.saturating_sub(t0)),
-                        args.duration,
-                        args.interval,
-                        text::table_fit(&r, color, text::terminal_width().unwrap_or(text::FULL_WIDTH))
-                    ));
-                    if let Some(a) = &age_line {
-                        frame.push_str(&format!("{a}\n"));
-                    }
+                    let width = terminal_width().unwrap_or(text::FULL_WIDTH);
+                    frame.push_str(&text::tick_frame(&r, at_s, args.duration, args.interval, age.as_ref(), color, width));
                 }
             }
             if live_view {
@@ -493,4 +472,12 @@ fn python_info(session: &Session, target: &Target) -> Option<PythonInfo> {
             .and_then(|g| crate::python::switch_interval_us(&crate::python::memory::Process::new(target.pid), *g)),
         unmeasured_gil: p.unmeasured_gil.clone(),
     })
+}
+
+/// The terminal's width in columns (stdout), when it is one.
+fn terminal_width() -> Option<usize> {
+    // SAFETY: TIOCGWINSZ fills a winsize; a zeroed one is valid.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    (ok && ws.ws_col > 0).then_some(ws.ws_col as usize)
 }

@@ -8,7 +8,7 @@ pub struct AgeSample {
     pub age_s: f64,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct AgeSummary {
     pub samples: usize,
     pub first_s: f64,

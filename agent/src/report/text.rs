@@ -3,6 +3,7 @@ use std::fmt::Write;
 
 use super::verdict::{self, Verdict};
 use super::{ProcessReport, ThreadRow};
+use crate::model::age::AgeReport;
 use crate::model::partition::secs;
 use crate::model::state::State;
 
@@ -138,19 +139,52 @@ pub fn plain_line(r: &ProcessReport, at_s: f64, age: Option<&str>) -> String {
     parts.join(" | ")
 }
 
+/// A process' age as one tick shows it.
+pub fn age_line(a: &AgeReport) -> String {
+    format!(
+        "age {:.2} s ({:+.2} s since attach, {} samples from the {})",
+        a.summary.last_s, a.summary.growth_s, a.summary.samples, a.source
+    )
+}
+
+/// A tick's plain line of one process' last interval; with several processes, it says whose.
+pub fn tick_line(r: &ProcessReport, at_s: f64, age: Option<&AgeReport>, several: bool) -> String {
+    let line = plain_line(r, at_s, age.map(age_line).as_deref());
+    if several {
+        line.replacen("waitmeter: ", &format!("waitmeter: PID {}: ", r.pid), 1)
+    } else {
+        line
+    }
+}
+
+/// A tick's live view of one process' last interval: a title, the table in `width` columns,
+/// the age.
+pub fn tick_frame(
+    r: &ProcessReport,
+    at_s: f64,
+    duration_s: f64,
+    interval_s: f64,
+    age: Option<&AgeReport>,
+    color: bool,
+    width: usize,
+) -> String {
+    let mut out = format!(
+        "waitmeter: PID {} ({}), {at_s:.0}/{duration_s:.0} s, last {interval_s:.1} s (Ctrl-C ends early)\n{}",
+        r.pid,
+        r.comm,
+        table_fit(r, color, width)
+    );
+    if let Some(a) = age {
+        out.push_str(&format!("{}\n", age_line(a)));
+    }
+    out
+}
+
 /// The table's full width: every state column, the bar, the culprit.
 pub const FULL_WIDTH: usize = 145;
 /// Below `FULL_WIDTH` the bar goes; below this the state columns go and a shorter bar stays
 /// (a `yield` column adds 6 to both).
 pub const NARROW_WIDTH: usize = 100;
-
-/// The terminal's width in columns (stdout), when it is one.
-pub fn terminal_width() -> Option<usize> {
-    // SAFETY: TIOCGWINSZ fills a winsize; a zeroed one is valid.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
-    (ok && ws.ws_col > 0).then_some(ws.ws_col as usize)
-}
 
 /// The rows most busy first (running and waiting), then by TID: the threads that matter lead.
 fn by_impact(rows: &[ThreadRow]) -> Vec<&ThreadRow> {
@@ -396,6 +430,29 @@ mod tests {
         let medium = table_fit(&r, false, 120);
         assert!(medium.contains("FUTEX") && !medium.contains("STATES"), "{medium}");
         assert!(!report_fit(&r, &analyse(&r), false, FULL_WIDTH).contains("YIELD"));
+    }
+
+    /// A tick's plain line says whose it is when there are several processes; its live frame
+    /// has the title, the table and the age.
+    #[test]
+    fn a_tick_renders_each_process_line_or_frame() {
+        let r = full_report();
+        let summary = crate::model::age::AgeSummary { samples: 12, last_s: 3.5, growth_s: 1.25, ..Default::default() };
+        let age = AgeReport { source: "endpoint", summary, p50_s: None, p99_s: None, skipped_lines: None, failed_polls: None };
+        let line = tick_line(&r, 4.0, Some(&age), true);
+        assert!(
+            line.starts_with(&format!(
+                "waitmeter: PID {}: t=4s | age 3.50 s (+1.25 s since attach, 12 samples from the endpoint) | ",
+                r.pid
+            )),
+            "{line}"
+        );
+        assert!(tick_line(&r, 4.0, None, false).starts_with("waitmeter: t=4s | "));
+        let frame = tick_frame(&r, 4.0, 10.0, 1.0, Some(&age), false, 120);
+        let lines: Vec<&str> = frame.lines().collect();
+        assert_eq!(lines[0], format!("waitmeter: PID {} ({}), 4/10 s, last 1.0 s (Ctrl-C ends early)", r.pid, r.comm));
+        assert_eq!(lines[1..lines.len() - 1].join("\n"), table_fit(&r, false, 120).trim_end());
+        assert_eq!(*lines.last().unwrap(), "age 3.50 s (+1.25 s since attach, 12 samples from the endpoint)");
     }
 
     #[test]
