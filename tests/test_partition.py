@@ -185,7 +185,9 @@ def attach_beside_schedstat(pid, tids, duration):
 # A known error, kept as its reproduction: on a busy machine the partition has charged a clock
 # loop of real syscalls with 0.3 s of runqueue in 5 s (CI: running 4.68 s, runqueue 0.32 s)
 # where schedstat had it on a CPU 4.97 s and waiting 0.03 s. Not found yet; it must not hide
-# behind a wider tolerance.
+# behind a wider tolerance. Not reproduced here (agreement within 50 ms) under 4 spinners at
+# nice -5 on 2 CPUs, nor under two pipe ping-pongs (~100k switches/s); a failure now says who
+# had the CPU during the waits and when in the window they were.
 SYSCALL_LOOP_KNOWN = pytest.mark.xfail(reason="open: the partition over-charges runqueue to a syscall loop on a busy machine "
                                        "(0.3 s in 5 s against schedstat); see the note on issue 15", strict=False)
 
@@ -209,5 +211,7 @@ def test_running_and_runqueue_agree_with_the_kernels_schedstat(case, workload_bi
         t = by_tid(report)[tid]
         run, wait = kernel[tid]
         slack = 0.06 + 0.03 * window
-        assert abs(t["seconds"]["running"] - run) <= slack, (tid, t["seconds"], run, wait)
-        assert abs(t["seconds"]["runqueue"] - wait) <= slack, (tid, t["seconds"], run, wait)
+        # what to look at when it fails: who had the CPU, and when in the window the waits were
+        evidence = (tid, t["seconds"], run, wait, t.get("runqueue_by_preemptor"), t.get("peaks"), report.get("events_lost"))
+        assert abs(t["seconds"]["running"] - run) <= slack, evidence
+        assert abs(t["seconds"]["runqueue"] - wait) <= slack, evidence
