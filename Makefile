@@ -17,9 +17,10 @@ HELM    := $(TOOLS)/helm
 HELM_VERSION := v3.22.0
 export HELM
 # Debian packages: to build the agent; to test it (bpftool, Prometheus/promtool, capsh, unshare, openssl, venv, groff,
-# Java and Maven for the QuickFIX/J workload of tests/test_verdicts.py, nginx for the serving workloads)
+# Java and Maven for the QuickFIX/J workload of tests/test_verdicts.py, nginx for the serving workloads, the C library's
+# separate debug file for its internal frames)
 BUILD_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev
-TEST_PKGS  := bpftool prometheus libcap2-bin util-linux python3-venv openssl maven openjdk-17-jdk-headless groff-base systemd nginx
+TEST_PKGS  := bpftool prometheus libcap2-bin util-linux python3-venv openssl maven openjdk-17-jdk-headless groff-base systemd nginx libc6-dbg
 # $(call apt,PACKAGES): install those not installed yet
 apt = @missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -99,7 +100,7 @@ lint: setup-build
 integration: setup build release
 	$(PYTHON) -m pytest -rs tests/
 
-# Bounded fuzzing of the parsers of hostile input (ELF, exposition, HTTP heads, debug offsets): FUZZ_SECONDS each.
+# Bounded fuzzing of the parsers of hostile input (ELF, exposition, HTTP heads, debug offsets, line tables, perf maps): FUZZ_SECONDS each.
 fuzz: setup
 	bash agent/fuzz/run.sh $(FUZZ_SECONDS)
 

@@ -127,6 +127,42 @@ pub fn task_nspid(pid: u32, tid: u32) -> Option<Vec<u32>> {
     read(&format!("/proc/{pid}/task/{tid}/status")).and_then(|s| parse_nspid(&s))
 }
 
+/// A process' own PID in its innermost PID namespace (the last of `NSpid:`).
+pub fn own_pid(pid: u32) -> Option<u32> {
+    read(&format!("/proc/{pid}/status")).and_then(|s| parse_nspid(&s)).and_then(|v| v.last().copied())
+}
+
+/// A process' real user ID (the first of `Uid:`).
+pub fn uid(pid: u32) -> Option<u32> {
+    status_field(pid, "Uid")?.split_whitespace().next()?.parse().ok()
+}
+
+/// Open `path` (absolute, as process `pid` names it) for reading inside the process's root,
+/// resolved as the process would resolve it: a symbolic link cannot lead out of its root
+/// (`RESOLVE_IN_ROOT`; a plain open through /proc/PID/root would follow an absolute link into
+/// the agent's own root), magic links are refused, the last component is not followed, and
+/// opening never blocks (a FIFO planted there opens without waiting; the caller checks that it
+/// is a regular file).
+pub fn open_in_root(pid: u32, path: &str) -> std::io::Result<fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let root = fs::File::open(format!("/proc/{pid}/root"))?;
+    let rel = std::ffi::CString::new(path.trim_start_matches('/')).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    // SAFETY: open_how is plain data; zero is a valid value of every field.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: openat2 with a valid directory fd, a NUL-terminated path and an open_how of the
+    // size passed; it returns a new fd or -1.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_openat2, root.as_raw_fd(), rel.as_ptr(), &how as *const libc::open_how, size_of::<libc::open_how>())
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new fd of our own.
+    Ok(unsafe { fs::File::from_raw_fd(fd as i32) })
+}
+
 /// Inode of a process' PID namespace.
 pub fn pidns_ino(pid: u32) -> Option<u64> {
     fs::metadata(format!("/proc/{pid}/ns/pid")).ok().map(|m| m.ino())

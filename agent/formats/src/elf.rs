@@ -388,13 +388,25 @@ impl<'s, S: Source + ?Sized> Elf<'s, S> {
     /// Function symbols (STT_FUNC, defined, of non-zero size) of .symtab
     /// and .dynsym, at most `max`, for naming addresses: (start, size, name).
     pub fn functions(&self, max: usize) -> Vec<Symbol> {
-        let mut out = vec![];
-        let mut seen = std::collections::HashSet::new();
+        let mut out: Vec<Symbol> = vec![];
+        // value -> its index in `out`: of aliases (one address, several names), the one a reader knows
+        let mut seen = std::collections::HashMap::new();
         for tab in self.sections.iter().filter(|s| s.kind == SHT_SYMTAB || s.kind == SHT_DYNSYM) {
             self.each_symbol(tab, |n, info, value, size| {
                 // STT_FUNC = 2, STT_GNU_IFUNC = 10
-                if size != 0 && matches!(info & 0xf, 2 | 10) && seen.insert(value) {
-                    out.push(Symbol { name: n.to_string(), value, size });
+                if size != 0 && matches!(info & 0xf, 2 | 10) {
+                    match seen.get(&value) {
+                        Some(&i) => {
+                            let kept: &mut Symbol = &mut out[i];
+                            if alias_rank(n) < alias_rank(&kept.name) {
+                                kept.name = n.to_string();
+                            }
+                        }
+                        None => {
+                            seen.insert(value, out.len());
+                            out.push(Symbol { name: n.to_string(), value, size });
+                        }
+                    }
                 }
                 out.len() < max
             });
@@ -408,6 +420,40 @@ impl<'s, S: Source + ?Sized> Elf<'s, S> {
     pub fn has_symtab(&self) -> bool {
         self.sections.iter().any(|s| s.kind == SHT_SYMTAB)
     }
+
+    /// The GNU build ID (`.note.gnu.build-id`, 1 to 64 bytes), which names the object's
+    /// separate debug file (`/usr/lib/debug/.build-id/xx/rest.debug`).
+    pub fn build_id(&self) -> Option<Vec<u8>> {
+        let s = self.section(".note.gnu.build-id")?;
+        let data = self.section_data(s, 1024).ok()?;
+        build_id_note(&data)
+    }
+}
+
+/// Of a function's aliases, the name a reader knows ranks first: not glibc's internal `__GI_`
+/// alias, then the fewest leading underscores (`pthread_mutex_lock` before
+/// `__pthread_mutex_lock`), then the shortest.
+pub fn alias_rank(name: &str) -> (bool, usize, usize) {
+    (name.starts_with("__GI_"), name.len() - name.trim_start_matches('_').len(), name.len())
+}
+
+/// The build ID in a section of ELF notes: namesz, descsz and type (u32 each), the name and
+/// the descriptor, each padded to 4 bytes; NT_GNU_BUILD_ID (3) named "GNU".
+fn build_id_note(data: &[u8]) -> Option<Vec<u8>> {
+    let pad = |n: usize| n.checked_add(3).map(|n| n & !3);
+    let mut at = 0usize;
+    while at.checked_add(12)? <= data.len() {
+        let (namesz, descsz, kind) = (u32_at(data, at)? as usize, u32_at(data, at + 4)? as usize, u32_at(data, at + 8)?);
+        let name_at = at + 12;
+        let desc_at = name_at.checked_add(pad(namesz)?)?;
+        let next = desc_at.checked_add(pad(descsz)?)?;
+        if kind == 3 && data.get(name_at..name_at.checked_add(namesz)?)? == b"GNU\0" {
+            let id = data.get(desc_at..desc_at.checked_add(descsz)?)?;
+            return (1..=64).contains(&id.len()).then(|| id.to_vec());
+        }
+        at = next;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -536,5 +582,32 @@ mod tests {
         assert_eq!(gnu_hash(b""), 0x0000_1505);
         assert_eq!(gnu_hash(b"printf"), 0x156b_2bb8);
         assert_eq!(gnu_hash(b"exit"), 0x7c96_7e3f);
+    }
+
+    #[test]
+    fn build_id_notes() {
+        let note = |name: &[u8], kind: u32, desc: &[u8]| {
+            let mut v = vec![];
+            v.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            v.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+            v.extend_from_slice(&kind.to_le_bytes());
+            v.extend_from_slice(name);
+            v.resize(v.len().div_ceil(4) * 4, 0);
+            v.extend_from_slice(desc);
+            v.resize(v.len().div_ceil(4) * 4, 0);
+            v
+        };
+        let id: Vec<u8> = (1..=20).collect();
+        assert_eq!(build_id_note(&note(b"GNU\0", 3, &id)), Some(id.clone()));
+        // another note first, then the build ID
+        let two = [note(b"GNU\0", 1, &[0; 16]), note(b"GNU\0", 3, &id)].concat();
+        assert_eq!(build_id_note(&two), Some(id.clone()));
+        assert_eq!(build_id_note(&note(b"Go\0\0", 3, &id)), None, "another vendor's note");
+        assert_eq!(build_id_note(&note(b"GNU\0", 3, &[])), None, "empty");
+        assert_eq!(build_id_note(&note(b"GNU\0", 3, &[7; 65])), None, "too long");
+        let mut lying = note(b"GNU\0", 3, &id);
+        lying[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(build_id_note(&lying), None, "a size past the end");
+        assert_eq!(build_id_note(&[1, 2, 3]), None);
     }
 }

@@ -1,13 +1,15 @@
 //! Naming native addresses: the mapping an address falls in
 //! (/proc/PID/maps), the object file there (opened through the target's
 //! root, so right inside containers), and the function symbol covering it
-//! (.symtab, else .dynsym). A stripped object names its frames
+//! (.symtab, else .dynsym and the separate debug file its build ID names).
+//! An object without either names its frames
 //! `[file+offset]` (as perf does), never guessed. Files and their
 //! symbol tables are hostile input (`formats::elf` bounds every read). An
 //! object's symbols are parsed once per file (device, inode, size, mtime),
 //! whichever processes map it (under `run --all`, libc and libpython once, not
 //! once per process), and the least recently used go first; the maps are kept
-//! per process.
+//! per process. Addresses in no file are code a JIT generated: `jit.rs` names
+//! them from the runtime's perf map.
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -35,14 +37,25 @@ struct Symbols {
 }
 
 impl Symbols {
-    fn load(path: &std::path::Path) -> Option<Symbols> {
+    /// The symbols of the object at `path` (through process `pid`'s root). A stripped object's
+    /// functions come from its separate debug file too, by build ID, as the process's system has
+    /// it (`/usr/lib/debug/.build-id/`, what Debian's `-dbg` and `-dbgsym` packages install).
+    fn load(pid: u32, path: &std::path::Path) -> Option<Symbols> {
         let file = std::fs::File::open(path).ok()?;
         let size = file.metadata().ok()?.len();
         let src = FileSource::new(file, size);
         let elf = Elf::parse(&src).ok()?;
         let mut funcs: Vec<(u64, u64, String)> =
             elf.functions(MAX_FUNCTIONS).into_iter().map(|s| (s.value, s.value.saturating_add(s.size), s.name)).collect();
-        funcs.sort_unstable();
+        if !elf.has_symtab() {
+            if let Some(id) = elf.build_id() {
+                funcs.extend(debug_functions(pid, &id));
+            }
+        }
+        // aliases at one address, across the object and its debug file: the name a reader knows
+        let rank = |name: &str| waitmeter_formats::elf::alias_rank(name);
+        funcs.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| rank(&a.2).cmp(&rank(&b.2))).then_with(|| a.2.cmp(&b.2)));
+        funcs.dedup_by_key(|f| f.0);
         // SHT_PROGBITS with SHF_EXECINSTR: where code lies in the file
         let sections = elf.sections.iter().filter(|s| s.kind == 1 && s.addr != 0).map(|s| (s.offset, s.size, s.addr)).collect();
         Some(Symbols { funcs, sections })
@@ -58,6 +71,26 @@ impl Symbols {
         let (start, end, name) = &self.funcs[i];
         (addr >= *start && addr < *end).then_some(name.as_str())
     }
+}
+
+/// The functions of the separate debug file of the object with build ID `id`, under process
+/// `pid`'s root (opened there: a link cannot lead out of it), if it is there and has that ID.
+/// Its addresses are the object's link-time addresses.
+fn debug_functions(pid: u32, id: &[u8]) -> Vec<(u64, u64, String)> {
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let path = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
+    let Ok(file) = crate::procfs::open_in_root(pid, &path) else { return vec![] };
+    let Ok(meta) = file.metadata() else { return vec![] };
+    if !meta.is_file() {
+        return vec![];
+    }
+    let src = FileSource::new(file, meta.len());
+    let Ok(elf) = Elf::parse(&src) else { return vec![] };
+    if elf.build_id().as_deref() != Some(id) {
+        log::debug!("{path}: not the debug file of build ID {hex}");
+        return vec![];
+    }
+    elf.functions(MAX_FUNCTIONS).into_iter().map(|s| (s.value, s.value.saturating_add(s.size), s.name)).collect()
 }
 
 /// A file's identity: device, inode, size and modification time (a file replaced in place is
@@ -79,6 +112,8 @@ pub struct Native {
     /// a file -> its symbols (None: unreadable) and when last asked for (a count of asks)
     objects: HashMap<FileId, (Option<Arc<Symbols>>, u64)>,
     asks: u64,
+    /// code a JIT generated, by the runtime's perf map
+    pub jit: super::jit::Jit,
 }
 
 impl Native {
@@ -115,7 +150,7 @@ impl Native {
                 self.objects.remove(&oldest);
             }
         }
-        let symbols = Symbols::load(&target).map(Arc::new);
+        let symbols = Symbols::load(pid, &target).map(Arc::new);
         self.objects.insert(id, (symbols.clone(), self.asks));
         symbols
     }
@@ -135,7 +170,11 @@ impl Native {
 
     fn frame(&mut self, pid: u32, ip: u64, now: u64) -> Frame {
         let Some(m) = self.mapping(pid, ip, now) else {
-            return Frame::unknown(format!("[unknown] {ip:#x}"));
+            // not in a file: generated code, named if the runtime writes a perf map
+            return match self.jit.name(pid, ip, now) {
+                Some(name) => Frame::jit(crate::model::stacks::clean(&name)),
+                None => Frame::unknown(format!("[unknown] {ip:#x}")),
+            };
         };
         let off = ip - m.start + m.offset;
         let name = self.symbols(pid, &m.path).and_then(|s| s.address(off).and_then(|a| s.function(a).map(str::to_string)));
@@ -152,6 +191,7 @@ impl Native {
     /// Forget a process (it exited).
     pub fn forget(&mut self, pid: u32) {
         self.maps.remove(&pid);
+        self.jit.forget(pid);
         self.files.retain(|(p, _), _| *p != pid);
     }
 }
@@ -201,5 +241,30 @@ mod tests {
         assert_eq!(n.objects.len(), MAX_OBJECTS);
         assert!(n.objects.contains_key(&fake(0)), "asked for last: kept");
         assert!(!n.objects.contains_key(&fake(1)), "the least recently asked for went");
+    }
+
+    /// The C library is stripped of `.symtab` (Debian's): its internal functions, such as the
+    /// lock-wait path a contended mutex sleeps in, come from its separate debug file
+    /// (libc6-dbg) by build ID; without it, only what it exports is named.
+    #[test]
+    fn a_stripped_library_is_named_from_its_debug_file() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = parse_maps(&maps).into_iter().find(|m| m.path.rsplit('/').next().is_some_and(|b| b.starts_with("libc.so"))).unwrap();
+        let n = &mut Native::default();
+        let symbols = n.symbols(std::process::id(), &libc.path).expect("the C library's symbols");
+        let named = |f: &str| symbols.funcs.iter().any(|(_, _, name)| name == f);
+        assert!(named("pthread_mutex_lock"), "exported");
+        let id = {
+            let file = std::fs::File::open(&libc.path).unwrap();
+            let size = file.metadata().unwrap().len();
+            let src = FileSource::new(file, size);
+            Elf::parse(&src).unwrap().build_id().expect("Debian's libc has a build ID")
+        };
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        if !std::path::Path::new(&format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..])).exists() {
+            waitmeter_formats::testing::skip("no debug file for the C library (make setup installs libc6-dbg)");
+            return;
+        }
+        assert!(named("__lll_lock_wait"), "internal, from the debug file");
     }
 }
