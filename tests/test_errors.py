@@ -100,7 +100,9 @@ def test_without_cap_sys_ptrace_python_is_not_read_and_it_says_why(debian_gil):
     cp = subprocess.run([*as_nobody("+bpf,+perfmon"), str(WAITMETER), "attach", "-p", str(debian_gil.pid), "--duration", "0.5",
                          "--output", "json"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stderr
-    warnings = [line for line in cp.stderr.splitlines() if "warning" in line]
+    # one line says why; a count of lost events is not a why (a native stack walk can fail on an
+    # interpreter built without frame pointers, counted as under root: CI saw one in 0.5 s)
+    warnings = [line for line in cp.stderr.splitlines() if "warning" in line and "events were lost" not in line]
     assert len(warnings) == 1 and "CAP_SYS_PTRACE" in warnings[0] and "setcap" in warnings[0], cp.stderr
     assert json.loads(cp.stdout)["python"] is None
 
