@@ -47,8 +47,13 @@ def frames_named(report, text):
     return out
 
 
-def test_node_functions_are_named_from_its_perf_map():
-    with Workload(node(), "--perf-basic-prof", "-e", BUSY) as w:
+def in_dir(folder, *argv):
+    """`argv` run in `folder` (V8 writes an isolate log into its working directory)."""
+    return ("/bin/sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", str(folder), *argv)
+
+
+def test_node_functions_are_named_from_its_perf_map(tmp_path):
+    with Workload(*in_dir(tmp_path, node(), "--perf-basic-prof", "-e", BUSY)) as w:
         try:
             report, cp = attach(w.pid, 4.0)
         finally:
@@ -66,8 +71,8 @@ def test_node_functions_are_named_from_its_perf_map():
     assert "writes no perf map" not in cp.stderr, cp.stderr
 
 
-def test_node_without_the_flag_is_told_once_and_measured_whole():
-    with Workload(node(), "-e", BUSY) as w:
+def test_node_without_the_flag_is_told_once_and_measured_whole(tmp_path):
+    with Workload(*in_dir(tmp_path, node(), "-e", BUSY)) as w:
         report, cp = attach(w.pid, 3.0)
     main = by_tid(report)[w.pid]
     assert main["seconds"]["running"] > 2.0, main["seconds"]
