@@ -129,7 +129,7 @@ pub fn task_nspid(pid: u32, tid: u32) -> Option<Vec<u32>> {
 
 /// A process' own PID in its innermost PID namespace (the last of `NSpid:`).
 pub fn own_pid(pid: u32) -> Option<u32> {
-    read(&format!("/proc/{pid}/status")).and_then(|s| parse_nspid(&s)).and_then(|v| v.last().copied())
+    task_nspid(pid, pid)?.last().copied()
 }
 
 /// A process' real user ID (the first of `Uid:`).

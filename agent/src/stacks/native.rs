@@ -45,8 +45,7 @@ impl Symbols {
         let size = file.metadata().ok()?.len();
         let src = FileSource::new(file, size);
         let elf = Elf::parse(&src).ok()?;
-        let mut funcs: Vec<(u64, u64, String)> =
-            elf.functions(MAX_FUNCTIONS).into_iter().map(|s| (s.value, s.value.saturating_add(s.size), s.name)).collect();
+        let mut funcs = ranges(&elf);
         if !elf.has_symtab() {
             if let Some(id) = elf.build_id() {
                 funcs.extend(debug_functions(pid, &id));
@@ -90,6 +89,11 @@ fn debug_functions(pid: u32, id: &[u8]) -> Vec<(u64, u64, String)> {
         log::debug!("{path}: not the debug file of build ID {hex}");
         return vec![];
     }
+    ranges(&elf)
+}
+
+/// An object's functions as (start, end, name), by link-time address.
+fn ranges<S: waitmeter_formats::elf::Source>(elf: &Elf<'_, S>) -> Vec<(u64, u64, String)> {
     elf.functions(MAX_FUNCTIONS).into_iter().map(|s| (s.value, s.value.saturating_add(s.size), s.name)).collect()
 }
 
