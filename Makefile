@@ -38,7 +38,7 @@ PYTHONS := $(CURDIR)/.pythons
 # cargo-fuzz for the fuzz targets in agent/fuzz (built from crates.io, once)
 CARGO_FUZZ := $(TOOLS)/cargo-fuzz
 CARGO_FUZZ_VERSION := 0.13.2
-FUZZ_SECONDS ?= 50
+FUZZ_SECONDS ?= 43
 
 .PHONY: all setup setup-build serving-node build test lint unit integration fuzz docs mixin demo bench clean static wheel image release
 
@@ -100,7 +100,7 @@ lint: setup-build
 integration: setup build release
 	$(PYTHON) -m pytest -rs tests/
 
-# Bounded fuzzing of the parsers of hostile input (ELF, exposition, HTTP heads, debug offsets, line tables, perf maps): FUZZ_SECONDS each.
+# Bounded fuzzing of the parsers of hostile input (ELF, exposition, HTTP heads, debug offsets, line tables, perf maps, symbol names): FUZZ_SECONDS each.
 fuzz: setup
 	bash agent/fuzz/run.sh $(FUZZ_SECONDS)
 

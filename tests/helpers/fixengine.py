@@ -42,12 +42,13 @@ class FixPair:
 
 
 @contextlib.contextmanager
-def fix_pair(mode, slow_ms=20, rate=50, warmup=4.0):
-    """An acceptor in `mode` (spin, block, threaded) and an initiator sending `rate` orders a
-    second per session, logged on and past the JVMs' first compilations (`warmup` seconds)."""
+def fix_pair(mode, slow_ms=20, rate=50, warmup=4.0, jvm=()):
+    """An acceptor in `mode` (spin, block, threaded, locked) started with JVM options `jvm`, and
+    an initiator sending `rate` orders a second per session, logged on and past the JVMs' first
+    compilations (`warmup` seconds)."""
     jar, java = build(), shutil.which("java") or "java"
     port, metrics = free_port(), free_port()
-    acc = subprocess.Popen([java, "-jar", str(jar), "acceptor", "--port", str(port), "--mode", mode, "--slow-ms", str(slow_ms)],
+    acc = subprocess.Popen([java, *jvm, "-jar", str(jar), "acceptor", "--port", str(port), "--mode", mode, "--slow-ms", str(slow_ms)],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     ini = None
     try:

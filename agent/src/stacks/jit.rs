@@ -92,6 +92,75 @@ impl Runtime {
     }
 }
 
+/// A perf map's name as a reader knows it: the JVM writes a method with its return type and
+/// parameters (`void fixengine.Main.work(java.lang.management.ThreadMXBean, long)`), printed
+/// as async-profiler and JFR print it (`fixengine.Main.work`); other names (V8's
+/// `JS:*crunch file.js:3:20`, the JVM's stubs) stay as written.
+pub fn readable(name: &str) -> &str {
+    let Some(sig) = name.strip_suffix(')') else { return name };
+    let Some((head, _params)) = sig.split_once('(') else { return name };
+    match head.split_once(' ') {
+        Some((ret, method)) if !ret.is_empty() && !method.is_empty() && !method.contains(' ') && method.contains('.') => method,
+        _ => name,
+    }
+}
+
+/// Whether a JVM keeps frame pointers in compiled code (`-XX:+PreserveFramePointer`), from the
+/// options it was started with: `JAVA_TOOL_OPTIONS`, `JDK_JAVA_OPTIONS`, the command line, then
+/// `_JAVA_OPTIONS`, the last setting winning (the order HotSpot reads them in). `None` when
+/// they cannot be read. Options in an `@argfile` or a `-XX:Flags=` file are not seen.
+pub fn jvm_frame_pointers(pid: u32) -> Option<bool> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    Some(preserves_frame_pointer(&cmdline, &environ))
+}
+
+fn preserves_frame_pointer(cmdline: &[u8], environ: &[u8]) -> bool {
+    let env = |name: &str| -> Vec<String> {
+        let prefix = format!("{name}=");
+        environ
+            .split(|b| *b == 0)
+            .filter_map(|v| v.strip_prefix(prefix.as_bytes()))
+            .flat_map(|v| String::from_utf8_lossy(v).split_whitespace().map(str::to_string).collect::<Vec<_>>())
+            .collect()
+    };
+    // the launcher's options: up to `-jar`, `-m` or the main class (what follows is the program's)
+    let mut args: Vec<String> = vec![];
+    let mut words = cmdline.split(|b| *b == 0).skip(1).map(|a| String::from_utf8_lossy(a).into_owned());
+    while let Some(a) = words.next() {
+        if matches!(a.as_str(), "-jar" | "-m" | "--module") || !a.starts_with('-') {
+            break;
+        }
+        if matches!(
+            a.as_str(),
+            "-cp"
+                | "-classpath"
+                | "--class-path"
+                | "-p"
+                | "--module-path"
+                | "--add-modules"
+                | "--add-opens"
+                | "--add-exports"
+                | "--add-reads"
+                | "--patch-module"
+                | "--upgrade-module-path"
+                | "--limit-modules"
+        ) {
+            words.next();
+        }
+        args.push(a);
+    }
+    let mut on = false;
+    for a in env("JAVA_TOOL_OPTIONS").iter().chain(&env("JDK_JAVA_OPTIONS")).chain(&args).chain(&env("_JAVA_OPTIONS")) {
+        match a.as_str() {
+            "-XX:+PreserveFramePointer" => on = true,
+            "-XX:-PreserveFramePointer" => on = false,
+            _ => {}
+        }
+    }
+    on
+}
+
 /// One process's map as read so far.
 #[derive(Default)]
 struct Map {
@@ -142,10 +211,20 @@ impl Jit {
                 log::warn!("process {pid}: its JIT's perf map is not read ({}): JIT frames stay unnamed", r.label());
             }
         }
-        if !m.found && !m.told {
+        if !m.told {
             m.told = true;
-            if let Some(rt) = Runtime::of(pid) {
-                log::warn!("process {pid} ({}) writes no perf map: its {} frames stay unnamed; {}", rt.name(), rt.code(), rt.remedy());
+            let rt = Runtime::of(pid);
+            if !m.found {
+                if let Some(rt) = rt {
+                    log::warn!("process {pid} ({}) writes no perf map: its {} frames stay unnamed; {}", rt.name(), rt.code(), rt.remedy());
+                }
+            }
+            if rt == Some(Runtime::Jvm) && jvm_frame_pointers(pid) == Some(false) {
+                log::warn!(
+                    "process {pid} (a JVM) runs without -XX:+PreserveFramePointer: its stacks stop at the first JIT-compiled Java frame, \
+                     and the methods that called it stay unseen; start it with -XX:+PreserveFramePointer (in JAVA_TOOL_OPTIONS in a pod; \
+                     docs/probes/stacks.md)"
+                );
             }
         }
         m.map.name(ip).map(str::to_string)
@@ -230,6 +309,40 @@ fn starts_with(file: &mut std::fs::File, head: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jvm_keeps_frame_pointers_by_the_last_setting_it_reads() {
+        let on = |cmd: &str, env: &str| preserves_frame_pointer(cmd.replace(' ', "\0").as_bytes(), env.replace('|', "\0").as_bytes());
+        assert!(!on("java -jar app.jar", "PATH=/bin"));
+        assert!(on("java -XX:+PreserveFramePointer -jar app.jar", ""));
+        assert!(on("java -jar app.jar", "JAVA_TOOL_OPTIONS=-Xmx1g -XX:+PreserveFramePointer|HOME=/"));
+        assert!(!on("java -XX:-PreserveFramePointer -jar app.jar", "JAVA_TOOL_OPTIONS=-XX:+PreserveFramePointer"));
+        assert!(on("java -XX:-PreserveFramePointer -jar app.jar", "_JAVA_OPTIONS=-XX:+PreserveFramePointer"));
+        assert!(on("java -jar app.jar", "JDK_JAVA_OPTIONS=-XX:+PreserveFramePointer"));
+        assert!(!on("java -jar app.jar", "XJAVA_TOOL_OPTIONS=-XX:+PreserveFramePointer"));
+        // the program's own arguments, after the jar or the main class, are not the JVM's
+        assert!(!on("java -jar app.jar -XX:+PreserveFramePointer", ""));
+        assert!(!on("java -cp lib/* com.example.Main -XX:+PreserveFramePointer", ""));
+        assert!(on("java -cp lib/* -XX:+PreserveFramePointer com.example.Main", ""));
+    }
+
+    #[test]
+    fn jvm_signatures_read_as_profilers_print_them() {
+        assert_eq!(readable("void fixengine.Main.work(java.lang.management.ThreadMXBean, long)"), "fixengine.Main.work");
+        assert_eq!(readable("java.lang.Object[] java.util.ArrayList.toArray()"), "java.util.ArrayList.toArray");
+        assert_eq!(readable("void fixengine.Main$1.fromApp(quickfix.Message, quickfix.SessionID)"), "fixengine.Main$1.fromApp");
+        for keep in [
+            "Interpreter",
+            "StubRoutines (1)",
+            "I2C/C2I adapters",
+            "JS:*crunchTheLedger [eval]:2:25",
+            "monitorenter Runtime1 stub",
+            "f(x)",
+            "a b c(d)",
+        ] {
+            assert_eq!(readable(keep), keep);
+        }
+    }
 
     /// A child whose perf map is written as the runtimes write it, appended to, then written
     /// anew: named each time; a link, a FIFO or another user's file there is refused.

@@ -1,7 +1,8 @@
 //! Naming native addresses: the mapping an address falls in
 //! (/proc/PID/maps), the object file there (opened through the target's
 //! root, so right inside containers), and the function symbol covering it
-//! (.symtab, else .dynsym and the separate debug file its build ID names).
+//! (.symtab, else .dynsym and the separate debug file its build ID names),
+//! C++ and Rust names demangled (`formats::demangle`).
 //! An object without either names its frames
 //! `[file+offset]` (as perf does), never guessed. Files and their
 //! symbol tables are hostile input (`formats::elf` bounds every read). An
@@ -176,14 +177,18 @@ impl Native {
         let Some(m) = self.mapping(pid, ip, now) else {
             // not in a file: generated code, named if the runtime writes a perf map
             return match self.jit.name(pid, ip, now) {
-                Some(name) => Frame::jit(crate::model::stacks::clean(&name)),
+                Some(name) => Frame::jit(crate::model::stacks::clean(super::jit::readable(&name))),
                 None => Frame::unknown(format!("[unknown] {ip:#x}")),
             };
         };
         let off = ip - m.start + m.offset;
         let name = self.symbols(pid, &m.path).and_then(|s| s.address(off).and_then(|a| s.function(a).map(str::to_string)));
         match name {
-            Some(n) => Frame::native(crate::model::stacks::clean(&n), m.path.clone()),
+            Some(n) => {
+                // C++ and Rust names as a reader knows them
+                let n = waitmeter_formats::demangle::demangle(&n).unwrap_or(n);
+                Frame::native(crate::model::stacks::clean(&n), m.path.clone())
+            }
             // the object and the offset, as perf prints a frame without a symbol
             None => {
                 let base = m.path.rsplit('/').next().unwrap_or(&m.path);

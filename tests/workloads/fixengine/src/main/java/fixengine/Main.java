@@ -61,7 +61,9 @@ import quickfix.fix44.NewOrderSingle;
  * session, the application first does {@code --slow-ms} of work: real CPU work (SHA-256
  * digests) with {@code spin}, a blocking wait with {@code block} (a slow downstream). The
  * other sessions' orders queue behind it. With {@code --mode threaded} it is a {@link
- * ThreadedSocketAcceptor} (a thread per session), the fix.
+ * ThreadedSocketAcceptor} (a thread per session), the fix. With {@code --mode locked} the
+ * threads of a ThreadedSocketAcceptor match every order against one {@code synchronized} order
+ * book for {@code --slow-ms} of CPU each: a lock convoy.
  *
  * <p>{@code initiator}: the five clients, each sending {@code --rate} orders per second and
  * timing the answers; {@code fix_order_age_seconds{session}} on {@code --metrics-port} is the
@@ -123,7 +125,9 @@ public final class Main {
                     return;
                 }
                 boolean slow = id.getTargetCompID().equals("CLIENT1");
-                if (slow && mode.equals("block")) {
+                if (mode.equals("locked")) {
+                    BOOK.match(cpu, slowMs * 1_000_000L); // every session's thread, one book
+                } else if (slow && mode.equals("block")) {
                     sleep(slowMs); // a synchronous call to a slow downstream
                 } else {
                     work(cpu, slow ? slowMs * 1_000_000L : 100_000L); // pricing, risk checks: CPU
@@ -138,7 +142,7 @@ public final class Main {
             }
         };
         SessionSettings ss = new SessionSettings(new ByteArrayInputStream(settings("acceptor", port, sessions).getBytes(StandardCharsets.UTF_8)));
-        Acceptor a = mode.equals("threaded")
+        Acceptor a = mode.equals("threaded") || mode.equals("locked")
                 ? new ThreadedSocketAcceptor(app, new MemoryStoreFactory(), ss, logs(ss), new DefaultMessageFactory())
                 : new SocketAcceptor(app, new MemoryStoreFactory(), ss, logs(ss), new DefaultMessageFactory());
         a.start();
@@ -146,6 +150,16 @@ public final class Main {
         System.out.println("ready");
         System.out.flush();
         Thread.currentThread().join();
+    }
+
+    /** The one order book every session matches against. */
+    static final OrderBook BOOK = new OrderBook();
+
+    /** An order book behind its monitor: matching an order holds it for `ns` of CPU time. */
+    static final class OrderBook {
+        synchronized void match(ThreadMXBean cpu, long ns) {
+            work(cpu, ns);
+        }
     }
 
     /** Burn `ns` of this thread's CPU time on SHA-256 digests. */
