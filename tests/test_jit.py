@@ -4,6 +4,7 @@
 without them, one warning each names the remedy and the measurement is whole."""
 import json
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -159,3 +160,23 @@ def test_a_jvm_lock_convoy_names_the_method_holding_the_lock():
     first = report["verdict"][0]
     assert first.startswith("lock convoy"), report["verdict"]
     assert first.count("OrderBook.match") >= 2, first
+
+
+def test_a_map_in_the_targets_own_namespaces_is_found_through_its_root():
+    """Node.js in a PID and mount namespace of its own (unshare), as in a container: it is PID 1
+    there and writes /tmp/perf-1.map on a /tmp only it sees. The agent, outside, finds the map
+    through /proc/PID/root under the PID the process has there, and names its function; the
+    host's /tmp has no map of it."""
+    script = 'mount -t tmpfs wm-jit-tmp /tmp && cd /tmp && exec "$0" --perf-basic-prof -e "$1"'
+    with Workload("unshare", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc", "--propagation", "private",
+                  "/bin/sh", "-c", script, node(), BUSY) as w:
+        children = pathlib.Path(f"/proc/{w.pid}/task/{w.pid}/children").read_text().split()
+        assert len(children) == 1, children
+        pid = int(children[0])
+        status = pathlib.Path(f"/proc/{pid}/status").read_text()
+        assert re.search(r"^NSpid:\s+\d+\s+1$", status, re.M), status  # PID 1 in its namespace
+        assert not pathlib.Path(f"/tmp/perf-{pid}.map").exists() and not pathlib.Path("/tmp/perf-1.map").exists()
+        report, cp = attach(pid, 3.0)
+    busy = max((s for s in report["wait_sites"] if s["role"] == "busy"), key=lambda s: s["seconds"])
+    assert "crunchTheLedger [eval]:" in busy["site"].split(" ← ")[0], busy
+    assert "writes no perf map" not in cp.stderr, cp.stderr
