@@ -1,11 +1,14 @@
-//! "lock convoy on futex 0x…:": many threads took turns on one futex word.
+//! "lock convoy on futex 0x…:": many threads took turns on one futex word; or on a lock whose
+//! waiters each park on a word of their own (a JVM monitor, a `java.util.concurrent` lock): many
+//! threads each woken from their own word by another of them, round and round.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use serde::Serialize;
 
 use super::super::code::{self, Code};
 use super::super::evidence::ThreadRef;
-use super::super::serial::{hex, seconds};
+use super::super::serial::{hex_some, seconds};
 use super::super::ThreadRow;
 use super::idle_threads::home_word;
 use super::rows::thread_ref;
@@ -18,8 +21,9 @@ use crate::model::state::State;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LockConvoy {
-    #[serde(serialize_with = "hex")]
-    pub futex: u64,
+    /// the word they queued on; none when each parked on a word of its own
+    #[serde(serialize_with = "hex_some", skip_serializing_if = "Option::is_none")]
+    pub futex: Option<u64>,
     pub waiters: Vec<u32>,
     /// the waiters' wait on it, summed
     #[serde(rename = "wait_s", serialize_with = "seconds")]
@@ -60,7 +64,7 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
         })
         .map(|(f, waiters, wait_ns)| -> Box<dyn Claim> {
             Box::new(LockConvoy {
-                futex: f.addr,
+                futex: Some(f.addr),
                 waiters,
                 wait_ns,
                 window_ns: cx.window_ns,
@@ -68,7 +72,118 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
                 unmeasured_python: unknown_gil.clone(),
             })
         })
+        .chain(parked(cx).map(|c| -> Box<dyn Claim> { Box::new(c) }))
         .collect()
+}
+
+/// The least share of the window a thread of a parked convoy waited for the others.
+const PARKED_MEMBER_SHARE: f64 = 0.2;
+/// The least share of a member's handed waits (on its own words) that the others ended.
+const PARKED_BY_MEMBERS: f64 = 0.5;
+/// The least time the members spent not waiting (running, runnable, in I/O), summed, as a share
+/// of the window: someone held the lock and worked (a pool idle on its queue does not).
+const PARKED_WORKING: f64 = 0.25;
+
+/// A convoy on a lock whose waiters park each on a word of its own (HotSpot parks a thread on
+/// its own event for a monitor and for `LockSupport.park`): no word has many waiters, but a
+/// group of threads (≥ `CONVOY_WAITERS`) spent ≥ `CONVOY_SHARE` of the window, in all, in waits
+/// that another of them ended, each of them ≥ `PARKED_MEMBER_SHARE` of it, most of its handed
+/// waits ended so; the wakes go round (every member wakes and is woken within the group: a
+/// pipeline, each stage woken by the one before, is not a convoy); and the group worked
+/// meanwhile (a pool idle on its queue hands no lock round).
+fn parked(cx: &Context) -> Option<LockConvoy> {
+    let window = cx.window_ns.max(1) as f64;
+    let mut waiters_of: HashMap<u64, BTreeSet<u32>> = HashMap::new();
+    for r in cx.rows {
+        for w in &r.futex {
+            waiters_of.entry(w.addr).or_default().insert(r.tid);
+        }
+    }
+    let own = |addr: u64| !blame::is_parked(addr) && waiters_of.get(&addr).is_some_and(|w| w.len() == 1);
+    // waiter -> (waker -> ns) of its handed waits on words of its own, and those waits in all
+    let mut by: BTreeMap<u32, (BTreeMap<u32, u64>, u64)> = BTreeMap::new();
+    for r in cx.rows {
+        for w in r.futex.iter().filter(|w| w.waker != 0 && w.waker != r.tid && own(w.addr)) {
+            let e = by.entry(r.tid).or_default();
+            *e.0.entry(w.waker).or_default() += w.ns;
+            e.1 += w.ns;
+        }
+    }
+    let mut group: BTreeSet<u32> = by.keys().copied().collect();
+    let within = |g: &BTreeSet<u32>, tid: u32| by[&tid].0.iter().filter(|(w, _)| g.contains(w)).map(|(_, ns)| *ns).sum::<u64>();
+    loop {
+        let keep: BTreeSet<u32> = group
+            .iter()
+            .copied()
+            .filter(|t| {
+                let ns = within(&group, *t);
+                ns as f64 >= PARKED_MEMBER_SHARE * window && ns as f64 >= PARKED_BY_MEMBERS * by[t].1 as f64
+            })
+            .collect();
+        // the wakes go round: the part of the group every member reaches and is reached from
+        let keep = round(&keep, |t| by[&t].0.keys().copied().filter(|w| keep.contains(w)).collect());
+        if keep == group {
+            break;
+        }
+        group = keep;
+    }
+    let wait_ns: u64 = group.iter().map(|t| within(&group, *t)).sum();
+    let working: u64 = cx
+        .rows
+        .iter()
+        .filter(|r| group.contains(&r.tid))
+        .map(|r| [State::Running, State::Runqueue, State::Throttled, State::IoWait].iter().map(|s| r.times.get(*s)).sum::<u64>())
+        .sum();
+    (group.len() >= CONVOY_WAITERS && wait_ns as f64 >= CONVOY_SHARE * window && working as f64 >= PARKED_WORKING * window).then(|| {
+        // the wakers, most waking first
+        let mut wakers: BTreeMap<u32, u64> = BTreeMap::new();
+        for t in &group {
+            for (w, ns) in by[t].0.iter().filter(|(w, _)| group.contains(w)) {
+                *wakers.entry(*w).or_default() += ns;
+            }
+        }
+        let mut wakers: Vec<(u32, u64)> = wakers.into_iter().collect();
+        wakers.sort_by_key(|(t, ns)| (std::cmp::Reverse(*ns), *t));
+        LockConvoy {
+            futex: None,
+            waiters: group.iter().copied().collect(),
+            wait_ns,
+            window_ns: cx.window_ns,
+            wakers: wakers.iter().map(|(t, _)| thread_ref(*t, cx.rows)).collect(),
+            unmeasured_python: None,
+        }
+    })
+}
+
+/// The largest set of `nodes` in which every node reaches every other along `next` (a waiter's
+/// wakers): a strongly connected part of the wake graph.
+fn round(nodes: &BTreeSet<u32>, next: impl Fn(u32) -> Vec<u32>) -> BTreeSet<u32> {
+    let reach = |from: u32, step: &dyn Fn(u32) -> Vec<u32>| {
+        let mut seen = BTreeSet::from([from]);
+        let mut todo = vec![from];
+        while let Some(t) = todo.pop() {
+            for n in step(t) {
+                if seen.insert(n) {
+                    todo.push(n);
+                }
+            }
+        }
+        seen
+    };
+    let back = |t: u32| nodes.iter().copied().filter(|n| next(*n).contains(&t)).collect::<Vec<u32>>();
+    let mut best = BTreeSet::new();
+    let mut done = BTreeSet::new();
+    for &n in nodes {
+        if done.contains(&n) {
+            continue;
+        }
+        let part: BTreeSet<u32> = reach(n, &next).intersection(&reach(n, &back)).copied().collect();
+        done.extend(part.iter().copied());
+        if part.len() > best.len() {
+            best = part;
+        }
+    }
+    best
 }
 
 impl Claim for LockConvoy {
@@ -101,6 +216,17 @@ impl fmt::Display for LockConvoy {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let LockConvoy { futex, waiters, wait_ns, window_ns, wakers, unmeasured_python } = self;
         let wakers: Vec<String> = wakers.iter().take(4).map(ThreadRef::or_thread_tid).collect();
+        let Some(futex) = futex else {
+            return write!(
+                f,
+                "lock convoy: {} threads waited {:.1} s in total in {:.1} s, each woken by another of them ({}): they take turns on one lock, \
+                 whose waiters each park on a word of their own (as a JVM monitor or a java.util.concurrent lock parks them)",
+                waiters.len(),
+                secs(*wait_ns),
+                secs(*window_ns),
+                wakers.join(", ")
+            );
+        };
         let word = if blame::is_parked(*futex) { "CPython lock" } else { "futex" };
         write!(
             f,
@@ -141,7 +267,49 @@ mod tests {
         // as shown, the convoy's waiters are in its line
         assert_eq!(kinds(&findings_of(rows, 4 * S, 4.0, None)), ["lock_convoy"]);
         let wakers = vec![named(2, "w2"), named(3, "w3"), ThreadRef { tid: 99, name: None, folded: 0 }];
-        let convoy = LockConvoy { futex: 0xabc, waiters: vec![1, 2, 3], wait_ns: 9 * S, window_ns: 4 * S, wakers, unmeasured_python: None };
+        let convoy =
+            LockConvoy { futex: Some(0xabc), waiters: vec![1, 2, 3], wait_ns: 9 * S, window_ns: 4 * S, wakers, unmeasured_python: None };
         check(&f[0], convoy, 9 * S, "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 4.0 s, woken by w2 (2), w3 (3), thread 99: they take turns on one lock");
+    }
+
+    /// Threads that each park on a word of their own (a JVM monitor's waiters), woken by one
+    /// another round and round while they work: a convoy. The same waits as a pipeline (each
+    /// stage woken by the one before, none back), as a pool woken by its producer, or with
+    /// nobody working: none.
+    #[test]
+    fn a_convoy_on_a_lock_whose_waiters_park_on_words_of_their_own() {
+        let rows = |wakes: &[(u32, u32)], running: u64| -> Vec<ThreadRow> {
+            (1..=4)
+                .map(|i| {
+                    let mut r = row(i, &format!("w{i}"), &[(State::FutexWait, 3 * S), (State::Running, running)]);
+                    let mine: Vec<u32> = wakes.iter().filter(|(v, _)| *v == i).map(|(_, w)| *w).collect();
+                    for w in &mine {
+                        r.futex.push(FutexWait { addr: 0x1000 * i as u64, waker: *w, ns: 3 * S / mine.len() as u64 });
+                    }
+                    r
+                })
+                .collect()
+        };
+        let ring = [(1, 2), (1, 3), (2, 3), (3, 4), (4, 1)];
+        let f = findings_of(rows(&ring, S), 4 * S, 4.0, None);
+        assert_eq!(kinds(&f), ["lock_convoy"]);
+        let wakers = vec![named(3, "w3"), named(1, "w1"), named(4, "w4"), named(2, "w2")];
+        let convoy =
+            LockConvoy { futex: None, waiters: vec![1, 2, 3, 4], wait_ns: 12 * S, window_ns: 4 * S, wakers, unmeasured_python: None };
+        check(
+            &f[0],
+            convoy,
+            12 * S,
+            "lock convoy: 4 threads waited 12.0 s in total in 4.0 s, each woken by another of them (w3 (3), w1 (1), w4 (4), w2 (2)): they take turns on one lock, whose waiters each park on a word of their own (as a JVM monitor or a java.util.concurrent lock parks them)",
+        );
+        let convoy_of = |rows: Vec<ThreadRow>| kinds(&every_finding_of(rows, 4 * S)).iter().filter(|k| *k == "lock_convoy").count();
+        assert_eq!(convoy_of(rows(&[(2, 1), (3, 2), (4, 3)], S)), 0, "a pipeline");
+        assert_eq!(convoy_of(rows(&[(1, 2), (2, 1), (3, 4), (4, 3)], S)), 0, "two pairs, each handing work back and forth");
+        assert_eq!(convoy_of(rows(&[(1, 9), (2, 9), (3, 9), (4, 9)], S)), 0, "a pool and its producer");
+        assert_eq!(convoy_of(rows(&ring, 0)), 0, "nobody worked");
+        // a word two of them wait on is not a word of their own: the convoy rule on one word's
+        let mut shared = rows(&ring, S);
+        shared[1].futex[0].addr = 0x1000;
+        assert_eq!(convoy_of(shared), 0);
     }
 }
