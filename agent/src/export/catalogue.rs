@@ -237,7 +237,7 @@ pub const EVENTS_LOST: Metric = Metric {
     kind: Kind::Counter,
     unit: None,
     labels: &["probe", "reason"],
-    help: "Kernel events that could not be recorded, by probe and reason (thread_map_full, holds_map_full: raise --max-threads; exit_ringbuf_full: a thread's final record was lost; blame_map_full: a GIL wait was not charged to its holder; blame_taken: a wait charged to a blame entry in the instant the agent took it out of the kernel; stretch_map_full: a stretch was not counted in waitmeter_thread_stretch_seconds, raise --max-threads; probe stacks: a wait not charged to its stacks; probe syscalls: a syscall not counted, syscall_map_full or task_storage_failed). Any increase means the numbers are incomplete.",
+    help: "Kernel events that could not be recorded, by probe and reason (thread_map_full, holds_map_full: raise --max-threads; exit_ringbuf_full: a thread's final record was lost; blame_map_full: a GIL wait was not charged to its holder; blame_taken: a wait charged to a blame entry in the instant the agent took it out of the kernel; stretch_map_full: a stretch was not counted in waitmeter_thread_stretch_seconds, raise --max-threads; probe stacks: a wait not charged to its stacks, or, counted in user space, thread_gone: a wait drained after its thread was forgotten, perf_map_refused: a JIT's perf map not read (not a regular file, not the process's user's, past 256 MiB), perf_map_bad_line: its lines skipped (malformed, past the bound of ranges), that code unnamed; probe syscalls: a syscall not counted, syscall_map_full or task_storage_failed). Any increase means the numbers are incomplete.",
 };
 
 pub const BPF_MAP_ENTRIES: Metric = Metric {

@@ -42,6 +42,8 @@ pub enum Reason {
     PyStackMapFull,
     WaitStackMapFull,
     ThreadGone,
+    PerfMapRefused,
+    PerfMapBadLine,
     SyscallMapFull,
     TaskStorageFailed,
 }
@@ -63,6 +65,8 @@ impl Reason {
             Reason::PyStackMapFull => "py_stack_map_full",
             Reason::WaitStackMapFull => "wait_stack_map_full",
             Reason::ThreadGone => "thread_gone",
+            Reason::PerfMapRefused => "perf_map_refused",
+            Reason::PerfMapBadLine => "perf_map_bad_line",
             Reason::SyscallMapFull => "syscall_map_full",
             Reason::TaskStorageFailed => "task_storage_failed",
         }
@@ -90,6 +94,12 @@ impl Reason {
             }
             Reason::ThreadGone => "waits drained after their thread was no longer known to the session (threads that exit quickly)",
             Reason::TaskStorageFailed => "the kernel refused the per-task storage: some syscalls were not counted",
+            Reason::PerfMapRefused => {
+                "a JIT's perf map was not read (not a regular file, not the process's user's, or past 256 MiB): its frames stay unnamed"
+            }
+            Reason::PerfMapBadLine => {
+                "lines of a JIT's perf map were malformed or past its bound of ranges, and skipped: their code stays unnamed"
+            }
         }
     }
 }

@@ -245,6 +245,10 @@ impl Session {
         let Some(st) = &self.stacks else { return vec![] };
         let mut lost: Vec<_> = self.probe.stack_maps().lost().into_iter().map(|(r, n)| Lost::new(Probe::Stacks, r, n)).collect();
         lost.push(Lost::new(Probe::Stacks, Reason::ThreadGone, st.unattributed));
+        // counted in user space too: the JITs' perf maps that were not read, and their lines skipped
+        let (refused, bad_lines) = st.namer.native.jit.lost();
+        lost.push(Lost::new(Probe::Stacks, Reason::PerfMapRefused, refused));
+        lost.push(Lost::new(Probe::Stacks, Reason::PerfMapBadLine, bad_lines));
         lost
     }
 }

@@ -186,7 +186,7 @@ pub struct Jit {
     maps: HashMap<u32, Map>,
     /// maps refused, by reason (counted once per process and reason)
     refused: HashMap<Refused, u64>,
-    /// malformed lines skipped, in all maps
+    /// lines skipped (malformed, or past the bound of ranges), in all maps
     bad_lines: u64,
 }
 
@@ -201,10 +201,10 @@ impl Jit {
             return None;
         }
         m.checked_at = now.max(1);
-        let bad_before = m.map.bad_lines;
+        let bad_before = m.map.bad_lines + m.map.over_bound;
         let refused_before = m.refused;
         read_more(pid, m);
-        self.bad_lines += m.map.bad_lines.saturating_sub(bad_before);
+        self.bad_lines += (m.map.bad_lines + m.map.over_bound).saturating_sub(bad_before);
         if m.refused != refused_before {
             if let Some(r) = m.refused {
                 *self.refused.entry(r).or_default() += 1;
@@ -234,6 +234,12 @@ impl Jit {
     #[cfg(test)]
     pub fn has_map(&self, pid: u32) -> bool {
         self.maps.get(&pid).is_some_and(|m| m.found)
+    }
+
+    /// Maps refused (once per process and reason), and lines skipped (malformed, or past the
+    /// bound of ranges), so far.
+    pub fn lost(&self) -> (u64, u64) {
+        (self.refused.values().sum(), self.bad_lines)
     }
 
     /// Maps refused by reason, and malformed lines skipped, so far.
@@ -372,12 +378,17 @@ mod tests {
         assert_eq!(jit.name(pid, 0x4000, now + 2 * RECHECK_NS).as_deref(), Some("x"));
         assert_eq!(jit.name(pid, 0x2000, now + 2 * RECHECK_NS).as_deref(), Some("JS:*other /srv/app.js:5:1"));
         assert_eq!(jit.losses(), (vec![], 0));
+        // malformed lines: skipped, counted, the good ones still read
+        std::fs::write(&path, "1000 100 Interpreter\nnot a line\n5000 zz bad size\n6000 10 y\n").unwrap();
+        assert_eq!(jit.name(pid, 0x6000, now + 3 * RECHECK_NS).as_deref(), Some("y"));
+        assert_eq!(jit.lost(), (0, 2));
         // a link planted where the map is, a FIFO, a file of another user: refused, counted
         // once per process and reason, nothing read
         let refused = |jit: &mut Jit| {
             assert_eq!(jit.name(pid, 0x1000, now), None);
             assert_eq!(jit.name(pid, 0x1000, now + 2 * RECHECK_NS), None);
             assert!(jit.has_map(pid));
+            assert_eq!(jit.lost(), (1, 0), "what the session exports (perf_map_refused, perf_map_bad_line)");
             jit.losses().0
         };
         std::fs::remove_file(&path).unwrap();
