@@ -451,3 +451,45 @@ def test_bad_push_options_are_one_line(args, words):
     assert cp.returncode == 2, (cp.returncode, cp.stderr)
     lines = cp.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], cp.stderr
+
+
+def minidebuginfo(exe, out):
+    """`exe` stripped, with its function symbols that .dynsym lacks packed into .gnu_debugdata as
+    Fedora's build does (find-debuginfo's recipe, as GDB's manual gives it: nm, objcopy, xz)."""
+    work = out.parent / (out.name + ".work")
+    work.mkdir(exist_ok=True)
+    run = lambda *a: subprocess.run(a, check=True, capture_output=True, text=True, timeout=120).stdout  # noqa: E731
+    dyn = {ln.split()[0] for ln in run("nm", "-D", "--format=posix", "--defined-only", str(exe)).splitlines()}
+    funcs = {ln.split()[0] for ln in run("nm", "--format=posix", "--defined-only", str(exe)).splitlines()
+             if ln.split()[1] in ("T", "t")}
+    (work / "keep").write_text("\n".join(sorted(funcs - dyn)) + "\n")
+    run("objcopy", "--only-keep-debug", str(exe), str(work / "mini"))
+    run("objcopy", "-S", "--remove-section", ".gdb_index", "--remove-section", ".comment",
+        f"--keep-symbols={work / 'keep'}", str(work / "mini"), str(work / "mini"))
+    run("strip", "--strip-all", "-R", ".comment", "-o", str(out), str(exe))
+    run("xz", "-f", str(work / "mini"))
+    run("objcopy", "--add-section", f".gnu_debugdata={work / 'mini.xz'}", str(out))
+    return out
+
+
+def test_a_stripped_programs_functions_are_named_from_its_minidebuginfo(tmp_path):
+    """A program stripped of .symtab, as Fedora ships it, names its static function from the
+    MiniDebugInfo packed in it; the same program stripped without it names the address only
+    (the control: the name comes from .gnu_debugdata and nowhere else)."""
+    exe = build_c("ledger", "-O1", "-fno-omit-frame-pointer", "-g", out="ledger")
+    packed = minidebuginfo(exe, tmp_path / "ledger-mini")
+    bare = tmp_path / "ledger-bare"
+    subprocess.run(["strip", "--strip-all", "-o", str(bare), str(exe)], check=True, timeout=60)
+    sections = subprocess.run(["readelf", "-S", str(packed)], check=True, capture_output=True, text=True).stdout
+    assert ".gnu_debugdata" in sections and ".symtab" not in sections, sections
+
+    def busy_site(binary):
+        with Workload(binary) as w:
+            report, _ = attach(w.pid, 2.5)
+        sites = [s for s in report["wait_sites"] if s["tid"] == w.pid and s["role"] == "busy"]
+        assert sites, report["wait_sites"]
+        return max(sites, key=lambda s: s["seconds"])["site"]
+
+    assert busy_site(packed).startswith("settle_the_ledger"), busy_site(packed)
+    bare_site = busy_site(bare)
+    assert "settle_the_ledger" not in bare_site and "[ledger-bare+0x" in bare_site, bare_site

@@ -19,5 +19,11 @@ fuzz_target!(|data: &[u8]| {
         let _ = runtime.map(|r| elf.sections.iter().find_map(|s| s.file_offset(r)));
         let _ = elf.symbol("_PyRuntime");
         let _ = elf.has_symtab();
+        // a stripped object's MiniDebugInfo (agent/src/stacks/native.rs): unpacked, parsed, its functions
+        if let Some(Ok(mini)) = waitmeter_formats::minidebug::of(&elf) {
+            if let Ok(inner) = Elf::parse(mini.as_slice()) {
+                let _ = inner.functions(1 << 16);
+            }
+        }
     }
 });

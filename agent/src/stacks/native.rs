@@ -1,7 +1,8 @@
 //! Naming native addresses: the mapping an address falls in
 //! (/proc/PID/maps), the object file there (opened through the target's
 //! root, so right inside containers), and the function symbol covering it
-//! (.symtab, else .dynsym and the separate debug file its build ID names),
+//! (.symtab, else .dynsym, the separate debug file its build ID names and the
+//! MiniDebugInfo packed in it),
 //! C++ and Rust names demangled (`formats::demangle`).
 //! An object without either names its frames
 //! `[file+offset]` (as perf does), never guessed. Files and their
@@ -51,6 +52,7 @@ impl Symbols {
             if let Some(id) = elf.build_id() {
                 funcs.extend(debug_functions(pid, &id));
             }
+            funcs.extend(mini_functions(&elf, path));
         }
         // aliases at one address, across the object and its debug file: the name a reader knows
         let rank = |name: &str| waitmeter_formats::elf::alias_rank(name);
@@ -93,8 +95,31 @@ fn debug_functions(pid: u32, id: &[u8]) -> Vec<(u64, u64, String)> {
     ranges(&elf)
 }
 
+/// The functions of the MiniDebugInfo packed in a stripped object (`.gnu_debugdata`: Fedora's
+/// and RHEL's objects), by link-time address; said once per file when it cannot be read.
+fn mini_functions<S: waitmeter_formats::elf::Source + ?Sized>(elf: &Elf<'_, S>, path: &std::path::Path) -> Vec<(u64, u64, String)> {
+    let unpacked = match waitmeter_formats::minidebug::of(elf) {
+        None => return vec![],
+        Some(Ok(bytes)) => bytes,
+        Some(Err(e)) => {
+            log::warn!("{}: its MiniDebugInfo (.gnu_debugdata) is not read ({e:#}): its internal functions stay unnamed", path.display());
+            return vec![];
+        }
+    };
+    match Elf::parse(unpacked.as_slice()) {
+        Ok(mini) => ranges(&mini),
+        Err(e) => {
+            log::warn!(
+                "{}: its MiniDebugInfo (.gnu_debugdata) is not an ELF file ({e:#}): its internal functions stay unnamed",
+                path.display()
+            );
+            vec![]
+        }
+    }
+}
+
 /// An object's functions as (start, end, name), by link-time address.
-fn ranges<S: waitmeter_formats::elf::Source>(elf: &Elf<'_, S>) -> Vec<(u64, u64, String)> {
+fn ranges<S: waitmeter_formats::elf::Source + ?Sized>(elf: &Elf<'_, S>) -> Vec<(u64, u64, String)> {
     elf.functions(MAX_FUNCTIONS).into_iter().map(|s| (s.value, s.value.saturating_add(s.size), s.name)).collect()
 }
 
