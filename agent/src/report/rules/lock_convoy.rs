@@ -156,13 +156,22 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
 }
 
 /// The largest set of `nodes` in which every node reaches every other along `next` (a waiter's
-/// wakers): a strongly connected part of the wake graph.
+/// wakers): a strongly connected part of the wake graph. The edges are listed once each way,
+/// so a part costs one walk of the graph each way (a JVM may have hundreds of such threads).
 fn round(nodes: &BTreeSet<u32>, next: impl Fn(u32) -> Vec<u32>) -> BTreeSet<u32> {
-    let reach = |from: u32, step: &dyn Fn(u32) -> Vec<u32>| {
+    let mut fwd: HashMap<u32, Vec<u32>> = HashMap::new();
+    let mut back: HashMap<u32, Vec<u32>> = HashMap::new();
+    for &n in nodes {
+        for m in next(n).into_iter().filter(|m| nodes.contains(m)) {
+            fwd.entry(n).or_default().push(m);
+            back.entry(m).or_default().push(n);
+        }
+    }
+    let reach = |from: u32, edges: &HashMap<u32, Vec<u32>>| {
         let mut seen = BTreeSet::from([from]);
         let mut todo = vec![from];
         while let Some(t) = todo.pop() {
-            for n in step(t) {
+            for &n in edges.get(&t).into_iter().flatten() {
                 if seen.insert(n) {
                     todo.push(n);
                 }
@@ -170,14 +179,13 @@ fn round(nodes: &BTreeSet<u32>, next: impl Fn(u32) -> Vec<u32>) -> BTreeSet<u32>
         }
         seen
     };
-    let back = |t: u32| nodes.iter().copied().filter(|n| next(*n).contains(&t)).collect::<Vec<u32>>();
     let mut best = BTreeSet::new();
     let mut done = BTreeSet::new();
     for &n in nodes {
         if done.contains(&n) {
             continue;
         }
-        let part: BTreeSet<u32> = reach(n, &next).intersection(&reach(n, &back)).copied().collect();
+        let part: BTreeSet<u32> = reach(n, &fwd).intersection(&reach(n, &back)).copied().collect();
         done.extend(part.iter().copied());
         if part.len() > best.len() {
             best = part;
