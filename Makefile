@@ -98,7 +98,7 @@ lint: setup-build
 	cd agent && $(CARGO) clippy --release --locked --workspace --all-targets -- -D warnings
 
 integration: setup build release
-	$(PYTHON) -m pytest -rs tests/
+	$(PYTHON) -m pytest -rs --durations=25 tests/
 
 # Bounded fuzzing of the parsers of hostile input (ELF, exposition, HTTP heads, debug offsets, line tables, perf maps, symbol names): FUZZ_SECONDS each.
 fuzz: setup
