@@ -49,10 +49,13 @@ impl Symbols {
         let elf = Elf::parse(&src).ok()?;
         let mut funcs = ranges(&elf);
         if !elf.has_symtab() {
-            if let Some(id) = elf.build_id() {
-                funcs.extend(debug_functions(pid, &id));
+            // the separate debug file has every function; MiniDebugInfo only when there is none
+            // (unpacking it is the dearer read, and it holds a subset)
+            let debug = elf.build_id().map(|id| debug_functions(pid, &id)).unwrap_or_default();
+            if debug.is_empty() {
+                funcs.extend(mini_functions(&elf, path));
             }
-            funcs.extend(mini_functions(&elf, path));
+            funcs.extend(debug);
         }
         // aliases at one address, across the object and its debug file: the name a reader knows
         let rank = |name: &str| waitmeter_formats::elf::alias_rank(name);
