@@ -139,12 +139,9 @@ int sample_holder(void *ctx)
 	now = bpf_ktime_get_ns();
 	if (now > s->wanted + WM_HOLDER_WANTED_NS)
 		return 0;
-	stack = bpf_get_stackid(ctx, &native_stacks, BPF_F_USER_STACK);
-	if (stack < 0) {
-		if (stack != -14 /* EFAULT: no user stack */)
-			stack_loss(WM_STACK_STAT_NATIVE_FAILED);
+	stack = wm_native_stack(key.tgid);
+	if (stack < 0)
 		return 0;
-	}
 	s->native = stack;
 	s->switch_at = s->want_switch;
 	s->at = now;

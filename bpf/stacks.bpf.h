@@ -24,13 +24,37 @@
 
 #include "stacks.h"
 
-/* native user stacks (frame-pointer walk by the kernel), deduplicated */
+/* native user stacks, deduplicated, keyed by the low 31 bits of their hash */
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, WM_DEFAULT_MAX_NATIVE_STACKS);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, WM_NATIVE_MAX_FRAMES * sizeof(__u64));
+	__type(key, __u32);
+	__type(value, struct wm_native_stack);
 } native_stacks SEC(".maps");
+
+/* the native stack being walked (too big for the BPF stack) */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_native_stack);
+} native_scratch SEC(".maps");
+
+/* the unwind rows of objects built without frame pointers (set by the agent) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WM_DEFAULT_UNWIND_ROWS);
+	__type(key, __u32);
+	__type(value, struct wm_unwind_row);
+} unwind_rows SEC(".maps");
+
+/* host TGID -> its code mappings of such objects (set by the agent) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WM_DEFAULT_MAX_PY_PROCS);
+	__type(key, __u32);
+	__type(value, struct wm_unwind_proc);
+} unwind_procs SEC(".maps");
 
 /* Python stacks, keyed by a hash of (TGID, frames) */
 struct {
@@ -156,6 +180,155 @@ __noinline __u64 wm_py_stack(__u32 tgid, __u64 tstate)
 	return h;
 }
 
+/* A walk in progress: the registers of the frame being left. */
+struct wm_walk {
+	__u64 ip, sp, bp;
+	__u64 h;
+	struct wm_native_stack *out;
+	struct wm_unwind_proc *proc;
+};
+
+/* A binary search for the last row at or before `pc` in [lo, hi). */
+struct wm_search {
+	__u32 lo, hi, pc;
+};
+
+static long search_step(__u32 i, void *data)
+{
+	struct wm_search *s = data;
+	struct wm_unwind_row *row;
+	__u32 mid;
+
+	if (s->lo + 1 >= s->hi)
+		return 1;
+	mid = s->lo + (s->hi - s->lo) / 2;
+	row = bpf_map_lookup_elem(&unwind_rows, &mid);
+	if (!row)
+		return 1;
+	if (row->pc <= s->pc)
+		s->lo = mid;
+	else
+		s->hi = mid;
+	return 0;
+}
+
+/*
+ * One frame: record `ip`, then find the caller's registers. In an unwound
+ * object its row says where the CFA is (and the caller's rbp); elsewhere the
+ * frame pointer does (the caller's rbp at rbp, the return address above it),
+ * as the kernel's walk does. A return address is the instruction after a
+ * call: the caller's code is looked up at ip - 1.
+ */
+static long walk_step(__u32 i, void *data)
+{
+	struct wm_walk *w = data;
+	struct wm_unwind_proc *proc = w->proc;
+	struct wm_unwind_row *row = 0;
+	__u64 at = i ? w->ip - 1 : w->ip, ra = 0, cfa;
+	__u32 n = w->out->depth;
+
+	if (n >= WM_NATIVE_MAX_FRAMES)
+		return 1;
+	w->out->ips[n] = w->ip;
+	w->out->depth = n + 1;
+	w->h = py_mix(w->h, w->ip);
+	if (proc) {
+		for (int j = 0; j < WM_UNWIND_MAX_MAPS; j++) {
+			struct wm_unwind_map *m = &proc->maps[j];
+			__u64 pc;
+
+			if (j >= proc->n)
+				break;
+			if (at < m->start || at >= m->end)
+				continue;
+			pc = at - m->bias;
+			if (pc > 0xffffffffULL || !m->count)
+				return 1;
+			struct wm_search s = { .lo = m->first, .hi = m->first + m->count, .pc = pc };
+
+			bpf_loop(WM_UNWIND_SEARCH_STEPS, search_step, &s, 0);
+			row = bpf_map_lookup_elem(&unwind_rows, &s.lo);
+			if (!row || row->pc > pc || row->kind == WM_UNWIND_STOP)
+				return 1;
+			break;
+		}
+	}
+	if (row) {
+		cfa = (row->kind == WM_UNWIND_FP ? w->bp : w->sp) + (__s64)row->cfa_off;
+		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+			return 1;
+		if (row->fp_saved && bpf_probe_read_user(&w->bp, sizeof(w->bp), (void *)(cfa + (__s64)row->fp_at)))
+			return 1;
+		w->sp = cfa;
+	} else {
+		__u64 frame[2];
+
+		/* a frame lies above the one it called */
+		if (!w->bp || w->bp < w->sp || (w->bp & 7))
+			return 1;
+		if (bpf_probe_read_user(frame, sizeof(frame), (void *)w->bp))
+			return 1;
+		w->sp = w->bp + 16;
+		w->bp = frame[0];
+		ra = frame[1];
+	}
+	/* a return address in user space's code, never at 0 */
+	if (ra < 4096 || ra >= 0x800000000000ULL)
+		return 1;
+	w->ip = ra;
+	return 0;
+}
+
+/*
+ * The native user stack of `current`, from the registers it entered the
+ * kernel with: stored in `native_stacks`, returned as its key (negative:
+ * none; a kernel thread has none, and is no loss). A global function: the
+ * verifier checks it once.
+ */
+__noinline int wm_native_stack(__u32 tgid)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct wm_walk w = {};
+	struct wm_native_stack *e;
+	struct pt_regs *regs;
+	__u32 zero = 0, key;
+	long err;
+
+	if (!task->mm)
+		return -1;
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return -1;
+	w.out = bpf_map_lookup_elem(&native_scratch, &zero);
+	if (!w.out)
+		return -1;
+	w.ip = BPF_CORE_READ(regs, ip);
+	w.sp = BPF_CORE_READ(regs, sp);
+	w.bp = BPF_CORE_READ(regs, bp);
+	if (w.ip < 4096 || w.ip >= 0x800000000000ULL)
+		return -1;
+	w.proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	w.h = 0xcbf29ce484222325ULL ^ tgid;
+	w.out->depth = 0;
+	bpf_loop(WM_NATIVE_MAX_FRAMES, walk_step, &w, 0);
+	if (!w.out->depth)
+		return -1;
+	w.h = py_mix(w.h, w.out->depth);
+	w.out->check = w.h >> 32;
+	key = w.h & 0x7fffffff;
+	err = bpf_map_update_elem(&native_stacks, &key, w.out, BPF_NOEXIST);
+	if (err == -17 /* EEXIST */) {
+		e = bpf_map_lookup_elem(&native_stacks, &key);
+		if (e && e->check == w.out->check && e->depth == w.out->depth)
+			return key;
+	}
+	if (err) {
+		stack_loss(WM_STACK_STAT_NATIVE_FAILED);
+		return -1;
+	}
+	return key;
+}
+
 /* The stacks of `current` (thread `tid` of `tgid`): native and Python. */
 static __always_inline void own_stacks(void *ctx, __u32 tgid, __u32 tid, struct wm_stack_ref *out)
 {
@@ -163,14 +336,8 @@ static __always_inline void own_stacks(void *ctx, __u32 tgid, __u32 tid, struct 
 
 	out->native = -1;
 	out->py = 0;
-	if (cfg.stacks & WM_STACKS_NATIVE) {
-		long id = bpf_get_stackid(ctx, &native_stacks, BPF_F_USER_STACK);
-
-		if (id >= 0)
-			out->native = id;
-		else if (id != -14 /* EFAULT: no user stack (a kernel-only wait) */)
-			stack_loss(WM_STACK_STAT_NATIVE_FAILED);
-	}
+	if (cfg.stacks & WM_STACKS_NATIVE)
+		out->native = wm_native_stack(tgid);
 	if (cfg.stacks & WM_STACKS_PYTHON) {
 		tstate = bpf_map_lookup_elem(&py_tstates, &tid);
 		if (tstate)

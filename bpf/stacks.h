@@ -8,7 +8,9 @@
  * for a futex wait, `preemptor` for a run-queue wait). The sched probe takes
  * the stacks at those moments (bpf/stacks.bpf.h) and, when the wait ends,
  * adds its nanoseconds to `wait_stacks` under both stacks. Native user stacks
- * go to a stack-trace map (frame pointers); Python stacks are read from the
+ * are walked by frame pointers and, through code built without them, by the
+ * unwind rows user space made from the object's `.eh_frame` (`unwind_rows`,
+ * `unwind_procs`); Python stacks are read from the
  * interpreter's frames (code object + instruction per frame) and symbolised
  * in user space (agent/src/stacks/). See docs/probes/stacks.md.
  */
@@ -45,9 +47,59 @@ enum wm_role {
 	WM_NR_ROLES = 5,
 };
 
+/* A native stack (`native_stacks`, keyed by the low 31 bits of its hash):
+ * return addresses, leaf first (the leaf is the instruction itself). */
+struct wm_native_stack {
+	__u32 depth;      /* frames used */
+	__u32 check;      /* the hash's high 32 bits: another stack in the same key is a collision */
+	__u64 ips[WM_NATIVE_MAX_FRAMES];
+};
+
+/* Walking code built without frame pointers: user space gives each process the
+ * code mappings of such objects and each object's rows (formats::cfi, from
+ * `.eh_frame`), in one array shared by every process that maps the object. */
+enum wm_unwind_limits {
+	WM_UNWIND_MAX_MAPS = 32,          /* unwound code mappings per process */
+	WM_DEFAULT_UNWIND_ROWS = 262144,  /* rows of all objects (resized before load) */
+	WM_UNWIND_SEARCH_STEPS = 24,      /* binary search steps: up to 2^24 rows an object */
+};
+
+/* How to step out of the code at a row's address. */
+enum wm_unwind_kind {
+	WM_UNWIND_STOP = 0,   /* no caller found from here: the walk ends */
+	WM_UNWIND_SP = 1,     /* CFA = rsp + cfa_off */
+	WM_UNWIND_FP = 2,     /* CFA = rbp + cfa_off */
+};
+
+/* From `pc` (the object's link-time address) to the next row's: the return
+ * address is at CFA - 8; with `fp_saved`, the caller's rbp at CFA + fp_at. */
+struct wm_unwind_row {
+	__u32 pc;
+	__s32 cfa_off;
+	__s16 fp_at;
+	__u8 kind;        /* enum wm_unwind_kind */
+	__u8 fp_saved;
+};
+
+/* One code mapping of an unwound object: address - bias = link-time address;
+ * its rows are unwind_rows[first, first + count). */
+struct wm_unwind_map {
+	__u64 start;
+	__u64 end;
+	__u64 bias;
+	__u32 first;
+	__u32 count;
+};
+
+struct wm_unwind_proc {
+	__u32 n;          /* maps used */
+	__u32 _pad;
+	struct wm_unwind_map maps[WM_UNWIND_MAX_MAPS];
+};
+
 /* The stacks of one moment: a native stack id and a Python stack key. */
 struct wm_stack_ref {
-	__s32 native;     /* `native_stacks` id; negative: none */
+	__s32 native;     /* `native_stacks` key; negative: none */
 	__u32 _pad;
 	__u64 py;         /* `py_stacks` key; 0: none */
 };
@@ -126,7 +178,7 @@ struct wm_holder_sample {
 /* Index of the per-CPU `stack_stats` array, exported as
  * waitmeter_bpf_events_lost_total{probe="stacks",reason}. */
 enum wm_stack_stat {
-	WM_STACK_STAT_NATIVE_FAILED = 0, /* a native stack could not be stored (map full or bucket taken) */
+	WM_STACK_STAT_NATIVE_FAILED = 0, /* a native stack could not be stored (map full, or another stack has its key) */
 	WM_STACK_STAT_PY_MAP_FULL = 1,   /* a Python stack could not be stored */
 	WM_STACK_STAT_WAIT_MAP_FULL = 2, /* a wait could not be charged to its stacks */
 	WM_STACK_NR_STATS = 3,

@@ -232,6 +232,45 @@ def test_a_c_mutex_convoy_names_the_c_functions():
     assert report["python"] is None
 
 
+def traces(path, role):
+    """The stacks of a profile's samples of `role` as go tool pprof -traces prints them: each a
+    list of function names, innermost first."""
+    out, cur = [], None
+    for ln in pyroscope_receiver.go_pprof(path, "-traces", f"-tagfocus=role={role}").splitlines():
+        if ln.startswith("-----"):
+            cur = None
+            continue
+        m = re.match(r"\s+\S+\s{3}(\S.*)$", ln) if cur is None else re.match(r"\s{13}(\S.*)$", ln)
+        if m and not re.match(r"\s+\w+:\s", ln):
+            if cur is None:
+                cur = []
+                out.append(cur)
+            # a C function as its source names it, without the compiler's clone suffixes
+            cur.append(re.sub(r"\.(constprop|isra|part|lto_priv)\.\d+$|\.cold$", "", m.group(1).strip()))
+    return out
+
+
+def test_a_program_built_without_frame_pointers_is_walked_to_its_first_frame(tmp_path):
+    """The same convoy built as distributions build their C code, -O2 -fomit-frame-pointer, its
+    waits' leaves in Debian's C library (no frame pointers either). The source is the ground
+    truth: every wait's stack runs take ← append_record ← worker ← start_thread ← clone3, which
+    only a walk through both objects' .eh_frame finds (a frame-pointer walk ends in the C
+    library, or skips frames)."""
+    exe = build_c("stack_convoy", "-O2", "-g", "-fomit-frame-pointer", out="stack_convoy_nofp")
+    with Workload(exe) as w:
+        report, _ = attach(w.pid, 2.0, "--profile", str(tmp_path / "wait.pb.gz"))
+    victims = [t for t in traces(tmp_path / "wait.pb.gz", "victim") if "take" in t]
+    assert victims, traces(tmp_path / "wait.pb.gz", "victim")[:3]
+    whole = [t for t in victims if t[t.index("take"):][:3] == ["take", "append_record", "worker"] and t[-2:] == ["start_thread", "clone3"]]
+    assert len(whole) >= 0.9 * len(victims), victims[:3]
+    # the leaves are the C library's own functions, by the names its debug symbols give
+    assert all(not t[0].startswith("[") for t in victims), victims[:3]
+    # the unlock is append_record's last call: -O2 makes it a jump, so give returns to worker
+    wakers = [t for t in traces(tmp_path / "wait.pb.gz", "waker") if "give" in t]
+    upward = [[f for f in t[t.index("give"):] if f != "append_record"] for t in wakers]
+    assert wakers and all(u == ["give", "worker", "start_thread", "clone3"] for u in upward), wakers[:3]
+
+
 @contextlib.contextmanager
 def run_agent(pid, *extra, log=None):
     """`waitmeter run --pid PID`; yields its base URL once /metrics answers."""

@@ -194,7 +194,7 @@ pub enum LockProbe {
 /// Which stacks a wait is charged to (docs/probes/stacks.md).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Stacks {
-    /// native stacks (frame pointers) and Python frames
+    /// native stacks (frame pointers, and .eh_frame where there are none) and Python frames
     All,
     /// Python frames only
     Python,

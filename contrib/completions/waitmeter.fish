@@ -49,7 +49,7 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l gil-probe
 uprobe\t'also uprobes on take_gil/drop_gil (needs .symtab): hold-time histograms, ~2 µs per GIL hand-off'"
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l lock-probe -d 'Lock waits of Python 3.13+ (PyMutex, threading.Lock): uprobe (default) charges them to the lock, none to futex words' -r -f -a "uprobe\t'uprobes on _PySemaphore_Wait: a wait in the parking lot is charged to the lock parked on (~2 µs per sleep)'
 none\t'no uprobe: such waits are charged to the sleeping thread\'s own semaphore'"
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l stacks -d 'Stacks of both sides of each wait, for the verdict and the wait profiles: all, python, native or none' -r -f -a "all\t'native stacks (frame pointers) and Python frames'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l stacks -d 'Stacks of both sides of each wait, for the verdict and the wait profiles: all, python, native or none' -r -f -a "all\t'native stacks (frame pointers, and .eh_frame where there are none) and Python frames'
 python\t'Python frames only'
 native\t'native stacks only'
 none\t'no stacks: the cheapest'"
@@ -84,7 +84,7 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l gil-probe -d
 uprobe\t'also uprobes on take_gil/drop_gil (needs .symtab): hold-time histograms, ~2 µs per GIL hand-off'"
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l lock-probe -d 'Lock waits of Python 3.13+ (PyMutex, threading.Lock): uprobe (default) charges them to the lock, none to futex words' -r -f -a "uprobe\t'uprobes on _PySemaphore_Wait: a wait in the parking lot is charged to the lock parked on (~2 µs per sleep)'
 none\t'no uprobe: such waits are charged to the sleeping thread\'s own semaphore'"
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l stacks -d 'Stacks of both sides of each wait, for the verdict and the wait profiles: all, python, native or none' -r -f -a "all\t'native stacks (frame pointers) and Python frames'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l stacks -d 'Stacks of both sides of each wait, for the verdict and the wait profiles: all, python, native or none' -r -f -a "all\t'native stacks (frame pointers, and .eh_frame where there are none) and Python frames'
 python\t'Python frames only'
 native\t'native stacks only'
 none\t'no stacks: the cheapest'"
@@ -126,7 +126,7 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l gil-probe -
 uprobe\t'also uprobes on take_gil/drop_gil (needs .symtab): hold-time histograms, ~2 µs per GIL hand-off'"
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l lock-probe -d 'Lock waits of Python 3.13+ (PyMutex, threading.Lock): uprobe (default) charges them to the lock, none to futex words' -r -f -a "uprobe\t'uprobes on _PySemaphore_Wait: a wait in the parking lot is charged to the lock parked on (~2 µs per sleep)'
 none\t'no uprobe: such waits are charged to the sleeping thread\'s own semaphore'"
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l stacks -d 'Stacks of both sides of each wait, for the verdict and the wait profiles: all, python, native or none' -r -f -a "all\t'native stacks (frame pointers) and Python frames'
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l stacks -d 'Stacks of both sides of each wait, for the verdict and the wait profiles: all, python, native or none' -r -f -a "all\t'native stacks (frame pointers, and .eh_frame where there are none) and Python frames'
 python\t'Python frames only'
 native\t'native stacks only'
 none\t'no stacks: the cheapest'"

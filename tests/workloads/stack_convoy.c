@@ -2,9 +2,10 @@
  * Ground truth for native wait stacks: WORKERS threads append records to one
  * log under one mutex in append_record(), holding it for ~50 us of work each
  * time: a lock convoy. Every futex wait of a worker is in append_record, and
- * so is every wake (the unlock). take()/give() wrap the lock calls so that a
- * frame-pointer walk, which cannot see the caller of a C-library function
- * built without frame pointers, starts in append_record (docs/probes/stacks.md).
+ * so is every wake (the unlock), each through a wrapper of its own (take(),
+ * give()). Built with frame pointers and without (tests/test_stacks.py): the
+ * walk steps through the C library by its .eh_frame either way
+ * (docs/probes/stacks.md).
  *
  * Prints "tid worker<i> <tid>" for each worker, then "ready"; runs until killed.
  */

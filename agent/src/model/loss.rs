@@ -44,6 +44,8 @@ pub enum Reason {
     ThreadGone,
     PerfMapRefused,
     PerfMapBadLine,
+    UnwindNoRoom,
+    UnwindMapsFull,
     SyscallMapFull,
     TaskStorageFailed,
 }
@@ -67,6 +69,8 @@ impl Reason {
             Reason::ThreadGone => "thread_gone",
             Reason::PerfMapRefused => "perf_map_refused",
             Reason::PerfMapBadLine => "perf_map_bad_line",
+            Reason::UnwindNoRoom => "unwind_no_room",
+            Reason::UnwindMapsFull => "unwind_maps_full",
             Reason::SyscallMapFull => "syscall_map_full",
             Reason::TaskStorageFailed => "task_storage_failed",
         }
@@ -96,6 +100,12 @@ impl Reason {
             Reason::TaskStorageFailed => "the kernel refused the per-task storage: some syscalls were not counted",
             Reason::PerfMapRefused => {
                 "a JIT's perf map was not read (not a regular file, not the process's user's, or past 256 MiB): its frames stay unnamed"
+            }
+            Reason::UnwindNoRoom => {
+                "objects built without frame pointers whose unwind rows did not fit the probe's array: stacks stop where they enter their code"
+            }
+            Reason::UnwindMapsFull => {
+                "code mappings without frame pointers past the 32 a process's walk reads by table: stacks stop where they enter their code"
             }
             Reason::PerfMapBadLine => {
                 "lines of a JIT's perf map were malformed or past its bound of ranges, and skipped: their code stays unnamed"

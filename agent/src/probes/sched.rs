@@ -181,6 +181,11 @@ fn open_and_load_in(storage: &'static mut MaybeUninit<OpenObject>, opts: &SchedO
     // a thread's last few waits each (most threads have one or two)
     open.maps.stretches.set_max_entries(opts.max_threads.saturating_mul(2))?;
     open.maps.watched.set_max_entries(opts.max_procs)?;
+    open.maps.unwind_procs.set_max_entries(opts.max_procs)?;
+    // the unwind rows are an array (all of it allocated): none when no native stack is taken
+    if opts.stacks & super::stacks::MODE_NATIVE == 0 {
+        open.maps.unwind_rows.set_max_entries(1)?;
+    }
     open.maps.exits.set_max_entries(opts.exit_buffer_bytes)?;
     open.progs.sweep.set_autoload(sweep);
     open.load().map_err(anyhow::Error::from)
@@ -252,6 +257,8 @@ impl SchedProbe {
             tstates: &m.py_tstates,
             waits: &m.wait_stacks,
             stats: &m.stack_stats,
+            unwind_rows: &m.unwind_rows,
+            unwind_procs: &m.unwind_procs,
         }
     }
 

@@ -10,7 +10,8 @@ use std::collections::HashMap;
 use libbpf_rs::{MapCore, MapFlags, MapMut};
 
 use super::abi::skel::types::{
-    wm_py_stack, wm_py_walk, wm_role, wm_stack_limits, wm_stack_ref, wm_stack_stat, wm_stacks_mode, wm_wait_stack_key, wm_wait_stack_val,
+    wm_native_stack, wm_py_stack, wm_py_walk, wm_role, wm_stack_limits, wm_stack_ref, wm_stack_stat, wm_stacks_mode, wm_unwind_kind,
+    wm_unwind_limits, wm_unwind_map, wm_unwind_proc, wm_unwind_row, wm_wait_stack_key, wm_wait_stack_val,
 };
 use super::abi::{as_bytes, from_bytes};
 use crate::model::loss::Reason;
@@ -58,6 +59,33 @@ pub struct Walk {
     pub code_mask: u64,
 }
 
+/// Code mappings of a process the probe walks by table, at most.
+pub const UNWIND_MAX_MAPS: usize = wm_unwind_limits::WM_UNWIND_MAX_MAPS.0 as usize;
+
+/// One code mapping whose object is walked by its unwind rows (`struct wm_unwind_map`):
+/// address - `bias` is the object's link-time address; its rows are [first, first + count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnwindMap {
+    pub start: u64,
+    pub end: u64,
+    pub bias: u64,
+    pub first: u32,
+    pub count: u32,
+}
+
+/// A row as the probe keeps it: a rule it cannot keep (an offset past 16 bits) is a stop.
+fn unwind_row(r: &waitmeter_formats::cfi::Row) -> wm_unwind_row {
+    use waitmeter_formats::cfi::{Cfa, Rule};
+    let stop = wm_unwind_row { pc: r.pc as u32, kind: wm_unwind_kind::WM_UNWIND_STOP.0 as u8, ..Default::default() };
+    let Rule::Step { cfa, fp_at } = r.rule else { return stop };
+    let (kind, cfa_off) = match cfa {
+        Cfa::Sp(o) => (wm_unwind_kind::WM_UNWIND_SP, o),
+        Cfa::Fp(o) => (wm_unwind_kind::WM_UNWIND_FP, o),
+    };
+    let Ok(fp) = i16::try_from(fp_at.unwrap_or(0)) else { return stop };
+    wm_unwind_row { pc: r.pc as u32, cfa_off, fp_at: fp, kind: kind.0 as u8, fp_saved: u8::from(fp_at.is_some()) }
+}
+
 /// A wait charged to a stack, as the kernel keyed it (host IDs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RawWait {
@@ -86,6 +114,8 @@ pub struct Maps<'a> {
     pub tstates: &'a MapMut<'a>,
     pub waits: &'a MapMut<'a>,
     pub stats: &'a MapMut<'a>,
+    pub unwind_rows: &'a MapMut<'a>,
+    pub unwind_procs: &'a MapMut<'a>,
 }
 
 /// Delete every entry of a map.
@@ -113,9 +143,39 @@ impl Maps<'_> {
         Ok(())
     }
 
-    /// Forget a process: its walk and the thread states of `host_tids`.
+    /// Write an object's unwind rows at `first` on (`unwind_rows`).
+    pub fn put_rows(&self, first: u32, rows: &[waitmeter_formats::cfi::Row]) -> anyhow::Result<()> {
+        for (i, r) in rows.iter().enumerate() {
+            let at = first.checked_add(u32::try_from(i)?).ok_or_else(|| anyhow::anyhow!("row index past 32 bits"))?;
+            self.unwind_rows.update(&at.to_ne_bytes(), as_bytes(&unwind_row(r)), MapFlags::ANY)?;
+        }
+        Ok(())
+    }
+
+    /// The rows `unwind_rows` holds.
+    pub fn unwind_capacity(&self) -> u32 {
+        self.unwind_rows.info().map(|i| i.info.max_entries).unwrap_or(0)
+    }
+
+    /// Walk process `host_tgid`'s code in these mappings by their rows (none: forget it).
+    pub fn set_unwind(&self, host_tgid: u32, maps: &[UnwindMap]) -> anyhow::Result<()> {
+        if maps.is_empty() {
+            let _ = self.unwind_procs.delete(&host_tgid.to_ne_bytes());
+            return Ok(());
+        }
+        let mut v = wm_unwind_proc::default();
+        for (slot, m) in v.maps.iter_mut().zip(maps) {
+            *slot = wm_unwind_map { start: m.start, end: m.end, bias: m.bias, first: m.first, count: m.count };
+        }
+        v.n = maps.len().min(UNWIND_MAX_MAPS) as u32;
+        self.unwind_procs.update(&host_tgid.to_ne_bytes(), as_bytes(&v), MapFlags::ANY)?;
+        Ok(())
+    }
+
+    /// Forget a process: its walks and the thread states of `host_tids`.
     pub fn remove(&self, host_tgid: u32, host_tids: impl Iterator<Item = u32>) {
         let _ = self.walk.delete(&host_tgid.to_ne_bytes());
+        let _ = self.unwind_procs.delete(&host_tgid.to_ne_bytes());
         for t in host_tids {
             let _ = self.tstates.delete(&t.to_ne_bytes());
         }
@@ -171,9 +231,9 @@ impl Maps<'_> {
     /// The return addresses of a native stack, leaf first.
     pub fn native_stack(&self, id: u32) -> Option<Vec<u64>> {
         let v = self.native.lookup(&id.to_ne_bytes(), MapFlags::ANY).ok()??;
-        let ips: Vec<u64> =
-            v.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).take_while(|ip| *ip != 0).collect();
-        (!ips.is_empty()).then_some(ips)
+        let s = from_bytes::<wm_native_stack>(&v)?;
+        let ips = &s.ips[..(s.depth as usize).min(s.ips.len())];
+        (!ips.is_empty()).then(|| ips.to_vec())
     }
 
     /// A Python stack as read by the probe.

@@ -106,6 +106,8 @@ pub struct Mapping {
     pub end: u64,
     pub offset: u64,
     pub path: String,
+    /// mapped executable (its code runs from here)
+    pub exec: bool,
 }
 
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
@@ -113,14 +115,14 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
         .filter_map(|l| {
             let mut f = l.split_whitespace();
             let range = f.next()?;
-            let _perms = f.next()?;
+            let perms = f.next()?;
             let offset = u64::from_str_radix(f.next()?, 16).ok()?;
             let _dev = f.next()?;
             let _inode = f.next()?;
             let path = f.collect::<Vec<_>>().join(" ");
             let (start, end) = range.split_once('-')?;
             let (start, end) = (u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?);
-            path.starts_with('/').then_some(Mapping { start, end, offset, path })
+            path.starts_with('/').then_some(Mapping { start, end, offset, path, exec: perms.contains('x') })
         })
         .collect()
 }
@@ -440,7 +442,13 @@ mod tests {
         assert_eq!(m.len(), 3);
         assert_eq!(
             m[1],
-            Mapping { start: 0x7f0000001000, end: 0x7f0000002000, offset: 0x1000, path: "/usr/lib/libpython3.11.so.1.0".into() }
+            Mapping {
+                start: 0x7f0000001000,
+                end: 0x7f0000002000,
+                offset: 0x1000,
+                path: "/usr/lib/libpython3.11.so.1.0".into(),
+                exec: true
+            }
         );
         assert_eq!(m[2].path, "/tmp/a b.so");
     }

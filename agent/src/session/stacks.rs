@@ -15,6 +15,7 @@ use crate::model::stacks::{Key, Lengths, Role, WaitStacks};
 use crate::model::state::State;
 use crate::probes::stacks::RawWait;
 use crate::python::layout::GilLocation;
+use crate::stacks::unwind::{self, Unwind};
 use crate::stacks::{python, Join, Namer, Options};
 
 /// How often the thread states of a Python target are re-read.
@@ -37,6 +38,10 @@ pub(super) struct StackState {
     /// drained waits of threads not known yet (one that exited after this
     /// sample read the exits): tried again at the next drain, then lost
     pending: Vec<(RawWait, u64, Lengths)>,
+    /// the unwind tables of code without frame pointers (made at the first target), and
+    /// target id -> when its mappings were last read for them
+    unwind: Option<Unwind>,
+    unwound: HashMap<u64, u64>,
 }
 
 impl StackState {
@@ -49,6 +54,8 @@ impl StackState {
             unattributed: 0,
             exits_since_drain: HashMap::new(),
             pending: vec![],
+            unwind: None,
+            unwound: HashMap::new(),
         }
     }
 }
@@ -78,6 +85,9 @@ impl Session {
     /// start have Python frames).
     pub(super) fn stacks_added(&mut self, id: u64) {
         let Some(mut st) = self.stacks.take() else { return };
+        if st.opts.native {
+            self.refresh_unwind(&mut st, Some(id));
+        }
         if let Some((t, pt)) = self.targets.get(&id).filter(|_| st.opts.python).and_then(|t| Some((t, py_target(t)?))) {
             match self.probe.stack_maps().set_walk(t.host_pid, &pt.walk()) {
                 Ok(()) => {
@@ -93,10 +103,42 @@ impl Session {
     /// A target that is gone.
     pub(super) fn stacks_removed(&mut self, t: &Target) {
         let Some(st) = self.stacks.as_mut() else { return };
-        if let Some((_, tstates, _)) = st.py.remove(&t.id) {
-            self.probe.stack_maps().remove(t.host_pid, tstates.into_keys());
+        let tstates = st.py.remove(&t.id).map(|(_, tstates, _)| tstates).unwrap_or_default();
+        self.probe.stack_maps().remove(t.host_pid, tstates.into_keys());
+        if let Some(u) = st.unwind.as_mut() {
+            u.forget(t.pid);
         }
+        st.unwound.remove(&t.id);
         st.namer.forget(t.pid);
+    }
+
+    /// Give the probe the code mappings of targets (`only`: that one, now; else each not read
+    /// for `unwind::REFRESH_NS`) whose objects it walks by table, writing new objects' rows.
+    fn refresh_unwind(&mut self, st: &mut StackState, only: Option<u64>) {
+        let now = monotonic_ns();
+        let maps = self.probe.stack_maps();
+        let u = st.unwind.get_or_insert_with(|| Unwind::new(maps.unwind_capacity()));
+        let ids: Vec<u64> = match only {
+            Some(id) => vec![id],
+            None => self
+                .targets
+                .iter()
+                .filter(|(id, t)| {
+                    t.exited_ns.is_none() && st.unwound.get(id).is_none_or(|at| now.saturating_sub(*at) >= unwind::REFRESH_NS)
+                })
+                .map(|(id, _)| *id)
+                .collect(),
+        };
+        for id in ids {
+            let Some(t) = self.targets.get(&id).filter(|t| t.exited_ns.is_none()) else { continue };
+            st.unwound.insert(id, now);
+            if let Some(m) = u.refresh(t.pid, &mut |first, rows| maps.put_rows(first, rows)) {
+                log::debug!("process {}: {} code mappings without frame pointers walked by table", t.pid, m.len());
+                if let Err(e) = maps.set_unwind(t.host_pid, &m) {
+                    log::warn!("process {}: its code without frame pointers is not walked: {e:#}", t.pid);
+                }
+            }
+        }
     }
 
     /// Re-read which thread state is whose in Python targets (threads come and go).
@@ -139,6 +181,9 @@ impl Session {
     pub(super) fn collect_stacks(&mut self, live: &BTreeMap<u64, Vec<ThreadSample>>, exited: &BTreeMap<u64, Vec<ThreadSample>>) {
         let Some(mut st) = self.stacks.take() else { return };
         self.refresh_tstates(&mut st);
+        if st.opts.native {
+            self.refresh_unwind(&mut st, None);
+        }
         let maps = self.probe.stack_maps();
         let retried = st.pending.len();
         let mut drained = std::mem::take(&mut st.pending);
@@ -249,6 +294,10 @@ impl Session {
         let (refused, bad_lines) = st.namer.native.jit.lost();
         lost.push(Lost::new(Probe::Stacks, Reason::PerfMapRefused, refused));
         lost.push(Lost::new(Probe::Stacks, Reason::PerfMapBadLine, bad_lines));
+        // and the objects without frame pointers the probe does not walk by table
+        let (no_room, maps_full) = st.unwind.as_ref().map_or((0, 0), |u| u.lost());
+        lost.push(Lost::new(Probe::Stacks, Reason::UnwindNoRoom, no_room));
+        lost.push(Lost::new(Probe::Stacks, Reason::UnwindMapsFull, maps_full));
         lost
     }
 }

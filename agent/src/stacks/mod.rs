@@ -7,6 +7,7 @@
 pub mod jit;
 pub mod native;
 pub mod python;
+pub mod unwind;
 
 use std::collections::HashMap;
 use std::sync::Arc;

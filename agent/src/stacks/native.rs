@@ -128,9 +128,9 @@ fn ranges<S: waitmeter_formats::elf::Source + ?Sized>(elf: &Elf<'_, S>) -> Vec<(
 
 /// A file's identity: device, inode, size and modification time (a file replaced in place is
 /// another file).
-type FileId = (u64, u64, u64, i64);
+pub(super) type FileId = (u64, u64, u64, i64);
 
-fn file_id(path: &std::path::Path) -> Option<FileId> {
+pub(super) fn file_id(path: &std::path::Path) -> Option<FileId> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;
     Some((m.dev(), m.ino(), m.size(), m.mtime()))
