@@ -38,7 +38,7 @@ PYTHONS := $(CURDIR)/.pythons
 # cargo-fuzz for the fuzz targets in agent/fuzz (built from crates.io, once)
 CARGO_FUZZ := $(TOOLS)/cargo-fuzz
 CARGO_FUZZ_VERSION := 0.13.2
-FUZZ_SECONDS ?= 25
+FUZZ_SECONDS ?= 20
 
 .PHONY: all setup setup-build serving-node build test lint unit integration fuzz docs mixin demo bench clean static wheel image release
 

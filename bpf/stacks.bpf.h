@@ -227,11 +227,21 @@ static long walk_step(__u32 i, void *data)
 	__u64 at = i ? w->ip - 1 : w->ip, ra = 0, cfa;
 	__u32 n = w->out->depth;
 
+	__u64 rec = w->ip;
+
 	if (n >= WM_NATIVE_MAX_FRAMES)
 		return 1;
-	w->out->ips[n] = w->ip;
+	/* an interpreted Java frame: the method it runs is the frame's name */
+	if (proc && at >= proc->interp_start && at < proc->interp_end) {
+		__u64 method = 0;
+
+		if (!bpf_probe_read_user(&method, sizeof(method), (void *)(w->bp + WM_JAVA_METHOD_AT)) && method &&
+		    method < 0x800000000000ULL)
+			rec = method | WM_JAVA_METHOD;
+	}
+	w->out->ips[n] = rec;
 	w->out->depth = n + 1;
-	w->h = py_mix(w->h, w->ip);
+	w->h = py_mix(w->h, rec);
 	if (proc) {
 		for (int j = 0; j < WM_UNWIND_MAX_MAPS; j++) {
 			struct wm_unwind_map *m = &proc->maps[j];

@@ -60,6 +60,7 @@ struct wm_native_stack {
  * `.eh_frame`), in one array shared by every process that maps the object. */
 enum wm_unwind_limits {
 	WM_UNWIND_MAX_MAPS = 32,          /* unwound code mappings per process */
+	WM_JAVA_METHOD_BIT = 63,          /* WM_JAVA_METHOD, for user space */
 	WM_DEFAULT_UNWIND_ROWS = 262144,  /* rows of all objects (resized before load) */
 	WM_UNWIND_SEARCH_STEPS = 24,      /* binary search steps: up to 2^24 rows an object */
 };
@@ -94,8 +95,17 @@ struct wm_unwind_map {
 struct wm_unwind_proc {
 	__u32 n;          /* maps used */
 	__u32 _pad;
+	/* a JVM's interpreter code, [interp_start, interp_end) (0, 0: none): a frame
+	 * there is recorded as the Method* it runs, tagged WM_JAVA_METHOD */
+	__u64 interp_start;
+	__u64 interp_end;
 	struct wm_unwind_map maps[WM_UNWIND_MAX_MAPS];
 };
+
+/* A native stack's entry that is an interpreted Java frame's Method* (read at
+ * fp + WM_JAVA_METHOD_AT, as HotSpot's x86-64 interpreter keeps it), not an address. */
+#define WM_JAVA_METHOD (1ULL << 63)
+#define WM_JAVA_METHOD_AT (-24)
 
 /* The stacks of one moment: a native stack id and a Python stack key. */
 struct wm_stack_ref {

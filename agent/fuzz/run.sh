@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(elf exposition http_head debug_offsets linetable perfmap demangle cfi)
+[ ${#targets[@]} -gt 0 ] || targets=(elf exposition http_head debug_offsets linetable perfmap demangle cfi hotspot)
 export PATH="$PWD/../../.tools/bin:$HOME/.cargo/bin:$PATH"
 command -v cargo-fuzz >/dev/null || { echo "fuzz: cargo-fuzz is missing: run make setup"; exit 1; }
 # cargo fuzz needs nightly for its -Z flags: rustup's nightly when there is one, else the stable

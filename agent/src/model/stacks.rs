@@ -98,15 +98,26 @@ fn is_system_object(path: &str) -> bool {
         || path.contains("/lib/jvm/")
 }
 
+/// Generated code of a runtime that is no function of anyone's: the JVM's interpreter and stubs,
+/// V8's builtins and handlers.
+const RUNTIME_STUBS: [&str; 10] =
+    ["Interpreter", "StubRoutines", "Stub", "Builtin", "BytecodeHandler", "RegExp", "Handler", "I2C", "C2I", "JVM"];
+
+/// A frame that names no function a reader would call: a runtime's stub, an address.
+fn is_stub(f: &Frame) -> bool {
+    f.kind == Kind::Unknown
+        || f.function.starts_with('[')
+        || (f.kind == Kind::Jit && RUNTIME_STUBS.iter().any(|p| f.function.starts_with(p)))
+}
+
 /// Generated code that is the runtime's rather than the application's: the JVM's interpreter,
 /// stubs and the JDK's own classes; V8's builtins, bytecode handlers and Node.js's internals.
 fn is_runtime_jit(name: &str) -> bool {
     // V8 marks a function's tier before its name (`JS:*f`, `LazyCompile:~f`), the JVM a return type
     let bare = name.split_once(':').filter(|(tier, _)| !tier.contains(' ')).map_or(name, |(_, rest)| rest);
     let bare = bare.trim_start_matches(['*', '~', '^', '+']);
-    let runtime = ["Interpreter", "StubRoutines", "Stub", "Builtin", "BytecodeHandler", "RegExp", "Handler", "I2C", "C2I", "JVM"];
     let jdk = ["java.", "javax.", "jdk.", "sun.", "com.sun.", "Ljava/", "Ljdk/", "Lsun/", "node:", "internal/"];
-    runtime.iter().any(|p| name.starts_with(p))
+    RUNTIME_STUBS.iter().any(|p| name.starts_with(p))
         || name.split_whitespace().any(|w| jdk.iter().any(|p| w.starts_with(p)))
         || jdk.iter().any(|p| bare.starts_with(p))
 }
@@ -449,11 +460,17 @@ pub fn site_parts(stack: &[Frame]) -> (String, Option<String>) {
         (Some(n), Some(p)) => (p, Some(c_function(&n.function).to_string())),
         (None, Some(p)) => (p, None),
         (Some(n), None) => {
-            // a native stack: the innermost frame of the program, and its caller
+            // a native stack: the innermost frame of the program and its caller, led by the
+            // library function it was in (`pthread_mutex_lock ← take (prog) ← append_record`, as
+            // a Python site names the library call); a runtime's stubs are no call
             let i = stack.iter().position(|f| std::ptr::eq(f, n)).unwrap_or(0);
-            let site = match stack[i + 1..].iter().find(|f| code(f) && !f.is_library()) {
+            let own = match stack[i + 1..].iter().find(|f| code(f) && !f.is_library()) {
                 Some(caller) => format!("{} ← {}", n.display_at(), caller.function),
                 None => n.display_at(),
+            };
+            let site = match stack[..i].iter().rev().find(|f| !is_stub(f)) {
+                Some(call) => format!("{} ← {own}", c_function(&call.function)),
+                None => own,
             };
             (site, None)
         }
@@ -561,7 +578,20 @@ mod tests {
             Frame::native("append_record".into(), "/srv/convoy".into()),
             Frame::native("worker".into(), "/srv/convoy".into()),
         ];
-        assert_eq!(site_of(&c), "append_record (convoy) ← worker");
+        assert_eq!(site_of(&c), "__lll_lock_wait ← append_record (convoy) ← worker", "the library call, the program's frames in it");
+        let program_only = [c[1].clone(), c[2].clone()];
+        assert_eq!(site_of(&program_only), "append_record (convoy) ← worker", "the program's own code, and its caller");
+        let through_stubs = [
+            Frame::native("ObjectSynchronizer::enter".into(), "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so".into()),
+            Frame::jit("StubRoutines (1)".into()),
+            Frame::jit("fixengine.OrderBook.match".into()),
+            Frame::jit("fixengine.Main.fromApp".into()),
+        ];
+        assert_eq!(
+            site_of(&through_stubs),
+            "ObjectSynchronizer::enter ← fixengine.OrderBook.match ← fixengine.Main.fromApp",
+            "a runtime's stub is no call"
+        );
         assert_eq!(site_function(&with_c), "json.dumps");
         assert_eq!(c_function("save.constprop.0"), "save");
         assert_eq!(c_function("encoder_listencode_obj.isra.0"), "encoder_listencode_obj");

@@ -59,6 +59,9 @@ pub struct Walk {
     pub code_mask: u64,
 }
 
+/// The tag of a native stack's entry that is an interpreted Java frame's `Method*`.
+pub const JAVA_METHOD: u64 = 1 << wm_unwind_limits::WM_JAVA_METHOD_BIT.0;
+
 /// Code mappings of a process the probe walks by table, at most.
 pub const UNWIND_MAX_MAPS: usize = wm_unwind_limits::WM_UNWIND_MAX_MAPS.0 as usize;
 
@@ -157,9 +160,10 @@ impl Maps<'_> {
         self.unwind_rows.info().map(|i| i.info.max_entries).unwrap_or(0)
     }
 
-    /// Walk process `host_tgid`'s code in these mappings by their rows (none: forget it).
-    pub fn set_unwind(&self, host_tgid: u32, maps: &[UnwindMap]) -> anyhow::Result<()> {
-        if maps.is_empty() {
+    /// Walk process `host_tgid`'s code in these mappings by their rows, and record a frame in
+    /// `interp` (a JVM's interpreter) as the Java method it runs (neither: forget it).
+    pub fn set_unwind(&self, host_tgid: u32, maps: &[UnwindMap], interp: Option<(u64, u64)>) -> anyhow::Result<()> {
+        if maps.is_empty() && interp.is_none() {
             let _ = self.unwind_procs.delete(&host_tgid.to_ne_bytes());
             return Ok(());
         }
@@ -168,6 +172,7 @@ impl Maps<'_> {
             *slot = wm_unwind_map { start: m.start, end: m.end, bias: m.bias, first: m.first, count: m.count };
         }
         v.n = maps.len().min(UNWIND_MAX_MAPS) as u32;
+        (v.interp_start, v.interp_end) = interp.unwrap_or((0, 0));
         self.unwind_procs.update(&host_tgid.to_ne_bytes(), as_bytes(&v), MapFlags::ANY)?;
         Ok(())
     }

@@ -39,9 +39,10 @@ pub(super) struct StackState {
     /// sample read the exits): tried again at the next drain, then lost
     pending: Vec<(RawWait, u64, Lengths)>,
     /// the unwind tables of code without frame pointers (made at the first target), and
-    /// target id -> when its mappings were last read for them
+    /// target id -> when its mappings were last read for them, and its JVM interpreter's code
+    /// as last given
     unwind: Option<Unwind>,
-    unwound: HashMap<u64, u64>,
+    unwound: HashMap<u64, (u64, Option<(u64, u64)>)>,
 }
 
 impl StackState {
@@ -124,17 +125,21 @@ impl Session {
                 .targets
                 .iter()
                 .filter(|(id, t)| {
-                    t.exited_ns.is_none() && st.unwound.get(id).is_none_or(|at| now.saturating_sub(*at) >= unwind::REFRESH_NS)
+                    t.exited_ns.is_none() && st.unwound.get(id).is_none_or(|(at, _)| now.saturating_sub(*at) >= unwind::REFRESH_NS)
                 })
                 .map(|(id, _)| *id)
                 .collect(),
         };
         for id in ids {
             let Some(t) = self.targets.get(&id).filter(|t| t.exited_ns.is_none()) else { continue };
-            st.unwound.insert(id, now);
-            if let Some(m) = u.refresh(t.pid, &mut |first, rows| maps.put_rows(first, rows)) {
-                log::debug!("process {}: {} code mappings without frame pointers walked by table", t.pid, m.len());
-                if let Err(e) = maps.set_unwind(t.host_pid, &m) {
+            let changed = u.refresh(t.pid, &mut |first, rows| maps.put_rows(first, rows));
+            // a JVM: its interpreter's frames are recorded as the methods they run
+            let interp = st.namer.native.hotspot.interpreter(t.pid);
+            let before = st.unwound.insert(id, (now, interp)).and_then(|(_, i)| i);
+            if changed.is_some() || interp != before {
+                let m = changed.unwrap_or_else(|| u.given(t.pid));
+                log::debug!("process {}: {} code mappings without frame pointers walked by table, interpreter {interp:x?}", t.pid, m.len());
+                if let Err(e) = maps.set_unwind(t.host_pid, &m, interp) {
                     log::warn!("process {}: its code without frame pointers is not walked: {e:#}", t.pid);
                 }
             }

@@ -4,6 +4,7 @@
 //! (`model::stacks::WaitStacks`). The session hands it the drained waits with
 //! their threads resolved (session/stacks.rs); reports, the verdict and the
 //! profiles read the store. See docs/probes/stacks.md.
+pub mod hotspot;
 pub mod jit;
 pub mod native;
 pub mod python;

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::model::stacks::Frame;
+use crate::probes::stacks::JAVA_METHOD;
 use crate::python::binary::FileSource;
 use crate::python::{parse_maps, Mapping};
 use waitmeter_formats::elf::Elf;
@@ -147,6 +148,8 @@ pub struct Native {
     asks: u64,
     /// code a JIT generated, by the runtime's perf map
     pub jit: super::jit::Jit,
+    /// interpreted Java frames, by the JVM's own structures
+    pub hotspot: super::hotspot::Hotspot,
 }
 
 impl Native {
@@ -194,6 +197,11 @@ impl Native {
         ips.iter()
             .enumerate()
             .map(|(i, ip)| {
+                if ip & JAVA_METHOD != 0 {
+                    // an interpreted Java frame: the Method* it runs (bpf/stacks.bpf.h)
+                    let name = self.hotspot.method(pid, ip & !JAVA_METHOD);
+                    return Frame::jit(crate::model::stacks::clean(name.as_deref().unwrap_or("Interpreter")));
+                }
                 // a return address is the instruction after the call
                 let ip = if i == 0 { *ip } else { ip.saturating_sub(1) };
                 self.frame(pid, ip, now)
@@ -229,6 +237,7 @@ impl Native {
     pub fn forget(&mut self, pid: u32) {
         self.maps.remove(&pid);
         self.jit.forget(pid);
+        self.hotspot.forget(pid);
         self.files.retain(|(p, _), _| *p != pid);
     }
 }

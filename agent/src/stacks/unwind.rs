@@ -183,6 +183,11 @@ impl Unwind {
         Some(out)
     }
 
+    /// The code mappings last given for process `pid`.
+    pub fn given(&self, pid: u32) -> Vec<UnwindMap> {
+        self.procs.get(&pid).cloned().unwrap_or_default()
+    }
+
     /// Forget a process (it exited).
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
