@@ -532,3 +532,94 @@ def test_a_stripped_programs_functions_are_named_from_its_minidebuginfo(tmp_path
     assert busy_site(packed).startswith("settle_the_ledger"), busy_site(packed)
     bare_site = busy_site(bare)
     assert "settle_the_ledger" not in bare_site and "[ledger-bare+0x" in bare_site, bare_site
+
+
+class DebuginfodServer:
+    """A debuginfod server as elfutils' serves one: GET /buildid/HEX/debuginfo answers the file
+    it holds for that build ID (200, Content-Length) or 404; every request is recorded."""
+
+    def __init__(self, files):
+        import http.server
+        import threading
+        self.files, self.requests = files, []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.requests.append(self.path)
+                m = re.fullmatch(r"/buildid/([0-9a-f]+)/debuginfo", self.path)
+                body = outer.files.get(m.group(1)) if m else None
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def build_id(path):
+    """The GNU build ID of an ELF file, in hex (readelf -n)."""
+    notes = subprocess.run(["readelf", "-n", str(path)], check=True, capture_output=True, text=True).stdout
+    return re.search(r"Build ID: ([0-9a-f]+)", notes).group(1)
+
+
+def attach_with_env(pid, duration, env):
+    cmd = [str(WAITMETER), "attach", "--pid", str(pid), "--duration", str(duration), "--output", "json"]
+    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60, env={**os.environ, **env})
+    assert cp.returncode == 0, cp.stderr
+    import json
+    return json.loads(cp.stdout), cp
+
+
+def test_a_stripped_programs_debug_file_comes_from_debuginfod(tmp_path):
+    """The ledger stripped of every symbol, its debug file nowhere on the system: with
+    DEBUGINFOD_URLS naming a server that has it (by build ID), the busy site names its static
+    function, the file is cached as elfutils caches it, and asked for once. The control: a server
+    that answers another program's debug file for that build ID is refused (counted, deleted),
+    and the function stays an address."""
+    exe = build_c("ledger", "-O1", "-fno-omit-frame-pointer", "-g", out="ledger-dbgd")
+    debug, bare = tmp_path / "ledger.debug", tmp_path / "ledger-stripped"
+    subprocess.run(["objcopy", "--only-keep-debug", str(exe), str(debug)], check=True, timeout=60)
+    subprocess.run(["strip", "--strip-all", "-o", str(bare), str(exe)], check=True, timeout=60)
+    hexid = build_id(bare)
+    assert build_id(debug) == hexid
+
+    def busy_site(report, pid):
+        sites = [s for s in report["wait_sites"] if s["tid"] == pid and s["role"] == "busy"]
+        assert sites, report["wait_sites"]
+        return max(sites, key=lambda s: s["seconds"])["site"]
+
+    cache = tmp_path / "cache"
+    with DebuginfodServer({hexid: debug.read_bytes()}) as server, Workload(bare) as w:
+        report, cp = attach_with_env(w.pid, 4.0, {"DEBUGINFOD_URLS": server.url, "DEBUGINFOD_CACHE_PATH": str(cache)})
+    assert busy_site(report, w.pid).startswith("settle_the_ledger"), (busy_site(report, w.pid), cp.stderr)
+    assert (cache / hexid / "debuginfo").read_bytes() == debug.read_bytes()
+    assert server.requests.count(f"/buildid/{hexid}/debuginfo") == 1, server.requests
+
+    other = tmp_path / "other.debug"
+    subprocess.run(["objcopy", "--only-keep-debug", str(build_c("threads")), str(other)], check=True, timeout=60)
+    cache2 = tmp_path / "cache2"
+    with DebuginfodServer({hexid: other.read_bytes()}) as server, Workload(bare) as w:
+        report, cp = attach_with_env(w.pid, 3.0, {"DEBUGINFOD_URLS": server.url, "DEBUGINFOD_CACHE_PATH": str(cache2)})
+    site = busy_site(report, w.pid)
+    assert "settle_the_ledger" not in site and "[ledger-stripped+0x" in site, site
+    assert not (cache2 / hexid / "debuginfo").exists() and not list((cache2 / hexid).iterdir())
+    lost = {(l["probe"], l["reason"]): l["count"] for l in report["events_lost"]}
+    assert lost.get(("stacks", "debuginfod_refused")) == 1, report["events_lost"]
+    assert "another build ID" in cp.stderr, cp.stderr

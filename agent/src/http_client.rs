@@ -1,6 +1,7 @@
-//! The agent's one HTTP/1.1 client: the age endpoint's poll (`age/scrape.rs`)
-//! and the Pyroscope push (`export/push.rs`) connect, send and read the answer
-//! through it, under one deadline for the whole exchange.
+//! The agent's one HTTP/1.1 client: the age endpoint's poll (`age/scrape.rs`),
+//! the Pyroscope push (`export/push.rs`) and the debuginfod fetch
+//! (`stacks/debuginfod.rs`) connect, send and read the answer through it, under
+//! one deadline for the whole exchange.
 //!
 //! Hand-written, not a client crate, for one reason: the answer comes from a
 //! server that may be hostile or stuck, so every read is bounded in time (the
@@ -194,6 +195,28 @@ pub fn read_body(s: &mut impl Stream, answer: Answer, framing: Framing, max: usi
         Framing::Chunked => wire::dechunk(&buf, max).ok_or_else(|| Failure::Bad("a malformed or incomplete chunked body".into())),
         Framing::Close => Ok(buf),
     }
+}
+
+/// Copy a body of `len` bytes (its Content-Length) that follows the head into `out` as it
+/// arrives, never holding more than a read's worth: for bodies too large to hold (a debug file).
+pub fn copy_body(s: &mut impl Stream, answer: Answer, len: u64, out: &mut dyn Write, deadline: &Deadline) -> Result<(), Failure> {
+    let Answer { buf, head_end } = answer;
+    let early = &buf[head_end..];
+    let first = early.len().min(usize::try_from(len).unwrap_or(usize::MAX));
+    let write = |out: &mut dyn Write, b: &[u8]| out.write_all(b).map_err(|e| Failure::Bad(format!("writing the body: {e}")));
+    write(out, &early[..first])?;
+    let mut left = len - first as u64;
+    let mut piece = vec![0u8; 64 * 1024];
+    while left > 0 {
+        let want = piece.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = read_some(s, &mut piece[..want], deadline, "reading the body")?;
+        if n == 0 {
+            return Err(Failure::Bad(format!("the body ended after {} of {len} bytes", len - left)));
+        }
+        write(out, &piece[..n])?;
+        left -= n as u64;
+    }
+    Ok(())
 }
 
 /// The start of the body, `max` bytes at most, for a log line: what came

@@ -18,6 +18,7 @@ mod report;
 mod session;
 mod shrink;
 mod stacks;
+mod tls;
 
 /// Log lines on stderr, prefixed so they stand apart from a report.
 struct StderrLog(log::LevelFilter);

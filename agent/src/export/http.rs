@@ -411,7 +411,7 @@ fn refuse(mut stream: TcpStream, shared: &Shared) {
 }
 
 /// A plain or TLS connection of the endpoint.
-type Conn = super::conn::Conn<rustls::ServerConnection>;
+type Conn = crate::tls::Conn<rustls::ServerConnection>;
 
 fn connection(stream: TcpStream, id: u64, shared: &Shared) {
     let cfg = shared.web.as_deref().map(Web::current);

@@ -2,7 +2,6 @@
 //! optional TLS and basic auth (`web`); wait profiles (`profile`), recorded
 //! for pulls and pushes (`recorder`) and pushed to Pyroscope (`push`).
 pub mod catalogue;
-pub mod conn;
 pub mod encode;
 pub mod futex_words;
 pub mod http;

@@ -9,7 +9,7 @@
 //!
 //! The server's answer is untrusted input: the head and the start of an
 //! error body are read under one deadline and bounded.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -17,8 +17,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use base64::Engine;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use waitmeter_formats::http as wire;
 
 use crate::http_client::{self as client, Deadline, Failure};
@@ -33,8 +32,6 @@ const MAX_ERROR_BODY: usize = 1024;
 /// The profile name: `__name__`, the first part of the profile type id
 /// (`waitmeter_wait:wait:nanoseconds:wait:nanoseconds`).
 pub const PROFILE_NAME: &str = "waitmeter_wait";
-/// Where a system keeps its CA certificates (Debian/Ubuntu/Alpine, Fedora/RHEL, others).
-const SYSTEM_CAS: [&str; 3] = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"];
 
 /// What became of a push: the `result` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,7 +134,7 @@ impl Target {
         let tls = if tls {
             let name = host.trim_start_matches('[').trim_end_matches(']');
             let server = ServerName::try_from(name.to_string()).with_context(|| format!("`{name}` is not a host name TLS can check"))?;
-            Some((client_config(access.ca_file)?, server))
+            Some((crate::tls::client_config(access.ca_file, "--pyroscope-ca-file")?, server))
         } else {
             if access.ca_file.is_some() {
                 bail!("--pyroscope-ca-file is for https:// URLs");
@@ -155,33 +152,6 @@ impl Target {
     }
 }
 
-/// A TLS client trusting `ca_file`, or the system's CA certificates.
-fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>> {
-    let path: PathBuf = match ca_file {
-        Some(p) => p.to_path_buf(),
-        None => SYSTEM_CAS.iter().map(PathBuf::from).find(|p| p.exists()).with_context(|| {
-            format!("no CA certificates found (looked for {}): give them with --pyroscope-ca-file", SYSTEM_CAS.join(", "))
-        })?,
-    };
-    let pem = std::fs::read(&path).with_context(|| format!("cannot read the CA certificates {}", path.display()))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(&pem) {
-        let c = c.with_context(|| format!("{} is not PEM certificates", path.display()))?;
-        // a system bundle may hold a certificate rustls does not take: skip it
-        let _ = roots.add(c);
-    }
-    if roots.is_empty() {
-        bail!("{} has no CA certificate", path.display());
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("TLS set-up")?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(cfg))
-}
-
 /// Why a push did not land, for the log.
 #[derive(Debug)]
 pub struct PushError {
@@ -189,7 +159,7 @@ pub struct PushError {
     pub message: String,
 }
 
-type Conn = super::conn::Conn<rustls::ClientConnection>;
+type Conn = crate::tls::Conn<rustls::ClientConnection>;
 
 fn unreachable(message: String) -> PushError {
     PushError { outcome: Outcome::Unreachable, message }

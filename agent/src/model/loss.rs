@@ -46,6 +46,8 @@ pub enum Reason {
     PerfMapBadLine,
     UnwindNoRoom,
     UnwindMapsFull,
+    DebuginfodRefused,
+    DebuginfodFailed,
     SyscallMapFull,
     TaskStorageFailed,
 }
@@ -71,6 +73,8 @@ impl Reason {
             Reason::PerfMapBadLine => "perf_map_bad_line",
             Reason::UnwindNoRoom => "unwind_no_room",
             Reason::UnwindMapsFull => "unwind_maps_full",
+            Reason::DebuginfodRefused => "debuginfod_refused",
+            Reason::DebuginfodFailed => "debuginfod_failed",
             Reason::SyscallMapFull => "syscall_map_full",
             Reason::TaskStorageFailed => "task_storage_failed",
         }
@@ -100,6 +104,12 @@ impl Reason {
             Reason::TaskStorageFailed => "the kernel refused the per-task storage: some syscalls were not counted",
             Reason::PerfMapRefused => {
                 "a JIT's perf map was not read (not a regular file, not the process's user's, or past 256 MiB): its frames stay unnamed"
+            }
+            Reason::DebuginfodRefused => {
+                "a debuginfod server's answer was not the debug file asked for (another build ID, not ELF, too large, malformed): deleted, the object's internal functions stay unnamed"
+            }
+            Reason::DebuginfodFailed => {
+                "no debuginfod server in DEBUGINFOD_URLS had a stripped object's debug file, or none answered: its internal functions stay unnamed"
             }
             Reason::UnwindNoRoom => {
                 "objects built without frame pointers whose unwind rows did not fit the probe's array: stacks stop where they enter their code"

@@ -112,7 +112,10 @@ impl Session {
             parks: Default::default(),
             lifetime: Default::default(),
             ledger: Default::default(),
-            stacks: opts.stacks.enabled().then(|| stacks::StackState::new(opts.stacks)),
+            stacks: match opts.stacks.enabled() {
+                true => Some(stacks::StackState::new(opts.stacks, crate::stacks::debuginfod::Debuginfod::from_env()?)),
+                false => None,
+            },
         };
         session.keep_stacks(opts.stacks.keep);
         Ok(session)

@@ -46,10 +46,13 @@ pub(super) struct StackState {
 }
 
 impl StackState {
-    pub(super) fn new(opts: Options) -> StackState {
+    /// `debuginfod`: where stripped objects' debug files come from, besides the system.
+    pub(super) fn new(opts: Options, debuginfod: Option<crate::stacks::debuginfod::Debuginfod>) -> StackState {
+        let mut namer = Namer::default();
+        namer.native.debuginfod = debuginfod;
         StackState {
             opts,
-            namer: Namer::default(),
+            namer,
             stores: HashMap::new(),
             py: HashMap::new(),
             unattributed: 0,
@@ -300,6 +303,9 @@ impl Session {
         lost.push(Lost::new(Probe::Stacks, Reason::PerfMapRefused, refused));
         lost.push(Lost::new(Probe::Stacks, Reason::PerfMapBadLine, bad_lines));
         // and the objects without frame pointers the probe does not walk by table
+        let (refused, failed) = st.namer.native.debuginfod.as_ref().map_or((0, 0), |d| d.lost());
+        lost.push(Lost::new(Probe::Stacks, Reason::DebuginfodRefused, refused));
+        lost.push(Lost::new(Probe::Stacks, Reason::DebuginfodFailed, failed));
         let (no_room, maps_full) = st.unwind.as_ref().map_or((0, 0), |u| u.lost());
         lost.push(Lost::new(Probe::Stacks, Reason::UnwindNoRoom, no_room));
         lost.push(Lost::new(Probe::Stacks, Reason::UnwindMapsFull, maps_full));

@@ -4,6 +4,7 @@
 //! (`model::stacks::WaitStacks`). The session hands it the drained waits with
 //! their threads resolved (session/stacks.rs); reports, the verdict and the
 //! profiles read the store. See docs/probes/stacks.md.
+pub mod debuginfod;
 pub mod hotspot;
 pub mod jit;
 pub mod native;
@@ -48,6 +49,9 @@ impl Options {
     }
 }
 
+/// Native frames as named, and the names' generation (`Native::generation`).
+type Named = (u64, Arc<[Frame]>);
+
 /// A stack's two halves as named: native frames, Python frames.
 type Halves = (Option<Arc<[Frame]>>, Option<Arc<[Frame]>>, Join);
 
@@ -57,8 +61,8 @@ type Halves = (Option<Arc<[Frame]>>, Option<Arc<[Frame]>>, Join);
 pub struct Namer {
     pub native: native::Native,
     pub python: python::Codes,
-    /// (pid, native stack id) -> frames
-    natives: HashMap<(u32, u32), Arc<[Frame]>>,
+    /// (pid, native stack id) -> frames, named at `native.generation`
+    natives: HashMap<(u32, u32), Named>,
     /// Python stack key -> frames (the key hashes the TGID in)
     pys: HashMap<u64, Arc<[Frame]>>,
     /// (native frames, Python frames) -> the stack, shared by every wait charged to it
@@ -81,14 +85,15 @@ impl Namer {
         now: u64,
     ) -> Stack {
         let n = native.map(|id| {
-            if let Some(f) = self.natives.get(&(pid, id)) {
+            // named again once an object's symbols were read again (its debug file came)
+            if let Some((_, f)) = self.natives.get(&(pid, id)).filter(|(g, _)| *g == self.native.generation) {
                 return f.clone();
             }
             let frames: Arc<[Frame]> = match maps.native_stack(id) {
                 Some(ips) => self.native.frames(pid, &ips, now).into(),
                 None => vec![Frame::unknown("[stack lost]".into())].into(),
             };
-            self.natives.insert((pid, id), frames.clone());
+            self.natives.insert((pid, id), (self.native.generation, frames.clone()));
             frames
         });
         let p = py.map(|key| {

@@ -37,22 +37,35 @@ struct Symbols {
     funcs: Vec<(u64, u64, String)>,
     /// executable sections: (file offset, size, address)
     sections: Vec<(u64, u64, u64)>,
+    /// the build ID a debuginfod server is being asked for (the symbols are read again once
+    /// it answered)
+    pending: Option<Vec<u8>>,
 }
 
 impl Symbols {
     /// The symbols of the object at `path` (through process `pid`'s root). A stripped object's
     /// functions come from its separate debug file too, by build ID, as the process's system has
     /// it (`/usr/lib/debug/.build-id/`, what Debian's `-dbg` and `-dbgsym` packages install).
-    fn load(pid: u32, path: &std::path::Path) -> Option<Symbols> {
+    fn load(pid: u32, path: &std::path::Path, debuginfod: Option<&super::debuginfod::Debuginfod>) -> Option<Symbols> {
         let file = std::fs::File::open(path).ok()?;
         let size = file.metadata().ok()?.len();
         let src = FileSource::new(file, size);
         let elf = Elf::parse(&src).ok()?;
         let mut funcs = ranges(&elf);
+        let mut pending = None;
         if !elf.has_symtab() {
             // the separate debug file has every function; MiniDebugInfo only when there is none
-            // (unpacking it is the dearer read, and it holds a subset)
-            let debug = elf.build_id().map(|id| debug_functions(pid, &id)).unwrap_or_default();
+            // (unpacking it is the dearer read, and it holds a subset). The system's first, then
+            // a debuginfod server's (cached; asked for in the background when it is not)
+            let id = elf.build_id();
+            let mut debug = id.as_deref().map(|id| debug_functions(pid, id)).unwrap_or_default();
+            if let (true, Some(d), Some(id)) = (debug.is_empty(), debuginfod, id.as_deref()) {
+                match d.debug_file(id) {
+                    Some(p) => debug = file_functions(&p, id),
+                    None if !d.settled(id) => pending = Some(id.to_vec()),
+                    None => {}
+                }
+            }
             if debug.is_empty() {
                 funcs.extend(mini_functions(&elf, path));
             }
@@ -64,7 +77,7 @@ impl Symbols {
         funcs.dedup_by_key(|f| f.0);
         // SHT_PROGBITS with SHF_EXECINSTR: where code lies in the file
         let sections = elf.sections.iter().filter(|s| s.kind == 1 && s.addr != 0).map(|s| (s.offset, s.size, s.addr)).collect();
-        Some(Symbols { funcs, sections })
+        Some(Symbols { funcs, sections, pending })
     }
 
     /// The link-time address of file offset `off`.
@@ -86,6 +99,19 @@ fn debug_functions(pid: u32, id: &[u8]) -> Vec<(u64, u64, String)> {
     let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
     let path = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
     let Ok(file) = crate::procfs::open_in_root(pid, &path) else { return vec![] };
+    debug_file_functions(file, &path, id)
+}
+
+/// The functions of a debug file (of the agent's: a debuginfod server's, cached), if it has
+/// build ID `id`.
+fn file_functions(path: &std::path::Path, id: &[u8]) -> Vec<(u64, u64, String)> {
+    match std::fs::File::open(path) {
+        Ok(file) => debug_file_functions(file, &path.display().to_string(), id),
+        Err(_) => vec![],
+    }
+}
+
+fn debug_file_functions(file: std::fs::File, path: &str, id: &[u8]) -> Vec<(u64, u64, String)> {
     let Ok(meta) = file.metadata() else { return vec![] };
     if !meta.is_file() {
         return vec![];
@@ -93,7 +119,7 @@ fn debug_functions(pid: u32, id: &[u8]) -> Vec<(u64, u64, String)> {
     let src = FileSource::new(file, meta.len());
     let Ok(elf) = Elf::parse(&src) else { return vec![] };
     if elf.build_id().as_deref() != Some(id) {
-        log::debug!("{path}: not the debug file of build ID {hex}");
+        log::debug!("{path}: not the debug file of its build ID");
         return vec![];
     }
     ranges(&elf)
@@ -150,6 +176,10 @@ pub struct Native {
     pub jit: super::jit::Jit,
     /// interpreted Java frames, by the JVM's own structures
     pub hotspot: super::hotspot::Hotspot,
+    /// debug files from a debuginfod server (`DEBUGINFOD_URLS`)
+    pub debuginfod: Option<super::debuginfod::Debuginfod>,
+    /// counts the objects read again (a debug file came): frames named before are named again
+    pub generation: u64,
 }
 
 impl Native {
@@ -179,14 +209,23 @@ impl Native {
         self.asks += 1;
         if let Some((symbols, asked)) = self.objects.get_mut(&id) {
             *asked = self.asks;
-            return symbols.clone();
+            // a debug file asked for meanwhile came (or never will): read the object again
+            let settled = match (symbols.as_ref().and_then(|s| s.pending.as_deref()), self.debuginfod.as_ref()) {
+                (Some(b), Some(d)) => d.settled(b),
+                _ => false,
+            };
+            if !settled {
+                return symbols.clone();
+            }
+            self.objects.remove(&id);
+            self.generation += 1;
         }
         if self.objects.len() >= MAX_OBJECTS {
             if let Some(oldest) = self.objects.iter().min_by_key(|(_, (_, asked))| *asked).map(|(id, _)| *id) {
                 self.objects.remove(&oldest);
             }
         }
-        let symbols = Symbols::load(pid, &target).map(Arc::new);
+        let symbols = Symbols::load(pid, &target, self.debuginfod.as_ref()).map(Arc::new);
         self.objects.insert(id, (symbols.clone(), self.asks));
         symbols
     }
