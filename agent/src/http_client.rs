@@ -47,6 +47,71 @@ pub enum Failure {
     Bad(String),
 }
 
+/// A server's base URL, `http[s]://host[:port][/prefix]` (the Pyroscope push's, a debuginfod
+/// server's): requests go to paths under the prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BaseUrl {
+    pub tls: bool,
+    /// the authority as written, for the Host header
+    pub host: String,
+    /// the host alone (brackets off an IPv6 address), for TLS to check
+    pub name: String,
+    /// `host:port` to connect to
+    pub hostport: String,
+    /// the path prefix, without a trailing slash ("" for none)
+    pub prefix: String,
+}
+
+/// Why a base URL is not one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UrlError {
+    Scheme,
+    Characters,
+    QueryOrFragment,
+    /// the authority's (`waitmeter_formats::http::authority`), and whether it held credentials
+    Authority(String, bool),
+}
+
+impl std::fmt::Display for UrlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UrlError::Scheme => write!(f, "the URL must start with http:// or https://"),
+            UrlError::Characters => write!(f, "the URL has a space or a non-ASCII or control character: percent-encode it"),
+            UrlError::QueryOrFragment => write!(f, "the URL may have a path prefix but no query or fragment"),
+            UrlError::Authority(e, _) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl BaseUrl {
+    pub fn parse(url: &str) -> Result<BaseUrl, UrlError> {
+        let (tls, rest) = match url.split_once("://") {
+            Some((s, rest)) if s.eq_ignore_ascii_case("http") => (false, rest),
+            Some((s, rest)) if s.eq_ignore_ascii_case("https") => (true, rest),
+            _ => return Err(UrlError::Scheme),
+        };
+        if url.bytes().any(|b| b <= b' ' || b >= 0x7f) {
+            return Err(UrlError::Characters);
+        }
+        if rest.contains(['?', '#']) {
+            return Err(UrlError::QueryOrFragment);
+        }
+        let (authority, prefix) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        let (host, port) =
+            wire::authority(authority, if tls { 443 } else { 80 }).map_err(|e| UrlError::Authority(e, authority.contains('@')))?;
+        Ok(BaseUrl {
+            tls,
+            host: authority.to_string(),
+            name: host.trim_start_matches('[').trim_end_matches(']').to_string(),
+            hostport: format!("{host}:{port}"),
+            prefix: prefix.to_string(),
+        })
+    }
+}
+
 /// A connection an exchange runs over: plain TCP, or TLS over it.
 pub trait Stream: Read + Write {
     /// The socket under it, whose timeouts bound each read and write.

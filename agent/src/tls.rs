@@ -10,11 +10,16 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
+use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ConnectionCommon, SideData};
 
 /// Where a system keeps its CA certificates (Debian/Ubuntu/Alpine, Fedora/RHEL, others).
 const SYSTEM_CAS: [&str; 3] = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"];
+
+/// The name TLS checks a server's certificate against: its host (an IP address or a DNS name).
+pub fn server_name(host: &str) -> Result<ServerName<'static>> {
+    ServerName::try_from(host.to_string()).with_context(|| format!("`{host}` is not a host name TLS can check"))
+}
 
 /// A TLS client trusting `ca_file`, or the system's CA certificates (`flag`: the option that
 /// gives others, for the error).

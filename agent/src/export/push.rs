@@ -89,28 +89,11 @@ pub struct Access<'a> {
 impl Target {
     /// `http[s]://host[:port][/prefix]`.
     pub fn parse(url: &str, access: &Access) -> Result<Target> {
-        let (tls, rest) = match url.split_once("://") {
-            Some((s, rest)) if s.eq_ignore_ascii_case("http") => (false, rest),
-            Some((s, rest)) if s.eq_ignore_ascii_case("https") => (true, rest),
-            _ => bail!("the URL must start with http:// or https://"),
-        };
-        if url.bytes().any(|b| b <= b' ' || b >= 0x7f) {
-            bail!("the URL has a space or a non-ASCII or control character: percent-encode it");
-        }
-        if rest.contains(['?', '#']) {
-            bail!("the URL may have a path prefix but no query or fragment");
-        }
-        let (authority, prefix) = match rest.find('/') {
-            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-            None => (rest, ""),
-        };
-        let (host, port) = wire::authority(authority, if tls { 443 } else { 80 }).map_err(|e| {
-            if authority.contains('@') {
-                anyhow::anyhow!("{e}: use --pyroscope-user and --pyroscope-password-file")
-            } else {
-                anyhow::anyhow!("{e}")
-            }
+        let base = client::BaseUrl::parse(url).map_err(|e| match e {
+            client::UrlError::Authority(e, true) => anyhow::anyhow!("{e}: use --pyroscope-user and --pyroscope-password-file"),
+            e => anyhow::anyhow!("{e}"),
         })?;
+        let tls = base.tls;
         let mut headers = vec![
             ("Content-Type", pyroscope::CONTENT_TYPE.to_string()),
             ("Connect-Protocol-Version", "1".into()),
@@ -132,8 +115,7 @@ impl Target {
             }
         }
         let tls = if tls {
-            let name = host.trim_start_matches('[').trim_end_matches(']');
-            let server = ServerName::try_from(name.to_string()).with_context(|| format!("`{name}` is not a host name TLS can check"))?;
+            let server = crate::tls::server_name(&base.name)?;
             Some((crate::tls::client_config(access.ca_file, "--pyroscope-ca-file")?, server))
         } else {
             if access.ca_file.is_some() {
@@ -144,9 +126,9 @@ impl Target {
         Ok(Target {
             url: url.to_string(),
             tls,
-            hostport: format!("{host}:{port}"),
-            host: authority.to_string(),
-            path: format!("{prefix}{PUSH_PATH}"),
+            path: format!("{}{PUSH_PATH}", base.prefix),
+            hostport: base.hostport,
+            host: base.host,
             headers,
         })
     }

@@ -302,7 +302,8 @@ impl Session {
         let (refused, bad_lines) = st.namer.native.jit.lost();
         lost.push(Lost::new(Probe::Stacks, Reason::PerfMapRefused, refused));
         lost.push(Lost::new(Probe::Stacks, Reason::PerfMapBadLine, bad_lines));
-        // and the objects without frame pointers the probe does not walk by table
+        // debug files a debuginfod server did not give, and code without frame pointers the
+        // probe does not walk by table
         let (refused, failed) = st.namer.native.debuginfod.as_ref().map_or((0, 0), |d| d.lost());
         lost.push(Lost::new(Probe::Stacks, Reason::DebuginfodRefused, refused));
         lost.push(Lost::new(Probe::Stacks, Reason::DebuginfodFailed, failed));

@@ -20,7 +20,7 @@ use std::sync::mpsc::{self, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use rustls::pki_types::ServerName;
 use waitmeter_formats::elf::Elf;
 use waitmeter_formats::http as wire;
@@ -46,27 +46,14 @@ struct Server {
 }
 
 fn server(url: &str) -> Result<Server> {
-    let (tls, rest) = match url.split_once("://") {
-        Some((s, rest)) if s.eq_ignore_ascii_case("http") => (false, rest),
-        Some((s, rest)) if s.eq_ignore_ascii_case("https") => (true, rest),
-        _ => bail!("`{url}` must start with http:// or https://"),
+    let base = client::BaseUrl::parse(url).map_err(|e| anyhow::anyhow!("`{url}`: {e}"))?;
+    let tls = match base.tls {
+        true => {
+            Some((crate::tls::client_config(None, "the system's CA certificates (ca-certificates)")?, crate::tls::server_name(&base.name)?))
+        }
+        false => None,
     };
-    if url.bytes().any(|b| b <= b' ' || b >= 0x7f) || rest.contains(['?', '#', '@']) {
-        bail!("`{url}` may have a path prefix, but no query, fragment, user or non-ASCII character");
-    }
-    let (authority, prefix) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-        None => (rest, ""),
-    };
-    let (host, port) = wire::authority(authority, if tls { 443 } else { 80 }).map_err(|e| anyhow::anyhow!("`{url}`: {e}"))?;
-    let tls = if tls {
-        let name = host.trim_start_matches('[').trim_end_matches(']');
-        let server = ServerName::try_from(name.to_string()).with_context(|| format!("`{name}` is not a host name TLS can check"))?;
-        Some((crate::tls::client_config(None, "the system's CA certificates (ca-certificates)")?, server))
-    } else {
-        None
-    };
-    Ok(Server { url: url.to_string(), tls, hostport: format!("{host}:{port}"), host: authority.to_string(), prefix: prefix.to_string() })
+    Ok(Server { url: url.to_string(), tls, hostport: base.hostport, host: base.host, prefix: base.prefix })
 }
 
 /// Where elfutils keeps its debuginfod cache, from the environment it reads.
