@@ -22,13 +22,16 @@ struct task_struct___x {
 	unsigned int __state;
 } __attribute__((preserve_access_index));
 
-static __always_inline __u32 get_task_state(void *task)
+/* `task` is a trusted BTF pointer (a tp_btf argument, the current task, an
+ * iterator's task): fields are loads with a CO-RE offset, no helper call
+ * (a call and its return cost 20-30 ns each on retpoline/SRSO kernels). */
+static __always_inline __u32 get_task_state(struct task_struct *task)
 {
-	struct task_struct___x *t = task;
+	struct task_struct___x *t = (void *)task;
 
 	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return BPF_CORE_READ((struct task_struct___o *)task, state);
+		return t->__state;
+	return ((struct task_struct___o *)task)->state;
 }
 
 /*
@@ -53,8 +56,9 @@ static __always_inline bool task_throttled(struct task_struct *p)
 	struct task_struct___throttle *t = (void *)p;
 	struct cfs_rq___throttle *cfs_rq;
 
+	/* a trusted pointer: a plain load (see get_task_state) */
 	if (bpf_core_field_exists(t->throttled))
-		return BPF_CORE_READ(t, throttled);
+		return t->throttled;
 	cfs_rq = (void *)BPF_CORE_READ(p, se.cfs_rq);
 	if (!cfs_rq)
 		return false;

@@ -82,6 +82,17 @@ enum wm_limits _wm_limits = WM_MAX_SYSCALLS;
 /* bit `tgid` set = process watched */
 #include "watched.bpf.h"
 
+/* bit `tgid` set = a Python process: its futex waits may be GIL waits
+ * (`gil_words`) or parked (`parked`); set by the agent when it registers
+ * either, cleared with the watched bit */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, WM_WATCH_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} py_bits SEC(".maps");
+
 /* host TGID -> flags (unused yet): the watched processes, enumerable */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -221,13 +232,19 @@ static __always_inline void set_watched(__u32 tgid)
 		__sync_fetch_and_or(bits, 1ULL << (tgid % 64));
 }
 
-static __always_inline void clear_watched(__u32 tgid)
+static __always_inline void clear_bit_of(void *bitmap, __u32 tgid)
 {
 	__u32 word = tgid / 64;
-	__u64 *bits = bpf_map_lookup_elem(&watched_bits, &word);
+	__u64 *bits = bpf_map_lookup_elem(bitmap, &word);
 
 	if (bits)
 		__sync_fetch_and_and(bits, ~(1ULL << (tgid % 64)));
+}
+
+static __always_inline void clear_watched(__u32 tgid)
+{
+	clear_bit_of(&watched_bits, tgid);
+	clear_bit_of(&py_bits, tgid);
 }
 
 /* The number of `pid` in the agent's PID namespace, 0 if not visible there. */
@@ -781,14 +798,14 @@ new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_ente
 
 /*
  * What a thread that leaves the CPU without being runnable is blocked in.
- * At sched_switch `prev` is still `current`, so its saved user registers are
+ * At sched_switch `prev` is still `current` (no call to get it), so its saved user registers are
  * those of the syscall in flight: orig_ax is the syscall number and ax still
  * holds -ENOSYS until the syscall returns. Anything else (a page fault, a
  * kernel-internal wait) is io_wait when uninterruptible, other otherwise.
  */
-static __always_inline __u32 blocked_state(__u32 task_state, __s32 *syscall, __u64 *futex_word)
+static __always_inline __u32 blocked_state(struct task_struct *prev, __u32 task_state, __s32 *syscall, __u64 *futex_word)
 {
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
 	long nr = regs->orig_ax;
 	long ax = regs->ax;
 
@@ -809,9 +826,9 @@ static __always_inline __u32 blocked_state(__u32 task_state, __s32 *syscall, __u
  * time until it runs again is `yield`, not a wait for a CPU. Like
  * blocked_state(), the syscall in flight is read from the saved registers.
  */
-static __always_inline bool yielding(void)
+static __always_inline bool yielding(struct task_struct *prev)
 {
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
 
 	return regs->orig_ax == WM_NR_SCHED_YIELD && (long)regs->ax == -WM_ENOSYS;
 }
@@ -830,11 +847,13 @@ static __noinline void switch_out(void *ctx, bool preempt, struct task_struct *p
 
 	if (preempt || task_state == WM_TASK_RUNNING)
 		e.to = task_throttled(prev)	     ? WM_STATE_THROTTLED :
-		       !preempt && yielding() ? WM_STATE_YIELD :
+		       !preempt && yielding(prev) ? WM_STATE_YIELD :
 						WM_STATE_RUNQUEUE;
 	else
-		e.to = blocked_state(task_state, &e.syscall, &e.futex_addr);
-	if (e.to == WM_STATE_FUTEX_WAIT && e.futex_addr) {
+		e.to = blocked_state(prev, task_state, &e.syscall, &e.futex_addr);
+	/* GIL words and parked addresses exist only in Python processes: a
+	 * futex wait of any other process costs no hash lookup */
+	if (e.to == WM_STATE_FUTEX_WAIT && e.futex_addr && in_bitmap(&py_bits, tgid)) {
 		struct wm_gil_key key = { .tgid = tgid, .uaddr = e.futex_addr };
 		struct wm_gil *gil = bpf_map_lookup_elem(&gil_words, &key);
 

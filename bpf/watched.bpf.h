@@ -20,12 +20,18 @@ struct {
 	__type(value, __u64);
 } watched_bits SEC(".maps");
 
-static __always_inline bool is_watched(__u32 tgid)
+/* bit `tgid` of a bitmap of processes (an array of WM_WATCH_WORDS u64s) */
+static __always_inline bool in_bitmap(void *bitmap, __u32 tgid)
 {
 	__u32 word = tgid / 64;
-	__u64 *bits = bpf_map_lookup_elem(&watched_bits, &word);
+	__u64 *bits = bpf_map_lookup_elem(bitmap, &word);
 
 	return bits && (*bits >> (tgid % 64)) & 1;
+}
+
+static __always_inline bool is_watched(__u32 tgid)
+{
+	return in_bitmap(&watched_bits, tgid);
 }
 
 #endif /* WAITMETER_WATCHED_BPF_H */

@@ -106,14 +106,50 @@ pub struct SchedProbe {
     /// the holder sampler's CPU clocks, one per CPU (empty: off, or failed)
     samplers: Vec<Link>,
     skel: Owned<SchedSkel<'static>>,
-    /// `watched_bits`, shared with the kernel (mmap of the array map): `bits()`
-    bits: Mapped,
+    /// `watched_bits`, shared with the kernel (mmap of the array map)
+    bits: Bitmap,
+    /// `py_bits`: the processes whose futex waits may be GIL waits or parked
+    py_bits: Bitmap,
     /// threads user space could not seed because `threads` was full
     seed_lost: std::cell::Cell<u64>,
     /// `sweep_out`, mapped (probes/sweep.rs)
     sweep_out: super::sweep::SweepOut,
     /// the `sweep` program is loaded
     sweeps: bool,
+}
+
+/// A bitmap of processes shared with the kernel (an mmap'd array of
+/// `WM_WATCH_WORDS` u64s, bpf/watched.bpf.h): bit TGID. Both sides change it
+/// with atomic operations only.
+struct Bitmap(Mapped);
+
+impl Bitmap {
+    fn new(map: &libbpf_rs::MapMut<'_>, what: &str) -> Result<Bitmap> {
+        Ok(Bitmap(Mapped::new(map, wm_limits::WM_WATCH_WORDS.0 as usize * size_of::<u64>(), what)?))
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        // SAFETY: the mapping is `WM_WATCH_WORDS` u64s, page-aligned, and lives
+        // as long as `self`; the kernel and this agent change it atomically only.
+        unsafe { std::slice::from_raw_parts(self.0.ptr().as_ptr().cast::<AtomicU64>(), wm_limits::WM_WATCH_WORDS.0 as usize) }
+    }
+
+    fn bit(&self, host_tgid: u32) -> Result<(&AtomicU64, u64)> {
+        let word = self.words().get(host_tgid as usize / 64).with_context(|| format!("PID {host_tgid} is above PID_MAX_LIMIT"))?;
+        Ok((word, 1u64 << (host_tgid % 64)))
+    }
+
+    fn set(&self, host_tgid: u32) -> Result<()> {
+        let (word, mask) = self.bit(host_tgid)?;
+        word.fetch_or(mask, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn clear(&self, host_tgid: u32) {
+        if let Ok((word, mask)) = self.bit(host_tgid) {
+            word.fetch_and(!mask, Ordering::SeqCst);
+        }
+    }
 }
 
 /// The `probe` label of the holder sampler's CPU clocks.
@@ -219,7 +255,8 @@ impl SchedProbe {
         let exits = collect_into::<wm_exit>(&mut rb, &skel.maps.exits)?;
         let throttles = collect_into::<wm_throttle>(&mut rb, &skel.maps.throttles)?;
         let ringbuf = rb.build().context("failed to set up the exit ring buffer")?;
-        let bits = Mapped::new(&skel.maps.watched_bits, wm_limits::WM_WATCH_WORDS.0 as usize * size_of::<u64>(), "the watched bitmap")?;
+        let bits = Bitmap::new(&skel.maps.watched_bits, "the watched bitmap")?;
+        let py_bits = Bitmap::new(&skel.maps.py_bits, "the Python bitmap")?;
         let sweep_out = super::sweep::SweepOut::map(&skel.maps.sweep_out)?;
         let mut samplers = vec![];
         if opts.holder_sample_hz > 0 {
@@ -231,7 +268,7 @@ impl SchedProbe {
                 ),
             }
         }
-        Ok(SchedProbe { ringbuf, exits, throttles, links, samplers, skel, bits, seed_lost: Default::default(), sweep_out, sweeps })
+        Ok(SchedProbe { ringbuf, exits, throttles, links, samplers, skel, bits, py_bits, seed_lost: Default::default(), sweep_out, sweeps })
     }
 
     /// The `parked` map (host TID -> address parked on), which the pypark
@@ -295,34 +332,26 @@ impl SchedProbe {
         v
     }
 
-    /// The watched bitmap, as the kernel sees it.
-    fn bits(&self) -> &[AtomicU64] {
-        // SAFETY: the mapping is `WM_WATCH_WORDS` u64s, page-aligned, and lives
-        // as long as `self`; the kernel and this agent change it atomically only.
-        unsafe { std::slice::from_raw_parts(self.bits.ptr().as_ptr().cast::<AtomicU64>(), wm_limits::WM_WATCH_WORDS.0 as usize) }
-    }
-
-    fn bit(&self, host_tgid: u32) -> Result<(&AtomicU64, u64)> {
-        let word = self.bits().get(host_tgid as usize / 64).with_context(|| format!("PID {host_tgid} is above PID_MAX_LIMIT"))?;
-        Ok((word, 1u64 << (host_tgid % 64)))
-    }
-
     pub fn watch(&self, host_tgid: u32) -> Result<()> {
         self.skel
             .maps
             .watched
             .update(&host_tgid.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
             .with_context(|| format!("failed to watch process {host_tgid} (more than --max-processes?)"))?;
-        let (word, mask) = self.bit(host_tgid)?;
-        word.fetch_or(mask, Ordering::SeqCst);
-        Ok(())
+        self.bits.set(host_tgid)
     }
 
     pub fn unwatch(&self, host_tgid: u32) {
-        if let Ok((word, mask)) = self.bit(host_tgid) {
-            word.fetch_and(!mask, Ordering::SeqCst);
-        }
+        self.bits.clear(host_tgid);
+        self.py_bits.clear(host_tgid);
         let _ = self.skel.maps.watched.delete(&host_tgid.to_ne_bytes());
+    }
+
+    /// Process `host_tgid` runs Python: the switch-out of its threads looks
+    /// their futex words up among GIL words and parked addresses (other
+    /// processes' futex waits skip both lookups).
+    pub fn mark_python(&self, host_tgid: u32) {
+        let _ = self.py_bits.set(host_tgid);
     }
 
     /// Host TGIDs in the watched map (the BPF side adds forked children).
@@ -377,6 +406,7 @@ impl SchedProbe {
 
     /// Recognise waits on these futex words of process `host_tgid` as GIL waits.
     pub fn add_gil(&self, host_tgid: u32, words: &[u64], spec: GilSpec) -> Result<()> {
+        self.py_bits.set(host_tgid)?;
         let v = wm_gil {
             gil: spec.gil,
             off_locked: spec.off_locked,

@@ -211,7 +211,7 @@ impl Session {
     /// The uprobes of a Python target: GIL holds (`--gil-probe uprobe`), parking-lot waits.
     fn python_probes(&mut self, id: u64) {
         let Some(t) = self.targets.get(&id) else { return };
-        let (pid, py) = (t.pid, t.python.as_ref());
+        let (pid, host_pid, py) = (t.pid, t.host_pid, t.python.as_ref());
         if let Some(p) = py.filter(|p| self.gil_uprobes && !p.gils.is_empty()) {
             if p.gil_functions.is_empty() {
                 log::warn!(
@@ -231,7 +231,11 @@ impl Session {
         if let Some((p, offset)) = py.as_ref().filter(|_| self.lock_uprobes).and_then(|p| Some((p, p.park?))) {
             // a failure costs only the lock addresses: waits stay plain futex waits
             match self.parks.attach(&self.probe, id, pid, &p.opened, offset) {
-                Ok(()) => log::debug!("process {pid}: parking-lot uprobes attached"),
+                Ok(()) => {
+                    // its futex waits are looked up in `parked` from now on
+                    self.probe.mark_python(host_pid);
+                    log::debug!("process {pid}: parking-lot uprobes attached")
+                }
                 Err(e) => log::warn!("process {pid}: {e:#}; its lock waits are charged to futex words, not to the locks"),
             }
         }
