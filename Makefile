@@ -40,7 +40,7 @@ CARGO_FUZZ := $(TOOLS)/cargo-fuzz
 CARGO_FUZZ_VERSION := 0.13.2
 FUZZ_SECONDS ?= 20
 
-.PHONY: all setup setup-build serving-node build test lint unit integration fuzz docs mixin demo bench clean static wheel image release
+.PHONY: all setup setup-build serving-node build test lint unit integration fuzz docs mixin demo bench bench-cost clean static wheel image release
 
 all: build
 
@@ -129,6 +129,13 @@ demo: build
 bench: setup build
 	@bash bench/setup.sh
 	$(PYTHON) bench/bench.py $(BENCH_ARGS)
+
+# Every probe's per-event cost (about 15 min), then its figures into docs/probes/*.md (bench/probe_docs.py):
+# run after changing a BPF program; tests/test_probe_docs.py fails while a doc's figures are older than its program.
+bench-cost: setup build
+	@bash bench/setup.sh
+	$(PYTHON) bench/bench.py --only cost $(BENCH_ARGS)
+	$(PYTHON) bench/probe_docs.py write
 
 # ---- release artefacts, in dist/ (tests/test_release.py checks each) ----------------------------
 # The static binary: libbpf, libelf, zlib and glibc linked in (glibc 2.34+ has its files and dns

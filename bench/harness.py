@@ -168,6 +168,24 @@ def live_threads():
     return n
 
 
+def process_switches(pid):
+    """Context switches (voluntary + involuntary) of every thread of a process so far, from
+    /proc/PID/task/*/status: the workload's own count, taken from outside it."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
 def machine_ctxt():
     """Context switches since boot, all CPUs (/proc/stat ctxt)."""
     for line in Path("/proc/stat").read_text().splitlines():
@@ -640,17 +658,22 @@ def run_once(make_workload, tool, timeout, bpf_stats=False):
         tool.start(w)
         try:
             t0, ctxt0 = time.monotonic(), machine_ctxt()
+            sw0 = process_switches(w.pid)
             cpu0 = tool.mark()
             progs0 = bpf_progs(tool.pid) if bpf_stats else None
             w.go()
             res = w.result(timeout)
             elapsed = time.monotonic() - t0
+            sw1 = process_switches(w.pid)
             cpu1 = tool.mark()
             progs1 = bpf_progs(tool.pid) if bpf_stats else None
             out = dict(res)
             out["wall_s"] = elapsed
             out["tids"] = dict(w.tids)
             out["machine_ctxt_per_s"] = (machine_ctxt() - ctxt0) / elapsed
+            if sw0 is not None and sw1 is not None:
+                # the workload's threads' own switches (its threads that exited meanwhile are not counted)
+                out["workload_switches_per_s"] = (sw1 - sw0) / elapsed
             if tool.proc:
                 if cpu0 is not None and cpu1 is not None:
                     out["tool_cpu_per_s"] = (cpu1 - cpu0) / elapsed

@@ -5,6 +5,10 @@
 //
 //   storm pipe N [CPU]          two threads ping-pong a byte through two pipes, N round
 //                               trips (a context-switch storm; CPU >= 0 pins both there)
+//   storm condpair N [CPU]      two threads hand a turn back and forth through one mutex and
+//                               two condition variables, N round trips (a futex_wait /
+//                               futex_wake storm, as a worker pool's queue hand-off makes;
+//                               CPU >= 0 pins both there)
 //   storm paced RATE SECS       the same ping-pong paced to RATE round trips/s for SECS s
 //                               (a steady, known scheduler event rate)
 //   storm mutex N               one thread locks and unlocks a pthread mutex N times
@@ -73,6 +77,38 @@ static void *echo(void *arg)
 		if (write(pong[1], &c, 1) != 1)
 			die("write");
 	return NULL;
+}
+
+// condpair: whose turn it is (0: main's, 1: the partner's, -1: stop)
+static pthread_mutex_t turn_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t turn_main = PTHREAD_COND_INITIALIZER, turn_partner = PTHREAD_COND_INITIALIZER;
+static int turn;
+
+static void *partner(void *arg)
+{
+	pin(*(int *)arg);
+	pthread_mutex_lock(&turn_lock);
+	for (;;) {
+		while (turn == 0)
+			pthread_cond_wait(&turn_partner, &turn_lock);
+		if (turn < 0)
+			break;
+		turn = 0;
+		pthread_cond_signal(&turn_main);
+	}
+	pthread_mutex_unlock(&turn_lock);
+	return NULL;
+}
+
+// one round trip of condpair: give the partner its turn, wait for ours back
+static void hand_over(int next)
+{
+	pthread_mutex_lock(&turn_lock);
+	turn = next;
+	pthread_cond_signal(&turn_partner);
+	while (turn == 1)
+		pthread_cond_wait(&turn_main, &turn_lock);
+	pthread_mutex_unlock(&turn_lock);
 }
 
 static int inside = 20; // work units inside the lock (and outside it)
@@ -166,7 +202,7 @@ static long for_a_while(void *(*fn)(void *), int k)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: storm pipe|paced|mutex|contended|churn|syscalls|idle|churnfor|futexfor N [ARG [ARG]]\n");
+		fprintf(stderr, "usage: storm pipe|condpair|paced|mutex|contended|churn|syscalls|idle|churnfor|futexfor N [ARG [ARG]]\n");
 		return 2;
 	}
 	const char *mode = argv[1];
@@ -184,6 +220,11 @@ int main(int argc, char **argv)
 			die("pthread_create");
 		pin(cpu);
 	}
+	if (!strcmp(mode, "condpair")) {
+		if (pthread_create(&t, NULL, partner, &cpu))
+			die("pthread_create");
+		pin(cpu);
+	}
 	printf("ready\n");
 	fflush(stdout);
 	char line[16];
@@ -196,6 +237,9 @@ int main(int argc, char **argv)
 		for (ops = 0; ops < n; ops++)
 			if (write(ping[1], &c, 1) != 1 || read(pong[0], &c, 1) != 1)
 				die("ping");
+	} else if (!strcmp(mode, "condpair")) {
+		for (ops = 0; ops < n; ops++)
+			hand_over(1);
 	} else if (!strcmp(mode, "paced")) {
 		// n round trips per second for arg seconds, paced on absolute deadlines
 		struct timespec next;
@@ -255,6 +299,13 @@ int main(int argc, char **argv)
 		c = 0;
 		if (write(ping[1], &c, 1) != 1)
 			die("write");
+		pthread_join(t, NULL);
+	}
+	if (!strcmp(mode, "condpair")) {
+		pthread_mutex_lock(&turn_lock);
+		turn = -1;
+		pthread_cond_signal(&turn_partner);
+		pthread_mutex_unlock(&turn_lock);
 		pthread_join(t, NULL);
 	}
 	printf("{\"seconds\": %.6f, \"cpu_s\": %.6f, \"ops\": %ld}\n", elapsed, used, ops);
