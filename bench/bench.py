@@ -363,7 +363,7 @@ def agent_rate(quick, out):
     involuntary switches, from /proc) are the x axis. A least-squares line gives the cost per 10k switches/s
     and its value at 20k switches/s, a busy service's rate."""
     secs = 3 if quick else 5
-    rates = (1000, 2500, 5000)  # round trips/s; each is about 4 switches of the workload's two threads
+    rates = (2500, 5000, 10000)  # round trips/s; each is 2 switches of the workload's threads (and 2 more to idle)
     print(f"\n== agent-rate: the agent's cost under run --all at {', '.join(map(str, rates))} paced round trips/s, {secs} s each")
     rows, errors = [], []
     for rep in range(1 if quick else 2):

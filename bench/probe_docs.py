@@ -28,6 +28,7 @@ OBJECTS = ("sched", "gil", "pypark", "syscalls")
 DOCS = {
     "sched": ("sched", [
         ("task_ids", "pingpong-all", "waitmeter-all", "the namespace-ID iterator, one run per task listed"),
+        ("threads_read", "pingpong-all", "waitmeter-all", "the snapshot iterator, one run per task listed"),
         ("sweep", "churn", "waitmeter", "moving exited threads' blame out, one run per drain"),
     ]),
     "stacks": ("sched", [
@@ -48,6 +49,8 @@ DOCS = {
         ("sys_exit_btf", "syscalls", "waitmeter-syscalls", "the same"),
     ]),
 }
+# runs/s below which a hook's average in a scenario is too thin to print
+MIN_RATE = 100
 # the scenarios whose per-event tables (watched and unwatched against the floor) go into sched.md
 FLOOR_TABLES = ("pingpong-all", "condpair-all", "churn")
 
@@ -113,7 +116,8 @@ def section(doc, results):
             if not c:
                 continue
             for hook, o in c["over_floor"].items():
-                if not hook.startswith("sched_"):
+                # a hook the scenario hardly fires (an exit in a ping-pong) has no average worth printing
+                if not hook.startswith("sched_") or (o.get("watched_runs_per_s") or 0) < MIN_RATE:
                     continue
                 rate = o.get("watched_runs_per_s")
                 lines.append(f"| {sc} | `{hook}` | {ns(o.get('watched_ns'))} | {ns(o.get('floor_ns'))} | "
@@ -121,7 +125,8 @@ def section(doc, results):
                              f"{'–' if rate is None else format(rate, ',.0f')} |")
         lines += ["", "Watched: `run --all` (pingpong-all, condpair-all) or `run --pid` (churn) of the workload; unwatched: the "
                   "agent watching an idle process of its own, so every event of the workload takes the unwatched path; "
-                  "floor: an empty `tp_btf` program on the same hook (`bench/floor/`). Scenarios: "
+                  "floor: an empty `tp_btf` program on the same hook (`bench/floor/`); hooks a scenario fired fewer than "
+                  f"{MIN_RATE} times a second are left out. Scenarios: "
                   "[docs/performance.md](../performance.md).", ""]
     if rows:
         lines += ["| program | scenario | run | ns per run | runs/s |", "| --- | --- | --- | --- | --- |"]
