@@ -428,7 +428,10 @@ impl SchedProbe {
     /// transitions, which the scheduler orders), bracketed by its `seq`, and
     /// the iterator copies it between two equal, even reads of `seq`. A copy
     /// that did not settle (its writer's CPU stopped by the host mid-write) is
-    /// counted, and the thread's last settled copy stands in for it.
+    /// counted, and the thread's last settled copy stands in for it. Entries
+    /// of tasks the iterator did not visit (gone without an exit record) are
+    /// added as plain copies: nothing writes them, and the session forgets
+    /// them only once it has seen them.
     pub(super) fn read_threads(&self) -> Vec<(u32, wm_thread_data)> {
         let read = || -> Result<Vec<u8>> {
             let link = self.skel.progs.threads_read.attach().context("failed to attach the threads iterator")?;
@@ -464,6 +467,15 @@ impl SchedProbe {
                 }
             };
             out.push((c.tid, d));
+        }
+        // entries of threads the iterator did not visit: gone without an exit record (seeded as
+        // they exited, or past the ring), which the session must see to forget them; nothing
+        // writes them, so a plain copy of each is exact
+        let visited: std::collections::HashSet<u32> = out.iter().map(|(tid, _)| *tid).collect();
+        for (tid, t) in batch::dump::<u32, wm_thread>(&self.skel.maps.threads, MapFlags::ANY) {
+            if !visited.contains(&tid) {
+                out.push((tid, t.d));
+            }
         }
         *last = now;
         out
