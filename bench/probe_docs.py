@@ -36,8 +36,7 @@ DOCS = {
         ("sample_holder", "condpair-all", "waitmeter-all", "the CPU clock's sample, no Python (nothing wanted)"),
     ]),
     "gil": ("gil", [
-        ("take_gil_enter", "pingpong-all", "waitmeter-all-uprobe", "uprobe, GIL ping-pong, --gil-probe uprobe"),
-        ("take_gil_exit", "pingpong-all", "waitmeter-all-uprobe", "uretprobe, the same"),
+        ("take_gil_exit", "pingpong-all", "waitmeter-all-uprobe", "uretprobe, GIL ping-pong, --gil-probe uprobe"),
         ("drop_gil_enter", "pingpong-all", "waitmeter-all-uprobe", "uprobe, the same"),
     ]),
     "pypark": ("pypark", [
