@@ -68,9 +68,9 @@ static __always_inline __s32 holder_wanted(__u32 tgid, __u64 tstate, __u16 sw, _
  * stretch away from its waits, or busy all the time: its stack now is what
  * kept it from its home, charged one clock period under role busy (gen 0:
  * user space names the live thread by its TID). Only while every stack is
- * kept (`stacks_all`). It follows each thread's `nvcsw` in a map of its
- * own, at the clock's rate (written when `threads` had a spin lock, which a
- * perf_event program may not use; `threads` has none since issue 38).
+ * kept (`stacks_all`). The program cannot read `threads` (a perf_event
+ * program may not use a map with a spin lock): it follows each thread's
+ * `nvcsw` in a map of its own, at the clock's rate.
  */
 struct wm_busy {
 	__u64 nvcsw;      /* the thread's voluntary switches at `since` */

@@ -49,9 +49,6 @@ volatile __u32 stacks_all = 0;
 
 /* keep the ABI types in BTF so the skeleton exports them */
 struct wm_exit _wm_exit = {};
-struct wm_thread_copy _wm_thread_copy = {};
-enum wm_read_limits _wm_read_limits = WM_READ_TRIES;
-enum wm_waking_bits _wm_waking_bits = WM_WAKING_TOOK;
 struct wm_task_ids _wm_task_ids = {};
 struct wm_gil_key _wm_gil_key = {};
 struct wm_gil _wm_gil = {};
@@ -175,21 +172,23 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
-/* new_thread()'s entry is built here, and threads_read's copies: a whole
- * wm_thread does not fit on the stack beside the switch handlers' own */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct wm_thread);
-} scratch_thread SEC(".maps");
+/* new_thread()'s entry is built here: a whole wm_thread does not fit on the
+ * stack beside the switch handlers' own. The same size and layout, without
+ * the lock (a per-CPU map may not hold one; the update skips it anyway). */
+struct wm_thread_unlocked {
+	__u32 lock;
+	__u32 _pad;
+	struct wm_thread_data d;
+	struct wm_home_slot homes[WM_HOME_SLOTS];
+};
+_Static_assert(sizeof(struct wm_thread_unlocked) == sizeof(struct wm_thread), "scratch_thread mirrors wm_thread");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct wm_thread_copy);
-} scratch_copy SEC(".maps");
+	__type(value, struct wm_thread_unlocked);
+} scratch_thread SEC(".maps");
 
 /* A stretch a switch-out into a wait closed (`len` 0: none). */
 struct wm_stretch_closed {
@@ -322,7 +321,7 @@ static __always_inline __u64 wait_key(__u32 state, __s32 syscall, __u64 futex_ad
 }
 
 /*
- * In a transition, after its `ns` took the interval just closed:
+ * Under the thread's lock, after its `ns` took the interval just closed:
  * it left the wait `left_key` (woken) and/or blocks in `enter_key` now.
  * Leaving notes when, and the time per state so far; blocking in a wait it
  * left before closes the stretch between (into `so`). A wait not among the
@@ -373,7 +372,7 @@ static __always_inline void note_waits(struct wm_thread *t, __u64 left_key, __u6
 }
 
 /*
- * At its wakeup: `waker` (a host TID; `same_process`: of the
+ * Under the thread's lock: `waker` (a host TID; `same_process`: of the
  * thread's own process) woke its GIL or futex wait. A GIL wait whose holder
  * was not read (the GIL was free when it went to sleep: it changed hands
  * between the waiter's check and its sleep, or the waiter queued on the
@@ -393,71 +392,33 @@ static __always_inline void woken_by(struct wm_thread *t, __u32 waker, bool same
 }
 
 /*
- * `seq` around a write of an entry by its thread's own transitions (struct
- * wm_thread): odd while it lasts. x86-64, the one architecture the agent
- * builds for (agent/build.rs), keeps stores in order and loads in order, so
- * a compiler barrier is the whole fence; a port needs BPF's store-release
- * and load-acquire (Linux 6.15) here and in threads_read.
- */
-#define wm_barrier() asm volatile("" ::: "memory")
-
-static __always_inline void write_begin(struct wm_thread *t)
-{
-	t->seq++;
-	wm_barrier();
-}
-
-static __always_inline void write_end(struct wm_thread *t)
-{
-	wm_barrier();
-	t->seq++;
-}
-
-/* At the wakeup of a GIL or futex wait: what sched_waking said of its waker
- * (`told`: struct wm_waking's word, taken). */
-static __always_inline void told_by_waking(struct wm_thread *t, __u32 from, __u64 told)
-{
-	__u32 waker = told & WM_EARLY_WAKER_TID;
-	bool same = told & WM_EARLY_SAME_PROCESS;
-
-	woken_by(t, waker, same);
-	/* a GIL release: since when the releaser held it, if the waiter's
-	 * streak is of that same hold (its switch number) */
-	if (from == WM_STATE_GIL_WAIT && same && (told & WM_WAKING_TOOK) &&
-	    (__u16)(told >> WM_WAKING_SWITCH_SHIFT) == t->d.streak_switch)
-		t->d.hold_from = t->waking.took_at;
-	if (from == WM_STATE_FUTEX_WAIT && (told & (1ULL << WM_WAKING_STACK_BIT))) {
-		t->d.waker_stack = t->waking.stack;
-		t->d.waker_of = waker;
-		t->d.waker_at = t->waking.stack_at;
-	}
-}
-
-/*
- * One of the thread's own transitions (the scheduler orders them: see struct
- * wm_thread): close the open interval into its state and enter `e->to` at
- * `now` (`since` never moves back, so sum(ns) == since - start holds). With
- * `wake`, a thread that is not blocked is left as it is (a wakeup of a task
- * that never left the run queue changes nothing), and what sched_waking told
- * it is taken. Fills `c` with the closed interval and, if `out` is given,
- * copies the data out. Returns false when nothing changed.
+ * Under the thread's lock: close the open interval into its state and enter
+ * `e->to` at `now` (`since` never moves back, so sum(ns) == since - start
+ * holds). With `wake`, a thread that is not blocked is left as it is (a wakeup
+ * of a task that never left the run queue changes nothing). Fills `c` with the
+ * closed interval and, if `out` is given, copies the data out. Returns false
+ * when nothing changed. No helper may be called while the lock is held.
  */
 static __always_inline bool transition(struct wm_thread *t, const struct wm_enter *e, __u64 now, bool switched_out, bool wake,
 				       struct wm_closed *c, struct wm_thread_data *out, struct wm_stretch_closed *so)
 {
-	__u64 left_key, enter_key, told = 0;
+	__u64 left_key, enter_key;
 	__u32 from;
 
+	bpf_spin_lock(&t->lock);
 	from = t->d.state;
 	if (wake) {
-		/* what sched_waking told this wakeup (on_waking), taken */
-		told = __sync_lock_test_and_set(&t->waking.word, 0);
-		if (!is_blocked(from))
+		/* the wakeup its early waker (on_waking) was seen for */
+		__u32 early = t->d.early_waker;
+
+		t->d.early_waker = 0;
+		if (!is_blocked(from)) {
+			bpf_spin_unlock(&t->lock);
 			return false;
+		}
+		if (early && !t->d.waker && (from == WM_STATE_GIL_WAIT || from == WM_STATE_FUTEX_WAIT))
+			woken_by(t, early & WM_EARLY_WAKER_TID, early & WM_EARLY_SAME_PROCESS);
 	}
-	write_begin(t);
-	if (told && (from == WM_STATE_GIL_WAIT || from == WM_STATE_FUTEX_WAIT))
-		told_by_waking(t, from, told);
 	c->state = from;
 	c->gen = (__u32)t->d.start;
 	c->tgid = t->d.tgid;
@@ -529,10 +490,9 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	t->d.futex_addr = e->futex_addr;
 	t->d.futex_kind = e->futex_kind;
 	t->d.waker = 0;
-	/* a waking that came before the sleep it wakes waits for that sleep's
-	 * wakeup; any other transition ends what it told */
-	if (!(switched_out && is_blocked(e->to)) && !wake)
-		t->waking.word = 0;
+	/* an early waker waits for the wakeup of the sleep it came before */
+	if (!(switched_out && is_blocked(e->to)))
+		t->d.early_waker = 0;
 	if (e->new_stack) {
 		t->d.stack = e->stack;
 		t->d.stack_at = now;
@@ -550,7 +510,7 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 		t->d.nr_gil_waits++;
 	if (out)
 		__builtin_memcpy(out, &t->d, sizeof(*out));
-	write_end(t);
+	bpf_spin_unlock(&t->lock);
 	return true;
 }
 
@@ -800,9 +760,9 @@ static __noinline void record_stretch(const struct wm_stretch_closed *so, __u32 
 static __always_inline struct wm_thread *
 new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_enter *e, __u64 now)
 {
-	static const struct wm_thread zero = {};
+	static const struct wm_thread_unlocked zero = {};
 	__u32 slot = 0;
-	struct wm_thread *fresh = bpf_map_lookup_elem(&scratch_thread, &slot);
+	struct wm_thread_unlocked *fresh = bpf_map_lookup_elem(&scratch_thread, &slot);
 	long err;
 
 	/* past sched_process_exit (its record is sent): an exiting thread that
@@ -1015,11 +975,13 @@ static __always_inline int on_switch(void *ctx, bool preempt, struct task_struct
  */
 static __always_inline int on_waking(void *ctx, struct task_struct *p)
 {
+	struct wm_stack_ref stack = { .native = -1 };
+	bool new_stack = false;
 	struct task_struct *cur;
 	struct pt_regs *regs;
 	struct wm_thread *t;
-	__u32 tid, waker = 0, state;
-	__u64 word;
+	__u32 tid, waker = 0;
+	__u64 now = 0;
 	long nr;
 
 	if (!is_watched(p->tgid))
@@ -1038,34 +1000,50 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 		waker = cur->pid;
 	if (!waker)
 		return 0;
-	word = waker | (cur->tgid == p->tgid ? WM_EARLY_SAME_PROCESS : 0);
-	/* racy: the thread may be switching out this instant (a stale state
-	 * only takes or skips one stack, or one hold start); its wakeup, after
-	 * that switch-out, decides what the word means */
-	state = t->d.state;
 	/* the waker's stack as it wakes the thread (it is `current`), at most
 	 * once per interval per (thread, waker) */
-	if (cfg.stacks && stacks_all && state == WM_STATE_FUTEX_WAIT) {
-		__u64 now = bpf_ktime_get_ns();
-
+	if (cfg.stacks && stacks_all && t->d.state == WM_STATE_FUTEX_WAIT) {
+		now = bpf_ktime_get_ns();
 		if (t->d.waker_of != waker || now - t->d.waker_at >= cfg.stack_interval_ns) {
-			own_stacks(ctx, cur->tgid, waker, &t->waking.stack);
-			t->waking.stack_at = now;
-			word |= 1ULL << WM_WAKING_STACK_BIT;
+			own_stacks(ctx, cur->tgid, waker, &stack);
+			new_stack = true;
 		}
 	}
 	/* a GIL release: since when the releaser held it (racy reads of its
 	 * entry; `took_switch` is checked against what the waiter read) */
-	if (state == WM_STATE_GIL_WAIT && cur->tgid == p->tgid) {
+	__u32 took_at = 0;
+	__u16 took_switch = 0;
+
+	if (t->d.state == WM_STATE_GIL_WAIT && cur->tgid == p->tgid) {
 		struct wm_thread *w = bpf_map_lookup_elem(&threads, &waker);
 
-		if (w && w->d.took_at) {
-			t->waking.took_at = w->d.took_at;
-			word |= WM_WAKING_TOOK | ((__u64)w->d.took_switch << WM_WAKING_SWITCH_SHIFT);
+		if (w) {
+			took_at = w->d.took_at;
+			took_switch = w->d.took_switch;
 		}
 	}
-	/* published last: the wakeup that takes it reads the fields above */
-	__sync_lock_test_and_set(&t->waking.word, word);
+	bpf_spin_lock(&t->lock);
+	/* a GIL waiter woken by a thread: the GIL's release (not its timeout) */
+	if (t->d.state == WM_STATE_GIL_WAIT) {
+		woken_by(t, waker, cur->tgid == p->tgid);
+		if (took_at && took_switch == t->d.streak_switch)
+			t->d.hold_from = took_at;
+	}
+	/* not switched out yet (its sched_switch, on its own CPU, may come
+	 * after this): kept for this wakeup's sched_wakeup, which comes after
+	 * that switch-out if it does sleep (the wakeup waits for it to leave
+	 * its CPU), and finds it still running if it does not */
+	else if (!is_blocked(t->d.state))
+		t->d.early_waker = waker | (cur->tgid == p->tgid ? WM_EARLY_SAME_PROCESS : 0);
+	if (t->d.state == WM_STATE_FUTEX_WAIT) {
+		t->d.waker = waker;
+		if (new_stack) {
+			t->d.waker_stack = stack;
+			t->d.waker_of = waker;
+			t->d.waker_at = now;
+		}
+	}
+	bpf_spin_unlock(&t->lock);
 	return 0;
 }
 
@@ -1215,63 +1193,5 @@ int task_ids(struct bpf_iter__task *ctx)
 	ids.fsbase = task->thread.fsbase;
 	if (ids.ns_tid)
 		bpf_seq_write(ctx->meta->seq, &ids, sizeof(ids));
-	return 0;
-}
-
-/*
- * A consistent copy of the `threads` entry of every task in the agent's PID
- * namespace (the tasks it watches), for user space's snapshots
- * (agent/src/probes/sched.rs read_threads): an entry is copied between two
- * equal, even reads of its `seq` (struct wm_thread), up to WM_READ_TRIES
- * times. A try fails when a write of the entry overlaps it (one in three on a
- * thread that switches every microsecond or two); every try failing means
- * the writer's virtual CPU was stopped mid-write by the host: the copy is
- * marked `torn`, and user space keeps the thread's last settled copy. (A task iterator, not a
- * map-element one: the map-element iterator is refused where this runs.)
- */
-struct wm_read_try {
-	struct wm_thread *t;
-	struct wm_thread_copy *out;
-	__u32 settled;
-};
-
-static long read_try(__u32 i, void *data)
-{
-	struct wm_read_try *r = data;
-	struct wm_thread *t = r->t;
-	__u32 s1, s2;
-
-	s1 = *(volatile __u32 *)&t->seq;
-	wm_barrier();
-	__builtin_memcpy(&r->out->d, &t->d, sizeof(r->out->d));
-	wm_barrier();
-	s2 = *(volatile __u32 *)&t->seq;
-	if (s1 == s2 && !(s1 & 1)) {
-		r->settled = 1;
-		return 1;
-	}
-	return 0;
-}
-
-SEC("iter/task")
-int threads_read(struct bpf_iter__task *ctx)
-{
-	struct task_struct *task = ctx->task;
-	struct wm_read_try r = {};
-	__u32 zero = 0, tid;
-
-	if (!task)
-		return 0;
-	tid = task->pid;
-	r.t = bpf_map_lookup_elem(&threads, &tid);
-	if (!r.t)
-		return 0;
-	r.out = bpf_map_lookup_elem(&scratch_copy, &zero);
-	if (!r.out)
-		return 0;
-	bpf_loop(WM_READ_TRIES, read_try, &r, 0);
-	r.out->tid = tid;
-	r.out->torn = !r.settled;
-	bpf_seq_write(ctx->meta->seq, r.out, sizeof(*r.out));
 	return 0;
 }

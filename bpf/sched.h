@@ -48,7 +48,7 @@ enum wm_limits {
 	/* a GIL holder id with this bit set is a host TID: the thread whose
 	 * release woke the waiter (the GIL was free when it went to sleep) */
 	WM_HOLDER_WAKER_BIT = 63,
-	/* in `wm_waking.word`, above the waker's TID (below PID_MAX_LIMIT, 2^22):
+	/* in `early_waker`, above the waker's TID (below PID_MAX_LIMIT, 2^22):
 	 * it is a thread of the waiter's process */
 	WM_EARLY_WAKER_TID = 0x3fffffff,
 	WM_EARLY_SAME_PROCESS = 0x80000000,
@@ -135,7 +135,12 @@ struct wm_thread_data {
 	 * first of them began, in units of 1024 ns, truncated (differences wrap
 	 * correctly for 73 minutes); 0 none. */
 	__u32 streak_at;
-	__u32 _pad_waker;
+	/* woken while still on its way to sleep (sched_waking came before its
+	 * sched_switch: a fast hand-off on another CPU): the waker's host TID
+	 * and WM_EARLY_SAME_PROCESS, the waker of the wait the switch-out
+	 * enters, taken at that wait's wakeup; 0 none. Every transition but a
+	 * switch-out into a blocked state clears it. */
+	__u32 early_waker;
 	/* when its last GIL wait ended by a release (it took the GIL then), in
 	 * 1024 ns like `streak_at`, and the GIL's switch_number (low bits) from
 	 * then on: the switch_number counts changes of holder, so a waiter that
@@ -163,57 +168,16 @@ struct wm_thread_data {
 	__u64 waker_at;
 };
 
-/* What sched_waking tells a thread's next wakeup. sched_waking runs before
- * the wakee has left its CPU (it races with its switch-out), so it writes
- * only here: `took_at` and `stack` first, `word` last with an atomic
- * exchange; the thread's own transitions take `word` (exchange with 0) and
- * then read the rest. A thread woken while still on its way to sleep (a fast
- * hand-off on another CPU) keeps the word through that switch-out: its
- * wakeup reads it. Every other transition clears it. */
-struct wm_waking {
-	/* 0: none; else the waker's host TID (WM_EARLY_WAKER_TID), with
-	 * WM_EARLY_SAME_PROCESS, WM_WAKING_TOOK (`took_at` is the releaser's
-	 * take of the GIL, its switch_number's low bits at bits 32..47) and
-	 * bit WM_WAKING_STACK_BIT (`stack` is the waker's, taken at `stack_at`) */
-	__u64 word;
-	__u32 took_at;
-	__u32 _pad;
-	struct wm_stack_ref stack;
-	__u64 stack_at;
-};
-
-enum wm_waking_bits {
-	WM_WAKING_TOOK = 0x40000000,  /* above WM_EARLY_WAKER_TID, below WM_EARLY_SAME_PROCESS */
-	WM_WAKING_SWITCH_SHIFT = 32,
-	WM_WAKING_STACK_BIT = 48,
-};
-
-/* Per watched thread, keyed by host TID in the `threads` map. The thread's
- * own transitions (its switches, its wakeup, its exit) write `d` and `homes`,
- * one at a time: the scheduler orders them (a wakeup waits for the wakee to
- * leave its CPU; a switch-in follows the wakeup that queued it). No lock: each
- * write is bracketed by `seq` going odd and even again, and the `threads_read`
- * iterator copies an entry out only between two equal, even reads of it.
- * sched_waking, the one writer that races with them, writes only `waking`. */
+/* Per watched thread, keyed by host TID in the `threads` map. Every write of
+ * `d` holds `lock`, and user space reads it with BPF_F_LOCK: a copy is never
+ * torn, and two CPUs (a waker and the thread's own switch) never interleave. */
 struct wm_thread {
-	__u32 seq;
+	struct bpf_spin_lock lock;
 	__u32 _pad;
 	struct wm_thread_data d;
 	/* its last waits, for its stretches (enum wm_stretch_limits); not in
 	 * its final record: the stretches map has what they closed */
 	struct wm_home_slot homes[WM_HOME_SLOTS];
-	struct wm_waking waking;
-};
-
-/* One record of the `threads_read` iterator: a consistent copy of an entry. */
-struct wm_thread_copy {
-	__u32 tid;        /* host TID */
-	__u32 torn;       /* 1: no two equal even reads of `seq` in WM_READ_TRIES: the last copy, maybe torn */
-	struct wm_thread_data d;
-};
-
-enum wm_read_limits {
-	WM_READ_TRIES = 4096, /* tries of about 50 ns: a write stalled by the host for 200 us is waited out */
 };
 
 /* A thread's final record, sent on the `exits` ring buffer at its exit;

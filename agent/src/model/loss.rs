@@ -50,7 +50,6 @@ pub enum Reason {
     DebuginfodFailed,
     SyscallMapFull,
     TaskStorageFailed,
-    TornRead,
 }
 
 impl Reason {
@@ -78,7 +77,6 @@ impl Reason {
             Reason::DebuginfodFailed => "debuginfod_failed",
             Reason::SyscallMapFull => "syscall_map_full",
             Reason::TaskStorageFailed => "task_storage_failed",
-            Reason::TornRead => "torn_read",
         }
     }
 
@@ -104,9 +102,6 @@ impl Reason {
             }
             Reason::ThreadGone => "waits drained after their thread was no longer known to the session (threads that exit quickly)",
             Reason::TaskStorageFailed => "the kernel refused the per-task storage: some syscalls were not counted",
-            Reason::TornRead => {
-                "a thread's entry was read while its own programs kept writing it, in every try: that sample may be off by one transition"
-            }
             Reason::PerfMapRefused => {
                 "a JIT's perf map was not read (not a regular file, not the process's user's, or past 256 MiB): its frames stay unnamed"
             }

@@ -26,8 +26,7 @@ fn opts(elem_flags: MapFlags) -> libbpf_sys::bpf_map_batch_opts {
 }
 
 /// Every (key, value) of a hash map of ABI structs, read with `elem_flags`
-/// (`MapFlags::LOCK`: each value copied under its spin lock, for a map whose
-/// values have one). A map whose
+/// (`MapFlags::LOCK`: each value copied under its spin lock). A map whose
 /// kernel does not batch (before 5.6) is read entry by entry.
 pub fn dump<K: Plain, V: Plain>(map: &impl MapCore, elem_flags: MapFlags) -> Vec<(K, V)> {
     batched(map, elem_flags, false)

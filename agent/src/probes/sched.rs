@@ -25,7 +25,7 @@ use super::{Mapped, Owned};
 use super::abi::{as_bytes, from_bytes, skel, Plain};
 use skel::types::{
     wm_blame_key, wm_exit, wm_futex_key, wm_futex_kind, wm_gil, wm_gil_key, wm_limits, wm_preempt, wm_preempt_key, wm_stat, wm_state,
-    wm_stretch, wm_stretch_key, wm_stretch_limits, wm_task_ids, wm_thread, wm_thread_copy, wm_thread_data, wm_throttle,
+    wm_stretch, wm_stretch_key, wm_stretch_limits, wm_task_ids, wm_thread, wm_thread_data, wm_throttle,
 };
 use skel::{SchedSkel, SchedSkelBuilder};
 
@@ -112,10 +112,6 @@ pub struct SchedProbe {
     py_bits: Bitmap,
     /// threads user space could not seed because `threads` was full
     seed_lost: std::cell::Cell<u64>,
-    /// copies of `threads` entries that did not settle (read_threads)
-    torn: std::cell::Cell<u64>,
-    /// each thread's copy from the last read_threads, settled (host TID -> entry)
-    settled: RefCell<std::collections::HashMap<u32, wm_thread_data>>,
     /// `sweep_out`, mapped (probes/sweep.rs)
     sweep_out: super::sweep::SweepOut,
     /// the `sweep` program is loaded
@@ -272,21 +268,7 @@ impl SchedProbe {
                 ),
             }
         }
-        Ok(SchedProbe {
-            ringbuf,
-            exits,
-            throttles,
-            links,
-            samplers,
-            skel,
-            bits,
-            py_bits,
-            seed_lost: Default::default(),
-            torn: Default::default(),
-            settled: Default::default(),
-            sweep_out,
-            sweeps,
-        })
+        Ok(SchedProbe { ringbuf, exits, throttles, links, samplers, skel, bits, py_bits, seed_lost: Default::default(), sweep_out, sweeps })
     }
 
     /// The `parked` map (host TID -> address parked on), which the pypark
@@ -410,80 +392,16 @@ impl SchedProbe {
     /// before being seen): its entry, if it is still that incarnation.
     pub fn forget_thread(&self, who: Incarnation) {
         let key = who.0.to_ne_bytes();
-        if self.thread_start(&key).is_some_and(|start| incarnation(who.0, start) == who) {
+        if self.read_thread(&key).is_some_and(|t| incarnation(who.0, t.start) == who) {
             let _ = self.skel.maps.threads.delete(&key);
         }
     }
 
-    /// When an entry's thread entered the window (its incarnation): written
-    /// once, when the entry is made, so a plain copy of the entry has it right.
-    fn thread_start(&self, key: &[u8]) -> Option<u64> {
-        let v = self.skel.maps.threads.lookup(key, MapFlags::ANY).ok()??;
-        Some(from_bytes::<wm_thread>(&v)?.d.start)
-    }
-
-    /// One consistent copy of the entry of every task in the agent's PID
-    /// namespace (the tasks it can watch), from the `threads_read` iterator:
-    /// the BPF side writes an entry without a lock (its thread's own
-    /// transitions, which the scheduler orders), bracketed by its `seq`, and
-    /// the iterator copies it between two equal, even reads of `seq`. A copy
-    /// that did not settle (its writer's CPU stopped by the host mid-write) is
-    /// counted, and the thread's last settled copy stands in for it. Entries
-    /// of tasks the iterator did not visit (gone without an exit record) are
-    /// added as plain copies: nothing writes them, and the session forgets
-    /// them only once it has seen them.
-    pub(super) fn read_threads(&self) -> Vec<(u32, wm_thread_data)> {
-        let read = || -> Result<Vec<u8>> {
-            let link = self.skel.progs.threads_read.attach().context("failed to attach the threads iterator")?;
-            let mut it = libbpf_rs::Iter::new(&link).context("failed to create the threads iterator")?;
-            let mut buf = Vec::new();
-            it.read_to_end(&mut buf).context("failed to read the threads iterator")?;
-            Ok(buf)
-        };
-        let buf = match read() {
-            Ok(b) => b,
-            Err(e) => {
-                log::warn!("{e:#}: no thread is sampled this time");
-                return vec![];
-            }
-        };
-        let mut last = self.settled.borrow_mut();
-        let mut out = Vec::with_capacity(buf.len() / size_of::<wm_thread_copy>());
-        let mut now = std::collections::HashMap::with_capacity(out.capacity());
-        for c in buf.chunks_exact(size_of::<wm_thread_copy>()).filter_map(from_bytes::<wm_thread_copy>) {
-            let d = if c.torn == 0 {
-                now.insert(c.tid, c.d);
-                c.d
-            } else {
-                // its writer was stopped mid-write: the last settled copy of the same thread
-                // (one transition behind), else this one
-                self.torn.set(self.torn.get() + 1);
-                match last.get(&c.tid).filter(|d| d.start == c.d.start) {
-                    Some(d) => {
-                        now.insert(c.tid, *d);
-                        *d
-                    }
-                    None => c.d,
-                }
-            };
-            out.push((c.tid, d));
-        }
-        // entries of threads the iterator did not visit: gone without an exit record (seeded as
-        // they exited, or past the ring), which the session must see to forget them; nothing
-        // writes them, so a plain copy of each is exact
-        let visited: std::collections::HashSet<u32> = out.iter().map(|(tid, _)| *tid).collect();
-        for (tid, t) in batch::dump::<u32, wm_thread>(&self.skel.maps.threads, MapFlags::ANY) {
-            if !visited.contains(&tid) {
-                out.push((tid, t.d));
-            }
-        }
-        *last = now;
-        out
-    }
-
-    /// Copies of `threads` entries that did not settle (`read_threads`), so far.
-    pub fn torn_reads(&self) -> u64 {
-        self.torn.get()
+    /// One consistent copy of an entry: the BPF side writes it holding the
+    /// entry's spin lock, and BPF_F_LOCK copies it out under the same lock.
+    pub(super) fn read_thread(&self, key: &[u8]) -> Option<wm_thread_data> {
+        let v = self.skel.maps.threads.lookup(key, MapFlags::LOCK).ok()??;
+        Some(from_bytes::<wm_thread>(&v)?.d)
     }
 
     /// Recognise waits on these futex words of process `host_tgid` as GIL waits.
@@ -612,11 +530,12 @@ impl SchedProbe {
     /// Every live watched thread, sampled now. `comm` is left empty for the
     /// caller to fill from /proc.
     pub fn live_threads(&self) -> Vec<LiveThread> {
-        // one consistent copy of each entry, in one read of an iterator
-        let entries = self.read_threads();
+        // every entry copied under its lock (one consistent copy each), in a few calls
+        let entries = batch::dump::<u32, wm_thread>(&self.skel.maps.threads, MapFlags::LOCK);
         let now = monotonic_ns();
         let mut out = Vec::with_capacity(entries.len());
         for (host_tid, t) in entries {
+            let t = t.d;
             out.push(LiveThread {
                 host_tgid: t.tgid,
                 sample: ThreadSample {
@@ -690,7 +609,6 @@ impl SchedProbe {
                 let user = if *idx == wm_stat::WM_STAT_THREAD_MAP_FULL.0 { self.seed_lost.get() } else { 0 };
                 Lost::new(Probe::Sched, *reason, total + user)
             })
-            .chain([Lost::new(Probe::Sched, Reason::TornRead, self.torn_reads())])
             .collect()
     }
 
@@ -815,6 +733,8 @@ mod tests {
             "a futex word outside futex_wait/gil_wait"
         } else if t.waker != 0 && !matches!(state, State::FutexWait | State::GilWait) {
             "a waker outside futex_wait/gil_wait"
+        } else if t.early_waker != 0 && matches!(state, State::Throttled | State::Yield) {
+            "an early waker kept past a switch-out that is not a sleep"
         } else if t.syscall >= 0 && !blocked {
             "a syscall while runnable"
         } else {
@@ -851,26 +771,24 @@ mod tests {
         let (mut reads, mut bad) = (0u64, vec![]);
         let deadline = Instant::now() + Duration::from_secs(4);
         while Instant::now() < deadline {
-            for (_, t) in probe.read_threads() {
+            for key in probe.skel.maps.threads.keys() {
+                let Some(t) = probe.read_thread(&key) else { continue };
                 reads += 1;
                 if let Some(why) = disagreement(&t) {
                     bad.push(why);
                 }
             }
         }
-        let switches: u64 = probe.read_threads().iter().map(|(_, t)| t.nr_switches).sum::<u64>();
+        let switches: u64 = probe.skel.maps.threads.keys().filter_map(|k| probe.read_thread(&k)).map(|t| t.nr_switches).sum::<u64>();
         stop.store(true, Ordering::Relaxed);
         drop(txs);
         for w in workers {
             w.join().expect("worker");
         }
         probe.unwatch(me);
-        eprintln!("{reads} reads, {switches} context switches, {} torn, {} unsettled", bad.len(), probe.torn_reads());
+        eprintln!("{reads} reads, {switches} context switches, {} torn", bad.len());
         assert!(switches > 20_000, "the storm did not storm: {switches} switches");
         assert!(reads > 20_000, "too few reads: {reads}");
         assert!(bad.is_empty(), "{} of {reads} copies disagree, e.g. {}", bad.len(), bad[0]);
-        // a copy that never settled (its writer stopped by the host) is never handed out: the
-        // thread's last settled copy stands in (checked above), and it is counted
-        assert!(probe.torn_reads() * 1000 <= reads, "{} of {reads} copies never settled", probe.torn_reads());
     }
 }

@@ -249,11 +249,10 @@ mod tests {
         for e in probe.blame().futex.into_iter().filter(|e| mine(&e.key.waiter)) {
             *charged.entry(e.key.waiter).or_default() += e.ns;
         }
-        let entries: HashMap<u32, _> = probe.read_threads().into_iter().collect();
         let own: HashMap<u32, (u32, u64)> = tids
             .iter()
             .map(|t| {
-                let d = entries.get(t).expect("a worker's entry");
+                let d = probe.read_thread(&t.to_ne_bytes()).expect("a worker's entry");
                 (*t, (d.start as u32, d.ns[State::FutexWait as usize]))
             })
             .collect();
