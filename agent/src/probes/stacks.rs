@@ -151,11 +151,17 @@ impl Maps<'_> {
     /// row by row where the kernel does not batch arrays (before 5.6).
     pub fn put_rows(&self, first: u32, rows: &[waitmeter_formats::cfi::Row]) -> anyhow::Result<()> {
         const CHUNK: usize = 4096;
-        u32::try_from(rows.len())?.checked_add(first).ok_or_else(|| anyhow::anyhow!("row index past 32 bits"))?;
+        if u32::try_from(rows.len())?.checked_add(first).is_none() {
+            anyhow::bail!("row index past 32 bits");
+        }
+        let mut values = Vec::new();
         for (c, chunk) in rows.chunks(CHUNK).enumerate() {
             let at = first + u32::try_from(c * CHUNK)?;
             let keys: Vec<u8> = (0..chunk.len() as u32).flat_map(|i| (at + i).to_ne_bytes()).collect();
-            let values: Vec<u8> = chunk.iter().flat_map(|r| as_bytes(&unwind_row(r)).to_vec()).collect();
+            values.clear();
+            for r in chunk {
+                values.extend_from_slice(as_bytes(&unwind_row(r)));
+            }
             if self.unwind_rows.update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY).is_err() {
                 for (i, r) in chunk.iter().enumerate() {
                     self.unwind_rows.update(&(at + i as u32).to_ne_bytes(), as_bytes(&unwind_row(r)), MapFlags::ANY)?;
