@@ -106,7 +106,7 @@ static __always_inline void sample_busy(void *ctx, __u32 tgid, __u32 tid)
 	}
 	if (now < b->since + cfg.stretch_long_ns / 4)
 		return;
-	own_stacks(ctx, tgid, tid, &own);
+	own_stacks(tgid, tid, &own);
 	if (!has_stack(&own))
 		return;
 	key.native = own.native;

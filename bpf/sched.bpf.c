@@ -85,13 +85,7 @@ enum wm_limits _wm_limits = WM_MAX_SYSCALLS;
 /* bit `tgid` set = a Python process: its futex waits may be GIL waits
  * (`gil_words`) or parked (`parked`); set by the agent when it registers
  * either, cleared with the watched bit */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, WM_WATCH_WORDS);
-	__type(key, __u32);
-	__type(value, __u64);
-} py_bits SEC(".maps");
+WM_PROCESS_BITMAP(py_bits);
 
 /* host TGID -> flags (unused yet): the watched processes, enumerable */
 struct {
@@ -192,10 +186,12 @@ struct {
 
 /* A stretch a switch-out into a wait closed (`len` 0: none). */
 struct wm_stretch_closed {
-	__u64 wait;       /* the wait's key */
-	__u64 len;        /* from the end of the last block in it to now */
-	__u64 wait_ns;    /* that last block's length */
-	__u32 state_us[WM_NR_STATES]; /* the thread's time per state meanwhile, 1024 ns units */
+	__u64 wait;       /* the wait's key; 0: none closed */
+	__u64 entered;    /* its last block began */
+	__u64 left;       /* and ended (the stretch began) */
+	__u32 at_us[WM_NR_STATES]; /* the thread's time per state then, 1024 ns units */
+	__u32 _pad;
+	__u64 ns[WM_NR_STATES];    /* and now, in ns */
 };
 
 /* the stretch a switch-out closes: beside the switch handlers' stack, not on it */
@@ -321,54 +317,77 @@ static __always_inline __u64 wait_key(__u32 state, __s32 syscall, __u64 futex_ad
 }
 
 /*
- * Under the thread's lock, after its `ns` took the interval just closed:
- * it left the wait `left_key` (woken) and/or blocks in `enter_key` now.
- * Leaving notes when, and the time per state so far; blocking in a wait it
- * left before closes the stretch between (into `so`). A wait not among the
- * last WM_HOME_SLOTS takes the slot of the one it waited in least (never
- * its home, whose slot must outlive the other waits of a long stretch).
+ * Under the thread's lock, after its `ns` took the interval just closed: it
+ * was woken from the wait `key`. Its slot notes when, and the time per state
+ * so far (for the stretch that ends when it blocks in that wait again).
  */
-static __always_inline void note_waits(struct wm_thread *t, __u64 left_key, __u64 enter_key, __u64 now,
-				       struct wm_stretch_closed *so)
+static __always_inline void note_left(struct wm_thread *t, __u64 key, __u64 now)
 {
-	__u32 least = 0;
+	struct wm_home_slot *h = NULL;
+
+	for (__u32 i = 0; i < WM_HOME_SLOTS; i++)
+		if (t->homes[i].key == key && !t->homes[i].left)
+			h = &t->homes[i];
+	if (!h)
+		return;
+	h->left = now | 1;
+	if (now > h->entered)
+		h->waited += now - h->entered;
+	for (__u32 s = 0; s < WM_NR_STATES; s++)
+		h->at_us[s] = (__u32)(t->d.ns[s] >> 10);
+}
+
+/*
+ * Under the thread's lock, after its `ns` took the interval just closed: it
+ * blocks in the wait `key` now. Blocking in a wait it left before closes the
+ * stretch between (into `so`). A wait not among the last WM_HOME_SLOTS takes
+ * the slot of the one it waited in least (never its home, whose slot must
+ * outlive the other waits of a long stretch). The slots are scanned first and
+ * the one chosen is written once, by its index: one path for the verifier
+ * whichever slot it is.
+ */
+static __always_inline void note_entered(struct wm_thread *t, __u64 key, __u64 now, struct wm_stretch_closed *so)
+{
+	__u32 hit = WM_HOME_SLOTS, least = 0;
 	__u64 least_waited = ~0ULL;
+	struct wm_home_slot *h;
 
 	for (__u32 i = 0; i < WM_HOME_SLOTS; i++) {
-		struct wm_home_slot *h = &t->homes[i];
+		struct wm_home_slot *c = &t->homes[i];
 
-		if (left_key && h->key == left_key && !h->left) {
-			h->left = now | 1;
-			if (now > h->entered)
-				h->waited += now - h->entered;
-			for (__u32 s = 0; s < WM_NR_STATES; s++)
-				h->at_us[s] = (__u32)(t->d.ns[s] >> 10);
-		}
-		if (enter_key && h->key == enter_key) {
-			if (h->left && so) {
-				so->wait = enter_key;
-				so->len = now > h->left ? now - h->left : 0;
-				so->wait_ns = h->left > h->entered ? h->left - h->entered : 0;
-				for (__u32 s = 0; s < WM_NR_STATES; s++)
-					so->state_us[s] = (__u32)(t->d.ns[s] >> 10) - h->at_us[s];
-			}
-			h->entered = now;
-			h->left = 0;
-			enter_key = 0;
-		}
-		if (h->waited < least_waited || !h->key) {
-			least_waited = h->key ? h->waited : 0;
+		if (c->key == key && hit == WM_HOME_SLOTS)
+			hit = i;
+		if (c->waited < least_waited || !c->key) {
+			least_waited = c->key ? c->waited : 0;
 			least = i;
 		}
 	}
-	if (enter_key && least < WM_HOME_SLOTS) {
-		struct wm_home_slot *h = &t->homes[least];
-
-		h->key = enter_key;
-		h->entered = now;
-		h->left = 0;
+	/* through the entry and back: the verifier forgets which slot was
+	 * chosen, and checks what follows once for all of them */
+	t->slot = hit;
+	hit = *(volatile __u32 *)&t->slot;
+	t->slot = least;
+	least = *(volatile __u32 *)&t->slot;
+	if (hit < WM_HOME_SLOTS) {
+		h = &t->homes[hit];
+		/* copied as they are (no branch under the lock); record_stretch
+		 * works out the lengths */
+		if (h->left && so) {
+			so->wait = key;
+			so->entered = h->entered;
+			so->left = h->left;
+			__builtin_memcpy(so->at_us, h->at_us, sizeof(so->at_us));
+			__builtin_memcpy(so->ns, t->d.ns, sizeof(so->ns));
+		}
+	} else {
+		if (least >= WM_HOME_SLOTS)
+			return;
+		h = &t->homes[least];
+		h->key = key;
 		h->waited = 0;
 	}
+	h->entered = now;
+	h->left = 0;
 }
 
 /*
@@ -477,11 +496,15 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	/* woken from a wait (a wakeup), or blocking in one (a switch-out): its
 	 * stretches; a switch-in or an exit leaves them (and their programs
 	 * are verified without them) */
-	if (wake || switched_out) {
-		left_key = wake ? wait_key(from, t->d.syscall, t->d.futex_addr) : 0;
-		enter_key = switched_out ? wait_key(e->to, e->syscall, e->futex_addr) : 0;
-		if (left_key || enter_key)
-			note_waits(t, left_key, enter_key, now, so);
+	if (wake) {
+		left_key = wait_key(from, t->d.syscall, t->d.futex_addr);
+		if (left_key)
+			note_left(t, left_key, now);
+	}
+	if (switched_out) {
+		enter_key = wait_key(e->to, e->syscall, e->futex_addr);
+		if (enter_key)
+			note_entered(t, enter_key, now, so);
 	}
 	if (e->to < WM_NR_STATES)
 		t->d.state = e->to;
@@ -725,12 +748,14 @@ static __always_inline __u32 stretch_bucket(__u64 ns)
 
 static const struct wm_stretch zero_stretch = {};
 
-/* Histogram a closed stretch of thread `tid` (from its own switch-out: the only writer of its entries). */
-static __noinline void record_stretch(const struct wm_stretch_closed *so, __u32 tid, __u32 gen, __u32 tgid)
+/* Histogram the stretch of thread `tid` that closed at `now` (from its own
+ * switch-out: the only writer of its entries). */
+static __noinline void record_stretch(const struct wm_stretch_closed *so, __u32 tid, __u32 gen, __u32 tgid, __u64 now)
 {
 	struct wm_stretch_key key = { .tid = tid, .gen = gen, .wait = so->wait };
 	struct wm_stretch *v = bpf_map_lookup_elem(&stretches, &key);
-	__u32 b = stretch_bucket(so->len);
+	__u64 len = now > so->left ? now - so->left : 0;
+	__u32 b = stretch_bucket(len);
 
 	if (!v) {
 		if (bpf_map_update_elem(&stretches, &key, &zero_stretch, BPF_NOEXIST) && !bpf_map_lookup_elem(&stretches, &key)) {
@@ -743,17 +768,18 @@ static __noinline void record_stretch(const struct wm_stretch_closed *so, __u32 
 		v->tgid = tgid;
 	}
 	v->count++;
-	v->ns += so->len;
-	if (so->len > v->max_ns)
-		v->max_ns = so->len;
-	v->wait_ns += so->wait_ns;
+	v->ns += len;
+	if (len > v->max_ns)
+		v->max_ns = len;
+	v->wait_ns += so->left > so->entered ? so->left - so->entered : 0;
 	if (b < WM_STRETCH_BUCKETS)
 		v->buckets[b]++;
-	if (cfg.stretch_long_ns && so->len >= cfg.stretch_long_ns) {
+	if (cfg.stretch_long_ns && len >= cfg.stretch_long_ns) {
 		v->long_count++;
-		v->long_ns += so->len;
+		v->long_ns += len;
+		/* the time per state meanwhile (u32 1024 ns units: differences wrap correctly) */
 		for (__u32 s = 0; s < WM_NR_STATES; s++)
-			v->long_state_ns[s] += (__u64)so->state_us[s] << 10;
+			v->long_state_ns[s] += (__u64)((__u32)(so->ns[s] >> 10) - so->at_us[s]) << 10;
 	}
 }
 
@@ -833,58 +859,40 @@ static __always_inline bool yielding(struct task_struct *prev)
 	return regs->orig_ax == WM_NR_SCHED_YIELD && (long)regs->ax == -WM_ENOSYS;
 }
 
-static __noinline void switch_out(void *ctx, bool preempt, struct task_struct *prev, __u64 now, struct wm_stack_ref *own)
+/* A switch-out, as on_switch() worked it out, for switched_out() to apply. */
+struct wm_out {
+	struct wm_enter e;
+	__u64 holder_tstate; /* entering gil_wait: the holder's thread state (0: unknown) */
+	__u64 now;
+	__u32 tid, tgid;
+	struct wm_stack_ref own; /* out: the thread's stack as it left the CPU */
+};
+
+/*
+ * Apply a switch-out: the thread's stacks, its transition, the charge of the
+ * interval it closed and the stretch it ended. A global function: the
+ * verifier checks it once, with `o` unknown, rather than once for every way
+ * the caller worked `o` out (that product made the program's verification
+ * take a second and most of the agent's start).
+ */
+__noinline int switched_out(struct wm_out *o)
 {
-	__u32 tgid = prev->tgid;
-	__u32 tid = prev->pid;
-	__u32 task_state = get_task_state(prev);
-	struct wm_enter e = { .syscall = -1 };
-	struct wm_closed c;
 	struct wm_stretch_closed *so;
+	struct wm_closed c;
 	struct wm_thread *t;
-	__u64 holder_tstate = 0;
-	__u32 zero = 0;
+	__u32 zero = 0, tid, tgid;
+	__u64 now;
 
-	if (preempt || task_state == WM_TASK_RUNNING)
-		e.to = task_throttled(prev)	     ? WM_STATE_THROTTLED :
-		       !preempt && yielding(prev) ? WM_STATE_YIELD :
-						WM_STATE_RUNQUEUE;
-	else
-		e.to = blocked_state(prev, task_state, &e.syscall, &e.futex_addr);
-	/* GIL words and parked addresses exist only in Python processes: a
-	 * futex wait of any other process costs no hash lookup */
-	if (e.to == WM_STATE_FUTEX_WAIT && e.futex_addr && in_bitmap(&py_bits, tgid)) {
-		struct wm_gil_key key = { .tgid = tgid, .uaddr = e.futex_addr };
-		struct wm_gil *gil = bpf_map_lookup_elem(&gil_words, &key);
-
-		if (gil) {
-			e.to = WM_STATE_GIL_WAIT;
-			e.gil_holder = gil_holder(gil, &holder_tstate);
-			e.gil_switch = holder_tstate >> 48;
-			holder_tstate &= WM_USER_ADDR_MASK;
-			/* itself: the GIL is in flight to another thread (its waker, below) */
-			if (e.gil_holder && holder_is(prev, e.gil_holder)) {
-				e.gil_holder = 0;
-				holder_tstate = 0;
-			}
-		} else {
-			/* parked in CPython's parking lot: the semaphore it sleeps on
-			 * is its own; what it waits for is the address it parked on */
-			__u64 *on = bpf_map_lookup_elem(&parked, &tid);
-
-			if (on && *on) {
-				e.futex_addr = *on;
-				e.futex_kind = WM_FUTEX_PARKED;
-			}
-		}
-	}
-	if (e.to != WM_STATE_FUTEX_WAIT && e.to != WM_STATE_GIL_WAIT)
-		e.futex_addr = 0;
-
+	if (!o)
+		return 0;
+	tid = o->tid;
+	tgid = o->tgid;
+	now = o->now;
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t) {
-		new_thread(prev, tid, tgid, &e, now);
-		return;
+		/* prev is `current` at sched_switch */
+		new_thread(bpf_get_current_task_btf(), tid, tgid, &o->e, now);
+		return 0;
 	}
 	if (cfg.stacks) {
 		/* racy reads of the thread's own fields: only this thread's
@@ -893,37 +901,86 @@ static __noinline void switch_out(void *ctx, bool preempt, struct task_struct *p
 		if (!stacks_all) {
 			/* none: a wait that began now is not charged to a stack
 			 * taken before the agent asked for all of them again */
-			e.stack.native = -1;
-			e.stack.py = 0;
-			e.new_stack = true;
+			o->e.stack.native = -1;
+			o->e.stack.py = 0;
+			o->e.new_stack = true;
 		} else if (now - t->d.stack_at >= cfg.stack_interval_ns) {
-			own_stacks(ctx, tgid, tid, &e.stack);
-			e.new_stack = true;
-			*own = e.stack;
+			own_stacks(tgid, tid, &o->e.stack);
+			o->e.new_stack = true;
+			o->own = o->e.stack;
 		} else {
-			*own = t->d.stack;
+			o->own = t->d.stack;
 		}
 		/* the holder's native stack: sampled in its own context during this hold */
-		__s32 native = e.gil_holder ? holder_wanted(tgid, holder_tstate, e.gil_switch, now) : -1;
+		__s32 native = o->e.gil_holder ? holder_wanted(tgid, o->holder_tstate, o->e.gil_switch, now) : -1;
 
-		if ((cfg.stacks & WM_STACKS_PYTHON) && e.gil_holder && holder_tstate &&
-		    (t->d.holder_of != e.gil_holder || now - t->d.holder_at >= cfg.stack_interval_ns ||
+		if ((cfg.stacks & WM_STACKS_PYTHON) && o->e.gil_holder && o->holder_tstate &&
+		    (t->d.holder_of != o->e.gil_holder || now - t->d.holder_at >= cfg.stack_interval_ns ||
 		     (native >= 0 && t->d.holder.native < 0))) {
-			e.blamed.native = native;
-			e.blamed.py = wm_py_stack(tgid, holder_tstate);
-			e.new_blamed = true;
+			o->e.blamed.native = native;
+			o->e.blamed.py = wm_py_stack(tgid, o->holder_tstate);
+			o->e.new_blamed = true;
 		}
 	}
 	/* only a block in a syscall can close a stretch (wait_key): no scratch
 	 * lookup for a preemption */
-	so = e.syscall >= 0 ? bpf_map_lookup_elem(&scratch_stretch, &zero) : NULL;
+	so = o->e.syscall >= 0 ? bpf_map_lookup_elem(&scratch_stretch, &zero) : NULL;
 	if (so)
-		so->len = 0;
-	if (transition(t, &e, now, true, false, &c, NULL, so)) {
-		charge(&c, tid, e.to, now);
-		if (so && so->len)
-			record_stretch(so, tid, c.gen, c.tgid);
+		so->wait = 0;
+	if (transition(t, &o->e, now, true, false, &c, NULL, so)) {
+		charge(&c, tid, o->e.to, now);
+		if (so && so->wait)
+			record_stretch(so, tid, c.gen, c.tgid, now);
 	}
+	return 0;
+}
+
+/* What `prev`, leaving the CPU, enters: worked out here, applied by switched_out(). */
+static __always_inline void switch_out(bool preempt, struct task_struct *prev, __u64 now, struct wm_stack_ref *own)
+{
+	__u32 tgid = prev->tgid;
+	__u32 tid = prev->pid;
+	__u32 task_state = get_task_state(prev);
+	struct wm_out o = { .e = { .syscall = -1 }, .now = now, .tid = tid, .tgid = tgid, .own = { .native = -1 } };
+	struct wm_enter *e = &o.e;
+
+	if (preempt || task_state == WM_TASK_RUNNING)
+		e->to = task_throttled(prev)	      ? WM_STATE_THROTTLED :
+			!preempt && yielding(prev) ? WM_STATE_YIELD :
+						 WM_STATE_RUNQUEUE;
+	else
+		e->to = blocked_state(prev, task_state, &e->syscall, &e->futex_addr);
+	/* GIL words and parked addresses exist only in Python processes: a
+	 * futex wait of any other process costs no hash lookup */
+	if (e->to == WM_STATE_FUTEX_WAIT && e->futex_addr && in_bitmap(&py_bits, tgid)) {
+		struct wm_gil_key key = { .tgid = tgid, .uaddr = e->futex_addr };
+		struct wm_gil *gil = bpf_map_lookup_elem(&gil_words, &key);
+
+		if (gil) {
+			e->to = WM_STATE_GIL_WAIT;
+			e->gil_holder = gil_holder(gil, &o.holder_tstate);
+			e->gil_switch = o.holder_tstate >> 48;
+			o.holder_tstate &= WM_USER_ADDR_MASK;
+			/* itself: the GIL is in flight to another thread (its waker, below) */
+			if (e->gil_holder && holder_is(prev, e->gil_holder)) {
+				e->gil_holder = 0;
+				o.holder_tstate = 0;
+			}
+		} else {
+			/* parked in CPython's parking lot: the semaphore it sleeps on
+			 * is its own; what it waits for is the address it parked on */
+			__u64 *on = bpf_map_lookup_elem(&parked, &tid);
+
+			if (on && *on) {
+				e->futex_addr = *on;
+				e->futex_kind = WM_FUTEX_PARKED;
+			}
+		}
+	}
+	if (e->to != WM_STATE_FUTEX_WAIT && e->to != WM_STATE_GIL_WAIT)
+		e->futex_addr = 0;
+	switched_out(&o);
+	*own = o.own;
 }
 
 static __noinline void switch_in(struct task_struct *next, struct task_struct *prev, const struct wm_stack_ref *prev_stack, __u64 now)
@@ -960,7 +1017,7 @@ static __always_inline int on_switch(void *ctx, bool preempt, struct task_struct
 		return 0;
 	now = bpf_ktime_get_ns();
 	if (out)
-		switch_out(ctx, preempt, prev, now, &prev_stack);
+		switch_out(preempt, prev, now, &prev_stack);
 	if (in)
 		switch_in(next, prev, &prev_stack, now);
 	return 0;
@@ -1005,7 +1062,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 	if (cfg.stacks && stacks_all && t->d.state == WM_STATE_FUTEX_WAIT) {
 		now = bpf_ktime_get_ns();
 		if (t->d.waker_of != waker || now - t->d.waker_at >= cfg.stack_interval_ns) {
-			own_stacks(ctx, cur->tgid, waker, &stack);
+			own_stacks(cur->tgid, waker, &stack);
 			new_stack = true;
 		}
 	}

@@ -173,7 +173,7 @@ struct wm_thread_data {
  * torn, and two CPUs (a waker and the thread's own switch) never interleave. */
 struct wm_thread {
 	struct bpf_spin_lock lock;
-	__u32 _pad;
+	__u32 slot;       /* scratch of note_entered() (under the lock) */
 	struct wm_thread_data d;
 	/* its last waits, for its stretches (enum wm_stretch_limits); not in
 	 * its final record: the stretches map has what they closed */

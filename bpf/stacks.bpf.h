@@ -340,7 +340,7 @@ __noinline int wm_native_stack(__u32 tgid)
 }
 
 /* The stacks of `current` (thread `tid` of `tgid`): native and Python. */
-static __always_inline void own_stacks(void *ctx, __u32 tgid, __u32 tid, struct wm_stack_ref *out)
+static __always_inline void own_stacks(__u32 tgid, __u32 tid, struct wm_stack_ref *out)
 {
 	__u64 *tstate;
 

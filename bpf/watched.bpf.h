@@ -12,13 +12,17 @@
 
 #include "sched.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, WM_WATCH_WORDS);
-	__type(key, __u32);
-	__type(value, __u64);
-} watched_bits SEC(".maps");
+/* a bitmap of processes, bit `tgid`: an array user space maps and sets bits in */
+#define WM_PROCESS_BITMAP(name)                          \
+	struct {                                         \
+		__uint(type, BPF_MAP_TYPE_ARRAY);        \
+		__uint(map_flags, BPF_F_MMAPABLE);       \
+		__uint(max_entries, WM_WATCH_WORDS);     \
+		__type(key, __u32);                      \
+		__type(value, __u64);                    \
+	} name SEC(".maps")
+
+WM_PROCESS_BITMAP(watched_bits);
 
 /* bit `tgid` of a bitmap of processes (an array of WM_WATCH_WORDS u64s) */
 static __always_inline bool in_bitmap(void *bitmap, __u32 tgid)
