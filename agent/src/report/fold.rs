@@ -5,7 +5,7 @@
 //! `*`: `Thread-12 (process_request_thread)` → `Thread-* (process_request_thread)`), with their
 //! count; what other threads waited behind them is charged to that row. `attach --each-thread`
 //! keeps a row per thread.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::ThreadRow;
 use crate::model::blame::{FutexWait, Preemptor};
@@ -80,19 +80,35 @@ fn sum(role: String, rows: &[ThreadRow]) -> ThreadRow {
     out
 }
 
+/// The role of each short-lived thread. A thread whose own name was never read (an
+/// interpreter's thread names are read about once a second, and a request thread lives for
+/// milliseconds) goes by its OS name; it takes the role of the named threads of that OS name
+/// when they all have one role (they are the same kind of thread, and were caught alive): a
+/// thread-per-request server's threads are one row whichever of them a read caught.
+fn roles_of(rows: &[ThreadRow]) -> Vec<String> {
+    let unnamed = |r: &ThreadRow| r.name == r.comm;
+    let mut named: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| !unnamed(r)) {
+        named.entry(r.comm.as_str()).or_default().insert(role(&r.name));
+    }
+    rows.iter()
+        .map(|r| match named.get(r.comm.as_str()) {
+            Some(roles) if unnamed(r) && roles.len() == 1 => roles.first().cloned().unwrap_or_default(),
+            _ => role(&r.name),
+        })
+        .collect()
+}
+
 /// `threads` with the exited ones that lived less than `short_ns` folded by role (roles of at
 /// least `MIN_FOLDED` threads), and every wait charged to a folded thread charged to its row;
 /// with the TID each folded thread now goes by (the wait stacks are remapped so).
 pub fn fold(threads: Vec<ThreadRow>, short_ns: u64) -> (Vec<ThreadRow>, BTreeMap<u32, u32>) {
     let short = |r: &ThreadRow| r.exited && r.folded == 0 && r.existed_ns < short_ns;
+    let (short_rows, mut kept): (Vec<ThreadRow>, Vec<ThreadRow>) = threads.into_iter().partition(short);
+    let roles = roles_of(&short_rows);
     let mut by_role: BTreeMap<String, Vec<ThreadRow>> = BTreeMap::new();
-    let mut kept = vec![];
-    for r in threads {
-        if short(&r) {
-            by_role.entry(role(&r.name)).or_default().push(r);
-        } else {
-            kept.push(r);
-        }
+    for (r, role) in short_rows.into_iter().zip(roles) {
+        by_role.entry(role).or_default().push(r);
     }
     // the TID each folded thread is charged under
     let mut under: BTreeMap<u32, u32> = BTreeMap::new();
@@ -154,6 +170,7 @@ mod tests {
         let mut r =
             row(tid, &format!("Thread-{tid} (process_request_thread)"), &[(State::GilWait, 4_000_000), (State::Running, 1_000_000)]);
         r.gil_by_holder.insert(holder, 4_000_000);
+        r.comm = "python3".into();
         r.exited = true;
         r
     }
@@ -192,6 +209,21 @@ mod tests {
         assert_eq!(main.gil_by_holder.len(), 1);
         assert_eq!(main.gil_by_holder[&100], 300 * (2 * S / 300));
         assert_eq!(main.runqueue_by[&Preemptor::Thread(100)], 1000);
+        // a read of the names caught two of 300 request threads alive: the others (their OS
+        // name only) are of their role, in one row; with two named roles of that OS name, an
+        // unnamed thread keeps its own
+        let mut rows: Vec<ThreadRow> = (100..400).map(|tid| request(tid, 1)).collect();
+        for r in rows.iter_mut().skip(2) {
+            r.name = r.comm.clone();
+        }
+        let (folded, _) = fold(rows.clone(), S);
+        let names: Vec<(&str, u32)> = folded.iter().map(|r| (r.name.as_str(), r.folded)).collect();
+        assert_eq!(names, [("Thread-* (process_request_thread)", 300)]);
+        rows[1].name = "timer-1".into();
+        let (folded, _) = fold(rows, S);
+        let mut names: Vec<(String, u32)> = folded.iter().map(|r| (r.name.clone(), r.folded)).collect();
+        names.sort();
+        assert_eq!(names, [("Thread-100 (process_request_thread)".to_string(), 0), ("python3".into(), 298), ("timer-1".into(), 0)]);
         // nothing to fold: the rows as they were
         let plain = vec![row(1, "a", &[(State::Running, S)]), row(2, "b", &[(State::Running, S)])];
         assert_eq!(fold(plain, S).0.len(), 2);
