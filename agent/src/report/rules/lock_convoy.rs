@@ -84,13 +84,20 @@ const PARKED_BY_MEMBERS: f64 = 0.5;
 /// of the window: someone held the lock and worked (a pool idle on its queue does not).
 const PARKED_WORKING: f64 = 0.25;
 
+/// The least a member worked (as `PARKED_WORKING` counts it), as a share of the members' mean: a
+/// member takes the lock in turn and works while it holds it. A thread that others hand work to
+/// and that wakes them when it is done (a JVM's VM thread, which runs the safepoint operations
+/// the members ask for, a GC among them) is woken round with them but hardly works.
+const PARKED_MEMBER_WORK: f64 = 0.1;
+
 /// A convoy on a lock whose waiters park each on a word of its own (HotSpot parks a thread on
 /// its own event for a monitor and for `LockSupport.park`): no word has many waiters, but a
 /// group of threads (≥ `CONVOY_WAITERS`) spent ≥ `CONVOY_SHARE` of the window, in all, in waits
 /// that another of them ended, each of them ≥ `PARKED_MEMBER_SHARE` of it, most of its handed
 /// waits ended so; the wakes go round (every member wakes and is woken within the group: a
-/// pipeline, each stage woken by the one before, is not a convoy); and the group worked
-/// meanwhile (a pool idle on its queue hands no lock round).
+/// pipeline, each stage woken by the one before, is not a convoy); each member worked
+/// (`PARKED_MEMBER_WORK`), and the group worked meanwhile (a pool idle on its queue hands no
+/// lock round).
 fn parked(cx: &Context) -> Option<LockConvoy> {
     let window = cx.window_ns.max(1) as f64;
     let mut waiters_of: HashMap<u64, BTreeSet<u32>> = HashMap::new();
@@ -111,13 +118,23 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
     }
     let mut group: BTreeSet<u32> = by.keys().copied().collect();
     let within = |g: &BTreeSet<u32>, tid: u32| by[&tid].0.iter().filter(|(w, _)| g.contains(w)).map(|(_, ns)| *ns).sum::<u64>();
+    let work_of = |tid: u32| -> u64 {
+        cx.rows
+            .iter()
+            .filter(|r| r.tid == tid)
+            .map(|r| [State::Running, State::Runqueue, State::Throttled, State::IoWait].iter().map(|s| r.times.get(*s)).sum::<u64>())
+            .sum()
+    };
     loop {
+        let mean_work = group.iter().map(|t| work_of(*t)).sum::<u64>() as f64 / group.len().max(1) as f64;
         let keep: BTreeSet<u32> = group
             .iter()
             .copied()
             .filter(|t| {
                 let ns = within(&group, *t);
-                ns as f64 >= PARKED_MEMBER_SHARE * window && ns as f64 >= PARKED_BY_MEMBERS * by[t].1 as f64
+                ns as f64 >= PARKED_MEMBER_SHARE * window
+                    && ns as f64 >= PARKED_BY_MEMBERS * by[t].1 as f64
+                    && work_of(*t) as f64 >= PARKED_MEMBER_WORK * mean_work
             })
             .collect();
         // the wakes go round: the part of the group every member reaches and is reached from
@@ -128,12 +145,7 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
         group = keep;
     }
     let wait_ns: u64 = group.iter().map(|t| within(&group, *t)).sum();
-    let working: u64 = cx
-        .rows
-        .iter()
-        .filter(|r| group.contains(&r.tid))
-        .map(|r| [State::Running, State::Runqueue, State::Throttled, State::IoWait].iter().map(|s| r.times.get(*s)).sum::<u64>())
-        .sum();
+    let working: u64 = group.iter().map(|t| work_of(*t)).sum();
     (group.len() >= CONVOY_WAITERS && wait_ns as f64 >= CONVOY_SHARE * window && working as f64 >= PARKED_WORKING * window).then(|| {
         // the wakers, most waking first
         let mut wakers: BTreeMap<u32, u64> = BTreeMap::new();
@@ -315,6 +327,18 @@ mod tests {
         assert_eq!(convoy_of(rows(&[(1, 2), (2, 1), (3, 4), (4, 3)], S)), 0, "two pairs, each handing work back and forth");
         assert_eq!(convoy_of(rows(&[(1, 9), (2, 9), (3, 9), (4, 9)], S)), 0, "a pool and its producer");
         assert_eq!(convoy_of(rows(&ring, 0)), 0, "nobody worked");
+        // a thread the members hand work to, which wakes them when it is done (a JVM's VM thread
+        // and the GCs they ask it for), woken round with them but hardly working: not a member
+        let mut with_vm = rows(&ring, S);
+        let mut vm = row(9, "VM Thread", &[(State::FutexWait, 4 * S - S / 100), (State::Running, S / 100)]);
+        for m in 1..=4u32 {
+            vm.futex.push(FutexWait { addr: 0x9000, waker: m, ns: S - S / 400 });
+            with_vm[m as usize - 1].futex.push(FutexWait { addr: 0x1000 * m as u64 + 8, waker: 9, ns: S / 2 });
+        }
+        with_vm.push(vm);
+        let f = every_finding_of(with_vm, 4 * S);
+        let convoy = f.iter().find(|f| f.claim.kind() == "lock_convoy").expect("the convoy");
+        assert_eq!(convoy.claim.together(), [1, 2, 3, 4]);
         // a word two of them wait on is not a word of their own: the convoy rule on one word's
         let mut shared = rows(&ring, S);
         shared[1].futex[0].addr = 0x1000;
