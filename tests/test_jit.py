@@ -166,8 +166,14 @@ def test_a_jvm_without_frame_pointers_or_a_map_is_told_once_each_and_measured_wh
 def jvm_convoy():
     """Five session threads of a ThreadedSocketAcceptor match every order against one
     synchronized order book (20 ms of CPU each, 100 orders/s in all: twice what one lock
-    serves); HotSpot parks each waiter of the monitor on an event of its own."""
-    with fix_pair("locked", slow_ms=20, rate=20, warmup=6.0, jvm=["-XX:+PreserveFramePointer"]) as f:
+    serves); HotSpot parks each waiter of the monitor on an event of its own. OrderBook.match
+    stays interpreted and is inlined nowhere (CompileCommand): whether a JIT compiles it, or
+    inlines it into its compiled caller, before the window depends on the machine's speed, and
+    the frames named depend on that."""
+    match = "fixengine.Main$OrderBook::match"
+    jvm = ["-XX:+PreserveFramePointer", "-XX:CompileCommand=quiet", f"-XX:CompileCommand=exclude,{match}",
+           f"-XX:CompileCommand=dontinline,{match}"]
+    with fix_pair("locked", slow_ms=20, rate=20, warmup=6.0, jvm=jvm) as f:
         sessions = f.threads().get("QF/J Session di", [])
         path = perfmap_of(f.acceptor.pid)
         try:

@@ -195,11 +195,12 @@ def test_a_busy_polling_testclient_is_gil_ping_pong_and_a_current_one_is_quiet(v
         report, _ = attach(w.pid, 4.0)
     portals = {w.tids[f"portal-{i}"] for i in range(3)}
     threads = by_tid(report)
-    # the ground truth of busy-polling: each portal ran a large share of its time and went to
-    # wait for the GIL over 1,000 times a second for holds of microseconds
+    # the ground truth of busy-polling: each portal was on a CPU or queued for one (two CPUs,
+    # shared with whatever else the machine runs) a large share of its time and went to wait
+    # for the GIL over 1,000 times a second for holds of microseconds
     for tid in portals:
         t = threads[tid]
-        assert share(t, "running") >= 0.2 and t["gil_waits"] >= 1000 * t["existed_s"], t
+        assert share(t, "running") + share(t, "runqueue") >= 0.2 and t["gil_waits"] >= 1000 * t["existed_s"], t
         # holders resolved at the hand-off (point 4): 59-68% had none before, 0-1% measured
         by = t["gil_wait_by_holder"]
         assert by.get("unknown", 0) <= 0.1 * sum(by.values()), by
