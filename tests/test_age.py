@@ -7,6 +7,7 @@ import grp
 import itertools
 import json
 import os
+import re
 import select
 import shutil
 import socket
@@ -82,17 +83,21 @@ def test_gil_waits_with_a_flat_age_are_reported_with_the_age(app_python):
     # behind the same json.dumps calls, as much as ingest in some runs (2.3 s against 2.2 s in
     # one CI run, 1.5-1.9 s against 2.3-2.6 s usually), and findings rank by the time they
     # explain. Ingest's line is its stall (kept from its recv: the GIL wait folded in) or, where
-    # it did not go back to its recv between messages, its GIL wait
+    # it did not go back to its recv between messages, its GIL wait; where json.dumps runs long (a
+    # loaded two-CPU machine: calls of 300-600 ms) ingest loses most of its time and the age,
+    # flat, is above its objective: its line is then its starvation, which names the GIL's holder
     verdict = report["verdict"]
     about = [v for v in verdict if v.startswith(("GIL", "stall:"))]
-    assert about and all("behind processor" in v for v in about), verdict
-    ingest_line = (f"stall: ingest ({w.tids['ingest']})", f"GIL wait: thread ingest ({w.tids['ingest']})")
+    assert about and all(re.search(r"(behind|held by) processor \(", v) for v in about), verdict
+    ingest_line = (f"stall: ingest ({w.tids['ingest']})", f"GIL wait: thread ingest ({w.tids['ingest']})",
+                   f"GIL starvation: thread ingest ({w.tids['ingest']})")
     line = next((v for v in verdict[:2] if v.startswith(ingest_line)), None)
     assert line, verdict
     assert "json.dumps" in line, line
     assert "message age" in line and "mean" in line and "max" in line, line
     assert not any(v.startswith("healthy") for v in report["verdict"]), report["verdict"]
-    finding = next(f for f in report["findings"] if f["kind"] in ("stall", "gil_wait") and f["thread"]["tid"] == w.tids["ingest"])
+    finding = next(f for f in report["findings"]
+                   if f["kind"] in ("stall", "gil_wait", "gil_starvation") and f["thread"]["tid"] == w.tids["ingest"])
     assert finding["age"]["rising"] is False and finding["age"]["mean_s"] > 0, finding
 
 
