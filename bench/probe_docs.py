@@ -28,7 +28,6 @@ OBJECTS = ("sched", "gil", "pypark", "syscalls")
 DOCS = {
     "sched": ("sched", [
         ("task_ids", "pingpong-all", "waitmeter-all", "the namespace-ID iterator, one run per task listed"),
-        ("threads_read", "pingpong-all", "waitmeter-all", "the snapshot iterator, one run per task listed"),
         ("sweep", "churn", "waitmeter", "moving exited threads' blame out, one run per drain"),
     ]),
     "stacks": ("sched", [

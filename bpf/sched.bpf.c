@@ -184,7 +184,7 @@ struct {
 	__type(value, struct wm_thread_unlocked);
 } scratch_thread SEC(".maps");
 
-/* A stretch a switch-out into a wait closed (`len` 0: none). */
+/* A stretch a switch-out into a wait closed, as its slot had it (`wait` 0: none). */
 struct wm_stretch_closed {
 	__u64 wait;       /* the wait's key; 0: none closed */
 	__u64 entered;    /* its last block began */

@@ -118,13 +118,14 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
     }
     let mut group: BTreeSet<u32> = by.keys().copied().collect();
     let within = |g: &BTreeSet<u32>, tid: u32| by[&tid].0.iter().filter(|(w, _)| g.contains(w)).map(|(_, ns)| *ns).sum::<u64>();
-    let work_of = |tid: u32| -> u64 {
-        cx.rows
-            .iter()
-            .filter(|r| r.tid == tid)
-            .map(|r| [State::Running, State::Runqueue, State::Throttled, State::IoWait].iter().map(|s| r.times.get(*s)).sum::<u64>())
-            .sum()
-    };
+    // what each candidate worked (running, runnable, in I/O), read once
+    let work: HashMap<u32, u64> = cx
+        .rows
+        .iter()
+        .filter(|r| by.contains_key(&r.tid))
+        .map(|r| (r.tid, [State::Running, State::Runqueue, State::Throttled, State::IoWait].iter().map(|s| r.times.get(*s)).sum::<u64>()))
+        .collect();
+    let work_of = |tid: u32| work.get(&tid).copied().unwrap_or(0);
     loop {
         let mean_work = group.iter().map(|t| work_of(*t)).sum::<u64>() as f64 / group.len().max(1) as f64;
         let keep: BTreeSet<u32> = group
