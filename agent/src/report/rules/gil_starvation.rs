@@ -20,6 +20,10 @@ use crate::model::state::State;
 pub const GIL_STARVATION_SHARE: f64 = 0.5;
 /// A lock wait is a link of a causal chain when one thread's wake-ups ended this share of it.
 pub const CHAIN_SHARE: f64 = 0.5;
+/// A lock wait shorter than `WAITING_SHARE` of its waiter's time is still a link from this share
+/// when the waiter lost most of its time to the GIL, directly and through the lock together: a
+/// waiter that gets the lock and then waits for the GIL again splits one loss in two.
+pub const CHAIN_LINK_MIN_SHARE: f64 = 0.10;
 /// A chain's waiting end is said to wait for the GIL itself too from this share of its time.
 pub const OWN_GIL_SHARE: f64 = 0.05;
 
@@ -127,7 +131,8 @@ fn lock_link<'a>(u: &ThreadRow, rows: &'a [ThreadRow]) -> Option<(&'a ThreadRow,
 /// GIL starvation: the thread whose work falls behind lost most of its time to the GIL, itself
 /// (`GIL_STARVATION_SHARE`) or through a lock whose holder waited for the GIL (a causal chain:
 /// the lock wait `WAITING_SHARE` of its time or more, and the two together most of it, or the
-/// holder starving itself). Said when the age rises or breaks its objective; with no age source
+/// holder starving itself; or the lock wait `CHAIN_LINK_MIN_SHARE` or more and the two together
+/// most of it). Said when the age rises or breaks its objective; with no age source
 /// at all, said as likely when the GIL's holder is a named thread. A thread with its own rising
 /// age (waitmeter_client) is the victim before any other; else a chain's waiting end before the
 /// thread that lost the most to the GIL directly. Neither end is idle or busy-polling the GIL.
@@ -158,9 +163,10 @@ fn starvation(cx: &Context) -> Option<GilStarvation> {
         .filter_map(|u| lock_link(u, rows).map(|(w, ns, lock)| (u, w, ns, lock)))
         .filter(|(_, w, _, _)| !pollers.contains(&w.tid))
         .filter(|(u, w, ns, _)| {
-            let total = u.times.total() as f64;
-            *ns as f64 >= WAITING_SHARE * total
-                && ((ns + gil(u)) as f64 >= GIL_STARVATION_SHARE * total || share_of(w, State::GilWait) >= GIL_STARVATION_SHARE)
+            let (total, ns) = (u.times.total() as f64, *ns as f64);
+            let most_lost = ns + gil(u) as f64 >= GIL_STARVATION_SHARE * total;
+            (ns >= WAITING_SHARE * total && (most_lost || share_of(w, State::GilWait) >= GIL_STARVATION_SHARE))
+                || (ns >= CHAIN_LINK_MIN_SHARE * total && most_lost)
         })
         .max_by_key(|(u, _, ns, _)| (own_age_rising(u), *ns))
         // a direct victim whose own age rises wins over a chain it is not part of
@@ -435,6 +441,36 @@ mod tests {
             matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { victim, lock_holder: None, .. }) if victim.thread.tid == 12),
             "{f}"
         );
+    }
+
+    #[test]
+    fn a_short_lock_wait_is_a_link_when_the_waiter_lost_most_of_its_time_to_the_gil() {
+        // ingest waits 1.2 s on the lock worker releases and 4.0 s for the GIL directly: it
+        // lost most of its time to the GIL, a part through the lock; the chain, not worker
+        let mut rows = chain();
+        rows[0] = row(11, "ingest", &[(State::FutexWait, 1_200_000_000), (State::GilWait, 4 * S), (State::Running, 4_800_000_000)]);
+        rows[0].futex.push(FutexWait { addr: 0x7f10, waker: 12, ns: 1_200_000_000 });
+        rows[0].gil_by_holder.insert(13, 4 * S);
+        let f = starvation_of(rows.clone(), None).expect("a likely starvation");
+        assert!(
+            matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { victim, lock_holder: Some(_), .. }) if victim.thread.tid == 11),
+            "{f}"
+        );
+        // the same lock wait, but the waiter mostly works: not a victim, worker is
+        rows[0] = row(11, "ingest", &[(State::FutexWait, 1_200_000_000), (State::GilWait, 2_500_000_000), (State::Running, 6_300_000_000)]);
+        rows[0].futex.push(FutexWait { addr: 0x7f10, waker: 12, ns: 1_200_000_000 });
+        rows[0].gil_by_holder.insert(13, 2_500_000_000);
+        let f = starvation_of(rows.clone(), None).expect("a likely starvation");
+        assert!(
+            matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { victim, lock_holder: None, .. }) if victim.thread.tid == 12),
+            "{f}"
+        );
+        // nor a lock wait below the floor, however much it lost besides
+        rows[0] = row(11, "ingest", &[(State::FutexWait, 800_000_000), (State::GilWait, 4_500_000_000), (State::Running, 4_700_000_000)]);
+        rows[0].futex.push(FutexWait { addr: 0x7f10, waker: 12, ns: 800_000_000 });
+        rows[0].gil_by_holder.insert(13, 4_500_000_000);
+        let f = starvation_of(rows, None).expect("a likely starvation");
+        assert!(matches!(f.claim.get::<GilStarvation>(), Some(GilStarvation { lock_holder: None, .. })), "{f}");
     }
 
     #[test]
