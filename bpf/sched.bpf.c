@@ -172,6 +172,7 @@ struct {
 struct wm_thread_unlocked {
 	__u32 lock;
 	__u32 _pad;
+	struct wm_waking waking;
 	struct wm_thread_data d;
 	struct wm_home_slot homes[WM_HOME_SLOTS];
 };
@@ -410,6 +411,26 @@ static __always_inline void woken_by(struct wm_thread *t, __u32 waker, bool same
 		t->d.gil_holder = (1ULL << WM_HOLDER_WAKER_BIT) | waker;
 }
 
+/* Under the thread's lock, at the wakeup of a GIL or futex wait: what
+ * sched_waking told of its waker (`told`: struct wm_waking's word, taken). */
+static __always_inline void told_by_waking(struct wm_thread *t, __u32 from, __u64 told)
+{
+	__u32 waker = told & WM_EARLY_WAKER_TID;
+	bool same = told & WM_EARLY_SAME_PROCESS;
+
+	woken_by(t, waker, same);
+	/* a GIL release: since when the releaser held it, if the waiter's
+	 * streak is of that same hold (its switch number) */
+	if (from == WM_STATE_GIL_WAIT && same && (told & WM_WAKING_TOOK) &&
+	    (__u16)(told >> WM_WAKING_SWITCH_SHIFT) == t->d.streak_switch)
+		t->d.hold_from = t->waking.took_at;
+	if (from == WM_STATE_FUTEX_WAIT && (told & (1ULL << WM_WAKING_STACK_BIT))) {
+		t->d.waker_stack = t->waking.stack;
+		t->d.waker_of = waker;
+		t->d.waker_at = t->waking.stack_at;
+	}
+}
+
 /*
  * Under the thread's lock: close the open interval into its state and enter
  * `e->to` at `now` (`since` never moves back, so sum(ns) == since - start
@@ -421,22 +442,28 @@ static __always_inline void woken_by(struct wm_thread *t, __u32 waker, bool same
 static __always_inline bool transition(struct wm_thread *t, const struct wm_enter *e, __u64 now, bool switched_out, bool wake,
 				       struct wm_closed *c, struct wm_thread_data *out, struct wm_stretch_closed *so)
 {
-	__u64 left_key, enter_key;
+	__u64 left_key, enter_key, told = 0;
 	__u32 from;
 
+	/* what sched_waking told this wakeup (on_waking), taken. No atomic
+	 * exchange: the kernel serialises a thread's waking and the wakeup
+	 * that follows it (the waking holds its pi_lock; a second waking waits
+	 * for the thread to run and sleep again, after this wakeup), and x86-64
+	 * keeps stores in order (the waker's fields before its word) */
+	if (wake) {
+		told = *(volatile __u64 *)&t->waking.word;
+		if (told)
+			*(volatile __u64 *)&t->waking.word = 0;
+	}
 	bpf_spin_lock(&t->lock);
 	from = t->d.state;
 	if (wake) {
-		/* the wakeup its early waker (on_waking) was seen for */
-		__u32 early = t->d.early_waker;
-
-		t->d.early_waker = 0;
 		if (!is_blocked(from)) {
 			bpf_spin_unlock(&t->lock);
 			return false;
 		}
-		if (early && !t->d.waker && (from == WM_STATE_GIL_WAIT || from == WM_STATE_FUTEX_WAIT))
-			woken_by(t, early & WM_EARLY_WAKER_TID, early & WM_EARLY_SAME_PROCESS);
+		if (told && (from == WM_STATE_GIL_WAIT || from == WM_STATE_FUTEX_WAIT))
+			told_by_waking(t, from, told);
 	}
 	c->state = from;
 	c->gen = (__u32)t->d.start;
@@ -513,9 +540,10 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	t->d.futex_addr = e->futex_addr;
 	t->d.futex_kind = e->futex_kind;
 	t->d.waker = 0;
-	/* an early waker waits for the wakeup of the sleep it came before */
-	if (!(switched_out && is_blocked(e->to)))
-		t->d.early_waker = 0;
+	/* a waking that came before the sleep it wakes waits for that sleep's
+	 * wakeup (which took it above); any other transition ends what it told */
+	if (!(switched_out && is_blocked(e->to)) && !wake)
+		t->waking.word = 0;
 	if (e->new_stack) {
 		t->d.stack = e->stack;
 		t->d.stack_at = now;
@@ -1032,21 +1060,17 @@ static __always_inline int on_switch(void *ctx, bool preempt, struct task_struct
  */
 static __always_inline int on_waking(void *ctx, struct task_struct *p)
 {
-	struct wm_stack_ref stack = { .native = -1 };
-	bool new_stack = false;
 	struct task_struct *cur;
 	struct pt_regs *regs;
 	struct wm_thread *t;
-	__u32 tid, waker = 0;
-	__u64 now = 0;
+	__u32 tid, waker = 0, state;
+	__u64 word;
 	long nr;
 
 	if (!is_watched(p->tgid))
 		return 0;
-	tid = p->pid;
-	t = bpf_map_lookup_elem(&threads, &tid);
-	if (!t)
-		return 0;
+	/* the waker first: most wakeups of a service's threads (its sockets'
+	 * and timers') have none, and then cost no lookup of the entry */
 	cur = bpf_get_current_task_btf();
 	regs = (struct pt_regs *)bpf_task_pt_regs(cur);
 	nr = regs->orig_ax;
@@ -1057,50 +1081,40 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 		waker = cur->pid;
 	if (!waker)
 		return 0;
+	tid = p->pid;
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (!t)
+		return 0;
+	word = waker | (cur->tgid == p->tgid ? WM_EARLY_SAME_PROCESS : 0);
+	/* racy: the thread may be switching out this instant (a stale state
+	 * only takes or skips one stack, or one hold start); its wakeup, after
+	 * that switch-out, decides what the word means (told_by_waking) */
+	state = t->d.state;
 	/* the waker's stack as it wakes the thread (it is `current`), at most
 	 * once per interval per (thread, waker) */
-	if (cfg.stacks && stacks_all && t->d.state == WM_STATE_FUTEX_WAIT) {
-		now = bpf_ktime_get_ns();
+	if (cfg.stacks && stacks_all && state == WM_STATE_FUTEX_WAIT) {
+		__u64 now = bpf_ktime_get_ns();
+
 		if (t->d.waker_of != waker || now - t->d.waker_at >= cfg.stack_interval_ns) {
-			own_stacks(cur->tgid, waker, &stack);
-			new_stack = true;
+			own_stacks(cur->tgid, waker, &t->waking.stack);
+			t->waking.stack_at = now;
+			word |= 1ULL << WM_WAKING_STACK_BIT;
 		}
 	}
 	/* a GIL release: since when the releaser held it (racy reads of its
 	 * entry; `took_switch` is checked against what the waiter read) */
-	__u32 took_at = 0;
-	__u16 took_switch = 0;
-
-	if (t->d.state == WM_STATE_GIL_WAIT && cur->tgid == p->tgid) {
+	if (state == WM_STATE_GIL_WAIT && cur->tgid == p->tgid) {
 		struct wm_thread *w = bpf_map_lookup_elem(&threads, &waker);
 
-		if (w) {
-			took_at = w->d.took_at;
-			took_switch = w->d.took_switch;
+		if (w && w->d.took_at) {
+			t->waking.took_at = w->d.took_at;
+			word |= WM_WAKING_TOOK | ((__u64)w->d.took_switch << WM_WAKING_SWITCH_SHIFT);
 		}
 	}
-	bpf_spin_lock(&t->lock);
-	/* a GIL waiter woken by a thread: the GIL's release (not its timeout) */
-	if (t->d.state == WM_STATE_GIL_WAIT) {
-		woken_by(t, waker, cur->tgid == p->tgid);
-		if (took_at && took_switch == t->d.streak_switch)
-			t->d.hold_from = took_at;
-	}
-	/* not switched out yet (its sched_switch, on its own CPU, may come
-	 * after this): kept for this wakeup's sched_wakeup, which comes after
-	 * that switch-out if it does sleep (the wakeup waits for it to leave
-	 * its CPU), and finds it still running if it does not */
-	else if (!is_blocked(t->d.state))
-		t->d.early_waker = waker | (cur->tgid == p->tgid ? WM_EARLY_SAME_PROCESS : 0);
-	if (t->d.state == WM_STATE_FUTEX_WAIT) {
-		t->d.waker = waker;
-		if (new_stack) {
-			t->d.waker_stack = stack;
-			t->d.waker_of = waker;
-			t->d.waker_at = now;
-		}
-	}
-	bpf_spin_unlock(&t->lock);
+	/* published last: the wakeup that takes it reads the fields above
+	 * (x86-64 keeps stores in order; the barrier keeps the compiler's) */
+	asm volatile("" ::: "memory");
+	*(volatile __u64 *)&t->waking.word = word;
 	return 0;
 }
 

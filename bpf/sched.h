@@ -48,10 +48,17 @@ enum wm_limits {
 	/* a GIL holder id with this bit set is a host TID: the thread whose
 	 * release woke the waiter (the GIL was free when it went to sleep) */
 	WM_HOLDER_WAKER_BIT = 63,
-	/* in `early_waker`, above the waker's TID (below PID_MAX_LIMIT, 2^22):
+	/* in `wm_waking.word`, above the waker's TID (below PID_MAX_LIMIT, 2^22):
 	 * it is a thread of the waiter's process */
 	WM_EARLY_WAKER_TID = 0x3fffffff,
 	WM_EARLY_SAME_PROCESS = 0x80000000,
+};
+
+/* more bits of `wm_waking.word` */
+enum wm_waking_bits {
+	WM_WAKING_TOOK = 0x40000000,  /* above WM_EARLY_WAKER_TID, below WM_EARLY_SAME_PROCESS */
+	WM_WAKING_SWITCH_SHIFT = 32,  /* bits 32..47: the releaser's `took_switch` */
+	WM_WAKING_STACK_BIT = 48,     /* `stack` is the waker's, taken at `stack_at` */
 };
 
 /*
@@ -135,12 +142,7 @@ struct wm_thread_data {
 	 * first of them began, in units of 1024 ns, truncated (differences wrap
 	 * correctly for 73 minutes); 0 none. */
 	__u32 streak_at;
-	/* woken while still on its way to sleep (sched_waking came before its
-	 * sched_switch: a fast hand-off on another CPU): the waker's host TID
-	 * and WM_EARLY_SAME_PROCESS, the waker of the wait the switch-out
-	 * enters, taken at that wait's wakeup; 0 none. Every transition but a
-	 * switch-out into a blocked state clears it. */
-	__u32 early_waker;
+	__u32 _pad_waking; /* was early_waker: sched_waking now tells struct wm_waking */
 	/* when its last GIL wait ended by a release (it took the GIL then), in
 	 * 1024 ns like `streak_at`, and the GIL's switch_number (low bits) from
 	 * then on: the switch_number counts changes of holder, so a waiter that
@@ -168,12 +170,38 @@ struct wm_thread_data {
 	__u64 waker_at;
 };
 
-/* Per watched thread, keyed by host TID in the `threads` map. Every write of
- * `d` holds `lock`, and user space reads it with BPF_F_LOCK: a copy is never
- * torn, and two CPUs (a waker and the thread's own switch) never interleave. */
+/*
+ * What sched_waking tells a thread's next wakeup, without the entry's lock
+ * (it is the one program that races with the thread's own transitions: it
+ * runs before the wakee has left its CPU). It writes `took_at` and `stack`
+ * first and `word` last; the wakeup takes `word` (reads it and writes 0)
+ * and then reads the rest. No atomics: the kernel serialises a waking and
+ * its wakeup (the thread's pi_lock, then its run queue), and x86-64 keeps
+ * stores in order. A thread woken while still on
+ * its way to sleep (a fast hand-off on another CPU) keeps the word through
+ * that switch-out, for its wakeup; every other transition clears it.
+ */
+struct wm_waking {
+	/* 0: none; else the waker's host TID (WM_EARLY_WAKER_TID), with
+	 * WM_EARLY_SAME_PROCESS, WM_WAKING_TOOK (`took_at` is the releaser's
+	 * take of the GIL, its `took_switch` at bits WM_WAKING_SWITCH_SHIFT)
+	 * and bit WM_WAKING_STACK_BIT */
+	__u64 word;
+	__u32 took_at;
+	__u32 _pad;
+	struct wm_stack_ref stack;
+	__u64 stack_at;
+};
+
+/* Per watched thread, keyed by host TID in the `threads` map. The thread's
+ * own transitions (its switches, its wakeup, its exit) write `d` and `homes`
+ * holding `lock`, and user space reads `d` with BPF_F_LOCK: a copy is never
+ * torn. sched_waking takes no lock: it writes only `waking`. */
 struct wm_thread {
 	struct bpf_spin_lock lock;
 	__u32 slot;       /* scratch of note_entered() (under the lock) */
+	/* on the lock's cache line, which the wakeup that reads it takes anyway */
+	struct wm_waking waking;
 	struct wm_thread_data d;
 	/* its last waits, for its stretches (enum wm_stretch_limits); not in
 	 * its final record: the stretches map has what they closed */

@@ -733,8 +733,6 @@ mod tests {
             "a futex word outside futex_wait/gil_wait"
         } else if t.waker != 0 && !matches!(state, State::FutexWait | State::GilWait) {
             "a waker outside futex_wait/gil_wait"
-        } else if t.early_waker != 0 && matches!(state, State::Throttled | State::Yield) {
-            "an early waker kept past a switch-out that is not a sleep"
         } else if t.syscall >= 0 && !blocked {
             "a syscall while runnable"
         } else {
