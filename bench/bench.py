@@ -357,6 +357,47 @@ def print_overhead(sc, summary):
 
 # ---------------------------------------------------------------- the agent's cost per switch rate
 
+PRIMITIVE_NOTES = {
+    "helper_call": "a helper call that does next to nothing (bpf_get_prandom_u32)",
+    "ktime": "bpf_ktime_get_ns: one per event, the interval's clock",
+    "current_task": "bpf_get_current_task_btf",
+    "task_pt_regs": "bpf_task_pt_regs of current: the syscall in flight (switch-out, waking)",
+    "hash_lookup": "the per-thread entry: a hash lookup by TID, 3,000 entries (threads, blame maps)",
+    "hash_lookup_locked": "the same, then bpf_spin_lock/unlock of the entry",
+    "array_lookup": "an array lookup (inlined by the verifier)",
+    "percpu_scratch": "a per-CPU array lookup (inlined): scratch space",
+    "task_storage": "bpf_task_storage_get: per-task state",
+    "atomic_add": "an array lookup and an atomic add",
+}
+
+
+def primitives(quick, out):
+    """What each BPF primitive the probes are made of costs on this machine: one program per primitive on
+    sys_enter, timed on a getppid(2) loop against an empty program in interleaved rounds
+    (bench/primitives/). The per-event figures of docs/probes/ are sums of these."""
+    rounds = 3 if quick else 9
+    print(f"\n== primitives: each BPF primitive's cost, over an empty tp_btf program, median of {rounds} rounds")
+    try:
+        obj = h.build_bpf("primitives.bpf.o", h.BENCH / "primitives" / "primitives.bpf.c")
+        loop = h.build_c("primitives-loop", h.BENCH / "primitives" / "loop.c")
+        cp = subprocess.run([sys.executable, str(h.BENCH / "primitives" / "primitives.py"), str(obj), str(loop),
+                             "--rounds", str(rounds)], capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        print(f"   failed: {e}")
+        out["primitives"] = {"kind": "primitives", "error": str(e)}
+        return
+    if cp.returncode != 0:
+        print(f"   failed: {cp.stderr.strip()}")
+        out["primitives"] = {"kind": "primitives", "error": cp.stderr.strip()}
+        return
+    r = json.loads(cp.stdout)
+    print(f"   floor (an empty tp_btf program on sys_enter, its call and its filter): {r['floor_ns']:.0f} ns")
+    for name, ns in r["primitives"].items():
+        lo, hi = r["spread"][name]
+        print(f"   {name:<20} {ns:6.0f} ns  ({lo:.0f}..{hi:.0f})  {PRIMITIVE_NOTES.get(name, '')}")
+    out["primitives"] = {"kind": "primitives", **r}
+
+
 def agent_rate(quick, out):
     """The agent's whole cost (its process CPU plus its programs' CPU, bpf_stats) under run --all at three
     paced switch rates of a watched pipe ping-pong; the workload's own switches/s (its threads' voluntary and
@@ -771,7 +812,7 @@ GROUPS = {
     "pingpong": ["pingpong", "pingpong-unpinned", "pingpong-3.14"],
     "sidecar": ["pingpong-all", "condpair-all"],
     # every program's per-event cost (docs/probes/*.md are generated from these: bench/probe_docs.py)
-    "cost": ["pingpong-all", "condpair-all", "churn", "pingpong-3.14", "syscalls", "agent-rate"],
+    "cost": ["pingpong-all", "condpair-all", "churn", "pingpong-3.14", "syscalls", "agent-rate", "primitives"],
     "storms": ["ctxswitch", "futex-uncontended", "futex-contended", "churn", "syscalls"],
     "agent": ["sched-10k", "agent-rate", "idle"],
     "accuracy": ["accuracy-gil", "accuracy-partition", "accuracy-throttle"],
@@ -1085,6 +1126,8 @@ def main():
                 accuracy_throttle(out)
             elif name == "agent-rate":
                 agent_rate(args.quick, out)
+            elif name == "primitives":
+                primitives(args.quick, out)
             elif name == "first-answer":
                 first_answer(3 if args.quick else 5, out)
             elif name == "churn-long":

@@ -7,24 +7,16 @@ NAME ..." once every program is attached; exits 1 with the reason if one is not.
 The programs stay loaded as long as this process holds their file descriptors
 (the bench reads their run_cnt/run_time_ns from /proc/PID/fdinfo).
 """
-import ctypes
-import ctypes.util
-import os
 import signal
 import sys
+from pathlib import Path
 
-lib = ctypes.CDLL(ctypes.util.find_library("bpf") or "libbpf.so.1", use_errno=True)
-P = ctypes.c_void_p
-for fn, res, args in [("bpf_object__open_file", P, [ctypes.c_char_p, P]), ("bpf_object__load", ctypes.c_int, [P]),
-                      ("bpf_object__next_program", P, [P, P]), ("bpf_program__name", ctypes.c_char_p, [P]),
-                      ("bpf_program__attach", P, [P]), ("bpf_link__destroy", ctypes.c_int, [P]),
-                      ("bpf_object__close", None, [P])]:
-    getattr(lib, fn).restype, getattr(lib, fn).argtypes = res, args
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bpfctl import fail as bpf_fail, lib, programs  # noqa: E402
 
 
 def fail(what):
-    err = ctypes.get_errno()
-    sys.exit(f"floor: {what}: {os.strerror(err) if err else 'failed'}")
+    bpf_fail("floor", what)
 
 
 def main():
@@ -33,15 +25,13 @@ def main():
         fail(f"open {sys.argv[1]}")
     if lib.bpf_object__load(obj):
         fail("load")
-    links, names, prog = [], [], lib.bpf_object__next_program(obj, None)
-    while prog:
-        name = lib.bpf_program__name(prog).decode()
+    links, names = [], []
+    for name, prog in programs(obj).items():
         link = lib.bpf_program__attach(prog)
         if not link:
             fail(f"attach {name}")
         links.append(link)
         names.append(name)
-        prog = lib.bpf_object__next_program(obj, prog)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
