@@ -58,8 +58,10 @@ def test_mutex_waits_match_the_programs_own_clock(mutex_bin):
         if lock_s > 0.05:  # glibc's mutex is not fair: a thread may barely wait
             assert wakers, (tid, t["futex_wait_by_waker"])
     assert sum(1 for lock_s, _ in truth.values() if lock_s > 0.05) >= 3, truth
-    top = report["top_futexes"][0]
-    assert int(top["addr"], 16) == addr
+    # the mutex among the process' top futex words (ranked by their wait: on a loaded machine the
+    # main thread's pthread_join, a wait on an exiting thread's TID word, may outrank it)
+    top = next((f for f in report["top_futexes"] if int(f["addr"], 16) == addr), None)
+    assert top is not None, (hex(addr), report["top_futexes"])
     waited = {tid for tid, (lock_s, _) in truth.items() if lock_s > 0.05}
     assert waited <= set(top["waiters"]) <= set(truth) and set(top["wakers"]) <= set(truth), (top, truth)
     # the futex's total is its waiters' futex_wait, and it covers the program's clock as each
