@@ -372,8 +372,10 @@ def test_run_exports_gil_holds_by_function_to_prometheus(tmp_path):
     print(res)
     count, mean, p50, p90 = res["json.dumps"]
     assert count and count >= 10, res
-    # as gil_holds_by_function: a waiter starts some way into a call
-    assert 0.5 * truth <= mean <= 1.2 * truth, (truth, res)
+    # as gil_holds_by_function: a waiter starts some way into a call, and a hold that began in
+    # spin() before it runs on into it (at most a switch interval, 5 ms); 5% for the two 30 s
+    # windows (Prometheus' and the workload's) not being the same calls
+    assert 0.5 * truth <= mean <= 1.05 * (truth + 0.005), (truth, res)
     # log2 buckets: the median's bucket holds the calls' length
     assert 0.5 * truth <= p50 <= 2 * truth, (truth, res)
     count, mean, p50, p90 = res["spin"]

@@ -276,7 +276,8 @@ def test_the_story_at_a_pace_ingest_keeps_up_with_is_one_stall_naming_the_gil_ho
     json.dumps takes 200-450 ms on a loaded 2-CPU machine: at 20 it never gets back to its recv.
     Each json.dumps is made to take about 250 ms: a message waits what is left of the one under
     way, and at ~100 ms, as on a fast idle machine, most of those waits are under the objective;
-    at 450 ms, as on a slow loaded one, ingest starves.)"""
+    at 450 ms, as on a slow loaded one, ingest starves: when its own clock says it was busy half
+    the window or more, GIL starvation naming the same holder and code is taken as the first line.)"""
     report, tids, messages = starve_run(version, 8.0, "--rate", "2", "--hold", "0.25")
     messages = within(report, messages)
     ingest, processor = tids["ingest"], tids["processor"]
@@ -290,9 +291,18 @@ def test_the_story_at_a_pace_ingest_keeps_up_with_is_one_stall_naming_the_gil_ho
     s = by_tid(report)[ingest].get("stretches")
     assert s and s["home"].startswith("recv"), s
     verdict, first = report["verdict"], report["findings"][0]
+    # where json.dumps ran so slow (a loaded machine) that ingest was busy most of the window by
+    # its own clock, it lost most of it to the GIL: GIL starvation, naming the same holder and
+    # code, is then as right as the stall (and outranks it when the GIL took half its time)
+    if sum(periods) >= 0.5 * report["duration_s"] and first["kind"] == "gil_starvation":
+        assert first["thread"]["tid"] == ingest and first["holder"]["tid"] == processor, (verdict, first)
+        assert verdict[0].startswith("GIL starvation") and f"ingest ({ingest})" in verdict[0], verdict
+        assert f"held by processor ({processor})" in verdict[0] and "json.dumps" in verdict[0], verdict[0]
+        assert not gil_lines_about(verdict[1:], "ingest", ingest), verdict
+        return
     # (on a machine loaded by other processes, processor's own run-queue wait may outrank it:
     # its seconds are in the message)
-    assert first["kind"] == "stall" and first["thread"]["tid"] == ingest, (verdict, kinds(report), by_tid(report)[processor]["seconds"])
+    assert first["kind"] == "stall" and first["thread"]["tid"] == ingest, (verdict, kinds(report), by_tid(report)[processor]["seconds"], periods)
     # one finding names both: the GIL's holder and the code it held it in
     assert verdict[0].startswith(f"stall: ingest ({ingest})"), verdict
     assert f"behind processor ({processor})" in verdict[0] and "json.dumps" in verdict[0], verdict[0]
