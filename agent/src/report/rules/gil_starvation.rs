@@ -24,6 +24,7 @@ pub const CHAIN_SHARE: f64 = 0.5;
 /// when the waiter lost most of its time to the GIL, directly and through the lock together: a
 /// waiter that gets the lock and then waits for the GIL again splits one loss in two.
 pub const CHAIN_LINK_MIN_SHARE: f64 = 0.10;
+const _: () = assert!(CHAIN_LINK_MIN_SHARE <= WAITING_SHARE);
 /// A chain's waiting end is said to wait for the GIL itself too from this share of its time.
 pub const OWN_GIL_SHARE: f64 = 0.05;
 
@@ -130,9 +131,8 @@ fn lock_link<'a>(u: &ThreadRow, rows: &'a [ThreadRow]) -> Option<(&'a ThreadRow,
 
 /// GIL starvation: the thread whose work falls behind lost most of its time to the GIL, itself
 /// (`GIL_STARVATION_SHARE`) or through a lock whose holder waited for the GIL (a causal chain:
-/// the lock wait `WAITING_SHARE` of its time or more, and the two together most of it, or the
-/// holder starving itself; or the lock wait `CHAIN_LINK_MIN_SHARE` or more and the two together
-/// most of it). Said when the age rises or breaks its objective; with no age source
+/// the lock wait `CHAIN_LINK_MIN_SHARE` of its time or more and the two together most of it, or
+/// the lock wait `WAITING_SHARE` or more and the holder starving itself). Said when the age rises or breaks its objective; with no age source
 /// at all, said as likely when the GIL's holder is a named thread. A thread with its own rising
 /// age (waitmeter_client) is the victim before any other; else a chain's waiting end before the
 /// thread that lost the most to the GIL directly. Neither end is idle or busy-polling the GIL.
@@ -165,8 +165,8 @@ fn starvation(cx: &Context) -> Option<GilStarvation> {
         .filter(|(u, w, ns, _)| {
             let (total, ns) = (u.times.total() as f64, *ns as f64);
             let most_lost = ns + gil(u) as f64 >= GIL_STARVATION_SHARE * total;
-            (ns >= WAITING_SHARE * total && (most_lost || share_of(w, State::GilWait) >= GIL_STARVATION_SHARE))
-                || (ns >= CHAIN_LINK_MIN_SHARE * total && most_lost)
+            (ns >= CHAIN_LINK_MIN_SHARE * total && most_lost)
+                || (ns >= WAITING_SHARE * total && share_of(w, State::GilWait) >= GIL_STARVATION_SHARE)
         })
         .max_by_key(|(u, _, ns, _)| (own_age_rising(u), *ns))
         // a direct victim whose own age rises wins over a chain it is not part of
