@@ -359,7 +359,7 @@ def print_overhead(sc, summary):
 
 PRIMITIVE_NOTES = {
     "helper_call": "a helper call that does next to nothing (bpf_get_prandom_u32)",
-    "ktime": "bpf_ktime_get_ns: one per event, the interval's clock",
+    "ktime": "bpf_ktime_get_ns: sched_waking's and an exit's clock; a switch's or a wakeup's once a millisecond per run queue",
     "current_task": "bpf_get_current_task_btf",
     "task_pt_regs": "bpf_task_pt_regs of current: the syscall in flight (switch-out, waking)",
     "hash_lookup": "the per-thread entry: a hash lookup by TID, 3,000 entries (threads, blame maps)",
@@ -368,6 +368,7 @@ PRIMITIVE_NOTES = {
     "percpu_scratch": "a per-CPU array lookup (inlined): scratch space",
     "task_storage": "bpf_task_storage_get: per-task state",
     "atomic_add": "an array lookup and an atomic add",
+    "rq_clock": "the run queue's clock through current's typed pointer (task->se.cfs_rq->rq->clock): a switch's and a wakeup's time (less current_task: loads)",
 }
 
 

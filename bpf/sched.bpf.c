@@ -23,6 +23,7 @@
 #include <bpf/bpf_core_read.h>
 #include "sched.h"
 #include "core_fixes.bpf.h"
+#include "rq_clock.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -457,6 +458,10 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	}
 	bpf_spin_lock(&t->lock);
 	from = t->d.state;
+	/* the clocks of two run queues may disagree by a few µs (rq_now): a
+	 * thread's own time does not go back */
+	if (now < t->d.since)
+		now = t->d.since;
 	if (wake) {
 		if (!is_blocked(from)) {
 			bpf_spin_unlock(&t->lock);
@@ -501,7 +506,9 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 			__u32 at = (__u32)(now >> 10);
 			__u32 began = t->d.streak_at;
 
-			if (t->d.hold_from && at - t->d.hold_from > at - began)
+			/* the releaser's take, stamped on another run queue's
+			 * clock, may be a few µs ahead: then not before this */
+			if (t->d.hold_from && (__s32)(at - t->d.hold_from) > 0 && at - t->d.hold_from > at - began)
 				began = t->d.hold_from;
 			c->hold_us = (at - began) | 1;
 			t->d.streak_at = 0;
@@ -1043,7 +1050,8 @@ static __always_inline int on_switch(void *ctx, bool preempt, struct task_struct
 
 	if (!out && !in)
 		return 0;
-	now = bpf_ktime_get_ns();
+	/* prev and next are on this CPU's run queue, whose lock is held */
+	now = rq_now(out ? prev : next);
 	if (out)
 		switch_out(preempt, prev, now, &prev_stack);
 	if (in)
@@ -1148,7 +1156,8 @@ static __always_inline int on_wakeup(struct task_struct *p, bool is_new)
 	if (!is_watched(tgid) && !(is_new && follow_fork(p, tgid)))
 		return 0;
 	tid = p->pid;
-	now = bpf_ktime_get_ns();
+	/* under the lock of the run queue p was put on */
+	now = rq_now(p);
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t) {
 		new_thread(p, tid, tgid, &e, now);

@@ -196,3 +196,33 @@ int atomic_add(void *ctx)
 		__sync_fetch_and_add(&e->d[1], 3);
 	return 0;
 }
+
+/*
+ * The scheduler's own clock, read where the sched probe's tracepoints find it:
+ * the task's run queue (task->se.cfs_rq->rq->clock, CO-RE: the types below
+ * are relocated against the kernel's BTF). Less current_task's figure, it is
+ * what the loads cost: at sched_switch and sched_wakeup the task is an
+ * argument. (The per-CPU `runqueues` symbol is not found by this kernel.)
+ */
+struct rq {
+	__u64 clock;
+} __attribute__((preserve_access_index));
+struct cfs_rq {
+	struct rq *rq;
+} __attribute__((preserve_access_index));
+struct sched_entity {
+	struct cfs_rq *cfs_rq;
+} __attribute__((preserve_access_index));
+struct task_struct {
+	struct sched_entity se;
+} __attribute__((preserve_access_index));
+
+SEC("tp_btf/sys_enter")
+int rq_clock(void *ctx)
+{
+	MINE(tid);
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	sink += t->se.cfs_rq->rq->clock;
+	return 0;
+}

@@ -789,4 +789,102 @@ mod tests {
         assert!(reads > 20_000, "too few reads: {reads}");
         assert!(bad.is_empty(), "{} of {reads} copies disagree, e.g. {}", bad.len(), bad[0]);
     }
+
+    /// A switch's time is the run queue's clock carried over to CLOCK_MONOTONIC
+    /// (bpf/rq_clock.bpf.h). A thread sleeps 3 ms between two reads of its own
+    /// CLOCK_MONOTONIC and then spins: its entry, read while it runs, says
+    /// since when, which must fall between the sleep's end and the second
+    /// read (a spin that lost the CPU meanwhile, by its own count of switches,
+    /// is not counted). Two other threads pass a token every 100 µs meanwhile,
+    /// so many switch-ins find their run queue's offset already taken (up to
+    /// 1 ms before) rather than taking it.
+    #[test]
+    fn a_switch_is_stamped_on_clock_monotonic() {
+        let Some(probe) = test_probe() else { return };
+        let me = std::process::id();
+        probe.watch(me).expect("watch this process");
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ping_tx, ping_rx) = mpsc::channel::<u64>();
+        let (pong_tx, pong_rx) = mpsc::channel::<u64>();
+        let storm = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while let Ok(n) = pong_rx.recv_timeout(Duration::from_millis(100)) {
+                    std::thread::sleep(Duration::from_micros(100));
+                    if stop.load(Ordering::Relaxed) || ping_tx.send(n + 1).is_err() {
+                        break;
+                    }
+                }
+            })
+        };
+        let echo = std::thread::spawn({
+            let pong_tx = pong_tx.clone();
+            move || {
+                while let Ok(n) = ping_rx.recv_timeout(Duration::from_millis(100)) {
+                    if pong_tx.send(n + 1).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        pong_tx.send(0).expect("start the token");
+        let (tx, rx) = mpsc::channel::<(u32, u64, u64)>();
+        let (kept_tx, kept_rx) = mpsc::channel::<bool>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let sleeper = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() } as u32;
+            let switches = || {
+                // SAFETY: a zeroed rusage is valid; RUSAGE_THREAD fills it for this thread.
+                let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+                unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+                u.ru_nvcsw + u.ru_nivcsw
+            };
+            while go_rx.recv().is_ok() {
+                let t0 = monotonic_ns();
+                std::thread::sleep(Duration::from_millis(3));
+                let t1 = monotonic_ns();
+                let before = switches();
+                tx.send((tid, t0, t1)).expect("say when");
+                let spin = Instant::now();
+                while spin.elapsed() < Duration::from_millis(4) {
+                    std::hint::spin_loop();
+                }
+                // no switch since t1: the entry read meanwhile is this switch-in's
+                kept_tx.send(switches() == before).expect("say if it kept the CPU");
+            }
+        });
+        // a switch-in stamped a few µs off (the clock's update before the
+        // tracepoint, the offset's age) is fine; a clock that is not
+        // CLOCK_MONOTONIC is off by far more
+        const SLACK_NS: i64 = 50_000;
+        let (mut seen, mut skipped) = (vec![], vec![]);
+        for _ in 0..400 {
+            if seen.len() >= 20 {
+                break;
+            }
+            go_tx.send(()).expect("go");
+            let (tid, t0, t1) = rx.recv().expect("when");
+            let t = probe.read_thread(&tid.to_ne_bytes());
+            let kept = kept_rx.recv().expect("kept");
+            match t {
+                Some(t) if kept && t.state == State::Running as u32 => {
+                    seen.push((t.since as i64 - (t0 + 3_000_000) as i64, t1 as i64 - t.since as i64));
+                }
+                Some(t) => skipped.push((kept, t.state)), // switched meanwhile: `since` is another switch's
+                None => skipped.push((kept, u32::MAX)),
+            }
+        }
+        drop(go_tx);
+        sleeper.join().expect("sleeper");
+        stop.store(true, Ordering::Relaxed);
+        storm.join().expect("storm");
+        drop(pong_tx);
+        echo.join().expect("echo");
+        probe.unwatch(me);
+        eprintln!("(since - sleep's end, second read - since) in ns: {seen:?}; {} skipped", skipped.len());
+        let off: Vec<_> = seen.iter().filter(|(after_end, before_read)| *after_end < -SLACK_NS || *before_read < -SLACK_NS).collect();
+        assert!(off.is_empty(), "{} of {} switch-ins stamped outside the thread's own clock's bounds: {off:?}", off.len(), seen.len());
+        assert!(seen.len() >= 20, "too few switch-ins read while running: {}", seen.len());
+    }
 }
