@@ -720,6 +720,49 @@ mod tests {
     use std::sync::{mpsc, Arc};
     use std::time::{Duration, Instant};
 
+    /// Threads of this process passing tokens around a ring (each pass a
+    /// futex wake and a context switch on both sides), after `pause` each.
+    struct TokenRing {
+        stop: Arc<AtomicBool>,
+        txs: Vec<mpsc::Sender<u64>>,
+        workers: Vec<std::thread::JoinHandle<()>>,
+    }
+
+    impl TokenRing {
+        /// `threads` in the ring, a token given to each of `tokens` (their places).
+        fn start(threads: usize, tokens: &[usize], pause: Duration) -> TokenRing {
+            let stop = Arc::new(AtomicBool::new(false));
+            let (txs, rxs): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel::<u64>()).unzip();
+            let mut workers = vec![];
+            for (i, rx) in rxs.into_iter().enumerate() {
+                let next = txs[(i + 1) % threads].clone();
+                let stop = Arc::clone(&stop);
+                workers.push(std::thread::spawn(move || {
+                    while let Ok(n) = rx.recv_timeout(Duration::from_millis(100)) {
+                        if !pause.is_zero() {
+                            std::thread::sleep(pause);
+                        }
+                        if stop.load(Ordering::Relaxed) || next.send(n + 1).is_err() {
+                            break;
+                        }
+                    }
+                }));
+            }
+            for &at in tokens {
+                txs[at].send(0).expect("give a token");
+            }
+            TokenRing { stop, txs, workers }
+        }
+
+        fn stop(self) {
+            self.stop.store(true, Ordering::Relaxed);
+            drop(self.txs);
+            for w in self.workers {
+                w.join().expect("ring thread");
+            }
+        }
+    }
+
     /// What must hold of every copy of a `threads` entry (bpf/sched.h).
     fn disagreement(t: &wm_thread_data) -> Option<String> {
         let closed: u64 = t.ns.iter().sum();
@@ -749,23 +792,7 @@ mod tests {
         let Some(probe) = test_probe() else { return };
         let me = std::process::id();
         probe.watch(me).expect("watch this process");
-        let stop = Arc::new(AtomicBool::new(false));
-        let ring = 6;
-        let (txs, rxs): (Vec<_>, Vec<_>) = (0..ring).map(|_| mpsc::channel::<u64>()).unzip();
-        let mut workers = vec![];
-        for (i, rx) in rxs.into_iter().enumerate() {
-            let next = txs[(i + 1) % ring].clone();
-            let stop = Arc::clone(&stop);
-            workers.push(std::thread::spawn(move || {
-                while let Ok(n) = rx.recv_timeout(Duration::from_millis(100)) {
-                    if stop.load(Ordering::Relaxed) || next.send(n + 1).is_err() {
-                        break;
-                    }
-                }
-            }));
-        }
-        txs[0].send(0).expect("start the token");
-        txs[ring / 2].send(0).expect("a second token");
+        let ring = TokenRing::start(6, &[0, 3], Duration::ZERO);
         let (mut reads, mut bad) = (0u64, vec![]);
         let deadline = Instant::now() + Duration::from_secs(4);
         while Instant::now() < deadline {
@@ -778,11 +805,7 @@ mod tests {
             }
         }
         let switches: u64 = probe.skel.maps.threads.keys().filter_map(|k| probe.read_thread(&k)).map(|t| t.nr_switches).sum::<u64>();
-        stop.store(true, Ordering::Relaxed);
-        drop(txs);
-        for w in workers {
-            w.join().expect("worker");
-        }
+        ring.stop();
         probe.unwatch(me);
         eprintln!("{reads} reads, {switches} context switches, {} torn", bad.len());
         assert!(switches > 20_000, "the storm did not storm: {switches} switches");
@@ -803,31 +826,7 @@ mod tests {
         let Some(probe) = test_probe() else { return };
         let me = std::process::id();
         probe.watch(me).expect("watch this process");
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ping_tx, ping_rx) = mpsc::channel::<u64>();
-        let (pong_tx, pong_rx) = mpsc::channel::<u64>();
-        let storm = {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                while let Ok(n) = pong_rx.recv_timeout(Duration::from_millis(100)) {
-                    std::thread::sleep(Duration::from_micros(100));
-                    if stop.load(Ordering::Relaxed) || ping_tx.send(n + 1).is_err() {
-                        break;
-                    }
-                }
-            })
-        };
-        let echo = std::thread::spawn({
-            let pong_tx = pong_tx.clone();
-            move || {
-                while let Ok(n) = ping_rx.recv_timeout(Duration::from_millis(100)) {
-                    if pong_tx.send(n + 1).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        pong_tx.send(0).expect("start the token");
+        let ring = TokenRing::start(2, &[0], Duration::from_micros(100));
         let (tx, rx) = mpsc::channel::<(u32, u64, u64)>();
         let (kept_tx, kept_rx) = mpsc::channel::<bool>();
         let (go_tx, go_rx) = mpsc::channel::<()>();
@@ -877,10 +876,7 @@ mod tests {
         }
         drop(go_tx);
         sleeper.join().expect("sleeper");
-        stop.store(true, Ordering::Relaxed);
-        storm.join().expect("storm");
-        drop(pong_tx);
-        echo.join().expect("echo");
+        ring.stop();
         probe.unwatch(me);
         eprintln!("(since - sleep's end, second read - since) in ns: {seen:?}; {} skipped", skipped.len());
         let off: Vec<_> = seen.iter().filter(|(after_end, before_read)| *after_end < -SLACK_NS || *before_read < -SLACK_NS).collect();
