@@ -78,11 +78,12 @@ def test_gil_waits_with_a_flat_age_are_reported_with_the_age(app_python):
     assert age is not None and age["rising"] is False and age["max_s"] < 1.0, age
     ingest = by_tid(report)[w.tids["ingest"]]
     assert ingest["seconds"]["gil_wait"] >= 0.2 * ingest["existed_s"], ingest
-    # every GIL finding and stall is about a thread behind processor; ingest's is the first or
-    # the second line: the metrics server's thread (serve_forever, woken by each age poll) waits
+    # every GIL finding and stall is about a thread behind processor; ingest's is among the first
+    # three lines: the metrics server's thread (serve_forever, woken by each age poll) waits
     # behind the same json.dumps calls, as much as ingest in some runs (2.3 s against 2.2 s in
-    # one CI run, 1.5-1.9 s against 2.3-2.6 s usually), and findings rank by the time they
-    # explain. Ingest's line is its stall (kept from its recv: the GIL wait folded in) or, where
+    # one CI run, 1.5-1.9 s against 2.3-2.6 s usually), and so do the threads it starts to answer
+    # each poll (one line, folded: 6 of them 3.4 s in all in one CI run, where ingest's line came
+    # after both); findings rank by the time they explain. Ingest's line is its stall (kept from its recv: the GIL wait folded in) or, where
     # it did not go back to its recv between messages, its GIL wait; where json.dumps runs long (a
     # loaded two-CPU machine: calls of 300-600 ms) ingest loses most of its time and the age,
     # flat, is above its objective: its line is then its starvation, which names the GIL's holder
@@ -91,8 +92,8 @@ def test_gil_waits_with_a_flat_age_are_reported_with_the_age(app_python):
     assert about and all(re.search(r"(behind|held by) processor \(", v) for v in about), verdict
     ingest_line = (f"stall: ingest ({w.tids['ingest']})", f"GIL wait: thread ingest ({w.tids['ingest']})",
                    f"GIL starvation: thread ingest ({w.tids['ingest']})")
-    line = next((v for v in verdict[:2] if v.startswith(ingest_line)), None)
-    assert line, verdict
+    line = next((v for v in verdict[:3] if v.startswith(ingest_line)), None)
+    assert line, "\n".join(verdict)
     assert "json.dumps" in line, line
     assert "message age" in line and "mean" in line and "max" in line, line
     assert not any(v.startswith("healthy") for v in report["verdict"]), report["verdict"]
