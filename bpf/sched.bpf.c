@@ -168,22 +168,12 @@ struct {
 } stats SEC(".maps");
 
 /* new_thread()'s entry is built here: a whole wm_thread does not fit on the
- * stack beside the switch handlers' own. The same size and layout, without
- * the lock (a per-CPU map may not hold one; the update skips it anyway). */
-struct wm_thread_unlocked {
-	__u32 lock;
-	__u32 _pad;
-	struct wm_waking waking;
-	struct wm_thread_data d;
-	struct wm_home_slot homes[WM_HOME_SLOTS];
-};
-_Static_assert(sizeof(struct wm_thread_unlocked) == sizeof(struct wm_thread), "scratch_thread mirrors wm_thread");
-
+ * stack beside the switch handlers' own. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct wm_thread_unlocked);
+	__type(value, struct wm_thread);
 } scratch_thread SEC(".maps");
 
 /* A stretch a switch-out into a wait closed, as its slot had it (`wait` 0: none). */
@@ -319,7 +309,7 @@ static __always_inline __u64 wait_key(__u32 state, __s32 syscall, __u64 futex_ad
 }
 
 /*
- * Under the thread's lock, after its `ns` took the interval just closed: it
+ * Within the thread's write, after its `ns` took the interval just closed: it
  * was woken from the wait `key`. Its slot notes when, and the time per state
  * so far (for the stretch that ends when it blocks in that wait again).
  */
@@ -340,7 +330,7 @@ static __always_inline void note_left(struct wm_thread *t, __u64 key, __u64 now)
 }
 
 /*
- * Under the thread's lock, after its `ns` took the interval just closed: it
+ * Within the thread's write, after its `ns` took the interval just closed: it
  * blocks in the wait `key` now. Blocking in a wait it left before closes the
  * stretch between (into `so`). A wait not among the last WM_HOME_SLOTS takes
  * the slot of the one it waited in least (never its home, whose slot must
@@ -372,7 +362,7 @@ static __always_inline void note_entered(struct wm_thread *t, __u64 key, __u64 n
 	least = *(volatile __u32 *)&t->slot;
 	if (hit < WM_HOME_SLOTS) {
 		h = &t->homes[hit];
-		/* copied as they are (no branch under the lock); record_stretch
+		/* copied as they are (no branch within the write); record_stretch
 		 * works out the lengths */
 		if (h->left && so) {
 			so->wait = key;
@@ -393,7 +383,7 @@ static __always_inline void note_entered(struct wm_thread *t, __u64 key, __u64 n
 }
 
 /*
- * Under the thread's lock: `waker` (a host TID; `same_process`: of the
+ * Within the thread's write: `waker` (a host TID; `same_process`: of the
  * thread's own process) woke its GIL or futex wait. A GIL wait whose holder
  * was not read (the GIL was free when it went to sleep: it changed hands
  * between the waiter's check and its sleep, or the waiter queued on the
@@ -412,7 +402,7 @@ static __always_inline void woken_by(struct wm_thread *t, __u32 waker, bool same
 		t->d.gil_holder = (1ULL << WM_HOLDER_WAKER_BIT) | waker;
 }
 
-/* Under the thread's lock, at the wakeup of a GIL or futex wait: what
+/* Within the thread's write, at the wakeup of a GIL or futex wait: what
  * sched_waking told of its waker (`told`: struct wm_waking's word, taken). */
 static __always_inline void told_by_waking(struct wm_thread *t, __u32 from, __u64 told)
 {
@@ -433,20 +423,40 @@ static __always_inline void told_by_waking(struct wm_thread *t, __u32 from, __u6
 }
 
 /*
- * Under the thread's lock: close the open interval into its state and enter
+ * A write of the thread's entry begins and ends: `seq` odd meanwhile. Only
+ * the thread's own transitions write it, one after another (struct wm_thread);
+ * a reader that copied the entry twice with the same even `seq` between has
+ * a copy no write overlapped. The barriers keep the compiler's order; x86-64
+ * keeps the stores' order for the other CPUs.
+ */
+static __always_inline void write_begin(struct wm_thread *t)
+{
+	*(volatile __u32 *)&t->seq = t->seq + 1;
+	asm volatile("" ::: "memory");
+}
+
+static __always_inline void write_end(struct wm_thread *t)
+{
+	asm volatile("" ::: "memory");
+	*(volatile __u32 *)&t->seq = t->seq + 1;
+}
+
+/*
+ * The thread's transition: close the open interval into its state and enter
  * `e->to` at `now` (`since` never moves back, so sum(ns) == since - start
  * holds). With `wake`, a thread that is not blocked is left as it is (a wakeup
- * of a task that never left the run queue changes nothing). Fills `c` with the
- * closed interval and, if `out` is given, copies the data out. Returns false
- * when nothing changed. No helper may be called while the lock is held.
+ * of a task that never left the run queue changes nothing, and writes
+ * nothing). Fills `c` with the closed interval and, if `out` is given, copies
+ * the data out. Returns false when nothing changed.
  */
 static __always_inline bool transition(struct wm_thread *t, const struct wm_enter *e, __u64 now, bool switched_out, bool wake,
 				       struct wm_closed *c, struct wm_thread_data *out, struct wm_stretch_closed *so)
 {
 	__u64 left_key, enter_key, told = 0;
-	__u32 from;
+	__u32 from = t->d.state;
 
-	/* what sched_waking told this wakeup (on_waking), taken. No atomic
+	/* what sched_waking told this wakeup (on_waking), taken, even by a
+	 * wakeup that changes nothing (it must not tell a later one). No atomic
 	 * exchange: the kernel serialises a thread's waking and the wakeup
 	 * that follows it (the waking holds its pi_lock; a second waking waits
 	 * for the thread to run and sleep again, after this wakeup), and x86-64
@@ -455,21 +465,16 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 		told = *(volatile __u64 *)&t->waking.word;
 		if (told)
 			*(volatile __u64 *)&t->waking.word = 0;
+		if (!is_blocked(from))
+			return false;
 	}
-	bpf_spin_lock(&t->lock);
-	from = t->d.state;
+	write_begin(t);
 	/* the clocks of two run queues may disagree by a few µs (rq_now): a
 	 * thread's own time does not go back */
 	if (now < t->d.since)
 		now = t->d.since;
-	if (wake) {
-		if (!is_blocked(from)) {
-			bpf_spin_unlock(&t->lock);
-			return false;
-		}
-		if (told && (from == WM_STATE_GIL_WAIT || from == WM_STATE_FUTEX_WAIT))
-			told_by_waking(t, from, told);
-	}
+	if (wake && told && (from == WM_STATE_GIL_WAIT || from == WM_STATE_FUTEX_WAIT))
+		told_by_waking(t, from, told);
 	c->state = from;
 	c->gen = (__u32)t->d.start;
 	c->tgid = t->d.tgid;
@@ -568,7 +573,7 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 		t->d.nr_gil_waits++;
 	if (out)
 		__builtin_memcpy(out, &t->d, sizeof(*out));
-	bpf_spin_unlock(&t->lock);
+	write_end(t);
 	return true;
 }
 
@@ -821,9 +826,9 @@ static __noinline void record_stretch(const struct wm_stretch_closed *so, __u32 
 static __always_inline struct wm_thread *
 new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_enter *e, __u64 now)
 {
-	static const struct wm_thread_unlocked zero = {};
+	static const struct wm_thread zero = {};
 	__u32 slot = 0;
-	struct wm_thread_unlocked *fresh = bpf_map_lookup_elem(&scratch_thread, &slot);
+	struct wm_thread *fresh = bpf_map_lookup_elem(&scratch_thread, &slot);
 	long err;
 
 	/* past sched_process_exit (its record is sent): an exiting thread that

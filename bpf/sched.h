@@ -110,7 +110,7 @@ struct wm_home_slot {
 };
 
 /* What the probe knows of one watched thread: the value of the `threads` map
- * (behind its lock) and the body of its final record.
+ * (within its `seq`) and the body of its final record.
  * Invariant: sum(ns) == since - start, and the fields of a blocked state
  * (syscall, gil_holder, futex_addr, waker) are set only while in it. */
 struct wm_thread_data {
@@ -193,14 +193,19 @@ struct wm_waking {
 	__u64 stack_at;
 };
 
-/* Per watched thread, keyed by host TID in the `threads` map. The thread's
- * own transitions (its switches, its wakeup, its exit) write `d` and `homes`
- * holding `lock`, and user space reads `d` with BPF_F_LOCK: a copy is never
- * torn. sched_waking takes no lock: it writes only `waking`. */
+/* Per watched thread, keyed by host TID in the `threads` map. Only the
+ * thread's own transitions (its switches, its wakeup, its exit) write `d` and
+ * `homes`, and the kernel orders them: a task's switch-out, the wakeup that
+ * follows and its switch-in run one after the other (the wakeup waits for the
+ * switch-out to finish, `on_cpu`; the switch-in runs under the run queue's
+ * lock the wakeup took), and its exit runs as the task itself. So no lock:
+ * each write is framed by `seq` (odd while it runs, x86-64 keeps stores in
+ * order), and user space takes a copy when two copies in a row are the same
+ * with an even `seq` (probes/sched.rs). sched_waking writes only `waking`. */
 struct wm_thread {
-	struct bpf_spin_lock lock;
-	__u32 slot;       /* scratch of note_entered() (under the lock) */
-	/* on the lock's cache line, which the wakeup that reads it takes anyway */
+	__u32 seq;        /* writes begun and ended: odd while one runs */
+	__u32 slot;       /* scratch of note_entered() (within a write) */
+	/* on the entry's first cache line, which the wakeup that reads it takes anyway */
 	struct wm_waking waking;
 	struct wm_thread_data d;
 	/* its last waits, for its stretches (enum wm_stretch_limits); not in

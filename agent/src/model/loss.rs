@@ -50,6 +50,7 @@ pub enum Reason {
     DebuginfodFailed,
     SyscallMapFull,
     TaskStorageFailed,
+    ThreadUnsettled,
 }
 
 impl Reason {
@@ -77,6 +78,7 @@ impl Reason {
             Reason::DebuginfodFailed => "debuginfod_failed",
             Reason::SyscallMapFull => "syscall_map_full",
             Reason::TaskStorageFailed => "task_storage_failed",
+            Reason::ThreadUnsettled => "thread_unsettled",
         }
     }
 
@@ -102,6 +104,9 @@ impl Reason {
             }
             Reason::ThreadGone => "waits drained after their thread was no longer known to the session (threads that exit quickly)",
             Reason::TaskStorageFailed => "the kernel refused the per-task storage: some syscalls were not counted",
+            Reason::ThreadUnsettled => {
+                "a thread's entry was being written through every one of 256 copies in a row: the last copy was used as it was, and may mix two moments"
+            }
             Reason::PerfMapRefused => {
                 "a JIT's perf map was not read (not a regular file, not the process's user's, or past 256 MiB): its frames stay unnamed"
             }
