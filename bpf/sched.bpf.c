@@ -577,29 +577,39 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	return true;
 }
 
+/* struct _gil_runtime_state from `last_holder` on: every layout the agent
+ * knows (3.8-3.15, and 3.13t+ after their `enabled`) puts `locked` and
+ * `switch_number` right after it, and the agent registers no GIL whose
+ * layout does not (SchedProbe::add_gil) */
+struct wm_gil_head {
+	__u64 last_holder;   /* PyThreadState * */
+	__s32 locked;
+	__u32 _pad;
+	__u64 switch_number; /* unsigned long */
+};
+
 /*
  * Who holds the GIL a thread is about to sleep on: read, in the waiter's own
- * address space (it is `current`), `locked` and `last_holder`, then the
- * holder thread state's OS thread id. 0 when free or unreadable. Also the
- * GIL's `switch_number`, which tells a hold from the next.
+ * address space (it is `current`), `last_holder`, `locked` and
+ * `switch_number` in one read, then the holder thread state's OS thread id.
+ * 0 when free or unreadable. Also the GIL's `switch_number`, which tells a
+ * hold from the next.
  */
 static __always_inline __u64 gil_holder(const struct wm_gil *g, __u64 *holder_tstate)
 {
-	int locked = 0;
-	__u64 tstate = 0, id = 0;
+	struct wm_gil_head h;
+	__u64 id = 0;
 
+	if (bpf_probe_read_user(&h, sizeof(h), (void *)(g->gil + g->off_last_holder)))
+		return 0;
 	/* `switch_number`'s low bits go in the top 16 of *holder_tstate (a user
 	 * address has 47 bits) */
-	if (!bpf_probe_read_user(&id, sizeof(id), (void *)(g->gil + g->off_switch_number)))
-		*holder_tstate = id << 48;
-	id = 0;
-	if (bpf_probe_read_user(&locked, sizeof(locked), (void *)(g->gil + g->off_locked)) || locked <= 0)
+	*holder_tstate = h.switch_number << 48;
+	if (h.locked <= 0 || !h.last_holder)
 		return 0;
-	if (bpf_probe_read_user(&tstate, sizeof(tstate), (void *)(g->gil + g->off_last_holder)) || !tstate)
+	if (bpf_probe_read_user(&id, sizeof(id), (void *)(h.last_holder + g->off_holder_id)))
 		return 0;
-	if (bpf_probe_read_user(&id, sizeof(id), (void *)(tstate + g->off_holder_id)))
-		return 0;
-	*holder_tstate |= tstate & WM_USER_ADDR_MASK;
+	*holder_tstate |= h.last_holder & WM_USER_ADDR_MASK;
 	return id;
 }
 

@@ -455,6 +455,15 @@ impl SchedProbe {
 
     /// Recognise waits on these futex words of process `host_tgid` as GIL waits.
     pub fn add_gil(&self, host_tgid: u32, words: &[u64], spec: GilSpec) -> Result<()> {
+        // the probe reads the three fields in one (struct wm_gil_head)
+        if spec.off_locked != spec.off_last_holder + 8 || spec.off_switch_number != spec.off_last_holder + 16 {
+            anyhow::bail!(
+                "the GIL of process {host_tgid} has `locked` at {} and `switch_number` at {}, not right after `last_holder` at {} as every known CPython",
+                spec.off_locked,
+                spec.off_switch_number,
+                spec.off_last_holder
+            );
+        }
         self.py_bits.set(host_tgid)?;
         let v = wm_gil {
             gil: spec.gil,

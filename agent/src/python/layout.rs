@@ -305,6 +305,16 @@ mod tests {
         assert_eq!((t.last_holder, t.locked, t.switch_number, t.cond, t.mutex, t.enabled, t.objects), (16, 24, 32, 40, 88, Some(0), None));
     }
 
+    /// The sched probe reads `last_holder`, `locked` and `switch_number` in one read
+    /// (bpf/sched.bpf.c, `struct wm_gil_head`) and registers no GIL laid out otherwise.
+    #[test]
+    fn every_layout_keeps_the_gil_head_in_one_piece() {
+        let recorded = ["3.13.0", "3.14.7", "3.14.7t", "3.15.0rc2"].map(recorded);
+        for l in LAYOUTS.iter().chain(&recorded) {
+            assert_eq!((l.locked, l.switch_number), (l.last_holder + 8, l.last_holder + 16), "3.{} {l:?}", l.minor);
+        }
+    }
+
     #[test]
     fn recorded_gil_addresses() {
         // &_PyRuntime + offset, from gdb on the pyenv builds
