@@ -600,7 +600,7 @@ static __always_inline __u64 gil_holder(const struct wm_gil *g, __u64 *holder_ts
 	struct wm_gil_head h;
 	__u64 id = 0;
 
-	if (bpf_probe_read_user(&h, sizeof(h), (void *)(g->gil + g->off_last_holder)))
+	if (bpf_probe_read_user(&h, sizeof(h), (void *)(g->gil + g->off_head)))
 		return 0;
 	/* `switch_number`'s low bits go in the top 16 of *holder_tstate (a user
 	 * address has 47 bits) */

@@ -243,10 +243,8 @@ struct wm_gil_key {
 /* How to find who holds that GIL (offsets from agent/src/python/layout.rs). */
 struct wm_gil {
 	__u64 gil;             /* address of struct _gil_runtime_state */
-	__u32 off_locked;      /* int locked: off_last_holder + 8 */
-	__u32 off_last_holder; /* PyThreadState *last_holder: the three are read in one (struct wm_gil_head) */
+	__u32 off_head;        /* of its `last_holder`, `locked` and `switch_number` (struct wm_gil_head) */
 	__u32 off_holder_id;   /* in PyThreadState: native_thread_id or thread_id */
-	__u32 off_switch_number; /* unsigned long switch_number: off_last_holder + 16 */
 };
 
 /* What the address of a futex wait names. */

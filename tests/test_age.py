@@ -83,8 +83,9 @@ def test_gil_waits_with_a_flat_age_are_reported_with_the_age(app_python):
     # behind the same json.dumps calls, as much as ingest in some runs (2.3 s against 2.2 s in
     # one CI run, 1.5-1.9 s against 2.3-2.6 s usually), and so do the threads it starts to answer
     # each poll (one line, folded: 6 of them 3.4 s in all in one CI run, where ingest's line came
-    # after both); findings rank by the time they explain. Ingest's line is its stall (kept from its recv: the GIL wait folded in) or, where
-    # it did not go back to its recv between messages, its GIL wait; where json.dumps runs long (a
+    # after both); findings rank by the time they explain. Ingest's line is its stall (kept from
+    # its recv: the GIL wait folded in) or, where it did not go back to its recv between
+    # messages, its GIL wait; where json.dumps runs long (a
     # loaded two-CPU machine: calls of 300-600 ms) ingest loses most of its time and the age,
     # flat, is above its objective: its line is then its starvation, which names the GIL's holder
     verdict = report["verdict"]

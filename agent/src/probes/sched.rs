@@ -465,13 +465,7 @@ impl SchedProbe {
             );
         }
         self.py_bits.set(host_tgid)?;
-        let v = wm_gil {
-            gil: spec.gil,
-            off_locked: spec.off_locked,
-            off_last_holder: spec.off_last_holder,
-            off_holder_id: spec.off_holder_id,
-            off_switch_number: spec.off_switch_number,
-        };
+        let v = wm_gil { gil: spec.gil, off_head: spec.off_last_holder, off_holder_id: spec.off_holder_id };
         for w in words {
             let k = wm_gil_key { tgid: host_tgid, uaddr: *w, ..Default::default() };
             self.skel
