@@ -64,6 +64,7 @@ struct wm_py_walk _wm_py_walk = {};
 struct wm_stretch_key _wm_stretch_key = {};
 struct wm_stretch _wm_stretch = {};
 enum wm_stretch_limits _wm_stretch_limits = WM_HOME_SLOTS;
+enum wm_thread_table _wm_thread_table = WM_THREAD_GROUP_SLOTS;
 
 enum wm_sweep_limits _wm_sweep_limits = WM_SWEEP_OUT;
 struct wm_sweep_args _wm_sweep_args = {};
@@ -95,14 +96,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } watched SEC(".maps");
-
-/* host TID -> time partition */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, WM_DEFAULT_MAX_THREADS);
-	__type(key, __u32);
-	__type(value, struct wm_thread);
-} threads SEC(".maps");
 
 /* (TGID, futex word) -> the GIL it belongs to; filled from agent/src/python */
 struct {
@@ -167,15 +160,6 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
-/* new_thread()'s entry is built here: a whole wm_thread does not fit on the
- * stack beside the switch handlers' own. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct wm_thread);
-} scratch_thread SEC(".maps");
-
 /* A stretch a switch-out into a wait closed, as its slot had it (`wait` 0: none). */
 struct wm_stretch_closed {
 	__u64 wait;       /* the wait's key; 0: none closed */
@@ -194,9 +178,6 @@ struct {
 	__type(value, struct wm_stretch_closed);
 } scratch_stretch SEC(".maps");
 
-/* moving the blame of exited threads out at a drain of exits: `sweep` */
-#include "sweep.bpf.h"
-
 /* counters[key] += 1, in a per-CPU array of counters */
 static __always_inline void count_in(void *counters, __u32 key)
 {
@@ -210,6 +191,12 @@ static __always_inline void count_loss(enum wm_stat stat)
 {
 	count_in(&stats, stat);
 }
+
+/* host TID -> time partition: `threads`, `thread_ids`, find_thread() */
+#include "thread_table.bpf.h"
+
+/* moving the blame of exited threads out at a drain of exits: `sweep` */
+#include "sweep.bpf.h"
 
 static __always_inline void set_watched(__u32 tgid)
 {
@@ -255,7 +242,7 @@ static __always_inline __u32 ns_nr(struct pid *pid)
 
 /* The state a thread enters, with the fields of a blocked state. */
 struct wm_enter {
-	__u32 to;         /* enum wm_state; WM_ENTER_SAME keeps the current state */
+	__u32 to;         /* enum wm_state */
 	__s32 syscall;
 	__u64 gil_holder;
 	__u64 futex_addr;
@@ -289,8 +276,6 @@ struct wm_closed {
 /* the bits of a user-space address kept: 48 (x86-64 user space is 47 bits unless a
  * program maps above that on purpose with 5-level paging; CPython never does) */
 #define WM_USER_ADDR_MASK ((1ULL << 48) - 1)
-
-#define WM_ENTER_SAME WM_NR_STATES
 
 static __always_inline bool is_blocked(__u32 state)
 {
@@ -446,11 +431,11 @@ static __always_inline void write_end(struct wm_thread *t)
  * `e->to` at `now` (`since` never moves back, so sum(ns) == since - start
  * holds). With `wake`, a thread that is not blocked is left as it is (a wakeup
  * of a task that never left the run queue changes nothing, and writes
- * nothing). Fills `c` with the closed interval and, if `out` is given, copies
- * the data out. Returns false when nothing changed.
+ * nothing). Fills `c` with the closed interval. Returns false when nothing
+ * changed. (An exit writes no entry: close_at_exit().)
  */
 static __always_inline bool transition(struct wm_thread *t, const struct wm_enter *e, __u64 now, bool switched_out, bool wake,
-				       struct wm_closed *c, struct wm_thread_data *out, struct wm_stretch_closed *so)
+				       struct wm_closed *c, struct wm_stretch_closed *so)
 {
 	__u64 left_key, enter_key, told = 0;
 	__u32 from = t->d.state;
@@ -571,8 +556,6 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 		t->d.nr_yields++;
 	if (switched_out && e->to == WM_STATE_GIL_WAIT)
 		t->d.nr_gil_waits++;
-	if (out)
-		__builtin_memcpy(out, &t->d, sizeof(*out));
 	write_end(t);
 	return true;
 }
@@ -833,19 +816,37 @@ static __noinline void record_stretch(const struct wm_stretch_closed *so, __u32 
 	}
 }
 
+/*
+ * A thread seen for the first time: its entry in a slot it claims (or the
+ * one the agent seeded meanwhile), written before the slot is published.
+ * The slot's `seq` goes on from its last thread's: a reader that copied that
+ * thread's entry sees it move.
+ */
 static __always_inline struct wm_thread *
 new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_enter *e, __u64 now)
 {
-	static const struct wm_thread zero = {};
-	__u32 slot = 0;
-	struct wm_thread *fresh = bpf_map_lookup_elem(&scratch_thread, &slot);
-	long err;
+	struct wm_thread *fresh;
+	__u32 slot;
+	int r;
 
 	/* past sched_process_exit (its record is sent): an exiting thread that
 	 * still sleeps or wakes in do_exit() is not measured again */
-	if (task->flags & WM_PF_EXITING || !fresh)
+	if (task->flags & WM_PF_EXITING)
 		return NULL;
-	__builtin_memcpy(fresh, &zero, sizeof(*fresh));
+	r = claim_thread_slot(tid);
+	if (r < 0)
+		return NULL;
+	slot = r & ~WM_THREAD_SLOT_NEW;
+	fresh = bpf_map_lookup_elem(&threads, &slot);
+	if (!fresh || !(r & WM_THREAD_SLOT_NEW)) {
+		if (!fresh && (r & WM_THREAD_SLOT_NEW))
+			set_slot_id(slot, 0);
+		return fresh;
+	}
+	write_begin(fresh);
+	__builtin_memset(&fresh->waking, 0, sizeof(fresh->waking));
+	__builtin_memset(&fresh->d, 0, sizeof(fresh->d));
+	__builtin_memset(fresh->homes, 0, sizeof(fresh->homes));
 	fresh->d.state = e->to;
 	fresh->d.since = now;
 	fresh->d.start = now;
@@ -864,12 +865,9 @@ new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_ente
 		fresh->d.ns_tid = tid;
 		fresh->d.ns_tgid = tgid;
 	}
-	err = bpf_map_update_elem(&threads, &tid, fresh, BPF_NOEXIST);
-	if (err && err != -17 /* EEXIST: user space inserted it meanwhile */) {
-		count_loss(WM_STAT_THREAD_MAP_FULL);
-		return NULL;
-	}
-	return bpf_map_lookup_elem(&threads, &tid);
+	write_end(fresh);
+	set_slot_id(slot, tid);
+	return fresh;
 }
 
 /*
@@ -938,7 +936,7 @@ __noinline int switched_out(struct wm_out *o)
 	tid = o->tid;
 	tgid = o->tgid;
 	now = o->now;
-	t = bpf_map_lookup_elem(&threads, &tid);
+	t = find_thread(tid);
 	if (!t) {
 		/* prev is `current` at sched_switch */
 		new_thread(bpf_get_current_task_btf(), tid, tgid, &o->e, now);
@@ -977,7 +975,7 @@ __noinline int switched_out(struct wm_out *o)
 	so = o->e.syscall >= 0 ? bpf_map_lookup_elem(&scratch_stretch, &zero) : NULL;
 	if (so)
 		so->wait = 0;
-	if (transition(t, &o->e, now, true, false, &c, NULL, so)) {
+	if (transition(t, &o->e, now, true, false, &c, so)) {
 		charge(&c, tid, o->e.to, now);
 		if (so && so->wait)
 			record_stretch(so, tid, c.gen, c.tgid, now);
@@ -1041,12 +1039,12 @@ static __noinline void switch_in(struct task_struct *next, struct task_struct *p
 	struct wm_closed c;
 	struct wm_thread *t;
 
-	t = bpf_map_lookup_elem(&threads, &tid);
+	t = find_thread(tid);
 	if (!t) {
 		new_thread(next, tid, tgid, &e, now);
 		return;
 	}
-	if (!transition(t, &e, now, false, false, &c, NULL, NULL))
+	if (!transition(t, &e, now, false, false, &c, NULL))
 		return;
 	if (c.state == WM_STATE_RUNQUEUE)
 		charge_runqueue(&c, tid, prev, prev_stack, now);
@@ -1105,7 +1103,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 	if (!waker)
 		return 0;
 	tid = p->pid;
-	t = bpf_map_lookup_elem(&threads, &tid);
+	t = find_thread(tid);
 	if (!t)
 		return 0;
 	word = waker | (cur->tgid == p->tgid ? WM_EARLY_SAME_PROCESS : 0);
@@ -1127,7 +1125,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 	/* a GIL release: since when the releaser held it (racy reads of its
 	 * entry; `took_switch` is checked against what the waiter read) */
 	if (state == WM_STATE_GIL_WAIT && cur->tgid == p->tgid) {
-		struct wm_thread *w = bpf_map_lookup_elem(&threads, &waker);
+		struct wm_thread *w = find_thread(waker);
 
 		if (w && w->d.took_at) {
 			t->waking.took_at = w->d.took_at;
@@ -1173,26 +1171,61 @@ static __always_inline int on_wakeup(struct task_struct *p, bool is_new)
 	tid = p->pid;
 	/* under the lock of the run queue p was put on */
 	now = rq_now(p);
-	t = bpf_map_lookup_elem(&threads, &tid);
+	t = find_thread(tid);
 	if (!t) {
 		new_thread(p, tid, tgid, &e, now);
 		return 0;
 	}
-	if (transition(t, &e, now, false, true, &c, NULL, NULL))
+	if (transition(t, &e, now, false, true, &c, NULL))
 		charge(&c, tid, e.to, now);
 	return 0;
+}
+
+/*
+ * A thread's exit closes its last interval in `d`, a copy of its entry's data,
+ * and `c`. The entry itself is not written: sched_process_exit runs
+ * preemptible, and a write preempted half-way would keep its `seq` odd for as
+ * long, and the agent's copies torn (they came out "unsettled" by the dozen
+ * under the unit tests' load). Only the exiting thread writes its data, so
+ * the copy is whole.
+ */
+static __always_inline void close_at_exit(struct wm_thread_data *d, __u64 now, struct wm_closed *c)
+{
+	c->state = d->state;
+	c->gen = (__u32)d->start;
+	c->tgid = d->tgid;
+	c->waker = d->waker;
+	c->since = d->since;
+	c->gil_holder = d->gil_holder;
+	c->futex_addr = d->futex_addr;
+	c->futex_kind = d->futex_kind;
+	c->stack = d->stack;
+	c->culprit.native = -1;
+	c->culprit.py = 0;
+	c->hold_us = 0;
+	if (now > d->since) {
+		if (d->state < WM_NR_STATES)
+			d->ns[d->state] += now - d->since;
+		d->since = now;
+	}
+	/* as a transition leaves them (its blocked state's fields are over) */
+	d->syscall = -1;
+	d->gil_holder = 0;
+	d->futex_addr = 0;
+	d->futex_kind = 0;
+	d->waker = 0;
 }
 
 static __always_inline int on_exit(struct task_struct *p)
 {
 	__u32 tgid = p->tgid;
-	struct wm_enter e = { .to = WM_ENTER_SAME, .syscall = -1 };
 	struct wm_thread_data last;
 	struct wm_closed c;
 	struct wm_thread *t;
 	struct wm_exit *rec;
-	__u32 tid;
+	__u32 tid, key;
 	__u64 now;
+	int slot;
 
 	if (!is_watched(tgid))
 		return 0;
@@ -1206,11 +1239,16 @@ static __always_inline int on_exit(struct task_struct *p)
 		clear_watched(tgid);
 	}
 	tid = p->pid;
-	t = bpf_map_lookup_elem(&threads, &tid);
+	slot = thread_slot_of(tid, tid, tid, WM_NO_SLOT);
+	if (slot < 0)
+		return 0;
+	key = slot;
+	t = bpf_map_lookup_elem(&threads, &key);
 	if (!t)
 		return 0;
 	now = bpf_ktime_get_ns();
-	transition(t, &e, now, false, false, &c, &last, NULL);
+	__builtin_memcpy(&last, &t->d, sizeof(last));
+	close_at_exit(&last, now, &c);
 	charge(&c, tid, c.state, now);
 	rec = bpf_ringbuf_reserve(&exits, sizeof(*rec), 0);
 	if (rec) {
@@ -1226,7 +1264,7 @@ static __always_inline int on_exit(struct task_struct *p)
 	} else {
 		count_loss(WM_STAT_EXIT_RINGBUF_FULL);
 	}
-	bpf_map_delete_elem(&threads, &tid);
+	set_slot_id(key, 0);
 	/* a thread that exits parked never returns from the wait */
 	bpf_map_delete_elem(&parked, &tid);
 	return 0;

@@ -193,7 +193,7 @@ struct wm_waking {
 	__u64 stack_at;
 };
 
-/* Per watched thread, keyed by host TID in the `threads` map. Only the
+/* Per watched thread, in its slot of the thread table (`threads`). Only the
  * thread's own transitions (its switches, its wakeup, its exit) write `d` and
  * `homes`, and the kernel orders them: a task's switch-out, the wakeup that
  * follows and its switch-in run one after the other (the wakeup waits for the
@@ -213,8 +213,31 @@ struct wm_thread {
 	struct wm_home_slot homes[WM_HOME_SLOTS];
 };
 
+/*
+ * The thread table (bpf/thread_table.bpf.h): `threads` is an array of
+ * entries, and `thread_ids` says which thread each slot holds, sixteen slots
+ * (one cache line) a group. A thread's slot is in its home group (its TID's
+ * low bits) or in one of the next WM_THREAD_PROBE_GROUPS - 1. Both arrays are
+ * mapped into the agent, which reads entries and seeds them in place.
+ */
+enum wm_thread_table {
+	WM_THREAD_GROUP_SLOTS = 16,
+	WM_THREAD_PROBE_GROUPS = 4,
+	/* a slot's id while its claimer writes the entry: TID | this (TIDs are
+	 * below PID_MAX_LIMIT, 2^22); 0 is a free slot */
+	WM_THREAD_CLAIMED = 0x80000000,
+	/* thread_slot()'s result: a slot claimed by this call (write the entry,
+	 * then publish it) */
+	WM_THREAD_SLOT_NEW = 0x40000000,
+};
+
+/* A group of slots of the thread table: the ids of their threads. */
+struct wm_thread_group {
+	__u32 tid[WM_THREAD_GROUP_SLOTS];
+};
+
 /* A thread's final record, sent on the `exits` ring buffer at its exit;
- * its `threads` entry is deleted at the same moment. */
+ * its slot of `threads` is freed at the same moment. */
 struct wm_exit {
 	__u32 tid;        /* host TID */
 	__u32 _pad;
@@ -394,6 +417,8 @@ struct wm_sched_config {
 	__u64 stack_interval_ns; /* a thread takes its own stack at most this often */
 	__u64 stretch_long_ns;   /* a stretch this long is a stall (its states are kept) */
 	__u64 sample_period_ns;  /* the CPU clock's period (holder_samples.bpf.h); 0: no clock */
+	__u32 thread_group_mask; /* groups of `thread_ids` - 1 (a power of 2); thread_table.bpf.h */
+	__u32 _pad2;
 };
 
 #endif /* WAITMETER_SCHED_H */

@@ -46,7 +46,7 @@ struct {
  * entry is a later thread's with its TID. Its entry is final. */
 static __always_inline bool waiter_gone(__u32 tid, __u32 gen)
 {
-	struct wm_thread *t = bpf_map_lookup_elem(&threads, &tid);
+	struct wm_thread *t = find_thread(tid);
 
 	return !t || (__u32)t->d.start != gen;
 }
@@ -56,7 +56,7 @@ static __always_inline bool waiter_gone(__u32 tid, __u32 gen)
  * every sweep then: it moves to user space, where it keeps adding up). */
 static __always_inline bool counterpart_gone(__u32 tid)
 {
-	return tid && !bpf_map_lookup_elem(&threads, &tid);
+	return tid && !find_thread(tid);
 }
 
 /* An entry's time, its value marked taken: a probe adding to it now

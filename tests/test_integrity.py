@@ -463,3 +463,28 @@ def test_short_lived_children_under_run_all_leave_no_watched_entry():
     print(f"watched: {idle['watched']:.0f} before, {after['watched']:.0f} after 300 short-lived children")
     # other processes of the machine may come and go meanwhile: far fewer than 300
     assert after["watched"] <= idle["watched"] + 20, (idle, after)
+
+
+def test_a_thread_table_too_small_counts_what_it_cannot_hold():
+    """`--max-threads 16`: the thread table has one group of 16 slots, and a process of 48
+    threads that wake every 5 ms has more. Every thread that found no slot is counted as lost
+    (`thread_map_full`), whether the agent seeded it or its own first event came first; the
+    threads the table holds are measured in full (their states add up to the window)."""
+    import sys
+    script = ("import threading, time, sys\n"
+              "def nap():\n"
+              "    while True: time.sleep(0.005)\n"
+              "for _ in range(47): threading.Thread(target=nap, daemon=True).start()\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    with Guard(p):
+        assert p.stdout.readline().strip() == "ready"
+        report, cp = attach(p.pid, 2.0, "--max-threads", "16", "--each-thread")
+    lost = {e["reason"]: e["count"] for e in report["events_lost"]}
+    measured = [t for t in report["threads"] if sum(t["seconds"].values()) > 0]
+    print(f"{len(report['threads'])} threads reported, {len(measured)} measured; lost {lost}")
+    assert lost.get("thread_map_full", 0) >= 48 - 16, (lost, cp.stderr[-2000:])
+    assert 0 < len(measured) <= 16, len(measured)
+    for t in measured:
+        assert abs(sum(t["seconds"].values()) - 2.0) <= 0.1, t

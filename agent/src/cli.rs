@@ -224,7 +224,7 @@ pub struct ProbeArgs {
     /// BTF file for a kernel without /sys/kernel/btf/vmlinux (e.g. from BTFHub)
     #[arg(long, value_name = "FILE")]
     pub btf: Option<PathBuf>,
-    /// Most threads measured at once (kernel map size); excess events are counted as lost
+    /// Most threads measured at once (the kernel's thread table, rounded up to a power of 2 groups of 16 slots); a thread with no free slot among the 64 it may take is counted as lost
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_THREADS, value_parser = clap::value_parser!(u32).range(16..=4_194_304))]
     pub max_threads: u32,
     /// Most processes watched at once

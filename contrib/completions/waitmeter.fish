@@ -42,7 +42,7 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l interval 
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l profile -d 'Also write the wait profile of the window here (gzipped pprof: `go tool pprof FILE`)' -r -F
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l age-slo -d 'The level the application\'s age should stay under, in seconds; without it the verdict takes twice the window\'s median age plus 0.1 s (docs/verdicts.md)' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l btf -d 'BTF file for a kernel without /sys/kernel/btf/vmlinux (e.g. from BTFHub)' -r -F
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l max-threads -d 'Most threads measured at once (kernel map size); excess events are counted as lost' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l max-threads -d 'Most threads measured at once (the kernel\'s thread table, rounded up to a power of 2 groups of 16 slots); a thread with no free slot among the 64 it may take is counted as lost' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l max-processes -d 'Most processes watched at once' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l exit-buffer-kib -d 'Size of the ring buffer of exited threads\' final records, in KiB (a power of 2, 4 to 1048576): 4096 holds 14,000 records, 0.5 s of 25k thread exits/s; lost records are counted' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l gil-probe -d 'GIL measurement for Python targets: futex (default, cheapest) or uprobe (adds hold times)' -r -f -a "futex\t'GIL waits from futex words at context switches: no uprobe, works on stripped builds'
@@ -77,7 +77,7 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l listen -d 'A
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l web.config.file -d 'TLS, client certificates and basic auth for the endpoint: a file in the Prometheus exporter toolkit\'s web-config format (docs/deployment.md)' -r -F
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l max-thread-labels -d 'Thread labels per process, given to the busiest names (running and waiting, with hysteresis); the rest are "other" (1 to 1000: each name is a series per state)' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l btf -d 'BTF file for a kernel without /sys/kernel/btf/vmlinux (e.g. from BTFHub)' -r -F
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l max-threads -d 'Most threads measured at once (kernel map size); excess events are counted as lost' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l max-threads -d 'Most threads measured at once (the kernel\'s thread table, rounded up to a power of 2 groups of 16 slots); a thread with no free slot among the 64 it may take is counted as lost' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l max-processes -d 'Most processes watched at once' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l exit-buffer-kib -d 'Size of the ring buffer of exited threads\' final records, in KiB (a power of 2, 4 to 1048576): 4096 holds 14,000 records, 0.5 s of 25k thread exits/s; lost records are counted' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l gil-probe -d 'GIL measurement for Python targets: futex (default, cheapest) or uprobe (adds hold times)' -r -f -a "futex\t'GIL waits from futex words at context switches: no uprobe, works on stripped builds'
@@ -119,7 +119,7 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l window -d '
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l output -d 'Format: text for people, or one JSON object for scripts' -r -f -a "text\t''
 json\t''"
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l btf -d 'BTF file for a kernel without /sys/kernel/btf/vmlinux (e.g. from BTFHub)' -r -F
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l max-threads -d 'Most threads measured at once (kernel map size); excess events are counted as lost' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l max-threads -d 'Most threads measured at once (the kernel\'s thread table, rounded up to a power of 2 groups of 16 slots); a thread with no free slot among the 64 it may take is counted as lost' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l max-processes -d 'Most processes watched at once' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l exit-buffer-kib -d 'Size of the ring buffer of exited threads\' final records, in KiB (a power of 2, 4 to 1048576): 4096 holds 14,000 records, 0.5 s of 25k thread exits/s; lost records are counted' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l gil-probe -d 'GIL measurement for Python targets: futex (default, cheapest) or uprobe (adds hold times)' -r -f -a "futex\t'GIL waits from futex words at context switches: no uprobe, works on stripped builds'

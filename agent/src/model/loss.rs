@@ -105,7 +105,7 @@ impl Reason {
             Reason::ThreadGone => "waits drained after their thread was no longer known to the session (threads that exit quickly)",
             Reason::TaskStorageFailed => "the kernel refused the per-task storage: some syscalls were not counted",
             Reason::ThreadUnsettled => {
-                "a thread's entry was being written through every one of 256 copies in a row: the last copy was used as it was, and may mix two moments"
+                "a thread's entry was being written through 2 ms of copies: the last copy was used as it was, and may mix two moments"
             }
             Reason::PerfMapRefused => {
                 "a JIT's perf map was not read (not a regular file, not the process's user's, or past 256 MiB): its frames stay unnamed"

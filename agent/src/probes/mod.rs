@@ -13,6 +13,7 @@ pub mod sched;
 pub mod stacks;
 pub mod sweep;
 pub mod syscalls;
+pub mod thread_table;
 
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::path::Path;

@@ -20,12 +20,13 @@ use crate::model::stretches::{self, WaitKey};
 use crate::model::syscalls;
 
 use super::batch;
+use super::thread_table::{self, Copied, Seed, ThreadTable};
 use super::{Mapped, Owned};
 
 use super::abi::{as_bytes, from_bytes, skel, Plain};
 use skel::types::{
     wm_blame_key, wm_exit, wm_futex_key, wm_futex_kind, wm_gil, wm_gil_key, wm_limits, wm_preempt, wm_preempt_key, wm_stat, wm_state,
-    wm_stretch, wm_stretch_key, wm_stretch_limits, wm_task_ids, wm_thread, wm_thread_data, wm_throttle,
+    wm_stretch, wm_stretch_key, wm_stretch_limits, wm_task_ids, wm_thread_data, wm_throttle,
 };
 use skel::{SchedSkel, SchedSkelBuilder};
 
@@ -56,15 +57,8 @@ pub const WAKER_HOLDER: u64 = 1 << wm_limits::WM_HOLDER_WAKER_BIT.0;
 pub const DEFAULT_MAX_THREADS: u32 = wm_limits::WM_DEFAULT_MAX_THREADS.0;
 pub const DEFAULT_MAX_PROCS: u32 = wm_limits::WM_DEFAULT_MAX_PROCS.0;
 
-/// How many copies of a thread's entry `settle` makes before it takes the last as it is.
-const SETTLE_TRIES: usize = 256;
-
-/// Two copies of an entry in a row agree, and no write was under way in the first (its `seq`
-/// is even): the first is consistent (`SchedProbe::settle`). The mailbox `sched_waking`
-/// writes is left out: it is not the entry's data.
-fn settled(a: &wm_thread, b: &wm_thread) -> bool {
-    a.seq % 2 == 0 && a.seq == b.seq && as_bytes(&a.d) == as_bytes(&b.d)
-}
+/// How long a read copies a thread's entry again before it takes the last copy as it is.
+const SETTLE_PATIENCE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Why events were lost, as exported in the `reason` label.
 pub const LOSS_REASONS: [(u32, Reason); 8] = [
@@ -122,8 +116,10 @@ pub struct SchedProbe {
     py_bits: Bitmap,
     /// threads user space could not seed because `threads` was full
     seed_lost: std::cell::Cell<u64>,
-    /// entries still being written through every try to copy them (`settle`)
+    /// entries still being written through every try to copy them (`read_slot`)
     unsettled: std::cell::Cell<u64>,
+    /// `threads` and `thread_ids`, mapped (probes/thread_table.rs)
+    table: ThreadTable,
     /// `sweep_out`, mapped (probes/sweep.rs)
     sweep_out: super::sweep::SweepOut,
     /// the `sweep` program is loaded
@@ -220,10 +216,13 @@ fn open_and_load_in(storage: &'static mut MaybeUninit<OpenObject>, opts: &SchedO
         rodata.cfg.stacks = opts.stacks;
         rodata.cfg.stack_interval_ns = opts.stack_interval_ns;
         rodata.cfg.stretch_long_ns = opts.stall_ns;
+        rodata.cfg.thread_group_mask = thread_table::groups_for(opts.max_threads) - 1;
         rodata.cfg.sample_period_ns = if opts.holder_sample_hz > 0 { 1_000_000_000 / u64::from(opts.holder_sample_hz) } else { 0 };
     }
     open.maps.py_tstates.set_max_entries(opts.max_threads)?;
-    open.maps.threads.set_max_entries(opts.max_threads)?;
+    let groups = thread_table::groups_for(opts.max_threads);
+    open.maps.threads.set_max_entries(thread_table::slots_for(groups))?;
+    open.maps.thread_ids.set_max_entries(groups)?;
     open.maps.parked.set_max_entries(opts.max_threads)?;
     open.maps.busy.set_max_entries(opts.max_threads)?;
     // a thread's last few waits each (most threads have one or two)
@@ -270,6 +269,7 @@ impl SchedProbe {
         let bits = Bitmap::new(&skel.maps.watched_bits, "the watched bitmap")?;
         let py_bits = Bitmap::new(&skel.maps.py_bits, "the Python bitmap")?;
         let sweep_out = super::sweep::SweepOut::map(&skel.maps.sweep_out)?;
+        let table = ThreadTable::map(&skel.maps.thread_ids, &skel.maps.threads, thread_table::groups_for(opts.max_threads))?;
         let mut samplers = vec![];
         if opts.holder_sample_hz > 0 {
             // without it the holders' stacks are their Python frames: worth a warning, not an exit
@@ -291,6 +291,7 @@ impl SchedProbe {
             py_bits,
             seed_lost: Default::default(),
             unsettled: Default::default(),
+            table,
             sweep_out,
             sweeps,
         })
@@ -387,27 +388,23 @@ impl SchedProbe {
     /// Start measuring a thread in `state` as of `now` (a thread that existed
     /// before the probe saw it). An entry the BPF side created first wins.
     pub fn seed_thread(&self, host_tid: u32, host_tgid: u32, ns_tid: u32, ns_tgid: u32, state: State, now: u64) {
-        let t = wm_thread {
-            d: wm_thread_data {
-                state: state as u32,
-                since: now,
-                start: now,
-                tgid: host_tgid,
-                syscall: -1,
-                ns_tid,
-                ns_tgid,
-                stack: super::stacks::NO_STACK,
-                holder: super::stacks::NO_STACK,
-                waker_stack: super::stacks::NO_STACK,
-                ..Default::default()
-            },
+        let d = wm_thread_data {
+            state: state as u32,
+            since: now,
+            start: now,
+            tgid: host_tgid,
+            syscall: -1,
+            ns_tid,
+            ns_tgid,
+            stack: super::stacks::NO_STACK,
+            holder: super::stacks::NO_STACK,
+            waker_stack: super::stacks::NO_STACK,
             ..Default::default()
         };
-        match self.skel.maps.threads.update(&host_tid.to_ne_bytes(), as_bytes(&t), MapFlags::NO_EXIST) {
-            Ok(()) => {}
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                log::debug!("failed to seed thread {host_tid}: {e}");
+        match self.table.seed(host_tid, &d) {
+            Seed::Added | Seed::Exists => {}
+            Seed::Full => {
+                log::debug!("failed to seed thread {host_tid}: no free slot in its groups of the thread table");
                 self.seed_lost.set(self.seed_lost.get() + 1);
             }
         }
@@ -416,41 +413,28 @@ impl SchedProbe {
     /// Forget a thread that is gone (its exit record was lost or it exited
     /// before being seen): its entry, if it is still that incarnation.
     pub fn forget_thread(&self, who: Incarnation) {
-        let key = who.0.to_ne_bytes();
-        if self.read_thread(&key).is_some_and(|t| incarnation(who.0, t.start) == who) {
-            let _ = self.skel.maps.threads.delete(&key);
-        }
+        self.table.forget(who.0, |t| incarnation(who.0, t.start) == who);
     }
 
-    /// One consistent copy of an entry (`settle`), or None when there is none.
-    pub(super) fn read_thread(&self, key: &[u8]) -> Option<wm_thread_data> {
-        let first = self.copy_thread(key)?;
-        self.settle(key, first)
+    /// One consistent copy of thread `host_tid`'s entry, or None when it has none.
+    #[cfg(test)]
+    pub(super) fn read_thread(&self, host_tid: u32) -> Option<wm_thread_data> {
+        self.read_slot(self.table.find(host_tid)?, host_tid)
     }
 
-    fn copy_thread(&self, key: &[u8]) -> Option<wm_thread> {
-        from_bytes::<wm_thread>(&self.skel.maps.threads.lookup(key, MapFlags::ANY).ok()??)
-    }
-
-    /// The data of an entry from `first`, a copy of it, and the copies after it: the BPF side
-    /// writes an entry without a lock, framing each write with its `seq` (odd meanwhile;
-    /// `struct wm_thread`), so a copy is taken when the next copy has the same even `seq` and
-    /// the same data: a write that overlapped the first copy had begun before the second, which
-    /// then sees a larger `seq` (x86-64 makes a write's stores visible in order). An entry
-    /// still being written through `SETTLE_TRIES` copies is taken as last copied and counted
-    /// (`thread_unsettled`); None when it is deleted meanwhile (the thread exited: its final
-    /// record tells the rest).
-    fn settle(&self, key: &[u8], first: wm_thread) -> Option<wm_thread_data> {
-        let mut a = first;
-        for _ in 0..SETTLE_TRIES {
-            let b = self.copy_thread(key)?;
-            if settled(&a, &b) {
-                return Some(a.d);
+    /// The entry in `slot`, of thread `tid`: a copy no write overlapped (`ThreadTable::read`).
+    /// An entry still being written after `SETTLE_PATIENCE` of copies is taken as last copied and
+    /// counted (`thread_unsettled`); None when the slot is freed meanwhile (the thread exited:
+    /// its final record tells the rest).
+    fn read_slot(&self, slot: usize, tid: u32) -> Option<wm_thread_data> {
+        match self.table.read(slot, tid, SETTLE_PATIENCE) {
+            Copied::Settled(d) => Some(d),
+            Copied::Unsettled(d) => {
+                self.unsettled.set(self.unsettled.get() + 1);
+                Some(d)
             }
-            a = b;
+            Copied::Gone => None,
         }
-        self.unsettled.set(self.unsettled.get() + 1);
-        Some(a.d)
     }
 
     /// Recognise waits on these futex words of process `host_tgid` as GIL waits.
@@ -541,7 +525,7 @@ impl SchedProbe {
     pub fn occupancy(&self) -> Vec<(&'static str, usize)> {
         let m = &self.skel.maps;
         vec![
-            ("threads", batch::count::<u32, wm_thread>(&m.threads)),
+            ("threads", self.table.len()),
             ("gil_blame", batch::count::<wm_blame_key, u64>(&m.gil_blame)),
             ("futex_blame", batch::count::<wm_futex_key, u64>(&m.futex_blame)),
             ("preempt_blame", batch::count::<wm_preempt_key, wm_preempt>(&m.preempt_blame)),
@@ -579,20 +563,9 @@ impl SchedProbe {
         batch::delete(&self.skel.maps.stretches, &keys)
     }
 
-    /// One consistent copy of every entry, in a few calls: the map copied twice, and the
-    /// entries whose two copies disagree settled one by one (`settle`).
+    /// One consistent copy of every entry, read in place.
     fn all_threads(&self) -> Vec<(u32, wm_thread_data)> {
-        let map = &self.skel.maps.threads;
-        let first = batch::dump::<u32, wm_thread>(map, MapFlags::ANY);
-        let second: std::collections::HashMap<u32, wm_thread> = batch::dump::<u32, wm_thread>(map, MapFlags::ANY).into_iter().collect();
-        first
-            .into_iter()
-            .filter_map(|(tid, a)| match second.get(&tid) {
-                Some(b) if settled(&a, b) => Some((tid, a.d)),
-                Some(b) => Some((tid, self.settle(&tid.to_ne_bytes(), *b)?)),
-                None => None, // deleted between the two copies: exited
-            })
-            .collect()
+        self.table.published().filter_map(|(slot, tid)| Some((tid, self.read_slot(slot, tid)?))).collect()
     }
 
     /// Every live watched thread, sampled now. `comm` is left empty for the
@@ -864,7 +837,8 @@ mod tests {
         let (mut reads, mut whole, mut bad) = (0u64, 0u64, vec![]);
         let deadline = Instant::now() + Duration::from_secs(4);
         while Instant::now() < deadline {
-            let one_by_one = probe.skel.maps.threads.keys().filter_map(|key| probe.read_thread(&key)).collect::<Vec<_>>();
+            let tids: Vec<u32> = probe.table.published().map(|(_, tid)| tid).collect();
+            let one_by_one = tids.iter().filter_map(|&tid| probe.read_thread(tid)).collect::<Vec<_>>();
             let at_once = probe.all_threads().into_iter().map(|(_, t)| t).collect::<Vec<_>>();
             whole += at_once.len() as u64;
             for t in one_by_one.iter().chain(&at_once) {
@@ -874,7 +848,7 @@ mod tests {
                 }
             }
         }
-        let switches: u64 = probe.skel.maps.threads.keys().filter_map(|k| probe.read_thread(&k)).map(|t| t.nr_switches).sum::<u64>();
+        let switches: u64 = probe.all_threads().into_iter().map(|(_, t)| t.nr_switches).sum::<u64>();
         ring.stop();
         probe.unwatch(me);
         eprintln!(
@@ -938,7 +912,7 @@ mod tests {
             }
             go_tx.send(()).expect("go");
             let (tid, t0, t1) = rx.recv().expect("when");
-            let t = probe.read_thread(&tid.to_ne_bytes());
+            let t = probe.read_thread(tid);
             let kept = kept_rx.recv().expect("kept");
             match t {
                 Some(t) if kept && t.state == State::Running as u32 => {

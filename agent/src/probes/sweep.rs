@@ -252,7 +252,7 @@ mod tests {
         let own: HashMap<u32, (u32, u64)> = tids
             .iter()
             .map(|t| {
-                let d = probe.read_thread(&t.to_ne_bytes()).expect("a worker's entry");
+                let d = probe.read_thread(*t).expect("a worker's entry");
                 (*t, (d.start as u32, d.ns[State::FutexWait as usize]))
             })
             .collect();
