@@ -120,6 +120,15 @@ static __always_inline void set_slot_id(__u32 slot, __u32 id)
 	*(volatile __u32 *)&g->tid[slot % WM_THREAD_GROUP_SLOTS] = id;
 }
 
+/* The id of slot `slot` now (0 when out of range). */
+static __always_inline __u32 slot_id(__u32 slot)
+{
+	__u32 group = slot / WM_THREAD_GROUP_SLOTS;
+	struct wm_thread_group *g = bpf_map_lookup_elem(&thread_ids, &group);
+
+	return g ? *(volatile __u32 *)&g->tid[slot % WM_THREAD_GROUP_SLOTS] : 0;
+}
+
 /* A free slot of the `k`th group of `tid`, claimed (its id set to `claimed`
  * by compare-and-exchange: a full barrier); -1 none. */
 __noinline int claim_in_group(__u32 tid, __u32 k, __u32 claimed)
@@ -151,12 +160,11 @@ __noinline int claim_in_group(__u32 tid, __u32 k, __u32 claimed)
 __noinline int claim_thread_slot(__u32 tid)
 {
 	__u32 claimed = WM_THREAD_CLAIMED | tid;
-	int s = thread_slot_of(tid, tid, tid, WM_NO_SLOT);
+	/* published meanwhile (use it), or being written by the agent (skip) */
+	int s = thread_slot_of(tid, tid, claimed, WM_NO_SLOT);
 
 	if (s >= 0)
-		return s;
-	if (thread_slot_of(tid, claimed, claimed, WM_NO_SLOT) >= 0)
-		return -1;
+		return slot_id((__u32)s) == tid ? s : -1;
 	/* its home slot if free, else the first free slot of its groups */
 	{
 		__u32 home = home_slot(tid), group = home / WM_THREAD_GROUP_SLOTS;
