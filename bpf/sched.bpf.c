@@ -407,6 +407,23 @@ static __always_inline void told_by_waking(struct wm_thread *t, __u32 from, __u6
 	}
 }
 
+/* The interval `d` is in, as it closes, into `c` (no culprit, no hold yet). */
+static __always_inline void closing(const struct wm_thread_data *d, struct wm_closed *c)
+{
+	c->state = d->state;
+	c->gen = (__u32)d->start;
+	c->tgid = d->tgid;
+	c->waker = d->waker;
+	c->since = d->since;
+	c->gil_holder = d->gil_holder;
+	c->futex_addr = d->futex_addr;
+	c->futex_kind = d->futex_kind;
+	c->stack = d->stack;
+	c->culprit.native = -1;
+	c->culprit.py = 0;
+	c->hold_us = 0;
+}
+
 /*
  * A write of the thread's entry begins and ends: `seq` odd meanwhile. Only
  * the thread's own transitions write it, one after another (struct wm_thread);
@@ -460,18 +477,7 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 		now = t->d.since;
 	if (wake && told && (from == WM_STATE_GIL_WAIT || from == WM_STATE_FUTEX_WAIT))
 		told_by_waking(t, from, told);
-	c->state = from;
-	c->gen = (__u32)t->d.start;
-	c->tgid = t->d.tgid;
-	c->waker = t->d.waker;
-	c->since = t->d.since;
-	c->gil_holder = t->d.gil_holder;
-	c->futex_addr = t->d.futex_addr;
-	c->futex_kind = t->d.futex_kind;
-	c->stack = t->d.stack;
-	c->culprit.native = -1;
-	c->culprit.py = 0;
-	c->hold_us = 0;
+	closing(&t->d, c);
 	/* ran for long since its last GIL wait, or blocks on something else: a
 	 * streak of GIL waits is over (its end was not seen: it took the GIL
 	 * without sleeping again) */
@@ -838,10 +844,11 @@ new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_ente
 		return NULL;
 	slot = r & ~WM_THREAD_SLOT_NEW;
 	fresh = bpf_map_lookup_elem(&threads, &slot);
-	if (!fresh || !(r & WM_THREAD_SLOT_NEW)) {
-		if (!fresh && (r & WM_THREAD_SLOT_NEW))
-			set_slot_id(slot, 0);
-		return fresh;
+	if (!(r & WM_THREAD_SLOT_NEW))
+		return fresh; /* the agent's, published meanwhile */
+	if (!fresh) {
+		set_slot_id(slot, 0);
+		return NULL;
 	}
 	write_begin(fresh);
 	__builtin_memset(&fresh->waking, 0, sizeof(fresh->waking));
@@ -1191,18 +1198,7 @@ static __always_inline int on_wakeup(struct task_struct *p, bool is_new)
  */
 static __always_inline void close_at_exit(struct wm_thread_data *d, __u64 now, struct wm_closed *c)
 {
-	c->state = d->state;
-	c->gen = (__u32)d->start;
-	c->tgid = d->tgid;
-	c->waker = d->waker;
-	c->since = d->since;
-	c->gil_holder = d->gil_holder;
-	c->futex_addr = d->futex_addr;
-	c->futex_kind = d->futex_kind;
-	c->stack = d->stack;
-	c->culprit.native = -1;
-	c->culprit.py = 0;
-	c->hold_us = 0;
+	closing(d, c);
 	if (now > d->since) {
 		if (d->state < WM_NR_STATES)
 			d->ns[d->state] += now - d->since;
@@ -1223,9 +1219,8 @@ static __always_inline int on_exit(struct task_struct *p)
 	struct wm_closed c;
 	struct wm_thread *t;
 	struct wm_exit *rec;
-	__u32 tid, key;
+	__u32 tid, slot;
 	__u64 now;
-	int slot;
 
 	if (!is_watched(tgid))
 		return 0;
@@ -1239,11 +1234,7 @@ static __always_inline int on_exit(struct task_struct *p)
 		clear_watched(tgid);
 	}
 	tid = p->pid;
-	slot = thread_slot_of(tid, tid, tid, WM_NO_SLOT);
-	if (slot < 0)
-		return 0;
-	key = slot;
-	t = bpf_map_lookup_elem(&threads, &key);
+	t = find_thread_at(tid, &slot);
 	if (!t)
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -1264,7 +1255,7 @@ static __always_inline int on_exit(struct task_struct *p)
 	} else {
 		count_loss(WM_STAT_EXIT_RINGBUF_FULL);
 	}
-	set_slot_id(key, 0);
+	set_slot_id(slot, 0);
 	/* a thread that exits parked never returns from the wait */
 	bpf_map_delete_elem(&parked, &tid);
 	return 0;

@@ -216,9 +216,10 @@ struct wm_thread {
 /*
  * The thread table (bpf/thread_table.bpf.h): `threads` is an array of
  * entries, and `thread_ids` says which thread each slot holds, sixteen slots
- * (one cache line) a group. A thread's slot is in its home group (its TID's
- * low bits) or in one of the next WM_THREAD_PROBE_GROUPS - 1. Both arrays are
- * mapped into the agent, which reads entries and seeds them in place.
+ * (one cache line) a group. A thread's slot is its home slot (its TID's low
+ * bits) or one in the home slot's group or the next WM_THREAD_PROBE_GROUPS - 1.
+ * Both arrays are mapped into the agent, which reads entries and seeds them in
+ * place.
  */
 enum wm_thread_table {
 	WM_THREAD_GROUP_SLOTS = 16,
@@ -226,7 +227,7 @@ enum wm_thread_table {
 	/* a slot's id while its claimer writes the entry: TID | this (TIDs are
 	 * below PID_MAX_LIMIT, 2^22); 0 is a free slot */
 	WM_THREAD_CLAIMED = 0x80000000,
-	/* thread_slot()'s result: a slot claimed by this call (write the entry,
+	/* claim_thread_slot()'s result: a slot claimed by this call (write the entry,
 	 * then publish it) */
 	WM_THREAD_SLOT_NEW = 0x40000000,
 };

@@ -52,7 +52,16 @@ struct {
  * its threads, take consecutive slots) */
 static __always_inline __u32 home_slot(__u32 tid)
 {
-	return tid & ((cfg.thread_group_mask << 4) | (WM_THREAD_GROUP_SLOTS - 1));
+	return tid & ((cfg.thread_group_mask + 1) * WM_THREAD_GROUP_SLOTS - 1);
+}
+
+/* Where slot `slot`'s id is (NULL when out of range). */
+static __always_inline __u32 *slot_id_at(__u32 slot)
+{
+	__u32 group = slot / WM_THREAD_GROUP_SLOTS;
+	struct wm_thread_group *g = bpf_map_lookup_elem(&thread_ids, &group);
+
+	return g ? &g->tid[slot % WM_THREAD_GROUP_SLOTS] : NULL;
 }
 
 /* The `k`th group of TID `tid`'s probe order: its home slot's group, then the next ones. */
@@ -87,46 +96,53 @@ __noinline int thread_slot_of(__u32 tid, __u32 a, __u32 b, __u32 except)
 }
 
 /*
- * Thread `tid`'s entry, NULL when it has none (or its claimer is writing it).
- * Most threads are in their home slot: one inlined lookup and a compare, no
- * call (a call and its return cost tens of ns on this CPU's mitigations,
- * docs/performance.md); the others are found by thread_slot_of().
+ * Thread `tid`'s entry and its slot, NULL when it has none (or its claimer is
+ * writing it). Most threads are in their home slot: one inlined lookup and a
+ * compare, no call (a call and its return cost tens of ns on this CPU's
+ * mitigations, docs/performance.md); the others are found by
+ * thread_slot_of().
  */
-static __always_inline struct wm_thread *find_thread(__u32 tid)
+static __always_inline struct wm_thread *find_thread_at(__u32 tid, __u32 *slot)
 {
-	__u32 slot = home_slot(tid), group = slot / WM_THREAD_GROUP_SLOTS;
-	struct wm_thread_group *g = bpf_map_lookup_elem(&thread_ids, &group);
+	__u32 *id;
 	int s;
 
-	if (g && *(volatile __u32 *)&g->tid[slot % WM_THREAD_GROUP_SLOTS] == tid)
-		return bpf_map_lookup_elem(&threads, &slot);
+	*slot = home_slot(tid);
+	id = slot_id_at(*slot);
+	if (id && *(volatile __u32 *)id == tid)
+		return bpf_map_lookup_elem(&threads, slot);
 	s = thread_slot_of(tid, tid, tid, WM_NO_SLOT);
 	if (s < 0)
 		return NULL;
-	slot = s;
-	return bpf_map_lookup_elem(&threads, &slot);
+	*slot = s;
+	return bpf_map_lookup_elem(&threads, slot);
+}
+
+static __always_inline struct wm_thread *find_thread(__u32 tid)
+{
+	__u32 slot;
+
+	return find_thread_at(tid, &slot);
 }
 
 /* Set slot `slot`'s id: publish its entry (the TID), or free it (0). The
  * entry's stores come first (x86-64 keeps stores in order). */
 static __always_inline void set_slot_id(__u32 slot, __u32 id)
 {
-	__u32 group = slot / WM_THREAD_GROUP_SLOTS;
-	struct wm_thread_group *g = bpf_map_lookup_elem(&thread_ids, &group);
+	__u32 *at = slot_id_at(slot);
 
-	if (!g)
+	if (!at)
 		return;
 	asm volatile("" ::: "memory");
-	*(volatile __u32 *)&g->tid[slot % WM_THREAD_GROUP_SLOTS] = id;
+	*(volatile __u32 *)at = id;
 }
 
 /* The id of slot `slot` now (0 when out of range). */
 static __always_inline __u32 slot_id(__u32 slot)
 {
-	__u32 group = slot / WM_THREAD_GROUP_SLOTS;
-	struct wm_thread_group *g = bpf_map_lookup_elem(&thread_ids, &group);
+	__u32 *at = slot_id_at(slot);
 
-	return g ? *(volatile __u32 *)&g->tid[slot % WM_THREAD_GROUP_SLOTS] : 0;
+	return at ? *(volatile __u32 *)at : 0;
 }
 
 /* A free slot of the `k`th group of `tid`, claimed (its id set to `claimed`
@@ -167,10 +183,9 @@ __noinline int claim_thread_slot(__u32 tid)
 		return slot_id((__u32)s) == tid ? s : -1;
 	/* its home slot if free, else the first free slot of its groups */
 	{
-		__u32 home = home_slot(tid), group = home / WM_THREAD_GROUP_SLOTS;
-		struct wm_thread_group *g = bpf_map_lookup_elem(&thread_ids, &group);
+		__u32 home = home_slot(tid), *at = slot_id_at(home);
 
-		if (g && __sync_val_compare_and_swap(&g->tid[home % WM_THREAD_GROUP_SLOTS], 0, claimed) == 0)
+		if (at && __sync_val_compare_and_swap(at, 0, claimed) == 0)
 			s = (int)home;
 	}
 	for (__u32 k = 0; k < WM_THREAD_PROBE_GROUPS && s < 0; k++) {

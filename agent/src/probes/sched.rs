@@ -207,6 +207,7 @@ fn open_and_load_in(storage: &'static mut MaybeUninit<OpenObject>, opts: &SchedO
         builder.obj_builder.btf_custom_path(btf).context("failed to set the BTF path")?;
     }
     let mut open = builder.open(storage).context("failed to open the sched BPF object")?;
+    let groups = thread_table::groups_for(opts.max_threads);
     {
         let rodata = open.maps.rodata_data.as_deref_mut().context("sched BPF object has no .rodata")?;
         rodata.cfg.syscall_state = syscalls::table();
@@ -216,11 +217,10 @@ fn open_and_load_in(storage: &'static mut MaybeUninit<OpenObject>, opts: &SchedO
         rodata.cfg.stacks = opts.stacks;
         rodata.cfg.stack_interval_ns = opts.stack_interval_ns;
         rodata.cfg.stretch_long_ns = opts.stall_ns;
-        rodata.cfg.thread_group_mask = thread_table::groups_for(opts.max_threads) - 1;
+        rodata.cfg.thread_group_mask = groups - 1;
         rodata.cfg.sample_period_ns = if opts.holder_sample_hz > 0 { 1_000_000_000 / u64::from(opts.holder_sample_hz) } else { 0 };
     }
     open.maps.py_tstates.set_max_entries(opts.max_threads)?;
-    let groups = thread_table::groups_for(opts.max_threads);
     open.maps.threads.set_max_entries(thread_table::slots_for(groups))?;
     open.maps.thread_ids.set_max_entries(groups)?;
     open.maps.parked.set_max_entries(opts.max_threads)?;
@@ -269,7 +269,7 @@ impl SchedProbe {
         let bits = Bitmap::new(&skel.maps.watched_bits, "the watched bitmap")?;
         let py_bits = Bitmap::new(&skel.maps.py_bits, "the Python bitmap")?;
         let sweep_out = super::sweep::SweepOut::map(&skel.maps.sweep_out)?;
-        let table = ThreadTable::map(&skel.maps.thread_ids, &skel.maps.threads, thread_table::groups_for(opts.max_threads))?;
+        let table = ThreadTable::map(&skel.maps.thread_ids, &skel.maps.threads)?;
         let mut samplers = vec![];
         if opts.holder_sample_hz > 0 {
             // without it the holders' stacks are their Python frames: worth a warning, not an exit

@@ -84,10 +84,12 @@ pub struct ThreadTable {
 }
 
 impl ThreadTable {
-    /// Map the two arrays of a table of `groups` groups.
-    pub fn map(ids: &libbpf_rs::MapMut<'_>, entries: &libbpf_rs::MapMut<'_>, groups: u32) -> Result<ThreadTable> {
-        let groups = groups as usize;
+    /// Map the two arrays of a table, as sized before load (`groups_for`).
+    pub fn map(ids: &libbpf_rs::MapMut<'_>, entries: &libbpf_rs::MapMut<'_>) -> Result<ThreadTable> {
+        use libbpf_rs::MapCore;
+        let groups = ids.max_entries() as usize;
         assert!(groups.is_power_of_two(), "the thread table has a power of 2 groups");
+        assert_eq!(entries.max_entries() as usize, groups * GROUP, "the thread table has GROUP slots a group");
         let ids = Mapped::new(ids, groups * size_of::<wm_thread_group>(), "the thread table's ids")?;
         let entries = Mapped::new(entries, groups * GROUP * size_of::<wm_thread>(), "the thread table")?;
         let (i, e) = (ids.ptr().cast(), entries.ptr().cast());
