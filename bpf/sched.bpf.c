@@ -676,12 +676,76 @@ static __always_inline void emit_throttle(const struct wm_closed *c, __u32 tid, 
 }
 
 /*
+ * Charge `delta` to the thread's GIL row for `holder`: its row, else the next
+ * free one (struct wm_thread_rows). False when its rows are all others'.
+ */
+static __always_inline bool gil_row(struct wm_thread *t, __u64 holder, __u64 delta)
+{
+	for (int i = 0; i < WM_GIL_ROWS; i++) {
+		struct wm_gil_row *r = &t->rows.gil[i];
+
+		if (r->ns && r->holder != holder)
+			continue;
+		write_begin(t);
+		r->holder = holder;
+		r->ns += delta;
+		write_end(t);
+		return true;
+	}
+	return false;
+}
+
+/* The same for the futex row of (`waker`, `addr`, `kind`). */
+static __always_inline bool futex_row(struct wm_thread *t, __u32 waker, __u64 addr, __u32 kind, __u64 delta)
+{
+	for (int i = 0; i < WM_FUTEX_ROWS; i++) {
+		struct wm_futex_row *r = &t->rows.futex[i];
+
+		if (r->ns && (r->waker != waker || r->addr != addr || r->kind != kind))
+			continue;
+		write_begin(t);
+		r->waker = waker;
+		r->addr = addr;
+		r->kind = kind;
+		r->ns += delta;
+		write_end(t);
+		return true;
+	}
+	return false;
+}
+
+/* The same for the run-queue row of `by` (a thread of the waiter's process,
+ * or another process), named as `prev`'s group leader is when it is taken. */
+static __always_inline bool preempt_row(struct wm_thread *t, __u32 by, struct task_struct *prev, __u64 delta)
+{
+	__u32 by_tgid = prev->tgid;
+
+	for (int i = 0; i < WM_PREEMPT_ROWS; i++) {
+		struct wm_preempt_row *r = &t->rows.preempt[i];
+
+		if (r->ns && (r->by_tid != by || r->by_tgid != by_tgid))
+			continue;
+		write_begin(t);
+		if (!r->ns) {
+			r->by_tid = by;
+			r->by_tgid = by_tgid;
+			BPF_CORE_READ_STR_INTO(&r->comm, prev, group_leader, comm);
+		}
+		r->ns += delta;
+		write_end(t);
+		return true;
+	}
+	return false;
+}
+
+/*
  * Charge the interval that closed (entering `to`) to whoever caused it: a GIL
- * wait to the holder, a futex wait to its waker and address; a throttled
- * stretch is reported. Keys carry the thread's incarnation, so the entries of
+ * wait to the holder, a futex wait to its waker and address, in the thread's
+ * rows or else the blame maps (`t` NULL: the maps); a throttled stretch is
+ * reported. The maps' keys carry the thread's incarnation, so the entries of
  * a thread whose exit record was lost never pass to a thread reusing its TID.
  */
-static __always_inline void charge(const struct wm_closed *c, __u32 tid, __u32 to, __u64 now)
+static __always_inline void charge(struct wm_thread *t, const struct wm_closed *c, __u32 tid, __u32 to, __u64 now)
 {
 	__u64 delta = now > c->since ? now - c->since : 0;
 
@@ -703,49 +767,109 @@ static __always_inline void charge(const struct wm_closed *c, __u32 tid, __u32 t
 	if (c->state == WM_STATE_GIL_WAIT) {
 		struct wm_blame_key key = { .tid = tid, .gen = c->gen, .holder = c->gil_holder };
 
-		add_ns(&gil_blame, &key, delta, WM_STAT_BLAME_MAP_FULL);
+		if (!t || !gil_row(t, c->gil_holder, delta))
+			add_ns(&gil_blame, &key, delta, WM_STAT_BLAME_MAP_FULL);
 	} else if (c->state == WM_STATE_FUTEX_WAIT && c->futex_addr) {
 		struct wm_futex_key key = {
 			.tid = tid, .waker = c->waker, .addr = c->futex_addr, .gen = c->gen, .kind = c->futex_kind,
 		};
 
-		add_ns(&futex_blame, &key, delta, WM_STAT_FUTEX_MAP_FULL);
+		if (!t || !futex_row(t, c->waker, c->futex_addr, c->futex_kind, delta))
+			add_ns(&futex_blame, &key, delta, WM_STAT_FUTEX_MAP_FULL);
 	} else if (c->state == WM_STATE_THROTTLED && to != WM_STATE_THROTTLED) {
 		emit_throttle(c, tid, now);
 	}
 }
 
-/* Charge a run-queue wait that ends now to the task that had the CPU. */
-static __always_inline void charge_runqueue(const struct wm_closed *c, __u32 tid, struct task_struct *prev,
+/*
+ * As add_ns(), for a run-queue wait: `fresh` is the wait (`ns`) and, for a new
+ * entry, the name of the process that had the CPU: `prev`'s (read only then),
+ * else as `fresh` has it.
+ */
+static __always_inline void add_preempt(struct wm_preempt_key *key, struct wm_preempt *fresh, struct task_struct *prev)
+{
+	struct wm_preempt *v = bpf_map_lookup_elem(&preempt_blame, key);
+
+	if (!v) {
+		if (prev)
+			BPF_CORE_READ_STR_INTO(&fresh->comm, prev, group_leader, comm);
+		if (bpf_map_update_elem(&preempt_blame, key, fresh, BPF_NOEXIST) == 0)
+			return;
+		v = bpf_map_lookup_elem(&preempt_blame, key); /* made meanwhile on another CPU */
+		if (!v) {
+			count_loss(WM_STAT_PREEMPT_MAP_FULL);
+			return;
+		}
+	}
+	if (__sync_fetch_and_add(&v->ns, fresh->ns) & WM_BLAME_TAKEN) {
+		__builtin_memcpy(fresh->comm, v->comm, sizeof(fresh->comm));
+		charge_anew(&preempt_blame, key, fresh, WM_STAT_PREEMPT_MAP_FULL);
+	}
+}
+
+/* Charge a run-queue wait that ends now to the task that had the CPU: in
+ * the thread's rows, else the map. */
+static __always_inline void charge_runqueue(struct wm_thread *t, const struct wm_closed *c, __u32 tid, struct task_struct *prev,
 					    const struct wm_stack_ref *by_stack, __u64 now)
 {
 	/* a thread of another process is charged as its process (one entry per
 	 * process, not per thread: the key space follows the node's process churn,
 	 * not its thread churn) */
 	__u32 by = prev->tgid == c->tgid ? prev->pid : prev->tgid;
-	struct wm_preempt_key key = { .tid = tid, .by_tid = by, .by_tgid = prev->tgid, .gen = c->gen };
 	__u64 delta = now > c->since ? now - c->since : 0;
-	struct wm_preempt *v = bpf_map_lookup_elem(&preempt_blame, &key);
 
 	charge_stacks(tid, c->gen, c->state, prev->tgid == c->tgid ? by : 0, &c->stack, WM_ROLE_PREEMPTOR,
 		      prev->tgid == c->tgid ? by_stack : NULL, delta, 0);
+	if (!preempt_row(t, by, prev, delta)) {
+		struct wm_preempt_key key = { .tid = tid, .by_tid = by, .by_tgid = prev->tgid, .gen = c->gen };
+		struct wm_preempt fresh = { .ns = delta };
 
-	/* as add_ns, with the preemptor's process name in a new entry */
-	struct wm_preempt fresh = { .ns = delta };
-
-	if (!v) {
-		BPF_CORE_READ_STR_INTO(&fresh.comm, prev, group_leader, comm);
-		if (bpf_map_update_elem(&preempt_blame, &key, &fresh, BPF_NOEXIST) == 0)
-			return;
-		v = bpf_map_lookup_elem(&preempt_blame, &key); /* made meanwhile on another CPU */
-		if (!v) {
-			count_loss(WM_STAT_PREEMPT_MAP_FULL);
-			return;
-		}
+		add_preempt(&key, &fresh, prev);
 	}
-	if (__sync_fetch_and_add(&v->ns, delta) & WM_BLAME_TAKEN) {
-		__builtin_memcpy(fresh.comm, v->comm, sizeof(fresh.comm));
-		charge_anew(&preempt_blame, &key, &fresh, WM_STAT_PREEMPT_MAP_FULL);
+}
+
+/*
+ * Move an exiting thread's rows into the blame maps, before its exit record
+ * (struct wm_thread_rows): at that drain of exits the agent finds all of its
+ * blame there. The exiting thread's own transitions are the rows' only
+ * writers, so they are read as they are.
+ */
+static __noinline void rows_to_maps(struct wm_thread *t, __u32 tid, __u32 gen)
+{
+	if (!t)
+		return;
+	for (int i = 0; i < WM_GIL_ROWS; i++) {
+		struct wm_gil_row *r = &t->rows.gil[i];
+		struct wm_blame_key key = { .tid = tid, .gen = gen };
+
+		if (!r->ns)
+			break;
+		key.holder = r->holder;
+		add_ns(&gil_blame, &key, r->ns, WM_STAT_BLAME_MAP_FULL);
+	}
+	for (int i = 0; i < WM_FUTEX_ROWS; i++) {
+		struct wm_futex_row *r = &t->rows.futex[i];
+		struct wm_futex_key key = { .tid = tid, .gen = gen };
+
+		if (!r->ns)
+			break;
+		key.waker = r->waker;
+		key.addr = r->addr;
+		key.kind = r->kind;
+		add_ns(&futex_blame, &key, r->ns, WM_STAT_FUTEX_MAP_FULL);
+	}
+	for (int i = 0; i < WM_PREEMPT_ROWS; i++) {
+		struct wm_preempt_row *r = &t->rows.preempt[i];
+		struct wm_preempt_key key = { .tid = tid, .gen = gen };
+		struct wm_preempt fresh = {};
+
+		if (!r->ns)
+			break;
+		key.by_tid = r->by_tid;
+		key.by_tgid = r->by_tgid;
+		fresh.ns = r->ns;
+		__builtin_memcpy(fresh.comm, r->comm, sizeof(fresh.comm));
+		add_preempt(&key, &fresh, NULL);
 	}
 }
 
@@ -854,6 +978,14 @@ new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_ente
 	__builtin_memset(&fresh->waking, 0, sizeof(fresh->waking));
 	__builtin_memset(&fresh->d, 0, sizeof(fresh->d));
 	__builtin_memset(fresh->homes, 0, sizeof(fresh->homes));
+	/* rows in use have `ns` (a free row's key is written when it is taken) */
+	fresh->rows.gen = (__u32)now;
+	for (int i = 0; i < WM_GIL_ROWS; i++)
+		fresh->rows.gil[i].ns = 0;
+	for (int i = 0; i < WM_FUTEX_ROWS; i++)
+		fresh->rows.futex[i].ns = 0;
+	for (int i = 0; i < WM_PREEMPT_ROWS; i++)
+		fresh->rows.preempt[i].ns = 0;
 	fresh->d.state = e->to;
 	fresh->d.since = now;
 	fresh->d.start = now;
@@ -983,7 +1115,7 @@ __noinline int switched_out(struct wm_out *o)
 	if (so)
 		so->wait = 0;
 	if (transition(t, &o->e, now, true, false, &c, so)) {
-		charge(&c, tid, o->e.to, now);
+		charge(t, &c, tid, o->e.to, now);
 		if (so && so->wait)
 			record_stretch(so, tid, c.gen, c.tgid, now);
 	}
@@ -1054,9 +1186,9 @@ static __noinline void switch_in(struct task_struct *next, struct task_struct *p
 	if (!transition(t, &e, now, false, false, &c, NULL))
 		return;
 	if (c.state == WM_STATE_RUNQUEUE)
-		charge_runqueue(&c, tid, prev, prev_stack, now);
+		charge_runqueue(t, &c, tid, prev, prev_stack, now);
 	else
-		charge(&c, tid, e.to, now);
+		charge(t, &c, tid, e.to, now);
 }
 
 static __always_inline int on_switch(void *ctx, bool preempt, struct task_struct *prev,
@@ -1184,7 +1316,7 @@ static __always_inline int on_wakeup(struct task_struct *p, bool is_new)
 		return 0;
 	}
 	if (transition(t, &e, now, false, true, &c, NULL))
-		charge(&c, tid, e.to, now);
+		charge(t, &c, tid, e.to, now);
 	return 0;
 }
 
@@ -1240,7 +1372,9 @@ static __always_inline int on_exit(struct task_struct *p)
 	now = bpf_ktime_get_ns();
 	__builtin_memcpy(&last, &t->d, sizeof(last));
 	close_at_exit(&last, now, &c);
-	charge(&c, tid, c.state, now);
+	/* the maps, not its rows: the entry is not written (above) */
+	charge(NULL, &c, tid, c.state, now);
+	rows_to_maps(t, tid, c.gen);
 	rec = bpf_ringbuf_reserve(&exits, sizeof(*rec), 0);
 	if (rec) {
 		rec->tid = tid;

@@ -193,12 +193,58 @@ struct wm_waking {
 	__u64 stack_at;
 };
 
+/*
+ * A thread's blame rows: the first counterparts of each kind its waits were
+ * charged to (GIL holders, futex wakers and words, what had its CPU), kept in
+ * its own entry, so that charging a wait to one of them is a few compares and
+ * an add where a blame map's lookup is a helper call. Rows are taken in order
+ * and never freed while the thread lives (the rows in use are a prefix, each
+ * with `ns` not 0); waits charged to others go to the blame maps. The
+ * thread's exit moves its rows into the maps before its exit record, where
+ * the agent's drain of exits finds them. User space reads them with the rest
+ * of the entry (`seq`): the values only grow in place, so a reading never
+ * goes back.
+ */
+enum wm_blame_rows {
+	WM_GIL_ROWS = 4,
+	WM_FUTEX_ROWS = 4,
+	WM_PREEMPT_ROWS = 3,
+};
+
+struct wm_gil_row {
+	__u64 holder;     /* as wm_blame_key */
+	__u64 ns;
+};
+
+struct wm_futex_row {
+	__u32 waker;      /* as wm_futex_key */
+	__u32 kind;
+	__u64 addr;
+	__u64 ns;
+};
+
+struct wm_preempt_row {
+	__u32 by_tid;     /* as wm_preempt_key */
+	__u32 by_tgid;
+	__u64 ns;
+	char comm[WM_COMM_LEN]; /* as wm_preempt */
+};
+
+struct wm_thread_rows {
+	__u32 gen;        /* the thread's incarnation, (u32)start: the rows' waiter */
+	__u32 _pad;
+	struct wm_gil_row gil[WM_GIL_ROWS];
+	struct wm_futex_row futex[WM_FUTEX_ROWS];
+	struct wm_preempt_row preempt[WM_PREEMPT_ROWS];
+};
+
 /* Per watched thread, in its slot of the thread table (`threads`). Only the
- * thread's own transitions (its switches, its wakeup, its exit) write `d` and
- * `homes`, and the kernel orders them: a task's switch-out, the wakeup that
- * follows and its switch-in run one after the other (the wakeup waits for the
- * switch-out to finish, `on_cpu`; the switch-in runs under the run queue's
- * lock the wakeup took), and its exit runs as the task itself. So no lock:
+ * thread's own transitions (its switches, its wakeup, its exit) write `d`,
+ * `homes` and `rows`, and the kernel orders them: a task's switch-out, the
+ * wakeup that follows and its switch-in run one after the other (the wakeup
+ * waits for the switch-out to finish, `on_cpu`; the switch-in runs under the
+ * run queue's lock the wakeup took), and its exit runs as the task itself
+ * (and writes no entry: on_exit). So no lock:
  * each write is framed by `seq` (odd while it runs, x86-64 keeps stores in
  * order), and user space takes a copy when two copies in a row are the same
  * with an even `seq` (probes/sched.rs). sched_waking writes only `waking`. */
@@ -211,6 +257,8 @@ struct wm_thread {
 	/* its last waits, for its stretches (enum wm_stretch_limits); not in
 	 * its final record: the stretches map has what they closed */
 	struct wm_home_slot homes[WM_HOME_SLOTS];
+	/* the first counterparts its waits were charged to (struct wm_thread_rows) */
+	struct wm_thread_rows rows;
 };
 
 /*

@@ -130,6 +130,13 @@ impl Entries {
         }
     }
 
+    /// These entries and `other`'s (a key in both is two entries: views add them up).
+    pub fn with(&self, other: Entries) -> Entries {
+        let mut all = self.clone();
+        all.extend(other);
+        all
+    }
+
     fn extend(&mut self, other: Entries) {
         self.gil.extend(other.gil);
         self.futex.extend(other.futex);

@@ -10,8 +10,8 @@ pub(super) mod skel {
 }
 use skel::types::{
     wm_blame_key, wm_exit, wm_futex_key, wm_gil, wm_gil_key, wm_native_stack, wm_preempt, wm_preempt_key, wm_py_stack, wm_py_walk,
-    wm_stretch, wm_stretch_key, wm_task_ids, wm_thread, wm_thread_data, wm_throttle, wm_unwind_proc, wm_unwind_row, wm_wait_stack_key,
-    wm_wait_stack_val,
+    wm_stretch, wm_stretch_key, wm_task_ids, wm_thread, wm_thread_data, wm_thread_rows, wm_throttle, wm_unwind_proc, wm_unwind_row,
+    wm_wait_stack_key, wm_wait_stack_val,
 };
 
 /// A type whose bytes are its whole value, in both directions: `#[repr(C)]` plain data of
@@ -47,6 +47,7 @@ plain!(
     wm_task_ids,
     wm_thread,
     wm_thread_data,
+    wm_thread_rows,
     wm_throttle,
     wm_unwind_proc,
     wm_unwind_row,

@@ -416,6 +416,23 @@ impl SchedProbe {
         self.table.forget(who.0, |t| incarnation(who.0, t.start) == who);
     }
 
+    /// Take every blame row of thread `host_tid` with a key no wait has: its waits go to the
+    /// maps from now on (a test of the maps' protocols). The thread must be blocked.
+    #[cfg(test)]
+    pub(super) fn fill_rows(&self, host_tid: u32) {
+        let mut rows = skel::types::wm_thread_rows::default();
+        for (i, r) in rows.gil.iter_mut().enumerate() {
+            (r.holder, r.ns) = (u64::MAX - i as u64, 1);
+        }
+        for (i, r) in rows.futex.iter_mut().enumerate() {
+            (r.waker, r.addr, r.ns) = (u32::MAX - i as u32, u64::MAX, 1);
+        }
+        for (i, r) in rows.preempt.iter_mut().enumerate() {
+            (r.by_tid, r.by_tgid, r.ns) = (u32::MAX - i as u32, u32::MAX, 1);
+        }
+        self.table.write_rows(host_tid, &rows);
+    }
+
     /// One consistent copy of thread `host_tid`'s entry, or None when it has none.
     #[cfg(test)]
     pub(super) fn read_thread(&self, host_tid: u32) -> Option<wm_thread_data> {
@@ -478,6 +495,38 @@ impl SchedProbe {
             futex: entries::<wm_futex_key, u64>(&m.futex_blame).into_iter().map(|(k, ns)| futex_entry(&k, ns)).collect(),
             preempt: entries::<wm_preempt_key, wm_preempt>(&m.preempt_blame).into_iter().map(|(k, v)| preempt_entry(&k, &v)).collect(),
         }
+    }
+
+    /// The blame in live threads' rows (struct wm_thread_rows), as entries of the kinds the maps
+    /// hold: no key is in both while its thread lives. Read after the maps: a thread that exits
+    /// meanwhile moves its rows into them, and is missed by both readings rather than counted
+    /// twice (its exit record's drain finds them).
+    pub fn blame_rows(&self) -> Entries {
+        let mut out = Entries::default();
+        for (slot, tid) in self.table.published() {
+            let rows = match self.table.read_rows(slot, tid, SETTLE_PATIENCE) {
+                Copied::Settled(r) => r,
+                Copied::Unsettled(r) => {
+                    self.unsettled.set(self.unsettled.get() + 1);
+                    r
+                }
+                Copied::Gone => continue,
+            };
+            let gen = rows.gen;
+            out.gil
+                .extend(rows.gil.iter().take_while(|r| r.ns != 0).map(|r| gil_entry(&wm_blame_key { tid, gen, holder: r.holder }, r.ns)));
+            out.futex.extend(
+                rows.futex
+                    .iter()
+                    .take_while(|r| r.ns != 0)
+                    .map(|r| futex_entry(&wm_futex_key { tid, gen, waker: r.waker, addr: r.addr, kind: r.kind }, r.ns)),
+            );
+            out.preempt.extend(rows.preempt.iter().take_while(|r| r.ns != 0).map(|r| {
+                let key = wm_preempt_key { tid, gen, by_tid: r.by_tid, by_tgid: r.by_tgid };
+                preempt_entry(&key, &wm_preempt { ns: r.ns, comm: r.comm })
+            }));
+        }
+        out
     }
 
     /// Throttled stretches that ended since the last call (drained with the exits).

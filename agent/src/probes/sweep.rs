@@ -225,6 +225,11 @@ mod tests {
             }));
         }
         let tids: Vec<u32> = (0..ring).map(|_| tids.recv().expect("a worker's TID")).collect();
+        // each blocked in its first wait: its rows taken, so that its waits go to the maps
+        std::thread::sleep(Duration::from_millis(50));
+        for t in &tids {
+            probe.fill_rows(*t);
+        }
         txs[0].send(0).expect("start the token");
         txs[ring / 2].send(0).expect("a second token");
         let before = probe.lost();
@@ -281,5 +286,76 @@ mod tests {
         }
         // a wait counted lost is one wait, at most the 100 ms of a recv_timeout
         assert!(short <= lost * 100_000_000, "{short} ns of futex waits not charged, {lost} waits counted lost");
+    }
+
+    /// A thread's waits charged to its own rows and to the maps add up to its futex time, to the
+    /// nanosecond, while it lives; its exit moves its rows into the maps, where the drain of
+    /// exits finds all of it.
+    #[test]
+    fn a_threads_rows_and_the_maps_hold_its_waits_and_its_exit_moves_the_rows() {
+        use std::collections::HashMap;
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let Some(mut probe) = test_probe() else { return };
+        probe.watch(std::process::id()).expect("watch this process");
+        let ring = 3;
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..ring).map(|_| mpsc::channel::<u64>()).unzip();
+        let (tids_tx, tids) = mpsc::channel::<u32>();
+        let (park_tx, park) = mpsc::channel::<mpsc::Sender<()>>();
+        let mut workers = vec![];
+        for (i, rx) in rxs.into_iter().enumerate() {
+            let next = txs[(i + 1) % ring].clone();
+            let (tids_tx, park_tx) = (tids_tx.clone(), park_tx.clone());
+            workers.push(std::thread::spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tids_tx.send(unsafe { libc::gettid() } as u32).expect("say the TID");
+                while let Ok(n) = rx.recv() {
+                    // the last round: passed on once more, so that every worker stops
+                    if n >= 3_000 {
+                        let _ = next.send(n);
+                        break;
+                    }
+                    if next.send(n + 1).is_err() {
+                        break;
+                    }
+                }
+                let (tx, wait) = mpsc::channel::<()>();
+                park_tx.send(tx).expect("park");
+                let _ = wait.recv();
+            }));
+        }
+        let tids: Vec<u32> = (0..ring).map(|_| tids.recv().expect("a worker's TID")).collect();
+        txs[0].send(0).expect("start the token");
+        let parked: Vec<mpsc::Sender<()>> = (0..ring).map(|_| park.recv().expect("a worker parked")).collect();
+        std::thread::sleep(Duration::from_millis(50)); // each is in its last wait
+        let sum = |e: &Entries, w: &Incarnation| e.futex.iter().filter(|e| e.key.waiter == *w).map(|e| e.ns).sum::<u64>();
+        let maps = probe.blame();
+        let rows = probe.blame_rows();
+        for t in &tids {
+            let d = probe.read_thread(*t).expect("a worker's entry");
+            let w = (*t, d.start as u32);
+            let own = d.ns[State::FutexWait as usize];
+            assert!(sum(&rows, &w) > 0, "worker {t}: no wait in its rows: {rows:?}");
+            assert_eq!(sum(&rows, &w) + sum(&maps, &w), own, "worker {t}: rows and maps against its futex time");
+        }
+        drop(parked);
+        drop(txs);
+        for w in workers {
+            w.join().expect("worker");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let exits: HashMap<Incarnation, u64> = probe
+            .drain_exits()
+            .into_iter()
+            .filter(|(_, _, s)| tids.contains(&s.host_tid))
+            .map(|(_, _, s)| ((s.host_tid, s.start_ns as u32), s.times.get(State::FutexWait)))
+            .collect();
+        probe.unwatch(std::process::id());
+        assert_eq!(exits.len(), ring, "an exit record per worker: {exits:?}");
+        let (maps, rows) = (probe.blame(), probe.blame_rows());
+        for (w, own) in &exits {
+            assert_eq!(sum(&rows, w), 0, "{w:?}: rows of an exited thread read");
+            assert_eq!(sum(&maps, w), *own, "{w:?}: its blame in the maps after its exit against its futex time");
+        }
     }
 }

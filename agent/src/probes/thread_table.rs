@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::abi::skel::types::{wm_thread, wm_thread_data, wm_thread_group, wm_thread_table};
+use super::abi::skel::types::{wm_thread, wm_thread_data, wm_thread_group, wm_thread_rows, wm_thread_table};
+use super::abi::Plain;
 use super::Mapped;
 
 const GROUP: usize = wm_thread_table::WM_THREAD_GROUP_SLOTS.0 as usize;
@@ -22,8 +23,9 @@ const _: () = assert!(size_of::<wm_thread_group>() == GROUP * size_of::<u32>());
 // the kernel lays an array's values out 8 bytes apart at least
 const _: () = assert!(size_of::<wm_thread>() % 8 == 0);
 
-// an entry's data is copied a word at a time (`copy_words`)
+// an entry's data and rows are copied a word at a time (`copy_words`)
 const _: () = assert!(size_of::<wm_thread_data>() % 8 == 0 && std::mem::align_of::<wm_thread_data>() == 8);
+const _: () = assert!(size_of::<wm_thread_rows>() % 8 == 0 && std::mem::align_of::<wm_thread_rows>() == 8);
 
 /// A copy of `*from`, shared with a writer, one aligned 8-byte load after another: each load a
 /// plain `mov`, which x86-64 keeps in order with the loads of `seq` around it. (A copy of the
@@ -31,13 +33,13 @@ const _: () = assert!(size_of::<wm_thread_data>() % 8 == 0 && std::mem::align_of
 /// under the unit tests' load such copies came out torn between two equal reads of `seq`.)
 ///
 /// # Safety
-/// `from` is valid for reads of a `wm_thread_data` and 8-byte aligned.
-unsafe fn copy_words(from: *const wm_thread_data) -> wm_thread_data {
-    let mut out = wm_thread_data::default();
+/// `from` is valid for reads of a `T` and 8-byte aligned, and `T`'s size is a multiple of 8.
+unsafe fn copy_words<T: Plain + Default>(from: *const T) -> T {
+    let mut out = T::default();
     let (src, dst) = (from.cast::<u64>(), std::ptr::addr_of_mut!(out).cast::<u64>());
-    for i in 0..size_of::<wm_thread_data>() / 8 {
-        // SAFETY: in bounds of both (the size is a multiple of 8, asserted above); any bits
-        // are a valid wm_thread_data (plain integers).
+    for i in 0..size_of::<T>() / 8 {
+        // SAFETY: in bounds of both (the size is a multiple of 8, asserted above for the two
+        // parts read); any bits are a valid T (plain integers).
         unsafe { dst.add(i).write(std::ptr::read_volatile(src.add(i))) };
     }
     out
@@ -53,15 +55,15 @@ pub fn slots_for(groups: u32) -> u32 {
     groups * GROUP as u32
 }
 
-/// What a read of one slot found.
+/// What a read of one slot found: its data, or its blame rows.
 #[derive(Debug)]
-pub enum Copied {
+pub enum Copied<T = wm_thread_data> {
     /// the slot holds no thread, or another thread, now
     Gone,
     /// a copy no write overlapped
-    Settled(wm_thread_data),
+    Settled(T),
     /// still being written through every try: the last copy, maybe torn
-    Unsettled(wm_thread_data),
+    Unsettled(T),
 }
 
 /// What seeding a thread did.
@@ -143,6 +145,23 @@ impl ThreadTable {
     /// microsecond, but its CPU may be taken from it half-way (a virtual CPU the host
     /// deschedules), so past the first few hundred tries the reader yields between tries.
     pub fn read(&self, slot: usize, tid: u32, patience: Duration) -> Copied {
+        // SAFETY: `e` points to an entry of the mapping (`entry`).
+        self.read_part(slot, tid, patience, |e| unsafe { std::ptr::addr_of!((*e).d) })
+    }
+
+    /// The blame rows of `tid`'s entry in `slot`, copied in place as `read` copies its data.
+    pub fn read_rows(&self, slot: usize, tid: u32, patience: Duration) -> Copied<wm_thread_rows> {
+        // SAFETY: `e` points to an entry of the mapping (`entry`).
+        self.read_part(slot, tid, patience, |e| unsafe { std::ptr::addr_of!((*e).rows) })
+    }
+
+    fn read_part<T: Plain + Default>(
+        &self,
+        slot: usize,
+        tid: u32,
+        patience: Duration,
+        part: impl Fn(*const wm_thread) -> *const T,
+    ) -> Copied<T> {
         let ids = self.ids();
         let e = self.entry(slot);
         let mut last = None;
@@ -158,7 +177,7 @@ impl ThreadTable {
             // that a write overlapped is detected below and not used as settled.
             let seq = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*e).seq)) };
             fence(Ordering::Acquire);
-            let d = unsafe { copy_words(std::ptr::addr_of!((*e).d)) };
+            let d = unsafe { copy_words(part(e.cast_const())) };
             fence(Ordering::Acquire);
             let again = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*e).seq)) };
             if ids[slot].load(Ordering::Acquire) != tid {
@@ -209,6 +228,8 @@ impl ThreadTable {
             fence(Ordering::Release);
             std::ptr::write_bytes(std::ptr::addr_of_mut!((*e).waking), 0, 1);
             std::ptr::write_bytes(std::ptr::addr_of_mut!((*e).homes), 0, 1);
+            std::ptr::write_bytes(std::ptr::addr_of_mut!((*e).rows), 0, 1);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*e).rows.gen), d.start as u32);
             std::ptr::write_volatile(std::ptr::addr_of_mut!((*e).d), *d);
             fence(Ordering::Release);
             std::ptr::write_volatile(std::ptr::addr_of_mut!((*e).seq), (seq.wrapping_add(1) | 1).wrapping_add(1));
@@ -225,6 +246,25 @@ impl ThreadTable {
             if gone(&d) {
                 let _ = self.ids()[slot].compare_exchange(tid, 0, Ordering::SeqCst, Ordering::SeqCst);
             }
+        }
+    }
+
+    /// Overwrite the blame rows of `tid`'s entry (a test's: a thread whose waits are charged to
+    /// the maps, its rows taken by keys no wait has). Call it while the thread is blocked.
+    #[cfg(test)]
+    pub fn write_rows(&self, tid: u32, rows: &wm_thread_rows) {
+        let slot = self.find(tid).expect("the thread has an entry");
+        let e = self.entry(slot);
+        // SAFETY: `e` points into the mapping; its only writer, the thread's next transition,
+        // waits for the blocked thread's wakeup, which the caller makes after this.
+        unsafe {
+            let seq = std::ptr::read_volatile(std::ptr::addr_of!((*e).seq));
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*e).seq), seq.wrapping_add(1));
+            fence(Ordering::Release);
+            let gen = std::ptr::read_volatile(std::ptr::addr_of!((*e).rows.gen));
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*e).rows), wm_thread_rows { gen, ..*rows });
+            fence(Ordering::Release);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*e).seq), seq.wrapping_add(2));
         }
     }
 

@@ -97,13 +97,23 @@ impl Session {
     /// kernel's entries and those moved out of it (`model::ledger`). By waiter
     /// only for the waiters in `only` when given (the kernel's entries are
     /// all read: under thread churn, the exits' are a few among many).
+    /// With every waiter (`only` None), the blame in live threads' own rows too, read after the
+    /// maps (`SchedProbe::blame_rows`); the exits' (`only`) is all in the maps.
     fn blame(&self, only: Option<&HashSet<Incarnation>>) -> Blame {
-        self.blame_from(self.probe.blame(), only)
+        let kernel = self.probe.blame();
+        let rows = if only.is_none() { self.probe.blame_rows() } else { Entries::default() };
+        self.blame_with(kernel, rows, only)
     }
 
     /// The same, from kernel entries read (or swept) already.
     fn blame_from(&self, kernel: Entries, only: Option<&HashSet<Incarnation>>) -> Blame {
-        let waits = self.ledger.view(&kernel, only);
+        self.blame_with(kernel, Entries::default(), only)
+    }
+
+    /// `kernel`, the maps' entries, is what the ledger may take entries from; `rows` are seen,
+    /// never taken (they go into the maps when their thread exits).
+    fn blame_with(&self, kernel: Entries, rows: Entries, only: Option<&HashSet<Incarnation>>) -> Blame {
+        let waits = if rows.is_empty() { self.ledger.view(&kernel, only) } else { self.ledger.view(&kernel.with(rows), only) };
         Blame { kernel, waits, holds: self.gil_probes.values().flat_map(|g| g.holds()).collect() }
     }
 
