@@ -188,6 +188,44 @@ mod tests {
         assert_eq!((left(gil), left(futex), left(preempt)), (1, 2, 1));
     }
 
+    /// Threads of this process in a ring, each taking turns (`turn`: receive from its channel, pass
+    /// on to the next; false to stop), then parked in an open wait until its sender in `park` is
+    /// dropped.
+    struct Ring {
+        tids: Vec<u32>,
+        txs: Vec<std::sync::mpsc::Sender<u64>>,
+        workers: Vec<std::thread::JoinHandle<()>>,
+        park: std::sync::mpsc::Receiver<std::sync::mpsc::Sender<()>>,
+    }
+
+    impl Ring {
+        fn start(
+            n: usize,
+            turn: impl Fn(&std::sync::mpsc::Receiver<u64>, &std::sync::mpsc::Sender<u64>) -> bool + Clone + Send + 'static,
+        ) -> Ring {
+            use std::sync::mpsc;
+            let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::channel::<u64>()).unzip();
+            let (tids_tx, tids) = mpsc::channel::<u32>();
+            let (park_tx, park) = mpsc::channel::<mpsc::Sender<()>>();
+            let mut workers = vec![];
+            for (i, rx) in rxs.into_iter().enumerate() {
+                let next = txs[(i + 1) % n].clone();
+                let (tids_tx, park_tx, turn) = (tids_tx.clone(), park_tx.clone(), turn.clone());
+                workers.push(std::thread::spawn(move || {
+                    // SAFETY: gettid has no preconditions.
+                    tids_tx.send(unsafe { libc::gettid() } as u32).expect("say the TID");
+                    while turn(&rx, &next) {}
+                    // parked in an open wait while the maps are read
+                    let (tx, wait) = mpsc::channel::<()>();
+                    park_tx.send(tx).expect("park");
+                    let _ = wait.recv();
+                }));
+            }
+            let tids = (0..n).map(|_| tids.recv().expect("a worker's TID")).collect();
+            Ring { tids, txs, workers, park }
+        }
+    }
+
     /// Taking the entries of live waiters as fast as the agent can while their waits are
     /// charged loses none: a ring of threads passes tokens (each blocks on a futex its
     /// neighbour wakes), and at the end each thread's futex time in the blame maps (taken, and
@@ -203,28 +241,11 @@ mod tests {
         probe.watch(std::process::id()).expect("watch this process");
         let stop = Arc::new(AtomicBool::new(false));
         let ring = 4;
-        let (txs, rxs): (Vec<_>, Vec<_>) = (0..ring).map(|_| mpsc::channel::<u64>()).unzip();
-        let (tids_tx, tids) = mpsc::channel::<u32>();
-        let (park_tx, park) = mpsc::channel::<mpsc::Sender<()>>();
-        let mut workers = vec![];
-        for (i, rx) in rxs.into_iter().enumerate() {
-            let next = txs[(i + 1) % ring].clone();
-            let (stop, tids_tx, park_tx) = (Arc::clone(&stop), tids_tx.clone(), park_tx.clone());
-            workers.push(std::thread::spawn(move || {
-                // SAFETY: gettid has no preconditions.
-                tids_tx.send(unsafe { libc::gettid() } as u32).expect("say the TID");
-                while let Ok(n) = rx.recv_timeout(Duration::from_millis(100)) {
-                    if stop.load(Ordering::Relaxed) || next.send(n + 1).is_err() {
-                        break;
-                    }
-                }
-                // parked in an open wait while the maps are read
-                let (tx, wait) = mpsc::channel::<()>();
-                park_tx.send(tx).expect("park");
-                let _ = wait.recv();
-            }));
-        }
-        let tids: Vec<u32> = (0..ring).map(|_| tids.recv().expect("a worker's TID")).collect();
+        let halt = Arc::clone(&stop);
+        let Ring { tids, txs, workers, park } = Ring::start(
+            ring,
+            move |rx, next| matches!(rx.recv_timeout(Duration::from_millis(100)), Ok(n) if !halt.load(Ordering::Relaxed) && next.send(n + 1).is_ok()),
+        );
         // each blocked in its first wait: its rows taken, so that its waits go to the maps
         std::thread::sleep(Duration::from_millis(50));
         for t in &tids {
@@ -299,32 +320,15 @@ mod tests {
         let Some(mut probe) = test_probe() else { return };
         probe.watch(std::process::id()).expect("watch this process");
         let ring = 3;
-        let (txs, rxs): (Vec<_>, Vec<_>) = (0..ring).map(|_| mpsc::channel::<u64>()).unzip();
-        let (tids_tx, tids) = mpsc::channel::<u32>();
-        let (park_tx, park) = mpsc::channel::<mpsc::Sender<()>>();
-        let mut workers = vec![];
-        for (i, rx) in rxs.into_iter().enumerate() {
-            let next = txs[(i + 1) % ring].clone();
-            let (tids_tx, park_tx) = (tids_tx.clone(), park_tx.clone());
-            workers.push(std::thread::spawn(move || {
-                // SAFETY: gettid has no preconditions.
-                tids_tx.send(unsafe { libc::gettid() } as u32).expect("say the TID");
-                while let Ok(n) = rx.recv() {
-                    // the last round: passed on once more, so that every worker stops
-                    if n >= 3_000 {
-                        let _ = next.send(n);
-                        break;
-                    }
-                    if next.send(n + 1).is_err() {
-                        break;
-                    }
-                }
-                let (tx, wait) = mpsc::channel::<()>();
-                park_tx.send(tx).expect("park");
-                let _ = wait.recv();
-            }));
-        }
-        let tids: Vec<u32> = (0..ring).map(|_| tids.recv().expect("a worker's TID")).collect();
+        let Ring { tids, txs, workers, park } = Ring::start(ring, |rx, next| match rx.recv() {
+            // the last round: passed on once more, so that every worker stops
+            Ok(n) if n >= 3_000 => {
+                let _ = next.send(n);
+                false
+            }
+            Ok(n) => next.send(n + 1).is_ok(),
+            Err(_) => false,
+        });
         txs[0].send(0).expect("start the token");
         let parked: Vec<mpsc::Sender<()>> = (0..ring).map(|_| park.recv().expect("a worker parked")).collect();
         std::thread::sleep(Duration::from_millis(50)); // each is in its last wait

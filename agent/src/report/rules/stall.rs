@@ -40,6 +40,9 @@ pub const KEPT_SHARE: f64 = 0.5;
 pub const CPU_SHARE: f64 = 0.5;
 /// A state of the stalls is named (with its culprit) from this share of their time.
 pub const STALL_PART_SHARE: f64 = 0.25;
+/// A futex word whose waits ended by a timeout at least this share of their time is a timed
+/// condition wait, not a lock (`behind_locks`).
+pub const TIMED_WORD_SHARE: f64 = 0.25;
 
 /// One of the states the stalls were spent in, and who the thread waited behind in it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -133,6 +136,32 @@ fn producer(r: &ThreadRow, home: WaitKey) -> Option<u32> {
     by.into_iter().max_by_key(|(t, ns)| (*ns, std::cmp::Reverse(*t))).map(|(t, _)| t)
 }
 
+/// Of `r`'s futex wait away from its home, the share behind a lock: released by another thread,
+/// on a word it did not leave by a timeout for `TIMED_WORD_SHARE` of its wait there. A lock's
+/// waiter waits until the lock is let go; a word waited on with a deadline that often passes is
+/// a timed condition wait (a queue polled with a timeout, a monitor's timed wait: a JVM's VM
+/// Thread on its operations' queue), where a thread woken by another was handed something to
+/// do, not let go. (A contended monitor's JVM thread parks with short timeouts now and then:
+/// their share stays small.)
+fn behind_locks(r: &ThreadRow, home: WaitKey) -> f64 {
+    let mut by_word: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+    for w in r.futex.iter().filter(|w| !home.holds(w.addr) && w.waker != r.tid) {
+        let e = by_word.entry(w.addr).or_default();
+        if w.waker == 0 {
+            e.0 += w.ns;
+        } else {
+            e.1 += w.ns;
+        }
+    }
+    let all: u64 = by_word.values().map(|(t, w)| t + w).sum();
+    let locked: u64 = by_word.values().filter(|(t, w)| (*t as f64) < TIMED_WORD_SHARE * (t + w) as f64).map(|(_, w)| w).sum();
+    if all == 0 {
+        0.0
+    } else {
+        locked as f64 / all as f64
+    }
+}
+
 /// Threads that wait for work on a futex handed to them by a producer that feeds others the
 /// same way: a pool's workers. One of them away from its queue delays nothing while the others
 /// take the work; the pool's stalls are its producer's (a dispatcher kept from its poll).
@@ -190,13 +219,13 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
         parts.sort_by_key(|p| std::cmp::Reverse(p.ns));
         let kept: u64 = parts
             .iter()
-            .filter(|p| match p.state {
-                State::Running | State::Runqueue | State::Throttled | State::GilWait | State::IoWait => true,
-                // a lock another thread released; not a timed wait nothing woke
-                State::FutexWait => !matches!(p.behind.as_ref().map(|b| &b.culprit), Some(Culprit::Timeout) | None),
-                _ => false,
+            .map(|p| match p.state {
+                State::Running | State::Runqueue | State::Throttled | State::GilWait | State::IoWait => p.ns,
+                // behind a lock another thread released; not a timed wait nothing woke, nor one
+                // another thread ended by handing it something to do
+                State::FutexWait => (p.ns as f64 * behind_locks(r, home)) as u64,
+                _ => 0,
             })
-            .map(|p| p.ns)
             .sum();
         if (kept as f64) < KEPT_SHARE * h.long_ns as f64 {
             continue;
@@ -368,5 +397,51 @@ impl fmt::Display for Stall {
             write!(f, " Of those stretches, {}.", said.join(", "))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::stretches::{Hist, ThreadStretches, WaitKey};
+    use crate::report::fixtures::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// A thread back at its home (a futex word it waits on briefly) 3 times in 8 s, each time
+    /// after ~1.9 s blocked on another word: there a 1 s timed wait ended by its deadline 4 times
+    /// and by other threads' wakes for the rest (a JVM's VM Thread on its operations' queue).
+    fn away(other_word: &[(u32, u64)]) -> ThreadRow {
+        const FUTEX: u32 = 202;
+        let (home, other) = (WaitKey::new(FUTEX, 0x1000), 0x2000u64);
+        let mut r = row(7, "VM Thread", &[(State::FutexWait, 7_900 * MS), (State::Running, 100 * MS)]);
+        let mut h = Hist {
+            count: 20,
+            ns: 5_600 * MS,
+            max_ns: 2_000 * MS,
+            wait_ns: 5 * MS,
+            long_count: 3,
+            long_ns: 5_500 * MS,
+            ..Default::default()
+        };
+        h.long_state_ns[State::FutexWait.index()] = 5_500 * MS;
+        h.buckets[crate::model::stretches::bucket(1_900 * MS)] = 3;
+        r.stretches = Some(ThreadStretches { home: Some(home), waits: vec![(home, h)], objective_ns: 100 * MS });
+        r.futex = other_word.iter().map(|&(waker, ns)| FutexWait { addr: other, waker, ns }).collect();
+        r.futex.push(FutexWait { addr: 0x1000, waker: 9, ns: 5 * MS });
+        r
+    }
+
+    #[test]
+    fn a_timed_wait_others_end_is_not_a_stall_and_a_lock_is() {
+        let waker = row(9, "QFJ Message Processor", &[(State::Running, 8 * S)]);
+        // woken by another thread for more of it than by its deadline: the top waker is a thread
+        let timed = away(&[(0, 3_000 * MS), (9, 3_500 * MS), (8, 1_400 * MS)]);
+        let f = every_finding_of(vec![timed, waker.clone()], 8 * S);
+        assert!(!kinds(&f).contains(&"stall".to_string()), "a timed condition wait is no stall: {f:?}");
+        // the control: the same stretches behind a lock the other thread let go (no deadline)
+        let locked = away(&[(9, 6_500 * MS), (8, 1_400 * MS)]);
+        let f = every_finding_of(vec![locked, waker], 8 * S);
+        let stall = f.iter().find(|f| f.claim.kind() == "stall").unwrap_or_else(|| panic!("a lock's stall: {f:?}"));
+        assert!(stall.to_string().contains("behind QFJ Message Processor (9)"), "{stall}");
     }
 }
