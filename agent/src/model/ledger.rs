@@ -130,13 +130,6 @@ impl Entries {
         }
     }
 
-    /// These entries and `other`'s (a key in both is two entries: views add them up).
-    pub fn with(&self, other: Entries) -> Entries {
-        let mut all = self.clone();
-        all.extend(other);
-        all
-    }
-
     fn extend(&mut self, other: Entries) {
         self.gil.extend(other.gil);
         self.futex.extend(other.futex);
@@ -372,21 +365,24 @@ impl Ledger {
         }
     }
 
-    /// Each waiter's blame: `kernel`'s entries (a reading, or what a sweep
-    /// returned) and the settled ones; only of the waiters in `only` when
-    /// given (the kernel's entries are all read: under thread churn, the
-    /// exits' are a few among many).
-    pub fn view(&self, kernel: &Entries, only: Option<&HashSet<Incarnation>>) -> ByWaiter {
+    /// Each waiter's blame: the kernel's entries (`kernel`: a reading of the
+    /// maps and of the threads' own rows, or what a sweep returned; a key in
+    /// two is two entries, which the views add up) and the settled ones; only
+    /// of the waiters in `only` when given (the kernel's entries are all read:
+    /// under thread churn, the exits' are a few among many).
+    pub fn view(&self, kernel: &[&Entries], only: Option<&HashSet<Incarnation>>) -> ByWaiter {
         let mut b = ByWaiter::default();
         let wanted = |w: &Incarnation| only.is_none_or(|o| o.contains(w));
-        for e in kernel.gil.iter().filter(|e| wanted(&e.key.waiter)) {
-            b.gil.entry(e.key.waiter).or_default().push(*e);
-        }
-        for e in kernel.futex.iter().filter(|e| wanted(&e.key.waiter)) {
-            b.futex.entry(e.key.waiter).or_default().push(*e);
-        }
-        for e in kernel.preempt.iter().filter(|e| wanted(&e.key.waiter)) {
-            b.preempt.entry(e.key.waiter).or_default().push(*e);
+        for k in kernel {
+            for e in k.gil.iter().filter(|e| wanted(&e.key.waiter)) {
+                b.gil.entry(e.key.waiter).or_default().push(*e);
+            }
+            for e in k.futex.iter().filter(|e| wanted(&e.key.waiter)) {
+                b.futex.entry(e.key.waiter).or_default().push(*e);
+            }
+            for e in k.preempt.iter().filter(|e| wanted(&e.key.waiter)) {
+                b.preempt.entry(e.key.waiter).or_default().push(*e);
+            }
         }
         let settled: Box<dyn Iterator<Item = (&Incarnation, &Settled)>> = match only {
             Some(o) if o.len() < self.settled.len() => Box::new(o.iter().filter_map(|w| Some((w, self.settled.get(w)?)))),
@@ -523,10 +519,10 @@ mod tests {
             }
             let view = if self.sweeps {
                 let final_ = self.ledger.swept(maps.sweep(alive), &gone);
-                self.ledger.view(&final_, Some(&gone))
+                self.ledger.view(&[&final_], Some(&gone))
             } else {
                 let kernel = maps.read();
-                let view = self.ledger.view(&kernel, Some(&gone));
+                let view = self.ledger.view(&[&kernel], Some(&gone));
                 maps.delete(&kernel.of(|w| gone.contains(w)));
                 self.ledger.counterparts_gone(&kernel, gone.iter().map(|w| w.0).collect(), &gone, |p| maps.take(p));
                 view
@@ -538,7 +534,7 @@ mod tests {
         /// A sample of the live threads, with the collector's quiet pass.
         fn sample(&mut self, maps: &mut Maps, alive: &HashSet<Incarnation>) -> ByWaiter {
             let kernel = maps.read();
-            let view = self.ledger.view(&kernel, None);
+            let view = self.ledger.view(&[&kernel], None);
             self.ledger.pass(&kernel, alive, |p| maps.take(p));
             view
         }

@@ -113,7 +113,7 @@ impl Session {
     /// `kernel`, the maps' entries, is what the ledger may take entries from; `rows` are seen,
     /// never taken (they go into the maps when their thread exits).
     fn blame_with(&self, kernel: Entries, rows: Entries, only: Option<&HashSet<Incarnation>>) -> Blame {
-        let waits = if rows.is_empty() { self.ledger.view(&kernel, only) } else { self.ledger.view(&kernel.with(rows), only) };
+        let waits = self.ledger.view(&[&kernel, &rows], only);
         Blame { kernel, waits, holds: self.gil_probes.values().flat_map(|g| g.holds()).collect() }
     }
 
