@@ -260,7 +260,7 @@ def test_objects_validate_against_kubernetes_schemas(scenario):
         except kubernetes_validate.ValidationError as e:
             path = ".".join(str(p) for p in e.path)
             pytest.fail(f"{scenario}: {o['kind']}/{o['metadata']['name']} invalid for Kubernetes {KUBE_VERSION}: {path}: {e.message}")
-        assert o["metadata"]["namespace"] == NAMESPACE or o["kind"] == "ConfigMap"
+        assert o["kind"] in ("ConfigMap", "ClusterRole", "ClusterRoleBinding") or o["metadata"]["namespace"] == NAMESPACE
 
 
 def minor(version):
@@ -366,14 +366,17 @@ def test_agent_security_context(scenario):
     assert sc["runAsUser"] == 0 and sc["runAsNonRoot"] is False
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     pod = workload(objs)["spec"]["template"]["spec"]
-    assert pod["automountServiceAccountToken"] is False
+    # the node agent's token lists its node's pods (podNames, on by default); a sidecar has none
+    node_agent = workload(objs)["kind"] == "DaemonSet"
+    assert pod["automountServiceAccountToken"] is node_agent
     for key in ("hostNetwork", "hostIPC"):
         assert not pod.get(key), f"{key} must not be set"
     sa = one(objs, "ServiceAccount")
     assert sa["automountServiceAccountToken"] is False
     assert pod["serviceAccountName"] == sa["metadata"]["name"]
-    # nothing else in the release asks for the API server
-    assert not [o for o in objs if o["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+    # nothing else in the release asks for the API server: the node agent's list of pods only
+    rbac = sorted(o["kind"] for o in objs if o["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"))
+    assert rbac == (["ClusterRole", "ClusterRoleBinding"] if node_agent else []), rbac
 
 
 @pytest.mark.parametrize("scenario", DAEMONSET)
@@ -641,20 +644,51 @@ def test_client_auth_type_decides_the_probes(auth_type):
 
 DEFAULT_ARGS = ["run", "--all", "--listen=0.0.0.0:9747", "--max-threads=16384", "--max-processes=4096", "--exit-buffer-kib=4096",
                 "--max-thread-labels=20", "--gil-probe=futex"]
+# the node agent's (podNames: on by default); a sidecar has none
+POD_NAMES_ARGS = ["--pods=auto", "--pods-refresh=30"]
 
 
 def test_default_command_line():
     c = agent(render("daemonset-values.yaml"))
     assert c["command"] == ["/usr/bin/waitmeter"]
-    assert c["args"] == DEFAULT_ARGS
+    assert c["args"] == DEFAULT_ARGS + POD_NAMES_ARGS
     assert c["image"] == "waitmeter:0.1.0"
+
+
+def test_the_node_agent_lists_its_nodes_pods_with_the_narrowest_rights():
+    """podNames (on by default): the DaemonSet's agent gets its node's name and its service
+    account's token, and a ClusterRole with `list` on pods, bound to that account, and nothing
+    more; off: `--pods=off`, no token, no RBAC. A sidecar never gets either."""
+    objs = render("daemonset-values.yaml")
+    c = agent(objs)
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
+    assert workload(objs)["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    role = one(objs, "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    binding = one(objs, "ClusterRoleBinding")
+    sa = one(objs, "ServiceAccount")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}]
+    # the service account itself mounts no token: only the agent's pod asks for it
+    assert sa["automountServiceAccountToken"] is False
+    off = render("daemonset-values.yaml", sets=("podNames.enabled=false",))
+    assert agent(off)["args"] == DEFAULT_ARGS + ["--pods=off"]
+    assert "env" not in agent(off)
+    assert workload(off)["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert not [o for o in off if "Role" in o["kind"]]
+    assert "--pods-refresh=120" in agent(render("daemonset-values.yaml", sets=("podNames.refreshSeconds=120",)))["args"]
+    for scenario in SIDECAR:
+        objs = render_with_agent(scenario)
+        assert not [a for a in agent(objs)["args"] if a.startswith("--pods")], scenario
+        assert not [e for e in agent(objs).get("env", []) if e["name"] == "NODE_NAME"], scenario
+        assert not [o for o in objs if "Role" in o["kind"]], scenario
 
 
 def test_custom_command_line():
     c = agent(render("custom-args-values.yaml"))
     assert c["image"] == "registry.example.com/waitmeter:0.1.0-static"
     assert c["args"] == ["run", "--all", "--listen=0.0.0.0:9800", "--max-threads=65536", "--max-processes=8192",
-                         "--exit-buffer-kib=16384", "--max-thread-labels=50", "--gil-probe=uprobe", "--stacks=python", "--syscalls=on", "--tid-labels", "-v",
+                         "--exit-buffer-kib=16384", "--max-thread-labels=50", "--gil-probe=uprobe", *POD_NAMES_ARGS, "--stacks=python", "--syscalls=on", "--tid-labels", "-v",
                          "--btf=/btf/vmlinux.btf", "--pyroscope-url=http://pyroscope.monitoring:4040",
                          "--pyroscope-interval=30", "--pyroscope-service=checkout", "--pyroscope-tenant=team-a",
                          "--pyroscope-label=cluster=prod", "-v"]
@@ -1040,7 +1074,7 @@ def test_network_policy_is_off_by_default_and_follows_the_port():
 
 def test_monitoring_objects_are_off_by_default():
     kinds = {o["kind"] for o in render("daemonset-values.yaml")}
-    assert kinds == {"ServiceAccount", "Service", "DaemonSet"}
+    assert kinds == {"ServiceAccount", "Service", "DaemonSet", "ClusterRole", "ClusterRoleBinding"}
 
 
 def test_prometheus_rule_holds_the_mixin_rules(tmp_path):

@@ -536,6 +536,32 @@ pub struct RunArgs {
     pub age: AgeArgs,
     #[command(flatten)]
     pub push: PushArgs,
+    #[command(flatten)]
+    pub pods: PodsArgs,
+}
+
+/// Kubernetes names of the processes' containers (docs/deployment.md, "Which pod is that?").
+#[derive(Args, Debug, Clone)]
+pub struct PodsArgs {
+    /// Where the names of the node's pods come from: api (the API server, from inside the
+    /// cluster: the pods of --node-name), a URL that answers a PodList (e.g. the kubelet's
+    /// https://NODE:10250/pods), off, or auto: api when in a pod with --node-name set, else off
+    #[arg(long, value_name = "SOURCE", default_value = "auto")]
+    pub pods: String,
+    /// The node whose pods `--pods api` lists (the chart sets NODE_NAME from spec.nodeName)
+    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// File holding a bearer token for a --pods URL, read again for every fetch (https only;
+    /// api uses the service account's)
+    #[arg(long, value_name = "FILE")]
+    pub pods_token_file: Option<PathBuf>,
+    /// CA certificates (PEM) to check a --pods https:// server with (default: the system's)
+    #[arg(long, value_name = "FILE")]
+    pub pods_ca_file: Option<PathBuf>,
+    /// Seconds between fetches of the pod list (a container the last list did not name asks for
+    /// one sooner, at most every 5 s)
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub pods_refresh: u64,
 }
 
 /// Pushing wait profiles to Pyroscope (docs/profiles.md).

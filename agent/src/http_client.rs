@@ -218,6 +218,53 @@ pub enum Framing {
     Close,
 }
 
+/// Why an answer's body cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FramingError {
+    /// a Content-Encoding other than identity, a Transfer-Encoding other than chunked
+    Encoding(String),
+    /// a malformed or contradictory Content-Length
+    Bad(String),
+    /// a Content-Length over the bound
+    TooLarge(String),
+}
+
+/// What is printable of a header from the network, for a message.
+fn printable(s: &str) -> String {
+    s.chars().take(80).map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
+/// How the body of an answer with these headers ends (identity encoding asked for; a body of
+/// `max` bytes at most).
+pub fn framing(headers: &[(&str, &str)], max: usize) -> Result<Framing, FramingError> {
+    if let Some(ce) = wire::header(headers, "content-encoding").filter(|v| !v.eq_ignore_ascii_case("identity")) {
+        return Err(FramingError::Encoding(format!("Content-Encoding: {} (identity was asked for)", printable(ce))));
+    }
+    if let Some(te) = wire::header(headers, "transfer-encoding") {
+        return if te.eq_ignore_ascii_case("chunked") {
+            Ok(Framing::Chunked)
+        } else {
+            Err(FramingError::Encoding(format!("Transfer-Encoding: {}", printable(te))))
+        };
+    }
+    let mut length = None;
+    for (_, v) in headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case("content-length")) {
+        let n = (!v.is_empty() && v.len() <= 20 && v.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| v.parse::<u64>().ok())
+            .flatten()
+            .ok_or_else(|| FramingError::Bad(format!("Content-Length: {}", printable(v))))?;
+        if length.is_some_and(|l| l != n) {
+            return Err(FramingError::Bad("two different Content-Lengths".into()));
+        }
+        length = Some(n);
+    }
+    match length {
+        Some(n) if n > max as u64 => Err(FramingError::TooLarge(format!("a body of {n} bytes (at most {max})"))),
+        Some(n) => Ok(Framing::Length(n as usize)),
+        None => Ok(Framing::Close),
+    }
+}
+
 /// Read the body that follows the head, as `framing` says it ends, `max`
 /// bytes at most (decoded).
 pub fn read_body(s: &mut impl Stream, answer: Answer, framing: Framing, max: usize, deadline: &Deadline) -> Result<Vec<u8>, Failure> {

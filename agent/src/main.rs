@@ -8,6 +8,7 @@ mod error;
 mod http_client;
 
 mod export;
+mod identity;
 mod idhash;
 mod model;
 mod outfile;

@@ -425,7 +425,7 @@ _waitmeter() {
             return 0
             ;;
         waitmeter__subcmd__run)
-            opts="-p -v -h --pid --all --children --comm --cgroup --listen --web.config.file --max-thread-labels --tid-labels --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --pyroscope-url --pyroscope-interval --pyroscope-service --pyroscope-label --pyroscope-tenant --pyroscope-user --pyroscope-password-file --pyroscope-ca-file --verbose --help"
+            opts="-p -v -h --pid --all --children --comm --cgroup --listen --web.config.file --max-thread-labels --tid-labels --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --pyroscope-url --pyroscope-interval --pyroscope-service --pyroscope-label --pyroscope-tenant --pyroscope-user --pyroscope-password-file --pyroscope-ca-file --pods --node-name --pods-token-file --pods-ca-file --pods-refresh --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -564,6 +564,26 @@ _waitmeter() {
                     return 0
                     ;;
                 --pyroscope-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pods)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --node-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pods-token-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pods-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pods-refresh)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

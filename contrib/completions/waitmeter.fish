@@ -109,6 +109,11 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l pyroscope-te
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l pyroscope-user -d 'User for basic auth (Grafana Cloud: the instance ID)' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l pyroscope-password-file -d 'File holding the basic-auth password or token' -r -F
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l pyroscope-ca-file -d 'CA certificates (PEM) to check an https:// server with (default: the system\'s)' -r -F
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l pods -d 'Where the names of the node\'s pods come from: api (the API server, from inside the cluster: the pods of --node-name), a URL that answers a PodList (e.g. the kubelet\'s https://NODE:10250/pods), off, or auto: api when in a pod with --node-name set, else off' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l node-name -d 'The node whose pods `--pods api` lists (the chart sets NODE_NAME from spec.nodeName)' -r
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l pods-token-file -d 'File holding a bearer token for a --pods URL, read again for every fetch (https only; api uses the service account\'s)' -r -F
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l pods-ca-file -d 'CA certificates (PEM) to check a --pods https:// server with (default: the system\'s)' -r -F
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l pods-refresh -d 'Seconds between fetches of the pod list (a container the last list did not name asks for one sooner, at most every 5 s)' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l all -d 'Every process of this PID namespace, following new processes and exits'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l children -d 'Also every process the --pid processes start (their descendants, now and later), each with its own series'
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand run" -l tid-labels -d 'Add a `tid` label (one series per thread; for debugging)'

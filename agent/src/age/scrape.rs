@@ -201,32 +201,11 @@ fn check_head(head: &[u8]) -> Result<Framing, PollError> {
     if r.status != 200 {
         return Err(PollError::Status(format!("{} {}", r.status, printable(r.reason))));
     }
-    if let Some(ce) = wire::header(&r.headers, "content-encoding").filter(|v| !v.eq_ignore_ascii_case("identity")) {
-        return Err(PollError::Encoding(format!("Content-Encoding: {} (identity was asked for)", printable(ce))));
-    }
-    if let Some(te) = wire::header(&r.headers, "transfer-encoding") {
-        return if te.eq_ignore_ascii_case("chunked") {
-            Ok(Framing::Chunked)
-        } else {
-            Err(PollError::Encoding(format!("Transfer-Encoding: {}", printable(te))))
-        };
-    }
-    let mut length = None;
-    for (_, v) in r.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case("content-length")) {
-        let n = (!v.is_empty() && v.len() <= 20 && v.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| v.parse::<u64>().ok())
-            .flatten()
-            .ok_or_else(|| PollError::BadResponse(format!("Content-Length: {}", printable(v))))?;
-        if length.is_some_and(|l| l != n) {
-            return Err(PollError::BadResponse("two different Content-Lengths".into()));
-        }
-        length = Some(n);
-    }
-    match length {
-        Some(n) if n > MAX_BODY as u64 => Err(PollError::TooLarge(format!("a body of {n} bytes (at most {MAX_BODY})"))),
-        Some(n) => Ok(Framing::Length(n as usize)),
-        None => Ok(Framing::Close),
-    }
+    client::framing(&r.headers, MAX_BODY).map_err(|e| match e {
+        client::FramingError::Encoding(e) => PollError::Encoding(e),
+        client::FramingError::Bad(e) => PollError::BadResponse(e),
+        client::FramingError::TooLarge(e) => PollError::TooLarge(e),
+    })
 }
 
 /// GET the endpoint; the body of its 200 answer, whole, within `timeout`.

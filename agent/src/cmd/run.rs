@@ -15,6 +15,8 @@ use crate::export::prometheus::{AgeExport, AgentStatus, CgroupInfo, Exporter, Pr
 use crate::export::push::{self, Pusher, PROFILE_NAME};
 use crate::export::recorder::{Captures, Proc, Pull, Recorder};
 use crate::export::web::Web;
+use crate::identity::source::{Directory, Source};
+use crate::identity::Identity;
 use crate::probes::sched::{HOLDER_SAMPLER, VARIANT};
 use crate::probes::syscalls::{SyscallProbe, SYSCALL_HOOKS};
 use crate::session::{Session, Snapshot};
@@ -79,6 +81,16 @@ fn pushing(args: &crate::cli::PushArgs, stacks_on: bool) -> Result<Option<Pushin
     Ok(Some(Pushing { pusher, every_ns, next_ns: now + every_ns, service, labels, recorder: Recorder::new(now, unix_ns()) }))
 }
 
+/// Check --pods and start fetching the node's pod list (None: no source).
+fn pod_names(args: &crate::cli::PodsArgs) -> Result<Option<std::sync::Arc<Directory>>> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let source = Source::choose(&args.pods, args.node_name.as_deref(), args.pods_token_file.as_deref(), args.pods_ca_file.as_deref(), &env)
+        .map_err(|e| crate::error::usage!("{e:#}"))?;
+    let Some(source) = source else { return Ok(None) };
+    log::info!("naming containers from the pod list at {}", source.url);
+    Ok(Some(Directory::start(source, Duration::from_secs(args.pods_refresh))?))
+}
+
 fn unix_ns() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
@@ -91,6 +103,7 @@ fn sample(
     exporter: &mut crate::export::prometheus::Exporter,
     captures: &mut Captures,
     pushing: Option<&mut Pushing>,
+    pods: Option<&Directory>,
 ) -> Snapshot {
     session.keep_stacks(!captures.is_empty() || pushing.is_some());
     let snap = session.sample();
@@ -105,7 +118,16 @@ fn sample(
     }
     let stacks = session.take_wait_stacks();
     if !stacks.is_empty() {
-        let procs: HashMap<u64, Proc> = session.targets().map(|t| (t.id, Proc { pid: t.pid, comm: t.comm.clone() })).collect();
+        let ids = identities(session, pods);
+        let procs: HashMap<u64, Proc> = session
+            .targets()
+            .map(|t| {
+                let id = ids.get(&t.id);
+                let pod = id.map(Identity::pod_labels).unwrap_or_default();
+                let service = id.and_then(|i| Some(i.names.as_ref()?.service_name.clone()));
+                (t.id, Proc { pid: t.pid, comm: t.comm.clone(), pod, service })
+            })
+            .collect();
         let mut pushing = pushing;
         for (id, w) in &stacks {
             exporter.add_gil_holds(*id, w);
@@ -117,6 +139,21 @@ fn sample(
         }
     }
     snap
+}
+
+/// Each watched process' identity from the last pod list; a container of a pod the list does
+/// not name asks for a fresh one.
+fn identities(session: &Session, pods: Option<&Directory>) -> HashMap<u64, Identity> {
+    let list = pods.map(Directory::names).unwrap_or_default();
+    let mut out = HashMap::new();
+    for t in session.targets() {
+        let id = Identity::resolve(&t.placement, &list);
+        if let (Some(d), Some(c)) = (pods, id.wants_names()) {
+            d.ask(c);
+        }
+        out.insert(t.id, id);
+    }
+    out
 }
 
 /// Answer the pulls whose seconds are over.
@@ -159,12 +196,16 @@ fn push_now(ps: &mut Pushing, exporter: &crate::export::prometheus::Exporter, no
     let labels: Vec<Vec<(String, String)>> = profiles
         .iter()
         .map(|(p, _)| {
+            // --pyroscope-service, else the pod's, else the command's
+            let service = ps.service.clone().or_else(|| p.service.clone()).unwrap_or_else(|| p.comm.clone());
             let mut l = vec![
                 ("__name__".to_string(), PROFILE_NAME.to_string()),
-                ("service_name".to_string(), ps.service.clone().unwrap_or_else(|| p.comm.clone())),
+                ("service_name".to_string(), service),
                 ("pid".to_string(), p.pid.to_string()),
                 ("comm".to_string(), p.comm.clone()),
             ];
+            // a --pyroscope-label of the same name wins over the pod's
+            l.extend(p.pod.iter().filter(|(k, _)| !ps.labels.iter().any(|(n, _)| n == k)).map(|(k, v)| (k.to_string(), v.clone())));
             l.extend(ps.labels.iter().cloned());
             l
         })
@@ -202,6 +243,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     // bind first: a taken port fails before any probe is loaded
     let stacks_on = args.probe.stacks != crate::cli::Stacks::None;
     let mut pushing = pushing(&args.push, stacks_on)?;
+    let pods = pod_names(&args.pods)?;
     let (tx, rx) = mpsc::channel::<http::Scrape>();
     let (pull_tx, pull_rx) = mpsc::channel::<Pull>();
     let endpoint = http::serve(&args.listen, web, tx, stacks_on.then_some(pull_tx))?;
@@ -266,10 +308,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
         endpoint.health.beat();
         match rx.recv_timeout(TICK) {
             Ok(scrape) => {
-                let snap = sample(&mut session, &mut exporter, &mut captures, pushing.as_mut());
+                let snap = sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref());
+                let mut ids = identities(&session, pods.as_deref());
                 let procs: Vec<ProcessInfo> = session
                     .targets()
                     .map(|t| ProcessInfo {
+                        identity: ids.remove(&t.id).unwrap_or_default(),
                         id: t.id,
                         pid: t.pid,
                         comm: t.comm.clone(),
@@ -301,6 +345,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     web_reloads: endpoint.web.as_ref().map(|w| w.reloads()).unwrap_or_default(),
                     pushes: pushing.as_ref().map(|p| p.pusher.stats.by_result()).unwrap_or_default(),
                     syscalls: syscall_totals.series(),
+                    pod_lists: pods.as_ref().map(|d| (d.stats.by_result(), d.stats.skipped())),
                 };
                 let mut cgroups: Vec<CgroupInfo> = vec![];
                 for t in session.targets().filter(|t| t.exited_ns.is_none()) {
@@ -328,24 +373,24 @@ pub fn run(args: &RunArgs) -> Result<()> {
             while next_window <= now {
                 next_window += WINDOW_STEP_NS;
             }
-            let snap = sample(&mut session, &mut exporter, &mut captures, pushing.as_mut());
+            let snap = sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref());
             exporter.window(now, &snap);
             next_stacks = now + STACKS_EVERY_NS;
         } else if stacks_on && now >= next_stacks {
-            sample(&mut session, &mut exporter, &mut captures, pushing.as_mut());
+            sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref());
             next_stacks = now + STACKS_EVERY_NS;
         } else {
             let exits = session.exits();
             exporter.fold_exits(&exits);
             if session.exits_since_stack_drain() > STACK_DRAIN_EXITS {
-                sample(&mut session, &mut exporter, &mut captures, pushing.as_mut());
+                sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref());
                 next_stacks = now + STACKS_EVERY_NS;
             }
         }
         // profiles: new pulls start from a drained map; due ones and pushes end with one
         while let Ok(pull) = pull_rx.try_recv() {
             if captures.is_empty() && pushing.is_none() {
-                sample(&mut session, &mut exporter, &mut captures, None);
+                sample(&mut session, &mut exporter, &mut captures, None, pods.as_deref());
             }
             if let Err(pull) = captures.start(pull, monotonic_ns(), unix_ns()) {
                 let _ = pull
@@ -358,7 +403,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         captures.drop_cancelled();
         let due_push = pushing.as_ref().is_some_and(|p| now >= p.next_ns);
         if captures.next_due().is_some_and(|d| d <= now) || due_push {
-            sample(&mut session, &mut exporter, &mut captures, pushing.as_mut());
+            sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref());
             next_stacks = now + STACKS_EVERY_NS;
             answer_pulls(captures.due(now), &session, &exporter, now);
             if let Some(ps) = pushing.as_mut().filter(|_| due_push) {

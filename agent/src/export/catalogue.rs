@@ -226,6 +226,32 @@ pub const PROFILE_PUSHES: Metric = Metric {
     help: "Wait-profile pushes to Pyroscope (--pyroscope-url), by result: ok, rejected (a 4xx answer other than 429: labels or profile refused; see the agent's log), failed (429 or 5xx: the server could not take it), unreachable (no connection, TLS failure, no answer within 10 s), queue_full (two pushes were already waiting: the server is slower than --pyroscope-interval). A push that did not land is not retried: its seconds are missing from Pyroscope. Absent without --pyroscope-url.",
 };
 
+/// A gauge of value 1, one series per watched process: what joins its series to its container
+/// and pod (labels on every series would start new series when the names arrive).
+pub const PROCESS_INFO: Metric = Metric {
+    base: "waitmeter_process_info",
+    kind: Kind::Gauge,
+    unit: None,
+    labels: &["pid", "comm", "cgroup", "runtime", "container_id", "pod_uid", "namespace", "pod", "container", "service_name"],
+    help: "Who a watched process is; always 1. cgroup: its CPU cgroup as the waitmeter_cgroup_* series name it (else the path its container was read from); runtime: the container runtime its cgroup path names (containerd, crio, docker, podman; unknown: a bare container ID, as the kubelet's cgroupfs driver writes it) or host (a process outside any container); container_id: the runtime's 64-hex-digit ID; pod_uid: its Kubernetes pod's UID (joins kube-state-metrics' kube_pod_info{uid}); namespace, pod, container, service_name: from the node's pod list (--pods), absent until it names them (a container newer than the list has its pod's names and no container). Join on it: `waitmeter_thread_seconds_total * on(instance, pid) group_left(namespace, pod, container) waitmeter_process_info`. Empty labels are left out.",
+};
+
+pub const POD_LIST_FETCHES: Metric = Metric {
+    base: "waitmeter_pod_list_fetches",
+    kind: Kind::Counter,
+    unit: None,
+    labels: &["result"],
+    help: "Fetches of the node's pod list (--pods), by result: ok, unreachable (no connection, TLS failed), timeout (no whole answer within 10 s), forbidden (401 or 403: the token is missing, expired or lacks list on pods), http_status (another status than 200), too_large (over 64 MiB), bad_response (not HTTP, not a PodList). A failed fetch keeps the last list: processes keep their names, a new container has its container_id and pod_uid only until a fetch succeeds. Every result is exported from the start, at 0. Absent without a --pods source.",
+};
+
+pub const POD_LIST_SKIPPED: Metric = Metric {
+    base: "waitmeter_pod_list_skipped",
+    kind: Kind::Counter,
+    unit: None,
+    labels: &[],
+    help: "Entries of the fetched pod lists skipped as malformed (a pod whose namespace or name is not a Kubernetes name, a container status whose ID is not 64 hex digits or whose name is not a Kubernetes name): their containers go unnamed. Absent without a --pods source.",
+};
+
 pub const WATCHED_PROCESSES: Metric =
     Metric { base: "waitmeter_watched_processes", kind: Kind::Gauge, unit: None, labels: &[], help: "Processes being measured." };
 
@@ -291,6 +317,9 @@ pub const ALL: &[&Metric] = &[
     &HTTP_CONNECTIONS_DROPPED,
     &WEB_CONFIG_RELOADS,
     &PROFILE_PUSHES,
+    &PROCESS_INFO,
+    &POD_LIST_FETCHES,
+    &POD_LIST_SKIPPED,
     &WATCHED_PROCESSES,
     &WATCHED_THREADS,
     &EVENTS_LOST,

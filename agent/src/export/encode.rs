@@ -81,6 +81,9 @@ pub struct Exposition {
     pub http_dropped: Vec<(Labels, f64)>,
     pub web_config_reloads: Vec<(Labels, f64)>,
     pub profile_pushes: Vec<(Labels, f64)>,
+    pub process_info: Vec<(Labels, i64)>,
+    pub pod_list_fetches: Vec<(Labels, f64)>,
+    pub pod_list_skipped: Option<f64>,
 }
 
 fn descriptor<'a>(
@@ -196,6 +199,12 @@ impl Collector for Exposition {
         counters(&mut enc, &catalogue::HTTP_CONNECTIONS_DROPPED, &self.http_dropped)?;
         counters(&mut enc, &catalogue::WEB_CONFIG_RELOADS, &self.web_config_reloads)?;
         counters(&mut enc, &catalogue::PROFILE_PUSHES, &self.profile_pushes)?;
+        gauges(&mut enc, &catalogue::PROCESS_INFO, &self.process_info)?;
+        if let Some(skipped) = self.pod_list_skipped {
+            counters(&mut enc, &catalogue::POD_LIST_FETCHES, &self.pod_list_fetches)?;
+            let u = unit_of(&catalogue::POD_LIST_SKIPPED);
+            ConstCounter::new(skipped).encode(descriptor(&mut enc, &catalogue::POD_LIST_SKIPPED, &u)?)?;
+        }
         for (m, v) in [(&catalogue::WATCHED_PROCESSES, self.watched_processes), (&catalogue::WATCHED_THREADS, self.watched_threads)] {
             let u = unit_of(m);
             ConstGauge::new(v).encode(descriptor(&mut enc, m, &u)?)?;

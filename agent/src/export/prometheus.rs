@@ -52,6 +52,8 @@ pub struct ProcessInfo {
     pub alive: bool,
     /// CPUs it may use: its cgroup's CFS quota, else the online CPUs
     pub cpu_limit_cores: f64,
+    /// its container and pod
+    pub identity: crate::identity::Identity,
 }
 
 /// A cgroup of the watched processes, read at scrape time.
@@ -93,6 +95,8 @@ pub struct AgentStatus {
     pub pushes: Vec<(&'static str, u64)>,
     /// (target, syscall label, calls): `run --syscalls on` only
     pub syscalls: Vec<(u64, String, u64)>,
+    /// pod list fetches by result, and entries skipped (None: no --pods source)
+    pub pod_lists: Option<(Vec<(&'static str, u64)>, u64)>,
 }
 
 /// A thread's cumulative numbers, summed into the series they label: the
@@ -823,6 +827,21 @@ impl Exporter {
                 Some((labels.into_iter().map(|(k, v)| (k.to_string(), v)).collect(), *n as f64))
             })
             .collect();
+        let process_info = procs
+            .iter()
+            .filter(|p| p.alive)
+            .map(|p| {
+                let mut labels = vec![("pid".to_string(), p.pid.to_string()), ("comm".to_string(), p.comm.clone())];
+                labels.extend(p.identity.labels().into_iter().map(|(k, v)| (k.to_string(), v)));
+                (labels, 1i64)
+            })
+            .collect();
+        let (pod_list_fetches, pod_list_skipped) = match &status.pod_lists {
+            Some((by, skipped)) => {
+                (by.iter().map(|(r, n)| (vec![("result".to_string(), r.to_string())], *n as f64)).collect(), Some(*skipped as f64))
+            }
+            None => (vec![], None),
+        };
         let exposition = Exposition {
             thread_seconds,
             gil_seconds,
@@ -853,6 +872,9 @@ impl Exporter {
             http_dropped,
             web_config_reloads,
             profile_pushes,
+            process_info,
+            pod_list_fetches,
+            pod_list_skipped,
         };
         exposition.encode()
     }
@@ -896,7 +918,7 @@ mod tests {
 
     #[test]
     fn same_named_threads_sum_and_exits_stay_counted() {
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0, identity: Default::default() }];
         let status = AgentStatus {
             attached: vec!["sched_switch".into()],
             expected: vec!["sched_switch", "sched_wakeup"],
@@ -908,7 +930,14 @@ mod tests {
             web_reloads: vec![("ok", 1), ("refused_weaker", 2)],
             pushes: vec![],
             syscalls: vec![(1, "clock_gettime".into(), 42), (1, "other".into(), 7)],
+            pod_lists: Some((vec![("ok", 2), ("forbidden", 1)], 3)),
         };
+        let id = "a".repeat(64);
+        let placement = crate::identity::container::from_proc_cgroup(&format!("0::/system.slice/docker-{id}.scope\n"));
+        let procs = [
+            ProcessInfo { identity: crate::identity::Identity { placement, names: None }, ..procs[0].clone() },
+            ProcessInfo { id: 2, pid: 11, comm: "gone".into(), alive: false, cpu_limit_cores: 1.0, identity: Default::default() },
+        ];
         let mut e = Exporter::new(1, false);
         let mut snap = Snapshot::default();
         snap.live.insert(
@@ -933,6 +962,12 @@ mod tests {
         assert!(text.contains("# TYPE waitmeter_thread_seconds counter"), "{text}");
         assert!(text.contains("waitmeter_process_syscalls_total{pid=\"10\",comm=\"svc\",syscall=\"clock_gettime\"} 42"), "{text}");
         assert!(text.contains("waitmeter_process_syscalls_total{pid=\"10\",comm=\"svc\",syscall=\"other\"} 7"), "{text}");
+        // the info series of the live process, its empty labels left out; none of the exited one
+        let info = format!("waitmeter_process_info{{pid=\"10\",comm=\"svc\",cgroup=\"/system.slice/docker-{id}.scope\",runtime=\"docker\",container_id=\"{id}\"}} 1");
+        assert!(text.contains(&info), "{text}");
+        assert!(!text.contains("waitmeter_process_info{pid=\"11\""), "{text}");
+        assert!(text.contains("waitmeter_pod_list_fetches_total{result=\"forbidden\"} 1"), "{text}");
+        assert!(text.contains("waitmeter_pod_list_skipped_total 3"), "{text}");
 
         // thread 2 exits: its time stays in the "worker" series
         let mut exits = BTreeMap::new();
@@ -959,7 +994,7 @@ mod tests {
 
     #[test]
     fn labels_go_to_the_busiest_threads_and_every_counter_only_grows() {
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "java".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "java".into(), alive: true, cpu_limit_cores: 2.0, identity: Default::default() }];
         let s = 1_000_000_000u64;
         let mut e = Exporter::new(20, false);
         // 40 idle JVM threads started first take the 20 labels; then the busy processor and
@@ -1021,7 +1056,7 @@ mod tests {
 
     #[test]
     fn maps_return_to_their_idle_size_after_thread_churn() {
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0, identity: Default::default() }];
         let mut e = Exporter::new(20, false);
         let steady = |at: u64| vec![sample(1, "main", 0, at, false), sample(2, "holder", 0, at, false)];
         let mut snap = Snapshot::default();
@@ -1067,7 +1102,7 @@ mod tests {
     #[test]
     fn gil_holds_by_function_are_bounded_histograms() {
         use crate::model::stacks::{Frame, Key, Role, Stack};
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0, identity: Default::default() }];
         let mut e = Exporter::new(20, false);
         let mut snap = Snapshot::default();
         snap.live.insert(1, vec![sample(1, "ingest", 0, 1, false), sample(2, "processor", 0, 1, false)]);
@@ -1124,7 +1159,7 @@ mod tests {
 
     #[test]
     fn gil_wait_is_labelled_with_the_holder_name() {
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0, identity: Default::default() }];
         let mut e = Exporter::new(20, false);
         let mut victim = sample(1, "ingest", 0, 100_000_000, false);
         victim.gil_by_holder.insert(2, 900_000_000);
@@ -1138,7 +1173,7 @@ mod tests {
 
     #[test]
     fn runqueue_wait_is_labelled_with_the_preemptor() {
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0, identity: Default::default() }];
         let mut e = Exporter::new(2, false);
         let mut victim = sample(1, "ingest", 0, 100_000_000, false);
         victim.runqueue_by.insert(Preemptor::Thread(2), 300_000_000);
@@ -1163,7 +1198,7 @@ mod tests {
 
     #[test]
     fn tid_labels_are_opt_in() {
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0, identity: Default::default() }];
         let mut e = Exporter::new(20, true);
         let mut snap = Snapshot::default();
         snap.live.insert(1, vec![sample(1, "w", 0, 1_000_000_000, false), sample(2, "w", 0, 1_000_000_000, false)]);
@@ -1233,7 +1268,7 @@ mod tests {
 
     #[test]
     fn a_thread_has_a_stretch_histogram_at_its_home_wait_only() {
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0, identity: Default::default() }];
         let mut e = Exporter::new(20, false);
         let mut snap = Snapshot::default();
         // the loop (1001) blocks mostly in epoll_wait; a lock of its own (futex) now and then.
@@ -1293,7 +1328,7 @@ mod tests {
 
     #[test]
     fn stretches_of_exited_threads_stay_counted_and_their_entries_go() {
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0, identity: Default::default() }];
         let mut e = Exporter::new(20, false);
         let q = WaitKey::new(FUTEX, 0x5000);
         let worker = |tid: u32, start: u64| sample(tid, "worker", start, 1, false);
@@ -1346,7 +1381,7 @@ mod tests {
 
     #[test]
     fn stretch_counters_only_grow_when_labels_fold_and_homes_move() {
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0, identity: Default::default() }];
         let s = 1_000_000_000u64;
         // one own label: "idle" takes it first, then "loop", once busy, takes it from it
         let mut e = Exporter::new(1, false);
@@ -1436,7 +1471,7 @@ mod tests {
         assert_eq!(in_kernel.keys().collect::<Vec<_>>(), [&(1001, 0, q)], "only the live thread's home is left");
         // the stretch bookkeeping (the rest is pruned at windows and renders)
         assert_eq!(e.sizes()[8..], idle[8..]);
-        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0 }];
+        let procs = [ProcessInfo { id: 1, pid: 10, comm: "svc".into(), alive: true, cpu_limit_cores: 2.0, identity: Default::default() }];
         let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
         assert_eq!(stretch(&text, "count", "worker", ""), Some(2_000.0), "{text}");
         assert_eq!(stretch_series(&text).keys().filter(|(s, ..)| s == "count").count(), 2, "{text}");

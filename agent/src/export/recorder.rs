@@ -23,10 +23,14 @@ pub const MAX_SECONDS: u64 = 300;
 pub const DEFAULT_SECONDS: u64 = 30;
 
 /// A watched process as a profile labels it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Proc {
     pub pid: u32,
     pub comm: String,
+    /// its pod's `namespace`, `pod`, `container` when known (`identity::Identity::pod_labels`)
+    pub pod: Vec<(&'static str, String)>,
+    /// the service its pod names (`identity::pods::Names::service_name`)
+    pub service: Option<String>,
 }
 
 /// The wait stacks of several processes since `start`.
@@ -48,7 +52,11 @@ impl Recorder {
 
     /// Add a process' stacks drained since the last call.
     pub fn add(&mut self, target: u64, proc: &Proc, w: &WaitStacks) {
-        let (_, mine) = self.stores.entry(target).or_insert_with(|| (proc.clone(), WaitStacks::default()));
+        let (known, mine) = self.stores.entry(target).or_insert_with(|| (proc.clone(), WaitStacks::default()));
+        // its pod's names may come after its first stacks
+        if known != proc {
+            *known = proc.clone();
+        }
         for (k, ns) in &w.ns {
             if let Some(v) = mine.ns.get_mut(k) {
                 *v += ns;
@@ -93,7 +101,11 @@ impl Recorder {
             .zip(&names)
             .map(|(id, names)| {
                 let (p, stacks) = &self.stores[id];
-                let labels = if per_process { vec![("pid", p.pid.to_string()), ("comm", p.comm.clone())] } else { vec![] };
+                let mut labels = vec![];
+                if per_process {
+                    labels.extend([("pid", p.pid.to_string()), ("comm", p.comm.clone())]);
+                    labels.extend(p.pod.iter().cloned());
+                }
                 Part { stacks, names, labels }
             })
             .collect();
@@ -185,7 +197,7 @@ mod tests {
 
     #[test]
     fn recorders_merge_and_are_bounded() {
-        let p = Proc { pid: 10, comm: "py".into() };
+        let p = Proc { pid: 10, comm: "py".into(), ..Default::default() };
         let mut r = Recorder::new(0, 0);
         r.add(1, &p, &stacks(3, 5));
         r.add(1, &p, &stacks(3, 5));
@@ -207,7 +219,7 @@ mod tests {
             let r = c.start(Pull { seconds: s, pid: None, reply: tx, cancelled: Arc::default() }, 0, 0);
             assert_eq!(r.is_ok(), s <= MAX_CAPTURES as u64, "{s}");
         }
-        c.add(1, &Proc { pid: 10, comm: "py".into() }, &stacks(2, 3));
+        c.add(1, &Proc { pid: 10, comm: "py".into(), ..Default::default() }, &stacks(2, 3));
         assert_eq!(c.next_due(), Some(1_000_000_000));
         let due = c.due(2_000_000_000);
         assert_eq!(due.iter().map(|d| d.0.seconds).collect::<Vec<_>>(), [1, 2]);
@@ -225,8 +237,8 @@ mod tests {
     #[test]
     fn profiles_label_processes_and_bound_thread_names() {
         let mut r = Recorder::new(0, 0);
-        r.add(1, &Proc { pid: 10, comm: "api".into() }, &stacks(1, 9));
-        r.add(2, &Proc { pid: 11, comm: "db".into() }, &stacks(1, 4));
+        r.add(1, &Proc { pid: 10, comm: "api".into(), ..Default::default() }, &stacks(1, 9));
+        r.add(2, &Proc { pid: 11, comm: "db".into(), ..Default::default() }, &stacks(1, 4));
         let b = r.pprof(1_000, None, true, |_, tid| (tid == 7).then(|| "ingest".to_string()));
         assert_eq!(b.samples(), 2);
         let text = String::from_utf8_lossy(&b.encode()).into_owned();

@@ -61,6 +61,9 @@ pub struct DumpThread {
 pub struct Dump {
     pub pid: u32,
     pub comm: String,
+    /// the container (and pod) it runs in; absent: the host
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
     pub python: Option<String>,
     pub window_s: f64,
     pub threads: Vec<DumpThread>,
@@ -238,6 +241,7 @@ impl Dump {
         Dump {
             pid: report.pid,
             comm: report.comm.clone(),
+            container: report.container.clone(),
             python: report.python.as_ref().map(|p| p.version.clone()),
             window_s: report.duration_ns as f64 / 1e9,
             threads,
@@ -256,9 +260,10 @@ impl Dump {
         let py = self.python.as_ref().map(|v| format!(", Python {v}")).unwrap_or_default();
         let _ = writeln!(
             out,
-            "waitmeter dump: PID {} ({}{py}), {} threads, over the last {:.1} s",
+            "waitmeter dump: PID {} ({}{py}){}, {} threads, over the last {:.1} s",
             self.pid,
             clean(&self.comm),
+            self.container.as_ref().map(|c| format!(", {c}")).unwrap_or_default(),
             self.threads.len(),
             self.window_s
         );

@@ -242,6 +242,8 @@ pub struct ProcessReport {
     pub events_lost: Vec<Lost>,
     /// the process and those it started, measured with it (`attach --children`; None: not asked)
     pub family: Option<family::Family>,
+    /// the container (and pod) it runs in, as `identity::Identity::describe` says it; None: the host
+    pub container: Option<String>,
 }
 
 /// How the verdict is drawn from a report.
@@ -294,6 +296,7 @@ impl ProcessReport {
             environment: None,
             events_lost: vec![],
             family: None,
+            container: None,
         }
     }
 
@@ -361,6 +364,12 @@ impl ProcessReport {
     /// Add the environment's facts.
     pub fn with_environment(mut self, e: environment::Environment) -> Self {
         self.environment = Some(e);
+        self
+    }
+
+    /// The container (and pod) it runs in.
+    pub fn with_container(mut self, container: Option<String>) -> Self {
+        self.container = container;
         self
     }
 

@@ -273,9 +273,10 @@ pub fn report_fit(r: &ProcessReport, v: &Verdict, color: bool, width: usize) -> 
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "waitmeter: PID {} ({}), {:.1} s, {} threads, % of time by state",
+        "waitmeter: PID {} ({}){}, {:.1} s, {} threads, % of time by state",
         r.pid,
         r.comm,
+        r.container.as_ref().map(|c| format!(", {c}")).unwrap_or_default(),
         secs(r.duration_ns),
         r.threads.len()
     );

@@ -32,6 +32,8 @@ pub struct Target {
     /// Python thread names by TID, and when they were read
     pub(super) names: std::collections::HashMap<u32, String>,
     pub(super) names_at: u64,
+    /// the container its cgroup names (read once: a process does not change containers)
+    pub placement: crate::identity::Placement,
     /// its CPU cgroup, and the cgroup's counters when the target was attached
     pub cgroup: Option<crate::cgroup::Cgroup>,
     pub cgroup_start: Option<crate::cgroup::CpuStat>,
@@ -157,6 +159,11 @@ impl Session {
         let id = self.next_id;
         self.next_id += 1;
         let cgroup = crate::cgroup::of_process(pid);
+        let mut placement = crate::identity::container::of_process(pid).unwrap_or_default();
+        // its `cgroup` label joins the waitmeter_cgroup_* series: their path, the CPU cgroup's
+        if let Some(c) = &cgroup {
+            placement.cgroup = c.path.clone();
+        }
         self.targets.insert(
             id,
             Target {
@@ -171,6 +178,7 @@ impl Session {
                 names: Default::default(),
                 names_at: 0,
                 fsbase_tids: Default::default(),
+                placement,
                 cgroup_start: cgroup.as_ref().and_then(|c| c.stat()),
                 cgroup,
                 throttles: Default::default(),

@@ -250,7 +250,8 @@ Usage: include "waitmeter.probe" (dict "ctx" $ctx "probe" $probe)
 The agent's command line.
 */}}
 {{- define "waitmeter.args" -}}
-{{- $a := .Values.agent }}
+{{- $v := .ctx.Values }}
+{{- $a := $v.agent }}
 {{- $listen := ternary (printf "[%s]" $a.listenAddress) $a.listenAddress (contains ":" $a.listenAddress) -}}
 - run
 - --all
@@ -260,6 +261,16 @@ The agent's command line.
 - --exit-buffer-kib={{ int64 $a.exitBufferKib }}
 - --max-thread-labels={{ int64 $a.maxThreadLabels }}
 - --gil-probe={{ $a.gilProbe }}
+{{- /* pod names: the node agent lists its node's pods (auto: with the NODE_NAME and the token
+the pod gets); a sidecar's processes are its own pod's, and it has neither: auto is off */}}
+{{- if not .sidecar }}
+{{- if $v.podNames.enabled }}
+- --pods=auto
+- --pods-refresh={{ int64 $v.podNames.refreshSeconds }}
+{{- else }}
+- --pods=off
+{{- end }}
+{{- end }}
 {{- if ne $a.stacks "all" }}
 - --stacks={{ $a.stacks }}
 {{- end }}
@@ -275,7 +286,7 @@ The agent's command line.
 {{- if $a.btf }}
 - --btf={{ $a.btf }}
 {{- end }}
-{{- with .Values.age.socket }}
+{{- with $v.age.socket }}
 {{- if .enabled }}
 - --age-socket=/run/waitmeter/age.sock
 - --age-socket-mode={{ .mode }}
@@ -284,7 +295,7 @@ The agent's command line.
 {{- end }}
 {{- end }}
 {{- end }}
-{{- with .Values.pyroscope }}
+{{- with $v.pyroscope }}
 {{- if .url }}
 - --pyroscope-url={{ .url }}
 - --pyroscope-interval={{ int64 .interval }}
@@ -299,8 +310,8 @@ The agent's command line.
 {{- end }}
 {{- end }}
 {{- end }}
-{{- if include "waitmeter.web.enabled" . }}
-- --web.config.file={{ include "waitmeter.web.configFile" . }}
+{{- if include "waitmeter.web.enabled" .ctx }}
+- --web.config.file={{ include "waitmeter.web.configFile" .ctx }}
 {{- end }}
 {{- range $a.extraArgs }}
 - {{ . | quote }}
@@ -322,14 +333,24 @@ where $scope has .Values, .Chart and .Release of this chart (`.` here, or
   command:
     {{- toYaml $v.image.command | nindent 4 }}
   args:
-    {{- include "waitmeter.args" $ctx | nindent 4 }}
+    {{- include "waitmeter.args" . | nindent 4 }}
   ports:
     - name: metrics
       containerPort: {{ $v.agent.port }}
       protocol: TCP
-  {{- with $v.extraEnv }}
+  {{- $podNames := and (not .sidecar) $v.podNames.enabled }}
+  {{- if or $podNames $v.extraEnv }}
   env:
+    {{- if $podNames }}
+    # the node whose pods --pods api lists
+    - name: NODE_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: spec.nodeName
+    {{- end }}
+    {{- with $v.extraEnv }}
     {{- toYaml . | nindent 4 }}
+    {{- end }}
   {{- end }}
   securityContext:
     # BPF: load programs and create maps; PERFMON: attach tracepoints and uprobes;
