@@ -671,6 +671,15 @@ def test_the_node_agent_lists_its_nodes_pods_with_the_narrowest_rights():
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}]
     # the service account itself mounts no token: only the agent's pod asks for it
     assert sa["automountServiceAccountToken"] is False
+    # the process' namespace, pod and container win over the agent pod's target labels
+    monitored = render("daemonset-monitoring-values.yaml")
+    endpoints = [e for o in monitored if o["kind"] in ("ServiceMonitor", "PodMonitor")
+                 for e in o["spec"].get("endpoints", o["spec"].get("podMetricsEndpoints", []))]
+    assert endpoints and all(e.get("honorLabels") is True for e in endpoints), endpoints
+    for scenario in SIDECAR:
+        for o in render(scenario):
+            if o["kind"] in ("ServiceMonitor", "PodMonitor"):
+                assert not [e for e in o["spec"].get("endpoints", o["spec"].get("podMetricsEndpoints", [])) if e.get("honorLabels")], scenario
     off = render("daemonset-values.yaml", sets=("podNames.enabled=false",))
     assert agent(off)["args"] == DEFAULT_ARGS + ["--pods=off"]
     assert "env" not in agent(off)
@@ -961,7 +970,8 @@ def test_service_monitor(scenario):
     check_scrape_security(scenario, "serviceMonitor", ep)
     assert ep["interval"] == "30s" and ep["scrapeTimeout"] == "10s"
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"} in ep["relabelings"]
-    allowed = {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings", "tlsConfig", "basicAuth"}
+    allowed = {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings", "tlsConfig", "basicAuth",
+               "honorLabels"}
     assert set(ep) <= allowed
     if scenario == "daemonset-monitoring-values.yaml":
         assert sm["metadata"]["labels"]["release"] == "prometheus"
@@ -992,7 +1002,7 @@ def test_pod_monitor(scenario):
     assert ep["interval"] == values.get("interval", "30s") and ep["scrapeTimeout"] == "10s"
     assert ep["relabelings"][0] == {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
     assert ep.get("metricRelabelings", []) == values.get("metricRelabelings", [])
-    assert set(ep) <= {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings", "tlsConfig", "basicAuth"}
+    assert set(ep) <= {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings", "metricRelabelings", "tlsConfig", "basicAuth", "honorLabels"}
 
 
 SECRET_KEY_SELECTOR = {"name", "key", "optional"}

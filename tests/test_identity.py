@@ -9,6 +9,7 @@ No cluster runs here: the cgroup paths are those the runtimes write (docs/deploy
 pod is that?"), the answers are PodLists as the API server serves them."""
 import json
 import os
+import urllib.request
 import re
 import shutil
 import subprocess
@@ -20,7 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WAITMETER, Guard, free_port, wait_http
+from conftest import ROOT, WAITMETER, Guard, Workload, free_port, prometheus, wait_http
+from test_gil import STARVE, pyenv_python
+
+import sys  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+import pyroscope_receiver  # noqa: E402
 
 pytestmark = pytest.mark.needs_root
 
@@ -77,6 +83,20 @@ class PodListServer:
         self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def remove_cgroups(top):
+    """Every cgroup under `top` (the test's own) and `top` itself, deepest first, once their
+    processes are gone (a killed task leaves its cgroup a moment later)."""
+    if not top.exists():
+        return
+    for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [top]:
+        for _ in range(50):
+            try:
+                d.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
 
 
 def pod(namespace, name, uid, containers, annotations=None):
@@ -139,12 +159,11 @@ def test_every_runtime_shape_is_named_and_the_names_follow_the_pod_list(tmp_path
     ]
     sleep = tmp_path / COMM
     shutil.copy("/bin/sleep", sleep)
-    made, procs = [], {}
+    procs = {}
 
     def place(name, hierarchy, rel):
         d = hierarchy / top / rel
         d.mkdir(parents=True, exist_ok=True)
-        made.append(d)
         p = subprocess.Popen([str(sleep), "300"])
         procs[name] = p
         (d / "cgroup.procs").write_text(str(p.pid))
@@ -241,20 +260,8 @@ def test_every_runtime_shape_is_named_and_the_names_follow_the_pod_list(tmp_path
         for p in procs.values():
             p.kill()
             p.wait()
-        for d in sorted(made, key=lambda p: len(p.parts), reverse=True):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.1)
         for h in (V1, V2):
-            parents = sorted((p for p in (h / top).rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
-            for d in parents + [h / top]:
-                try:
-                    d.rmdir()
-                except OSError:
-                    pass
+            remove_cgroups(h / top)
 
 
 def test_bad_pod_sources_are_refused_with_one_line():
@@ -273,3 +280,152 @@ def test_bad_pod_sources_are_refused_with_one_line():
         r = subprocess.run([str(WAITMETER), "run", "--pid", "1", "--listen", "127.0.0.1:0", *args],
                            capture_output=True, text=True, timeout=30, env=env)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and want in r.stderr, (args, r.returncode, r.stderr)
+
+
+def test_a_real_prometheus_alert_names_the_pod_of_the_starving_process(tmp_path):
+    """The rules loaded in a real Prometheus that scrapes the node agent as the Prometheus
+    Operator does (the agent's own pod as target labels, honor_labels so the process' labels
+    win): a GIL-starving process in a pod-shaped cgroup raises WaitmeterGILStarvation naming its
+    pod and container, from the pod list; a healthy process beside it raises nothing."""
+    py12 = pyenv_python(12)
+    if not py12:
+        pytest.fail("pyenv 3.12 is not installed here (make setup installs it)")
+    top = V2 / f"wm-alert-{os.getpid()}"
+    uid = str(uuid.uuid4())
+    cg = top / "kubepods.slice" / f"kubepods-pod{uid.replace('-', '_')}.slice" / f"cri-containerd-{cid(9)}.scope"
+    server = PodListServer()
+    server.pods = [pod("shop", "checkout-7d9f8b-x2k4p", uid, [("app", cid(9))])]
+    port = free_port()
+    try:
+        cg.mkdir(parents=True)
+        with Workload(py12, STARVE, "same") as starving, Workload(py12, STARVE, "separate") as control:
+            (cg / "cgroup.procs").write_text(str(starving.pid))
+            agent = subprocess.Popen(
+                [str(WAITMETER), "run", "--pid", str(starving.pid), "--pid", str(control.pid), "--listen", f"127.0.0.1:{port}",
+                 "--pods", server.url, "--pods-refresh", "1"], stderr=subprocess.PIPE, text=True)
+            with Guard(agent):
+                wait_http(f"http://127.0.0.1:{port}/metrics")
+                rules = tmp_path / "rules.yaml"
+                rules.write_text((ROOT / "dashboards" / "rules" / "waitmeter-rules.yaml").read_text().replace("[5m]", "[20s]"))
+                job = {"job_name": "waitmeter", "honor_labels": True,
+                       "static_configs": [{"targets": [f"127.0.0.1:{port}"],
+                                           "labels": {"namespace": "monitoring", "pod": "waitmeter-x7k2p", "container": "waitmeter"}}]}
+                with prometheus(tmp_path, port, [rules], jobs=[job]) as base:
+                    deadline = time.monotonic() + 90
+                    gil = []
+                    while time.monotonic() < deadline and not gil:
+                        with urllib.request.urlopen(f"{base}/api/v1/alerts", timeout=5) as r:
+                            active = json.load(r)["data"]["alerts"]
+                        gil = [a for a in active if a["labels"]["alertname"] == "WaitmeterGILStarvation"]
+                        time.sleep(1)
+    finally:
+        server.close()
+        remove_cgroups(top)
+    assert gil, "no GIL starvation alert"
+    assert {a["labels"]["pid"] for a in gil} == {str(starving.pid)}, gil
+    labels = gil[0]["labels"]
+    assert (labels.get("namespace"), labels.get("pod"), labels.get("container"), labels.get("container_id")) == \
+        ("shop", "checkout-7d9f8b-x2k4p", "app", cid(9)), labels
+    assert "(pod shop/checkout-7d9f8b-x2k4p, container app)" in gil[0]["annotations"]["summary"], gil[0]
+    assert "pod shop/checkout-7d9f8b-x2k4p, container app" in gil[0]["annotations"]["description"], gil[0]
+
+
+def test_pushed_and_pulled_profiles_carry_the_pods_names(tmp_path):
+    """A process of a pod whose pod list names it: its pushed wait profiles carry service_name
+    from the pod's pyroscope.io/service_name annotation and its namespace, pod and container (as
+    the faithful Pyroscope receiver decodes the push); a process of a pod without the annotation
+    goes under namespace/container; the pulled /debug/pprof/wait labels the samples the same way."""
+    py12 = pyenv_python(12)
+    if not py12:
+        pytest.fail("pyenv 3.12 is not installed here (make setup installs it)")
+    top = V2 / f"wm-push-{os.getpid()}"
+    uids = [str(uuid.uuid4()) for _ in range(2)]
+    cgs = [top / "kubepods.slice" / f"kubepods-pod{u.replace('-', '_')}.slice" / f"cri-containerd-{cid(10 + i)}.scope"
+           for i, u in enumerate(uids)]
+    server = PodListServer()
+    server.pods = [pod("shop", "checkout-7d9f8b-x2k4p", uids[0], [("app", cid(10))], {"pyroscope.io/service_name": "checkout"}),
+                   pod("data", "ingest-0", uids[1], [("worker", cid(11))])]
+    port = free_port()
+    holder = ROOT / "tests" / "workloads" / "gil_holder.py"
+    try:
+        for cg in cgs:
+            cg.mkdir(parents=True)
+        with pyroscope_receiver.start() as r, Workload(py12, holder, "same") as a, Workload(py12, holder, "same") as b:
+            for cg, w in zip(cgs, (a, b)):
+                (cg / "cgroup.procs").write_text(str(w.pid))
+            agent = subprocess.Popen(
+                [str(WAITMETER), "run", "--pid", str(a.pid), "--pid", str(b.pid), "--listen", f"127.0.0.1:{port}",
+                 "--pods", server.url, "--pods-refresh", "1", "--pyroscope-url", r.url, "--pyroscope-interval", "2"],
+                stderr=subprocess.PIPE, text=True)
+            with Guard(agent):
+                wait_http(f"http://127.0.0.1:{port}/metrics")
+                # the first push may leave before the first list: wait for named ones
+                deadline = time.monotonic() + 30
+                named = {}
+                while time.monotonic() < deadline and len(named) < 2:
+                    for series in r.wait_for(1, timeout=30):
+                        if "pod" in series.labels:
+                            named[series.labels["pid"]] = series.labels
+                    time.sleep(0.5)
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/pprof/wait?seconds=2", timeout=30) as resp:
+                    pulled = pyroscope_receiver.decode_pprof(resp.read())
+    finally:
+        server.close()
+        remove_cgroups(top)
+    comm = named.get(str(a.pid), {}).get("comm")
+    assert named.get(str(a.pid)) == {"__name__": "waitmeter_wait", "service_name": "checkout", "pid": str(a.pid), "comm": comm,
+                                     "namespace": "shop", "pod": "checkout-7d9f8b-x2k4p", "container": "app"}, named
+    assert named.get(str(b.pid)) == {"__name__": "waitmeter_wait", "service_name": "data/worker", "pid": str(b.pid), "comm": comm,
+                                     "namespace": "data", "pod": "ingest-0", "container": "worker"}, named
+    by_pid = {}
+    for smp in pulled["samples"]:
+        by_pid.setdefault(smp["labels"].get("pid"), set()).add((smp["labels"].get("namespace"), smp["labels"].get("pod"), smp["labels"].get("container")))
+    assert by_pid.get(str(a.pid)) == {("shop", "checkout-7d9f8b-x2k4p", "app")}, by_pid
+    assert by_pid.get(str(b.pid)) == {("data", "ingest-0", "worker")}, by_pid
+
+
+def test_attach_and_dump_name_the_pod_and_container_on_their_header(tmp_path):
+    """`attach` and `dump` of a process in a pod's container name the pod and container on their
+    header line (JSON: `container`), from the pod list (`--pods URL`); without a list, the
+    container's ID and its pod's UID; a host process, nothing."""
+    top = V2 / f"wm-attach-{os.getpid()}"
+    uid = str(uuid.uuid4())
+    cg = top / "kubepods.slice" / f"kubepods-pod{uid.replace('-', '_')}.slice" / f"cri-containerd-{cid(12)}.scope"
+    server = PodListServer()
+    server.pods = [pod("shop", "checkout-7d9f8b-x2k4p", uid, [("app", cid(12))])]
+    sleep = tmp_path / COMM
+    shutil.copy("/bin/sleep", sleep)
+    inside = subprocess.Popen([str(sleep), "300"])
+    host = subprocess.Popen([str(sleep), "300"])
+
+    def run(*args):
+        r = subprocess.run([str(WAITMETER), *map(str, args)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (args, r.stderr)
+        return r.stdout
+
+    def header(*args):
+        """The report's header line (attach's live lines before it say "t=")."""
+        return next((line for line in run(*args).splitlines() if re.match(r"waitmeter( dump)?: PID ", line)), "")
+
+    try:
+        cg.mkdir(parents=True)
+        (cg / "cgroup.procs").write_text(str(inside.pid))
+        named = f"pod shop/checkout-7d9f8b-x2k4p, container app (containerd {cid(12)[:12]})"
+        head = header("attach", "--pid", inside.pid, "--duration", "1", "--pods", server.url)
+        assert head.startswith(f"waitmeter: PID {inside.pid} ({COMM}), {named}, "), head
+        report = json.loads(run("attach", "--pid", inside.pid, "--duration", "1", "--output", "json", "--pods", server.url))
+        assert report["container"] == named, report.get("container")
+        head = header("dump", "--pid", inside.pid, "--window", "0.5", "--pods", server.url)
+        assert head.startswith(f"waitmeter dump: PID {inside.pid} ({COMM}), {named}, "), head
+        # no list: the container's ID and its pod's UID
+        head = header("dump", "--pid", inside.pid, "--window", "0.5", "--pods", "off")
+        assert f", container {cid(12)[:12]} (containerd) of pod UID {uid}, " in head, head
+        head = header("attach", "--pid", host.pid, "--duration", "1", "--pods", server.url)
+        assert re.match(rf"waitmeter: PID {host.pid} \({COMM}\), \d+\.\d s, ", head), head
+        assert "container" not in json.loads(run("dump", "--pid", host.pid, "--window", "0.5", "--output", "json"))
+    finally:
+        server.close()
+        for p in (inside, host):
+            p.kill()
+            p.wait()
+        remove_cgroups(top)

@@ -38,8 +38,9 @@ def test_no_module_imports_one_that_imports_it_back():
 LAYERS = [
     # leaves: no state of their own beyond what they are about, nothing above them
     {"model", "clock", "cgroup", "error", "http_client", "tls", "idhash", "procfs", "shrink", "outfile", "main"},
-    # reading a process's memory and binaries
-    {"python"},
+    # facts of a process beyond the kernel's: its interpreter (its memory and binaries), its
+    # container and pod (its cgroup path, the node's pod list)
+    {"python", "identity"},
     # the kernel's side
     {"probes"},
     # what gathers readings

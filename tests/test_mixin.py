@@ -84,9 +84,14 @@ def test_dashboard_structure(path):
     assert d["schemaVersion"] >= 36 and d["uid"] == path.stem and d["title"].startswith("waitmeter / ")
     variables = {v["name"]: v for v in d["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
-    for name in ["namespace", "pod", "pid", "thread"]:
+    for name in ["namespace", "pod", "container", "thread"]:
         v = variables[name]
         assert v["type"] == "query" and v["datasource"] == DS and v["includeAll"] and v["allValue"] == ".*", v
+    # the processes the workload variables select: "All" is the options listed, not ".*"
+    for name in ["instance", "pid", "cgroup"]:
+        v = variables[name]
+        assert v["type"] == "query" and v["includeAll"] and not v.get("allValue"), v
+        assert "waitmeter_process_info{" in v["query"]["query"] and 'namespace=~"$namespace"' in v["query"]["query"], v
     known = catalogue()
     ids, cells = set(), set()
     for p in panels(d):
@@ -168,7 +173,8 @@ def api(base, path, **params):
 
 def substitute(expr, pids):
     """The variables as Grafana would expand them for 'All' and the selected processes."""
-    values = {"namespace": ".*", "pod": ".*", "pid": "|".join(map(str, pids)), "thread": ".*",
+    values = {"namespace": ".*", "pod": ".*", "container": ".*", "instance": ".*", "cgroup": ".*",
+              "pid": "|".join(map(str, pids)), "thread": ".*",
               "__rate_interval": "20s", "__range": "30s", "__interval": "2s", "datasource": "prometheus"}
     return re.sub(r"\$\{?(\w+)\}?", lambda m: values[m.group(1)], expr)
 

@@ -474,6 +474,8 @@ pub struct AttachArgs {
     pub probe: ProbeArgs,
     #[command(flatten)]
     pub age: AgeArgs,
+    #[command(flatten)]
+    pub pods: PodsArgs,
     /// Run this command and measure it from its first instruction until it exits; waitmeter
     /// exits with its exit code
     #[arg(last = true, value_name = "COMMAND")]
@@ -493,6 +495,8 @@ pub struct DumpArgs {
     pub output: Output,
     #[command(flatten)]
     pub probe: ProbeArgs,
+    #[command(flatten)]
+    pub pods: PodsArgs,
 }
 
 #[derive(Args, Debug)]

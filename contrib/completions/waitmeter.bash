@@ -79,7 +79,7 @@ _waitmeter() {
             return 0
             ;;
         waitmeter__subcmd__attach)
-            opts="-p -v -h --pid --duration --output --interval --profile --age-slo --each-thread --children --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --verbose --help"
+            opts="-p -v -h --pid --duration --output --interval --profile --age-slo --each-thread --children --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --pods --node-name --pods-token-file --pods-ca-file --pods-refresh --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -189,6 +189,26 @@ _waitmeter() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --pods)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --node-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pods-token-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pods-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pods-refresh)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -211,7 +231,7 @@ _waitmeter() {
             return 0
             ;;
         waitmeter__subcmd__dump)
-            opts="-p -v -h --pid --window --output --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --verbose --help"
+            opts="-p -v -h --pid --window --output --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --pods --node-name --pods-token-file --pods-ca-file --pods-refresh --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -271,6 +291,26 @@ _waitmeter() {
                     ;;
                 --syscalls)
                     COMPREPLY=($(compgen -W "on off" -- "${cur}"))
+                    return 0
+                    ;;
+                --pods)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --node-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pods-token-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pods-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pods-refresh)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

@@ -3,9 +3,13 @@
 
 Dashboards are built with the official grafana-foundation-sdk; queries use the
 metrics of docs/metrics.md only, so every panel works without the recording
-rules too. Every selector carries the `namespace` and `pod` variables: with
-"All" they match ".*", which also matches series without those labels (a
-Prometheus outside Kubernetes).
+rules too. The namespace, pod and container variables select processes
+through waitmeter_process_info (its labels are the workload's: the node
+agent's series carry its own pod's as target labels, or none); the instance,
+pid and cgroup variables list the processes they select ("All" is every one of
+those, not every value), and every selector carries them. With "All", namespace,
+pod and container match ".*", which also matches a process without those labels
+(a host process, a Prometheus outside Kubernetes).
 """
 import json
 import pathlib
@@ -29,7 +33,11 @@ CFG = yaml.safe_load((HERE / "config.yaml").read_text())
 WAITING = "runqueue|throttled|gil_wait"
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
-K = 'namespace=~"$namespace", pod=~"$pod"'
+# the workloads chosen, in waitmeter_process_info's labels
+W = 'namespace=~"$namespace", pod=~"$pod", container=~"$container"'
+# agents (the self metrics), cgroups, processes, threads
+K = 'instance=~"$instance"'
+CG = K + ', cgroup=~"$cgroup"'
 P = K + ', pid=~"$pid"'
 T = P + ', thread=~"$thread"'
 RATE = "$__rate_interval"
@@ -118,8 +126,10 @@ def stat(title, description, target, unit, thresholds):
     )
 
 
-def variable(name, label, query, multi=True):
-    return (
+def variable(name, label, query, multi=True, all_value=".*", hide=False):
+    """A multi-value query variable. all_value ".*" matches everything (a series without the
+    label too); None: "All" is the options listed, as a regex of them (a filter)."""
+    v = (
         db.QueryVariable(name)
         .label(label)
         .datasource(DS)
@@ -128,9 +138,13 @@ def variable(name, label, query, multi=True):
         .sort(dm.VariableSort.ALPHABETICAL_ASC)
         .multi(multi)
         .include_all(True)
-        .all_value(".*")
         .current(dm.VariableOption(selected=True, text="All", value="$__all"))
     )
+    if all_value is not None:
+        v = v.all_value(all_value)
+    if hide:
+        v = v.hide(dm.VariableHide.HIDE_VARIABLE)
+    return v
 
 
 def dashboard(uid, title, description, panels):
@@ -147,9 +161,12 @@ def dashboard(uid, title, description, panels):
         .refresh("30s")
         .tooltip(dm.DashboardCursorSync.CROSSHAIR)
         .with_variable(db.DatasourceVariable("datasource").label("Data source").type("prometheus"))
-        .with_variable(variable("namespace", "Namespace", "label_values(waitmeter_build_info, namespace)"))
-        .with_variable(variable("pod", "Pod", 'label_values(waitmeter_build_info{namespace=~"$namespace"}, pod)'))
-        .with_variable(variable("pid", "Process (pid)", f"label_values(waitmeter_thread_seconds_total{{{K}}}, pid)"))
+        .with_variable(variable("namespace", "Namespace", "label_values(waitmeter_process_info, namespace)"))
+        .with_variable(variable("pod", "Pod", 'label_values(waitmeter_process_info{namespace=~"$namespace"}, pod)'))
+        .with_variable(variable("container", "Container", 'label_values(waitmeter_process_info{namespace=~"$namespace", pod=~"$pod"}, container)'))
+        .with_variable(variable("instance", "Agent", f"label_values(waitmeter_process_info{{{W}}}, instance)", all_value=None))
+        .with_variable(variable("pid", "Process (pid)", f"label_values(waitmeter_process_info{{{W}, {K}}}, pid)", all_value=None))
+        .with_variable(variable("cgroup", "Cgroup", f"label_values(waitmeter_process_info{{{W}, {P}}}, cgroup)", all_value=None, hide=True))
         .with_variable(variable("thread", "Thread", f"label_values(waitmeter_thread_seconds_total{{{P}}}, thread)"))
         .link(
             db.DashboardLink("waitmeter").type(dm.DashboardLinkType.DASHBOARDS).tags(["waitmeter"]).as_dropdown(True)

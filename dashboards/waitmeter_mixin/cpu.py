@@ -1,5 +1,5 @@
 """The CPU dashboard (waitmeter-cpu): CFS quota throttling and the run queue, with who had the CPU."""
-from .common import K, RATE, T, dashboard, q, timeseries
+from .common import CG, RATE, T, dashboard, q, timeseries
 
 
 def build():
@@ -16,8 +16,8 @@ def build():
                     "multiples of the period (100 ms); raise the CPU limit or cut the work that bursts.",
                     [
                         q(
-                            f"sum by (cgroup) (rate(waitmeter_cgroup_throttled_periods_total{{{K}}}[{RATE}]))"
-                            f" / (sum by (cgroup) (rate(waitmeter_cgroup_periods_total{{{K}}}[{RATE}])) > 0)",
+                            f"sum by (cgroup) (rate(waitmeter_cgroup_throttled_periods_total{{{CG}}}[{RATE}]))"
+                            f" / (sum by (cgroup) (rate(waitmeter_cgroup_periods_total{{{CG}}}[{RATE}])) > 0)",
                             "{{cgroup}}",
                             "A",
                         )
@@ -34,8 +34,8 @@ def build():
                     "Seconds per second the cgroup was throttled (cpu.stat) and its quota in cores. Throttling with "
                     "usage well below the quota: short bursts over many threads; the quota's period is too long for them.",
                     [
-                        q(f"sum by (cgroup) (rate(waitmeter_cgroup_throttled_seconds_total{{{K}}}[{RATE}]))", "{{cgroup}} throttled", "A"),
-                        q(f"max by (cgroup) (waitmeter_cgroup_cpu_quota_cores{{{K}}})", "{{cgroup}} quota (cores)", "B"),
+                        q(f"sum by (cgroup) (rate(waitmeter_cgroup_throttled_seconds_total{{{CG}}}[{RATE}]))", "{{cgroup}} throttled", "A"),
+                        q(f"max by (cgroup) (waitmeter_cgroup_cpu_quota_cores{{{CG}}})", "{{cgroup}} quota (cores)", "B"),
                     ],
                     "short",
                 ),

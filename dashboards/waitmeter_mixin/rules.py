@@ -39,9 +39,36 @@ def recording_rules():
     return [{"record": name, "expr": expr} for name, expr in r]
 
 
+# The workload's labels an alert takes from waitmeter_process_info: the node agent's series carry
+# the agent's own pod as target labels (or none), its info series the watched process' pod.
+WORKLOAD = "namespace, pod, container, container_id"
+
+
+def named(expr, on):
+    """`expr` with the workload labels of its process (`on`: the labels that find it, pid or
+    cgroup), or as it is where no waitmeter_process_info matches (an agent before it, a process
+    gone): an alert never goes silent for want of the join. One info series per match group
+    (topk), even in the scrape in which a process' names arrive."""
+    info = f"topk by ({on}) (1, waitmeter_process_info)"
+    return f"({expr}) * on ({on}) group_left ({WORKLOAD}) {info} or on ({on}) ({expr})"
+
+
 def alert_rules():
     a = CFG["alerts"]
-    pod = "{{ with $labels.pod }}, pod {{ $labels.namespace }}/{{ . }}{{ end }}"
+    # who the alert is about, as its description says it; the sidecar's own container
+    # (target label container="waitmeter") is not the workload's
+    where = (
+        "{{ with $labels.pod }}, pod {{ $labels.namespace }}/{{ . }}"
+        '{{ with $labels.container }}{{ if ne . "waitmeter" }}, container {{ . }}{{ end }}{{ end }}'
+        "{{ else }}{{ with $labels.container_id }}, container {{ slice . 0 12 }}{{ end }}{{ end }}"
+    )
+    pod = where
+    # the summary's end: " (pod shop/checkout-7d9f8b-x2k4p, container app)"
+    about = (
+        "{{ with $labels.pod }} (pod {{ $labels.namespace }}/{{ . }}"
+        '{{ with $labels.container }}{{ if ne . "waitmeter" }}, container {{ . }}{{ end }}{{ end }})'
+        "{{ else }}{{ with $labels.container_id }} (container {{ slice . 0 12 }}){{ end }}{{ end }}"
+    )
     g, i, t, q, c = a["gilStarvation"], a["ageRisingWhileIdle"], a["cpuThrottling"], a["runqueueSaturation"], a["lockConvoy"]
     s = a["threadSaturation"]
     st = a["servingThreadStall"]
@@ -184,8 +211,23 @@ def alert_rules():
             " certificates or basic auth off).",
         ),
     ]
+    # the alerts about a workload, and the labels that find its process
+    process = "job, instance, pid"
+    on = {
+        "WaitmeterGILStarvation": process,
+        "WaitmeterAgeRisingWhileIdle": process,
+        "WaitmeterCPUThrottling": "job, instance, cgroup",
+        "WaitmeterThreadSaturated": process,
+        "WaitmeterRunqueueSaturation": process,
+        "WaitmeterServingThreadStalled": process,
+        "WaitmeterLockConvoy": process,
+        "WaitmeterClockSyscalls": process,
+    }
     out = []
     for name, expr, for_, severity, summary, description in rules:
+        if name in on:
+            expr = named(expr, on[name])
+            summary = summary.removesuffix(".") + about + "."
         r = {"alert": name, "expr": expr}
         if for_ not in ("0m", "0s", 0):
             r["for"] = for_

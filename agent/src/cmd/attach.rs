@@ -132,6 +132,8 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     for pid in &args.pid {
         Session::check(*pid)?;
     }
+    // the pod list is fetched while the window runs
+    let pods = super::pod_names(&args.pods)?;
     let mut session = Session::start(&SessionOptions { stall_ns, ..session_options(&args.probe, args.children, true) })?;
     // each thread's syscalls, when asked (--syscalls on: a probe on every syscall of the
     // machine, docs/probes/syscalls.md). Loaded before the target is watched: the window
@@ -350,6 +352,8 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
             l.reason.remedy()
         );
     }
+    // the names of the targets' pods: the last list, or the first one within 2 s
+    let pod_list = pods.as_ref().map(|d| d.names_within(std::time::Duration::from_secs(2))).unwrap_or_default();
     let mut reports = vec![];
     for w in &watched {
         let pid = w.target.pid;
@@ -403,7 +407,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         .with_online_cpus(online)
         .with_allowed_cpus(crate::procfs::allowed_cpus(target.pid))
         .with_start(start_unix_ns)
-        .with_container(crate::identity::Identity::resolve(&target.placement, &Default::default()).describe())
+        .with_container(crate::identity::Identity::resolve(&target.placement, &pod_list).describe())
         .with_environment(crate::report::environment::Environment::of(crate::procfs::sched_facts(target.pid)))
         .with_verdict(VerdictOptions { all: all_findings, age_slo_s: args.age_slo });
         let report = match &target.cgroup {

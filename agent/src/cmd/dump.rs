@@ -24,6 +24,7 @@ pub fn dump(args: &DumpArgs) -> Result<()> {
         children: false,
         probe: args.probe.clone(),
         age: AgeArgs::from_arg_matches(&no_age)?,
+        pods: args.pods.clone(),
         command: vec![],
     };
     let measured = attach::measure(&window, false)?;

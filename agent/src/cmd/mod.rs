@@ -72,3 +72,14 @@ pub fn emit_bytes(bytes: &[u8]) {
         std::process::exit(1);
     }
 }
+
+/// Check --pods and start fetching the node's pod list (None: no source).
+pub fn pod_names(args: &crate::cli::PodsArgs) -> anyhow::Result<Option<std::sync::Arc<crate::identity::source::Directory>>> {
+    use crate::identity::source::{Directory, Source};
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let source = Source::choose(&args.pods, args.node_name.as_deref(), args.pods_token_file.as_deref(), args.pods_ca_file.as_deref(), &env)
+        .map_err(|e| crate::error::usage!("{e:#}"))?;
+    let Some(source) = source else { return Ok(None) };
+    log::info!("naming containers from the pod list at {}", source.url);
+    Ok(Some(Directory::start(source, std::time::Duration::from_secs(args.pods_refresh))?))
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{install_stop_handler, session_options, stop_requested};
+use super::{install_stop_handler, pod_names, session_options, stop_requested};
 use crate::age::sources::AgeSources;
 use crate::cli::RunArgs;
 use crate::clock::monotonic_ns;
@@ -15,7 +15,7 @@ use crate::export::prometheus::{AgeExport, AgentStatus, CgroupInfo, Exporter, Pr
 use crate::export::push::{self, Pusher, PROFILE_NAME};
 use crate::export::recorder::{Captures, Proc, Pull, Recorder};
 use crate::export::web::Web;
-use crate::identity::source::{Directory, Source};
+use crate::identity::source::Directory;
 use crate::identity::Identity;
 use crate::probes::sched::{HOLDER_SAMPLER, VARIANT};
 use crate::probes::syscalls::{SyscallProbe, SYSCALL_HOOKS};
@@ -79,16 +79,6 @@ fn pushing(args: &crate::cli::PushArgs, stacks_on: bool) -> Result<Option<Pushin
     let now = monotonic_ns();
     let every_ns = args.pyroscope_interval * 1_000_000_000;
     Ok(Some(Pushing { pusher, every_ns, next_ns: now + every_ns, service, labels, recorder: Recorder::new(now, unix_ns()) }))
-}
-
-/// Check --pods and start fetching the node's pod list (None: no source).
-fn pod_names(args: &crate::cli::PodsArgs) -> Result<Option<std::sync::Arc<Directory>>> {
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let source = Source::choose(&args.pods, args.node_name.as_deref(), args.pods_token_file.as_deref(), args.pods_ca_file.as_deref(), &env)
-        .map_err(|e| crate::error::usage!("{e:#}"))?;
-    let Some(source) = source else { return Ok(None) };
-    log::info!("naming containers from the pod list at {}", source.url);
-    Ok(Some(Directory::start(source, Duration::from_secs(args.pods_refresh))?))
 }
 
 fn unix_ns() -> i64 {

@@ -276,6 +276,16 @@ impl Directory {
         Arc::clone(&self.names.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// The last list, waiting up to `patience` for the first fetch to end when none has yet
+    /// (`attach` and `dump`, whose window may be shorter than a fetch).
+    pub fn names_within(&self, patience: Duration) -> Arc<PodNames> {
+        let deadline = Instant::now() + patience;
+        while self.stats.by.iter().all(|n| n.load(Ordering::Relaxed) == 0) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.names()
+    }
+
     /// A container of a pod the last list did not name: fetch again soon, once per container
     /// (one the API server never names costs one early fetch, not one every `SOONEST`).
     pub fn ask(&self, container_id: &str) {
@@ -350,6 +360,70 @@ impl Directory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    /// A server that answers one request with `answer` (None: never answers) and hands back the
+    /// request it read.
+    fn serve(answer: Option<Vec<u8>>) -> (String, std::thread::JoinHandle<String>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", l.local_addr().unwrap());
+        let h = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut got = vec![];
+            let mut b = [0u8; 4096];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut b) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&b[..n]),
+                }
+            }
+            match answer {
+                Some(a) => {
+                    let _ = s.write_all(&a);
+                }
+                None => std::thread::sleep(Duration::from_millis(800)),
+            }
+            String::from_utf8_lossy(&got).into_owned()
+        });
+        (url, h)
+    }
+
+    fn answer(status: &str, body: &str) -> Vec<u8> {
+        format!("HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+    }
+
+    #[test]
+    fn every_answer_has_its_result() {
+        let list = r#"{"kind":"PodList","items":[{"metadata":{"name":"p","namespace":"n","uid":"u"},"status":{"containerStatuses":[{"name":"c","containerID":"containerd://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}]}}]}"#;
+        let (url, h) = serve(Some(answer("200 OK", list)));
+        let got = Source::url(&url, None, None).unwrap().fetch(Duration::from_secs(5)).unwrap();
+        assert_eq!(got.container(&"a".repeat(64)).map(|n| n.container.as_str()), Some("c"));
+        let req = h.join().unwrap();
+        assert!(req.starts_with("GET /api/v1/pods?fieldSelector=spec.nodeName%3Dn1 HTTP/1.1\r\n"), "{req}");
+        assert!(req.contains("Accept: application/json\r\n") && !req.contains("Authorization"), "{req}");
+        let chunked = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{list}\r\n0\r\n\r\n", list.len());
+        let cases: [(Option<Vec<u8>>, Option<Fetched>); 7] = [
+            (Some(chunked.into_bytes()), None),
+            (Some(answer("403 Forbidden", "{}")), Some(Fetched::Forbidden)),
+            (Some(answer("401 Unauthorized", "")), Some(Fetched::Forbidden)),
+            (Some(answer("500 Internal Server Error", "")), Some(Fetched::HttpStatus)),
+            (Some(answer("200 OK", "<html>not a pod list</html>")), Some(Fetched::BadResponse)),
+            (Some(b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n".to_vec()), Some(Fetched::TooLarge)),
+            (None, Some(Fetched::Timeout)),
+        ];
+        for (a, want) in cases {
+            let (url, h) = serve(a);
+            let got = Source::url(&url, None, None).unwrap().fetch(Duration::from_millis(400));
+            assert_eq!(got.as_ref().err().map(|e| e.0), want, "{:?}", got.err());
+            h.join().unwrap();
+        }
+        // nobody listening
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/pods", l.local_addr().unwrap());
+        drop(l);
+        assert_eq!(Source::url(&url, None, None).unwrap().fetch(Duration::from_secs(2)).unwrap_err().0, Fetched::Unreachable);
+    }
 
     #[test]
     fn sources() {

@@ -237,6 +237,9 @@ pub const PEAK_STATES: [State; 5] = [State::Runqueue, State::Throttled, State::G
 pub struct JsonReport {
     pub pid: u32,
     pub comm: String,
+    /// the container (and pod) it runs in; absent: the host
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
     pub duration_s: f64,
     /// when the window opened, in seconds since the Unix epoch (to join with other data)
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -493,6 +496,7 @@ pub fn report(r: &ProcessReport, v: &Verdict) -> JsonReport {
     JsonReport {
         pid: r.pid,
         comm: r.comm.clone(),
+        container: r.container.clone(),
         duration_s: round6(secs(r.duration_ns)),
         started_unix_s: r.started_unix_ns.map(|n| round6(n as f64 / 1e9)),
         python: r.python.clone(),

@@ -65,6 +65,11 @@ basicAuth:
 {{- end }}
 interval: {{ $m.interval }}
 scrapeTimeout: {{ $m.scrapeTimeout }}
+{{- if eq .ctx.Values.mode "daemonset" }}
+# the node agent's waitmeter_process_info names each process' namespace, pod and container: they
+# win over the target labels of the agent's own pod (as kube-state-metrics' are scraped)
+honorLabels: true
+{{- end }}
 # waitmeter exports no node label (house style): the scrape adds it
 relabelings:
   - sourceLabels: [__meta_kubernetes_pod_node_name]
