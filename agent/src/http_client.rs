@@ -229,8 +229,8 @@ pub enum FramingError {
     TooLarge(String),
 }
 
-/// What is printable of a header from the network, for a message.
-fn printable(s: &str) -> String {
+/// What is printable of text from the network (a header, a reason phrase), for a message.
+pub fn printable(s: &str) -> String {
     s.chars().take(80).map(|c| if c.is_control() { '?' } else { c }).collect()
 }
 

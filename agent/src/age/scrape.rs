@@ -187,11 +187,6 @@ impl Endpoint {
     }
 }
 
-/// What is printable of text from the network, for a message.
-fn printable(s: &str) -> String {
-    s.chars().take(80).map(|c| if c.is_control() { '?' } else { c }).collect()
-}
-
 /// The head: status 200, an encoding we read, and how the body ends.
 fn check_head(head: &[u8]) -> Result<Framing, PollError> {
     let r = wire::parse_response(head).map_err(|e| match e {
@@ -199,7 +194,7 @@ fn check_head(head: &[u8]) -> Result<Framing, PollError> {
         e => PollError::BadResponse(format!("its head: {e}")),
     })?;
     if r.status != 200 {
-        return Err(PollError::Status(format!("{} {}", r.status, printable(r.reason))));
+        return Err(PollError::Status(format!("{} {}", r.status, client::printable(r.reason))));
     }
     client::framing(&r.headers, MAX_BODY).map_err(|e| match e {
         client::FramingError::Encoding(e) => PollError::Encoding(e),

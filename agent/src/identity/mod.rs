@@ -35,19 +35,16 @@ impl Identity {
     /// empty ones left out (a host process: `runtime="host"` and its cgroup).
     pub fn labels(&self) -> Vec<(&'static str, String)> {
         let p = &self.placement;
-        let c = p.container.as_ref();
-        let n = self.names.as_ref();
-        let all = [
+        let placed = [
             ("cgroup", p.cgroup.clone()),
             ("runtime", p.runtime().to_string()),
             ("container_id", p.container_id().to_string()),
-            ("pod_uid", c.and_then(|c| c.pod_uid.clone()).unwrap_or_default()),
-            ("namespace", n.map(|n| n.namespace.clone()).unwrap_or_default()),
-            ("pod", n.map(|n| n.pod.clone()).unwrap_or_default()),
-            ("container", n.map(|n| n.container.clone()).unwrap_or_default()),
-            ("service_name", n.map(|n| n.service_name.clone()).unwrap_or_default()),
+            ("pod_uid", p.container.as_ref().and_then(|c| c.pod_uid.clone()).unwrap_or_default()),
         ];
-        all.into_iter().filter(|(_, v)| !v.is_empty()).collect()
+        let mut labels: Vec<_> = placed.into_iter().filter(|(_, v)| !v.is_empty()).collect();
+        labels.extend(self.pod_labels());
+        labels.extend(self.names.as_ref().map(|n| ("service_name", n.service_name.clone())));
+        labels
     }
 
     /// A profile's `namespace`, `pod`, `container` labels, those known.

@@ -247,7 +247,7 @@ fn read_token(f: &Path) -> Result<String> {
 /// Fetches by result, and entries of the lists skipped as malformed.
 #[derive(Default)]
 pub struct Stats {
-    by: [AtomicU64; 7],
+    by: [AtomicU64; Fetched::ALL.len()],
     skipped: AtomicU64,
 }
 
