@@ -764,12 +764,14 @@ static __always_inline void charge(struct wm_thread *t, const struct wm_closed *
 		charge_stacks(tid, c->gen, c->state, blamed, &c->stack, role, &c->culprit, delta, (__u64)c->hold_us << 10);
 	}
 
-	if (c->state == WM_STATE_GIL_WAIT) {
+	/* a wait of no time (the wakeup and the switch stamped with one clock
+	 * reading) blames no one: no entry, no row, as for stacks */
+	if (c->state == WM_STATE_GIL_WAIT && delta) {
 		struct wm_blame_key key = { .tid = tid, .gen = c->gen, .holder = c->gil_holder };
 
 		if (!t || !gil_row(t, c->gil_holder, delta))
 			add_ns(&gil_blame, &key, delta, WM_STAT_BLAME_MAP_FULL);
-	} else if (c->state == WM_STATE_FUTEX_WAIT && c->futex_addr) {
+	} else if (c->state == WM_STATE_FUTEX_WAIT && c->futex_addr && delta) {
 		struct wm_futex_key key = {
 			.tid = tid, .waker = c->waker, .addr = c->futex_addr, .gen = c->gen, .kind = c->futex_kind,
 		};
@@ -818,6 +820,10 @@ static __always_inline void charge_runqueue(struct wm_thread *t, const struct wm
 	__u32 by = prev->tgid == c->tgid ? prev->pid : prev->tgid;
 	__u64 delta = now > c->since ? now - c->since : 0;
 
+	/* no time, no blame (charge()): the run queue's clock often stamps a
+	 * wakeup that preempts and the switch it causes alike */
+	if (!delta)
+		return;
 	charge_stacks(tid, c->gen, c->state, prev->tgid == c->tgid ? by : 0, &c->stack, WM_ROLE_PREEMPTOR,
 		      prev->tgid == c->tgid ? by_stack : NULL, delta, 0);
 	if (!preempt_row(t, by, prev, delta)) {

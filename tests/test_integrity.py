@@ -150,6 +150,16 @@ def waiter(key):
     return json.loads(key[1])["tid"]
 
 
+def empty_entries(entries):
+    """Blame entries that hold no time: a wait of 0 ns blames no one (the run queue's clock
+    stamps a wakeup that preempts and the switch it causes alike), and such an entry, made again
+    at each of them, would sit in the kernel as if it had stopped growing."""
+    def ns(v):
+        v = json.loads(v)
+        return v["ns"] if isinstance(v, dict) else v
+    return [k for k, v in entries.items() if ns(v) == 0]
+
+
 def dead_waiters(pid, entries):
     """Blame entries (map, waiter TID) whose waiter is not a live thread of `pid`."""
     live = {int(t) for t in os.listdir(f"/proc/{pid}/task")}
@@ -235,6 +245,7 @@ def test_blame_moved_out_of_the_kernel_is_still_counted():
           f"{len(main_after)}; futex blame of the main and steady threads {before:.6f} s -> {moved:.6f} s")
     assert at_idle(idle, after), (idle, after)
     assert not dead_stretches and most_stretches <= 4, (dead_stretches[:5], most_stretches)
+    assert not empty_entries(first) and not empty_entries(last), (empty_entries(first) + empty_entries(last))[:5]
     assert not quiet_entries(first, last), quiet_entries(first, last)[:5]
     # the main thread gets an entry per worker that woke it (at its exit): they move out of
     # the kernel at the drain of the worker's exit (issue 16), not seconds later, so at most
@@ -318,6 +329,8 @@ def test_minutes_of_churn_leave_the_maps_at_their_idle_size(reused_tids):
     assert not stale, f"{len(stale)} blame entries of exited threads, e.g. {stale[:5]}"
     # and none that stopped growing: what is left in the blame maps is active
     assert not quiet, f"{len(quiet)} blame entries unchanged for {SETTLE_GAP_S} s, e.g. {quiet[:5]}"
+    # and none of no time
+    assert not empty_entries(last), empty_entries(last)[:5]
     # memory: what grew during the churn is bounded, not more by its end than by
     # its middle, and given back after it. A leak is a sustained rise: the second
     # half's typical sample (its median) against the first half's peak. A single
