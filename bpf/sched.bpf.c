@@ -658,6 +658,8 @@ static __always_inline void add_ns(void *map, void *key, __u64 delta, enum wm_st
 /* wait stacks: their maps, taking them, charging waits to them (uses count_in above) */
 #include "stacks.bpf.h"
 #include "holder_samples.bpf.h"
+/* the opt-in state timeline: span() */
+#include "timeline.bpf.h"
 
 /* Report a throttled stretch that ends now. */
 static __always_inline void emit_throttle(const struct wm_closed *c, __u32 tid, __u64 now)
@@ -749,6 +751,8 @@ static __always_inline void charge(struct wm_thread *t, const struct wm_closed *
 {
 	__u64 delta = now > c->since ? now - c->since : 0;
 
+	span(tid, c->tgid, c->state, c->since, now,
+	     c->state == WM_STATE_GIL_WAIT ? c->gil_holder : c->state == WM_STATE_FUTEX_WAIT ? c->waker : 0, 0);
 	/* a yielder's runnable time is idle by choice: no wait stack */
 	if (c->state != WM_STATE_RUNNING && c->state != WM_STATE_RUNQUEUE && c->state != WM_STATE_YIELD) {
 		__u64 blamed = 0;
@@ -820,6 +824,7 @@ static __always_inline void charge_runqueue(struct wm_thread *t, const struct wm
 	__u32 by = prev->tgid == c->tgid ? prev->pid : prev->tgid;
 	__u64 delta = now > c->since ? now - c->since : 0;
 
+	span(tid, c->tgid, c->state, c->since, now, by, prev->tgid);
 	/* no time, no blame (charge()): the run queue's clock often stamps a
 	 * wakeup that preempts and the switch it causes alike */
 	if (!delta)

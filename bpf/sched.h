@@ -96,7 +96,8 @@ enum wm_stat {
 	WM_STAT_THROTTLE_RINGBUF_FULL = 5, /* a throttled stretch was not reported */
 	WM_STAT_STRETCH_MAP_FULL = 6, /* a stretch of a thread kept from a wait was not histogrammed */
 	WM_STAT_BLAME_TAKEN = 7, /* a wait charged to a blame entry the agent was taking, and no new one made */
-	WM_NR_STATS = 8,
+	WM_STAT_SPAN_RINGBUF_FULL = 8, /* a span of the timeline did not fit in `spans` (bpf/timeline.h) */
+	WM_NR_STATS = 9,
 };
 
 /* One of the last waits a thread blocked in (a stretch's end and start). */
@@ -461,7 +462,8 @@ struct wm_sched_config {
 	__u8 translate_pids; /* agent is not in the initial PID namespace */
 	__u8 follow_forks;   /* watch children of watched processes at fork */
 	__u8 stacks;         /* enum wm_stacks_mode bits; 0: no wait stacks */
-	__u8 _pad[5];
+	__u8 timeline;       /* a span per closed interval into `spans` (bpf/timeline.h) */
+	__u8 _pad[4];
 	__u8 syscall_state[WM_MAX_SYSCALLS]; /* enum wm_state of a thread blocked in syscall nr */
 	__u64 stack_interval_ns; /* a thread takes its own stack at most this often */
 	__u64 stretch_long_ns;   /* a stretch this long is a stall (its states are kept) */

@@ -1,5 +1,5 @@
 //! `waitmeter attach`: one window, a report per process.
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use crate::error::usage;
 use crate::model::ledger::{incarnation, Incarnation};
 use crate::model::partition::{secs, window, ThreadSample};
 use crate::model::throttle::Stretch;
+use crate::model::timeline::{self, Timeline};
 use crate::probes::syscalls::SyscallProbe;
 use crate::report::{json, text, verdict, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling, VerdictOptions};
 use crate::session::{Session, SessionOptions, Target};
@@ -125,6 +126,8 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         Some(p) => Some(crate::outfile::OutFile::create(p, "--profile")?),
         None => None,
     };
+    let trace_file = args.trace.as_ref().map(|p| crate::outfile::OutFile::create(p, "--trace")).transpose()?;
+    let timeline_bytes = if trace_file.is_some() { args.timeline_buffer_kib * 1024 } else { 0 };
     // --children: a watched process' new processes are watched from their fork on
     // a stretch over the objective is a stall: the probe keeps what the thread did meanwhile
     let stall_ns = args.age_slo.map_or(crate::model::stretches::STALL_OBJECTIVE_NS, |s| (s * 1e9) as u64);
@@ -134,7 +137,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     }
     // the pod list is fetched while the window runs
     let pods = super::pod_names(&args.pods)?;
-    let mut session = Session::start(&SessionOptions { stall_ns, ..session_options(&args.probe, args.children, true) })?;
+    let mut session = Session::start(&SessionOptions { stall_ns, timeline_bytes, ..session_options(&args.probe, args.children, true) })?;
     // each thread's syscalls, when asked (--syscalls on: a probe on every syscall of the
     // machine, docs/probes/syscalls.md). Loaded before the target is watched: the window
     // starts when everything is in place
@@ -182,6 +185,11 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     // a baseline, subtracted from every row
     let base = session.sample();
     stretches.open(session.probe().stretches());
+    // --trace: each process' timeline from here (what came before is the baseline's)
+    let mut timelines: BTreeMap<u32, Timeline> = BTreeMap::new();
+    if trace_file.is_some() {
+        session.drain_spans();
+    }
     let lost_at_start = session.lost();
     let t0 = base.at_ns;
     let online = crate::procfs::online_cpus();
@@ -263,6 +271,9 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         }
         let snap = session.sample();
         end = snap.at_ns;
+        if trace_file.is_some() {
+            add_spans(&mut session, &mut timelines, t0);
+        }
         let new_exits: Vec<ThreadSample> = snap.exited.into_values().flatten().collect();
         live = snap.live.into_values().flatten().collect();
         for s in live.iter().chain(new_exits.iter()) {
@@ -354,6 +365,9 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     }
     // the names of the targets' pods: the last list, or the first one within 2 s
     let pod_list = pods.as_ref().map(|d| d.names_within(std::time::Duration::from_secs(2))).unwrap_or_default();
+    if trace_file.is_some() {
+        add_spans(&mut session, &mut timelines, t0);
+    }
     let mut reports = vec![];
     for w in &watched {
         let pid = w.target.pid;
@@ -458,7 +472,30 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         let mut family = family.into_iter();
         reports = watched.iter().zip(reports).map(|(w, r)| if w.root.is_none() { r.with_family(family.next()) } else { r }).collect();
     }
+    if let Some(file) = trace_file {
+        let verdicts: Vec<_> = reports.iter().map(verdict::analyse).collect();
+        let mut each: Vec<_> = reports
+            .iter()
+            .zip(&verdicts)
+            .map(|(r, v)| {
+                let mut t = timelines.remove(&r.pid).unwrap_or_else(|| Timeline::new(t0, timeline::FINE_NS, timeline::MAX_CELLS));
+                t.close(t0 + r.duration_ns);
+                (r, v, t)
+            })
+            .collect();
+        file.commit(crate::report::trace::render(&mut each).as_bytes())?;
+    }
     Ok(Measured { reports, launched, roots, gone_before })
+}
+
+/// The spans the probe closed since the last call, into each process' timeline (`--trace`).
+fn add_spans(session: &mut Session, timelines: &mut BTreeMap<u32, Timeline>, t0: u64) {
+    for (pid, spans) in session.drain_spans() {
+        let t = timelines.entry(pid).or_insert_with(|| Timeline::new(t0, timeline::FINE_NS, timeline::MAX_CELLS));
+        for (tid, s) in spans {
+            t.add(tid, s);
+        }
+    }
 }
 
 /// The JSON `python` block of a target, as of now.

@@ -18,6 +18,8 @@ pub fn dump(args: &DumpArgs) -> Result<()> {
         output: Output::Json,
         interval: args.window,
         profile: None,
+        trace: None,
+        timeline_buffer_kib: crate::cli::DEFAULT_TIMELINE_BUFFER_KIB,
         age_slo: None,
         // dump shows threads alive now, each by its TID
         each_thread: true,

@@ -50,6 +50,7 @@ pub fn session_options(p: &ProbeArgs, follow_forks: bool, keep_stacks: bool) -> 
             keep: keep_stacks,
         },
         stall_ns: crate::model::stretches::STALL_OBJECTIVE_NS,
+        timeline_bytes: 0,
     }
 }
 

@@ -51,6 +51,7 @@ pub enum Reason {
     SyscallMapFull,
     TaskStorageFailed,
     ThreadUnsettled,
+    SpanRingbufFull,
 }
 
 impl Reason {
@@ -79,6 +80,7 @@ impl Reason {
             Reason::SyscallMapFull => "syscall_map_full",
             Reason::TaskStorageFailed => "task_storage_failed",
             Reason::ThreadUnsettled => "thread_unsettled",
+            Reason::SpanRingbufFull => "span_ringbuf_full",
         }
     }
 
@@ -87,6 +89,9 @@ impl Reason {
         match self {
             Reason::ExitRingbufFull => "raise --exit-buffer-kib (thread exits came faster than they were read)",
             Reason::ThrottleRingbufFull => "throttled stretches came faster than they were read",
+            Reason::SpanRingbufFull => {
+                "the timeline's spans came faster than they were read: its drawing has gaps there (raise --timeline-buffer-kib)"
+            }
             Reason::ThreadMapFull | Reason::HoldsMapFull | Reason::ParkedMapFull | Reason::SyscallMapFull | Reason::StretchMapFull => {
                 "raise --max-threads"
             }

@@ -14,3 +14,4 @@ pub mod stretches;
 pub mod syscall_names;
 pub mod syscalls;
 pub mod throttle;
+pub mod timeline;

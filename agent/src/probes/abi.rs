@@ -9,7 +9,7 @@ pub(super) mod skel {
     include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
 }
 use skel::types::{
-    wm_blame_key, wm_exit, wm_futex_key, wm_gil, wm_gil_key, wm_native_stack, wm_preempt, wm_preempt_key, wm_py_stack, wm_py_walk,
+    wm_blame_key, wm_exit, wm_futex_key, wm_gil, wm_gil_key, wm_native_stack, wm_preempt, wm_preempt_key, wm_py_stack, wm_py_walk, wm_span,
     wm_stretch, wm_stretch_key, wm_task_ids, wm_thread, wm_thread_data, wm_thread_rows, wm_throttle, wm_unwind_proc, wm_unwind_row,
     wm_wait_stack_key, wm_wait_stack_val,
 };
@@ -42,6 +42,7 @@ plain!(
     wm_preempt_key,
     wm_py_stack,
     wm_py_walk,
+    wm_span,
     wm_stretch,
     wm_stretch_key,
     wm_task_ids,

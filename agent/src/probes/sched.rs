@@ -25,8 +25,8 @@ use super::{Mapped, Owned};
 
 use super::abi::{as_bytes, from_bytes, skel, Plain};
 use skel::types::{
-    wm_blame_key, wm_exit, wm_futex_key, wm_futex_kind, wm_gil, wm_gil_key, wm_limits, wm_preempt, wm_preempt_key, wm_stat, wm_state,
-    wm_stretch, wm_stretch_key, wm_stretch_limits, wm_task_ids, wm_thread_data, wm_throttle,
+    wm_blame_key, wm_exit, wm_futex_key, wm_futex_kind, wm_gil, wm_gil_key, wm_limits, wm_preempt, wm_preempt_key, wm_span, wm_stat,
+    wm_state, wm_stretch, wm_stretch_key, wm_stretch_limits, wm_task_ids, wm_thread_data, wm_throttle,
 };
 use skel::{SchedSkel, SchedSkelBuilder};
 
@@ -61,7 +61,7 @@ pub const DEFAULT_MAX_PROCS: u32 = wm_limits::WM_DEFAULT_MAX_PROCS.0;
 const SETTLE_PATIENCE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Why events were lost, as exported in the `reason` label.
-pub const LOSS_REASONS: [(u32, Reason); 8] = [
+pub const LOSS_REASONS: [(u32, Reason); 9] = [
     (wm_stat::WM_STAT_THREAD_MAP_FULL.0, Reason::ThreadMapFull),
     (wm_stat::WM_STAT_EXIT_RINGBUF_FULL.0, Reason::ExitRingbufFull),
     (wm_stat::WM_STAT_BLAME_MAP_FULL.0, Reason::BlameMapFull),
@@ -70,6 +70,7 @@ pub const LOSS_REASONS: [(u32, Reason); 8] = [
     (wm_stat::WM_STAT_THROTTLE_RINGBUF_FULL.0, Reason::ThrottleRingbufFull),
     (wm_stat::WM_STAT_STRETCH_MAP_FULL.0, Reason::StretchMapFull),
     (wm_stat::WM_STAT_BLAME_TAKEN.0, Reason::BlameTaken),
+    (wm_stat::WM_STAT_SPAN_RINGBUF_FULL.0, Reason::SpanRingbufFull),
 ];
 
 pub use crate::model::ledger::{
@@ -98,6 +99,9 @@ pub struct SchedOptions {
     pub holder_sample_hz: u32,
     /// a stretch away from a wait this long is a stall: the probe keeps its states (0: none)
     pub stall_ns: u64,
+    /// size of the timeline's `spans` ring buffer in bytes (a power of 2 pages); 0: no timeline
+    /// (bpf/timeline.h)
+    pub timeline_bytes: u32,
 }
 
 pub use crate::model::stretches::StretchRecord;
@@ -106,6 +110,8 @@ pub struct SchedProbe {
     ringbuf: RingBuffer<'static>,
     exits: Rc<RefCell<Vec<wm_exit>>>,
     throttles: Rc<RefCell<Vec<wm_throttle>>>,
+    /// the timeline's spans read since the last `drain_spans` (empty when it is off)
+    spans: Rc<RefCell<Vec<wm_span>>>,
     links: Vec<(String, Link)>,
     /// the holder sampler's CPU clocks, one per CPU (empty: off, or failed)
     samplers: Vec<Link>,
@@ -215,6 +221,7 @@ fn open_and_load_in(storage: &'static mut MaybeUninit<OpenObject>, opts: &SchedO
         rodata.cfg.translate_pids = opts.translate_pids as u8;
         rodata.cfg.follow_forks = opts.follow_forks as u8;
         rodata.cfg.stacks = opts.stacks;
+        rodata.cfg.timeline = (opts.timeline_bytes > 0) as u8;
         rodata.cfg.stack_interval_ns = opts.stack_interval_ns;
         rodata.cfg.stretch_long_ns = opts.stall_ns;
         rodata.cfg.thread_group_mask = groups - 1;
@@ -234,6 +241,9 @@ fn open_and_load_in(storage: &'static mut MaybeUninit<OpenObject>, opts: &SchedO
         open.maps.unwind_rows.set_max_entries(1)?;
     }
     open.maps.exits.set_max_entries(opts.exit_buffer_bytes)?;
+    if opts.timeline_bytes > 0 {
+        open.maps.spans.set_max_entries(opts.timeline_bytes)?;
+    }
     open.progs.sweep.set_autoload(sweep);
     open.load().map_err(anyhow::Error::from)
 }
@@ -265,6 +275,7 @@ impl SchedProbe {
         let mut rb = RingBufferBuilder::new();
         let exits = collect_into::<wm_exit>(&mut rb, &skel.maps.exits)?;
         let throttles = collect_into::<wm_throttle>(&mut rb, &skel.maps.throttles)?;
+        let spans = collect_into::<wm_span>(&mut rb, &skel.maps.spans)?;
         let ringbuf = rb.build().context("failed to set up the exit ring buffer")?;
         let bits = Bitmap::new(&skel.maps.watched_bits, "the watched bitmap")?;
         let py_bits = Bitmap::new(&skel.maps.py_bits, "the Python bitmap")?;
@@ -284,6 +295,7 @@ impl SchedProbe {
             ringbuf,
             exits,
             throttles,
+            spans,
             links,
             samplers,
             skel,
@@ -527,6 +539,29 @@ impl SchedProbe {
             }));
         }
         out
+    }
+
+    /// The timeline's spans closed since the last call (bpf/timeline.h), as the kernel sent them:
+    /// (host TID, host TGID, state, start, end, culprit, culprit's host TGID).
+    pub fn drain_spans(&mut self) -> Vec<crate::model::timeline::RawSpan> {
+        if let Err(e) = self.ringbuf.consume() {
+            log::warn!("failed to read the ring buffers: {e}");
+        }
+        self.spans
+            .borrow_mut()
+            .drain(..)
+            .filter_map(|s| {
+                Some(crate::model::timeline::RawSpan {
+                    host_tid: s.tid,
+                    host_tgid: s.tgid,
+                    state: crate::model::state::State::from_index(s.state as usize)?,
+                    start: s.start,
+                    end: s.end,
+                    culprit: s.culprit,
+                    by_tgid: s.by_tgid,
+                })
+            })
+            .collect()
     }
 
     /// Throttled stretches that ended since the last call (drained with the exits).
@@ -773,6 +808,12 @@ pub(super) fn preempt_entry(k: &wm_preempt_key, v: &wm_preempt) -> PreemptEntry 
 /// stderr, without root and BTF). Nothing is watched.
 #[cfg(test)]
 pub(super) fn test_probe() -> Option<SchedProbe> {
+    test_probe_with(0)
+}
+
+/// The same, with the timeline's ring of `timeline_bytes` (0: off).
+#[cfg(test)]
+pub(super) fn test_probe_with(timeline_bytes: u32) -> Option<SchedProbe> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
         waitmeter_formats::testing::skip("loading the sched probe needs root and BTF");
@@ -791,6 +832,7 @@ pub(super) fn test_probe() -> Option<SchedProbe> {
         stack_interval_ns: 0,
         stall_ns: 0,
         holder_sample_hz: 0,
+        timeline_bytes,
     })
     .expect("load the sched probe");
     Some(probe)
@@ -908,6 +950,52 @@ mod tests {
         assert!(switches > 20_000, "the storm did not storm: {switches} switches");
         assert!(reads > 20_000 && whole > 10_000, "too few reads: {reads}, {whole} of the whole map");
         assert!(bad.is_empty(), "{} of {reads} copies disagree, e.g. {}", bad.len(), bad[0]);
+    }
+
+    /// The timeline's spans are the partition's intervals: threads that pass tokens around a
+    /// ring and exit leave spans that, per state, add up to their final records' times to the
+    /// nanosecond, each span ending where the thread's next one starts; with the timeline off,
+    /// none come.
+    #[test]
+    fn a_threads_spans_add_up_to_its_partition() {
+        let Some(mut off) = test_probe() else { return };
+        let mut probe = test_probe_with(1 << 22).expect("loaded once already");
+        let me = std::process::id();
+        probe.watch(me).expect("watch this process");
+        off.watch(me).expect("watch this process");
+        let ring = TokenRing::start(3, &[0], Duration::from_micros(200));
+        let mut spans = vec![];
+        let mut exits = vec![];
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            spans.extend(probe.drain_spans());
+        }
+        ring.stop();
+        std::thread::sleep(Duration::from_millis(50));
+        exits.extend(probe.drain_exits());
+        spans.extend(probe.drain_spans());
+        let none = off.drain_spans();
+        probe.unwatch(me);
+        off.unwatch(me);
+        assert!(none.is_empty(), "{} spans with the timeline off", none.len());
+        let ring_exits: Vec<&ThreadSample> = exits.iter().map(|(_, _, s)| s).filter(|s| s.times.total() > 0).collect();
+        assert!(ring_exits.len() >= 3, "{} exits", ring_exits.len());
+        let lost = probe.lost().into_iter().find(|l| l.reason == Reason::SpanRingbufFull).map_or(0, |l| l.count);
+        assert_eq!(lost, 0);
+        let mut checked = 0;
+        for s in ring_exits {
+            let mine: Vec<_> = spans.iter().filter(|x| x.host_tid == s.host_tid).collect();
+            for w in mine.windows(2) {
+                assert_eq!(w[0].end, w[1].start, "a gap or an overlap between spans: {:?}", w);
+            }
+            for state in State::ALL {
+                let sum: u64 = mine.iter().filter(|x| x.state == state).map(|x| x.end - x.start).sum();
+                assert_eq!(sum, s.times.get(state), "thread {} in {}: {} spans", s.host_tid, state.name(), mine.len());
+            }
+            checked += mine.len();
+        }
+        assert!(checked > 1000, "{checked} spans");
     }
 
     /// A switch's time is the run queue's clock carried over to CLOCK_MONOTONIC

@@ -13,6 +13,7 @@ pub mod json;
 pub mod rules;
 pub mod serial;
 pub mod text;
+pub mod trace;
 pub mod verdict;
 
 use std::collections::BTreeMap;

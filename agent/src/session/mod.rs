@@ -26,6 +26,7 @@ mod resolve;
 mod sample;
 mod stacks;
 mod target;
+mod timeline;
 
 pub use target::Target;
 
@@ -49,6 +50,8 @@ pub struct SessionOptions {
     pub stacks: crate::stacks::Options,
     /// a stretch away from a wait this long is a stall (model::stretches)
     pub stall_ns: u64,
+    /// the timeline's ring buffer in bytes (a power of 2); 0: no timeline (`attach --trace`)
+    pub timeline_bytes: u32,
 }
 
 /// Threads sampled at one moment, grouped by process (the model's: the exporter reads it).
@@ -96,6 +99,7 @@ impl Session {
             stack_interval_ns: opts.stacks.interval_ns,
             holder_sample_hz: if opts.stacks.native && opts.stacks.python { opts.stacks.holder_hz } else { 0 },
             stall_ns: opts.stall_ns,
+            timeline_bytes: opts.timeline_bytes,
         })?;
         let mut session = Session {
             sweeps: SWEEP && probe.sweeps(),
