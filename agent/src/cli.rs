@@ -463,8 +463,14 @@ pub struct AttachArgs {
     /// behind, in the Chrome trace-event format (open it in Perfetto or the Firefox Profiler)
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Size of the timeline's ring buffer in KiB, with --trace (a power of 2, 4 to 1048576): 16384
-    /// holds 400,000 spans, 1.3 s of 100k switches/s; spans lost are counted and the file says so
+    /// Also write the window as one self-contained web page here: the verdict, every thread's
+    /// timeline with who each wait was spent behind, the blame graph and the wait flame graph
+    /// (no network: it opens from disk in any current browser)
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Size of the timeline's ring buffer in KiB, with --trace or --html (a power of 2, 4 to
+    /// 1048576): 16384 holds 350,000 spans, over a second of 100k switches/s (it is read every
+    /// 250 ms); spans lost are counted and the file says so
     #[arg(long, value_name = "KIB", default_value_t = DEFAULT_TIMELINE_BUFFER_KIB, value_parser = exit_buffer_kib)]
     pub timeline_buffer_kib: u32,
     /// The level the application's age should stay under, in seconds; without it the verdict

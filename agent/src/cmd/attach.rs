@@ -126,8 +126,13 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         Some(p) => Some(crate::outfile::OutFile::create(p, "--profile")?),
         None => None,
     };
+    if args.pid.len() > 1 && args.html.is_some() {
+        return Err(usage!("--html draws one process' window: give one --pid (--trace takes several)"));
+    }
     let trace_file = args.trace.as_ref().map(|p| crate::outfile::OutFile::create(p, "--trace")).transpose()?;
-    let timeline_bytes = if trace_file.is_some() { args.timeline_buffer_kib * 1024 } else { 0 };
+    let html_file = args.html.as_ref().map(|p| crate::outfile::OutFile::create(p, "--html")).transpose()?;
+    let timeline = trace_file.is_some() || html_file.is_some();
+    let timeline_bytes = if timeline { args.timeline_buffer_kib * 1024 } else { 0 };
     // --children: a watched process' new processes are watched from their fork on
     // a stretch over the objective is a stall: the probe keeps what the thread did meanwhile
     let stall_ns = args.age_slo.map_or(crate::model::stretches::STALL_OBJECTIVE_NS, |s| (s * 1e9) as u64);
@@ -187,7 +192,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     stretches.open(session.probe().stretches());
     // --trace: each process' timeline from here (what came before is the baseline's)
     let mut timelines: BTreeMap<u32, Timeline> = BTreeMap::new();
-    if trace_file.is_some() {
+    if timeline {
         session.drain_spans();
     }
     let lost_at_start = session.lost();
@@ -271,7 +276,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         }
         let snap = session.sample();
         end = snap.at_ns;
-        if trace_file.is_some() {
+        if timeline {
             add_spans(&mut session, &mut timelines, t0);
         }
         let new_exits: Vec<ThreadSample> = snap.exited.into_values().flatten().collect();
@@ -365,7 +370,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     }
     // the names of the targets' pods: the last list, or the first one within 2 s
     let pod_list = pods.as_ref().map(|d| d.names_within(std::time::Duration::from_secs(2))).unwrap_or_default();
-    if trace_file.is_some() {
+    if timeline {
         add_spans(&mut session, &mut timelines, t0);
     }
     let mut reports = vec![];
@@ -472,7 +477,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         let mut family = family.into_iter();
         reports = watched.iter().zip(reports).map(|(w, r)| if w.root.is_none() { r.with_family(family.next()) } else { r }).collect();
     }
-    if let Some(file) = trace_file {
+    if timeline {
         let verdicts: Vec<_> = reports.iter().map(verdict::analyse).collect();
         let mut each: Vec<_> = reports
             .iter()
@@ -483,7 +488,13 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
                 (r, v, t)
             })
             .collect();
-        file.commit(crate::report::trace::render(&mut each).as_bytes())?;
+        // the page is of the process asked for (its children have their own reports)
+        if let (Some(file), Some((r, v, t))) = (html_file, each.first()) {
+            file.commit(crate::report::html::render(r, v, t.clone()).as_bytes())?;
+        }
+        if let Some(file) = trace_file {
+            file.commit(crate::report::trace::render(&mut each).as_bytes())?;
+        }
     }
     Ok(Measured { reports, launched, roots, gone_before })
 }

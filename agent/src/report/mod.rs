@@ -9,6 +9,7 @@ pub mod finding;
 #[cfg(test)]
 mod fixtures;
 pub mod fold;
+pub mod html;
 pub mod json;
 pub mod rules;
 pub mod serial;

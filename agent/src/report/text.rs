@@ -187,7 +187,8 @@ pub const FULL_WIDTH: usize = 145;
 pub const NARROW_WIDTH: usize = 100;
 
 /// The rows most busy first (running and waiting), then by TID: the threads that matter lead.
-fn by_impact(rows: &[ThreadRow]) -> Vec<&ThreadRow> {
+/// Threads by their weight: running and waiting time, most first.
+pub fn by_impact(rows: &[ThreadRow]) -> Vec<&ThreadRow> {
     let mut v: Vec<&ThreadRow> = rows.iter().collect();
     v.sort_by_key(|t| (std::cmp::Reverse(t.times.get(State::Running) + t.times.waiting()), t.tid, t.exited));
     v
