@@ -79,7 +79,7 @@ _waitmeter() {
             return 0
             ;;
         waitmeter__subcmd__attach)
-            opts="-p -v -h --pid --duration --output --interval --profile --age-slo --each-thread --children --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --pods --node-name --pods-token-file --pods-ca-file --pods-refresh --verbose --help"
+            opts="-p -v -h --pid --duration --output --interval --profile --trace --html --timeline-buffer-kib --age-slo --each-thread --children --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --pods --node-name --pods-token-file --pods-ca-file --pods-refresh --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -106,6 +106,18 @@ _waitmeter() {
                     return 0
                     ;;
                 --profile)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --trace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --html)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeline-buffer-kib)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
