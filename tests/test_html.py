@@ -12,13 +12,12 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 
 import pytest
 
 from conftest import BUILD, ROOT, WAITMETER, Workload, build_c
 from test_gil import pyenv_python
-from test_timeline import TOLERANCE_S
+from test_timeline import TOLERANCE_S, calls_of
 
 pytestmark = pytest.mark.needs_root
 
@@ -127,21 +126,6 @@ def holds(cells):
         else:
             out.append([a, b])
     return out
-
-
-def calls_of(w, t0, length):
-    """The json.dumps calls the workload printed that began and ended inside the window (s since it opened)."""
-    calls = []
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        line = w.readline(5, "the workload's calls")
-        if line.startswith("calls "):
-            for c in line.split()[1:]:
-                end, wall = map(float, c.split(":"))
-                calls.append((end - wall - t0, end - t0))
-            if calls and calls[-1][1] > length + 0.5:
-                break
-    return [c for c in calls if c[0] > 0.01 and c[1] < length - 0.01]
 
 
 def page_data(text):

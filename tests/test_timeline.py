@@ -50,10 +50,15 @@ def trace_of(w, tmp_path, seconds):
     doc = json.loads(out.read_text())
     validate(doc)
     about = doc["otherData"]["processes"][0]
-    t0, length = about["window_start_unix_s"], about["duration_s"]
+    return doc, calls_of(w, about["window_start_unix_s"], about["duration_s"]), json.loads(cp.stdout)
+
+
+def calls_of(w, t0, length):
+    """The json.dumps calls gil_holder.py printed that began and ended inside the window that
+    opened at Unix time `t0` and lasted `length` s: (start, end) in s since it opened. Its lines
+    of the window and a little after are read (a line a second, for the calls that ended since)."""
     calls = []
     deadline = time.monotonic() + 5
-    # its lines of the window and a little after (a line a second, for the calls that ended since)
     while time.monotonic() < deadline:
         line = w.readline(5, "the workload's calls")
         if line.startswith("calls "):
@@ -62,7 +67,7 @@ def trace_of(w, tmp_path, seconds):
                 calls.append((end - wall - t0, end - t0))
             if calls and calls[-1][1] > length + 0.5:
                 break
-    return doc, [c for c in calls if c[0] > 0.01 and c[1] < length - 0.01], json.loads(cp.stdout)
+    return [c for c in calls if c[0] > 0.01 and c[1] < length - 0.01]
 
 
 def cells(doc, tid):
