@@ -227,7 +227,11 @@ mod tests {
         assert_eq!(d["rows"][victim.to_string()][0], json!([0, 72_000, State::GilWait.index(), holder]));
         assert_eq!(d["threads"].as_array().unwrap().len(), r.threads.len());
         assert!(d["threads"].as_array().unwrap().iter().any(|t| t["name"] == "</script><img src=x onerror=alert(1)>"));
-        assert!(d["blame"].as_array().unwrap().iter().any(|e| e["victim"] == victim && e["culprit"] == holder.to_string()));
+        assert!(d["blame"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["victim"] == victim && e["culprit"].as_str() == Some(&*holder.to_string())));
         assert!(!d["verdict"].as_array().unwrap().is_empty());
     }
 }
