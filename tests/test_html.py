@@ -203,3 +203,24 @@ def test_ten_seconds_of_a_64_thread_switch_storm_fit_in_a_page_that_draws(tmp_pa
     assert 'data-ready="1"' in dom
     print("drawn in", re.search(r'data-render-ms="(\d+)"', dom).group(1), "ms (headless Chromium, its own clock)")
     assert len(rows(dom)) == len(report["threads"]) >= 64
+
+
+@pytest.mark.timeout(200)
+def test_dump_writes_the_page_too_and_a_path_it_cannot_write_is_one_line(tmp_path):
+    py = pyenv_python(12)
+    assert py, "pyenv 3.12 not installed here"
+    page = tmp_path / "dump.html"
+    with Workload(py, ROOT / "tests" / "workloads" / "gil_holder.py", "same") as w:
+        cp = subprocess.run([str(WAITMETER), "dump", "-p", str(w.pid), "--html", str(page)], capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 0, cp.stderr
+        bad = subprocess.run([str(WAITMETER), "attach", "-p", str(w.pid), "--duration", "1", "--html", str(tmp_path / "no" / "such" / "x.html")],
+                             capture_output=True, text=True, timeout=60)
+    assert cp.stdout.startswith("Thread ") or "ingest" in cp.stdout, cp.stdout
+    data = page_data(page.read_text())
+    ingest, processor = w.tids["ingest"], w.tids["processor"]
+    waits = [c for c in data["rows"][str(ingest)] if c[2] == data["states"].index("gil_wait") and c[3] == processor]
+    assert sum(c[1] for c in waits) >= 0.5 * data["window_us"], (len(waits), data["window_us"])
+    # before anything is measured: one line naming the option and the cause, exit code 2
+    assert bad.returncode == 2, bad
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--html" in lines[0], bad.stderr

@@ -509,6 +509,9 @@ pub struct DumpArgs {
     /// Format: text for people, or one JSON object for scripts
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
+    /// Also write the window as one self-contained web page here (as `attach --html`)
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     #[command(flatten)]
     pub probe: ProbeArgs,
     #[command(flatten)]

@@ -243,7 +243,7 @@ _waitmeter() {
             return 0
             ;;
         waitmeter__subcmd__dump)
-            opts="-p -v -h --pid --window --output --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --pods --node-name --pods-token-file --pods-ca-file --pods-refresh --verbose --help"
+            opts="-p -v -h --pid --window --output --html --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --pods --node-name --pods-token-file --pods-ca-file --pods-refresh --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -263,6 +263,10 @@ _waitmeter() {
                     ;;
                 --output)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --html)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --btf)

@@ -131,6 +131,7 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -s p -l pid -d
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l window -d 'How long to watch for whom each thread waits behind, in seconds' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l output -d 'Format: text for people, or one JSON object for scripts' -r -f -a "text\t''
 json\t''"
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l html -d 'Also write the window as one self-contained web page here (as `attach --html`)' -r -F
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l btf -d 'BTF file for a kernel without /sys/kernel/btf/vmlinux (e.g. from BTFHub)' -r -F
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l max-threads -d 'Most threads measured at once (the kernel\'s thread table, rounded up to a power of 2 groups of 16 slots); a thread with no free slot among the 64 it may take is counted as lost' -r
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand dump" -l max-processes -d 'Most processes watched at once' -r

@@ -19,7 +19,7 @@ pub fn dump(args: &DumpArgs) -> Result<()> {
         interval: args.window,
         profile: None,
         trace: None,
-        html: None,
+        html: args.html.clone(),
         timeline_buffer_kib: crate::cli::DEFAULT_TIMELINE_BUFFER_KIB,
         age_slo: None,
         // dump shows threads alive now, each by its TID
