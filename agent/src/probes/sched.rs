@@ -838,6 +838,16 @@ pub(super) fn test_probe_with(timeline_bytes: u32) -> Option<SchedProbe> {
     Some(probe)
 }
 
+/// Held by every unit test that watches this process: each one's threads would be watched by
+/// the others' probes too, their waits charged in the others' maps (the sweep's race test counts
+/// an uncounted loss when another test's entries churn its map's elements), and its storm would
+/// slow their events. They take turns.
+#[cfg(test)]
+pub(super) fn own_process() -> std::sync::MutexGuard<'static, ()> {
+    static WATCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    WATCHING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The blame maps, for tests that fill them by hand.
 #[cfg(test)]
 pub(super) fn test_blame_maps(p: &SchedProbe) -> [&libbpf_rs::MapMut<'_>; 3] {
@@ -922,6 +932,7 @@ mod tests {
     #[test]
     fn reads_are_never_torn_under_a_write_storm() {
         let Some(probe) = test_probe() else { return };
+        let _turn = own_process();
         let me = std::process::id();
         probe.watch(me).expect("watch this process");
         let ring = TokenRing::start(6, &[0, 3], Duration::ZERO);
@@ -960,6 +971,7 @@ mod tests {
     fn a_threads_spans_add_up_to_its_partition() {
         let Some(mut off) = test_probe() else { return };
         let mut probe = test_probe_with(1 << 22).expect("loaded once already");
+        let _turn = own_process();
         let me = std::process::id();
         probe.watch(me).expect("watch this process");
         off.watch(me).expect("watch this process");
@@ -1009,6 +1021,7 @@ mod tests {
     #[test]
     fn a_switch_is_stamped_on_clock_monotonic() {
         let Some(probe) = test_probe() else { return };
+        let _turn = own_process();
         let me = std::process::id();
         probe.watch(me).expect("watch this process");
         let ring = TokenRing::start(2, &[0], Duration::from_micros(100));

@@ -238,6 +238,7 @@ mod tests {
         use std::sync::{mpsc, Arc};
         use std::time::{Duration, Instant};
         let Some(probe) = test_probe() else { return };
+        let _turn = super::super::sched::own_process();
         probe.watch(std::process::id()).expect("watch this process");
         let stop = Arc::new(AtomicBool::new(false));
         let ring = 4;
@@ -318,6 +319,7 @@ mod tests {
         use std::sync::mpsc;
         use std::time::Duration;
         let Some(mut probe) = test_probe() else { return };
+        let _turn = super::super::sched::own_process();
         probe.watch(std::process::id()).expect("watch this process");
         let ring = 3;
         let Ring { tids, txs, workers, park } = Ring::start(ring, |rx, next| match rx.recv() {
