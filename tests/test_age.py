@@ -75,7 +75,10 @@ def test_gil_waits_with_a_flat_age_are_reported_with_the_age(app_python):
     with Workload(app_python, STARVE, "same", "--metrics-port", port, "--rate", 4) as w:
         report, _ = age_attach(w.pid, "--age-url", f"http://127.0.0.1:{port}/metrics", "--age-metric", "fix_lag_seconds", duration=8.0)
     age = report["age"]
-    assert age is not None and age["rising"] is False and age["max_s"] < 1.0, age
+    # flat: not rising, and back at the floor by the end. Not a bound on its peak: a message that
+    # came as the window opened can wait behind two json.dumps calls of a loaded machine (one full
+    # run here: 1.03 s at the first of 6 samples, 0.04 s at the last)
+    assert age is not None and age["rising"] is False and age["last_s"] < 1.0, age
     ingest = by_tid(report)[w.tids["ingest"]]
     assert ingest["seconds"]["gil_wait"] >= 0.2 * ingest["existed_s"], ingest
     # every GIL finding and stall is about a thread behind processor; ingest's is among the first
