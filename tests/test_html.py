@@ -16,8 +16,7 @@ import threading
 import pytest
 
 from conftest import BUILD, ROOT, WAITMETER, Workload, build_c
-from test_gil import pyenv_python
-from test_timeline import TOLERANCE_S, calls_of
+from test_timeline import TOLERANCE_S, calls_of, gil_holder
 
 pytestmark = pytest.mark.needs_root
 
@@ -135,10 +134,8 @@ def page_data(text):
 
 @pytest.mark.timeout(400)
 def test_the_page_opens_offline_and_draws_each_json_dumps_as_a_hold(tmp_path):
-    py = pyenv_python(12)
-    assert py, "pyenv 3.12 not installed here"
     page = tmp_path / "report.html"
-    with Workload(py, ROOT / "tests" / "workloads" / "gil_holder.py", "same") as w:
+    with gil_holder("same") as w:
         cp = subprocess.run([str(WAITMETER), "attach", "--pid", str(w.pid), "--duration", "5", "--output", "json",
                              "--html", str(page)], capture_output=True, text=True, timeout=90)
         assert cp.returncode == 0, cp.stderr
@@ -207,10 +204,8 @@ def test_ten_seconds_of_a_64_thread_switch_storm_fit_in_a_page_that_draws(tmp_pa
 
 @pytest.mark.timeout(200)
 def test_dump_writes_the_page_too_and_a_path_it_cannot_write_is_one_line(tmp_path):
-    py = pyenv_python(12)
-    assert py, "pyenv 3.12 not installed here"
     page = tmp_path / "dump.html"
-    with Workload(py, ROOT / "tests" / "workloads" / "gil_holder.py", "same") as w:
+    with gil_holder("same") as w:
         cp = subprocess.run([str(WAITMETER), "dump", "-p", str(w.pid), "--html", str(page)], capture_output=True, text=True, timeout=60)
         assert cp.returncode == 0, cp.stderr
         bad = subprocess.run([str(WAITMETER), "attach", "-p", str(w.pid), "--duration", "1", "--html", str(tmp_path / "no" / "such" / "x.html")],

@@ -21,6 +21,13 @@ TOLERANCE_S = 0.005
 HOLDING = {"running", "runqueue", "throttled"}
 
 
+def gil_holder(mode):
+    """tests/workloads/gil_holder.py MODE under CPython 3.12, running."""
+    py = pyenv_python(12)
+    assert py, "pyenv 3.12 not installed here"
+    return Workload(py, ROOT / "tests" / "workloads" / "gil_holder.py", mode)
+
+
 def validate(doc):
     """The trace-event format's JSON Object Format, as its specification and Perfetto's importer
     read it: every event has a name, a phase, a pid and a tid; complete events a ts and a dur in
@@ -99,9 +106,7 @@ def covered(spans, start, end):
 
 @pytest.mark.timeout(300)
 def test_the_trace_draws_each_json_dumps_as_a_hold_with_ingests_gil_waits_inside(tmp_path):
-    py = pyenv_python(12)
-    assert py, "pyenv 3.12 not installed here"
-    with Workload(py, ROOT / "tests" / "workloads" / "gil_holder.py", "same") as w:
+    with gil_holder("same") as w:
         doc, calls, report = trace_of(w, tmp_path, 5)
     processor, ingest = w.tids["processor"], w.tids["ingest"]
     names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
@@ -133,9 +138,7 @@ def test_the_trace_draws_each_json_dumps_as_a_hold_with_ingests_gil_waits_inside
 
 @pytest.mark.timeout(300)
 def test_a_processor_in_its_own_process_leaves_ingest_no_gil_wait_to_draw(tmp_path):
-    py = pyenv_python(12)
-    assert py, "pyenv 3.12 not installed here"
-    with Workload(py, ROOT / "tests" / "workloads" / "gil_holder.py", "separate") as w:
+    with gil_holder("separate") as w:
         doc, calls, _ = trace_of(w, tmp_path, 3)
     ingest = w.tids["ingest"]
     gil = sum(e - s for s, e, st, _ in cells(doc, ingest) if st == "gil_wait")
