@@ -14,7 +14,7 @@ use crate::error::usage;
 use crate::model::ledger::{incarnation, Incarnation};
 use crate::model::partition::{secs, window, ThreadSample};
 use crate::model::throttle::Stretch;
-use crate::model::timeline::{self, Timeline};
+use crate::model::timeline::Timeline;
 use crate::probes::syscalls::SyscallProbe;
 use crate::report::{json, text, verdict, CgroupReport, ProcessReport, PythonInfo, ThreadRow, Throttling, VerdictOptions};
 use crate::session::{Session, SessionOptions, Target};
@@ -483,14 +483,16 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
             .iter()
             .zip(&verdicts)
             .map(|(r, v)| {
-                let mut t = timelines.remove(&r.pid).unwrap_or_else(|| Timeline::new(t0, timeline::FINE_NS, timeline::MAX_CELLS));
+                let mut t = timelines.remove(&r.pid).unwrap_or_else(|| Timeline::recording(t0));
                 t.close(t0 + r.duration_ns);
                 (r, v, t)
             })
             .collect();
-        // the page is of the process asked for (its children have their own reports)
-        if let (Some(file), Some((r, v, t))) = (html_file, each.first()) {
-            file.commit(crate::report::html::render(r, v, t.clone()).as_bytes())?;
+        // the page is of the process asked for (its children have their own reports); it folds
+        // its own copy only when the trace needs the timeline too
+        if let (Some(file), Some((r, v, t))) = (html_file, each.first_mut()) {
+            let t = if trace_file.is_some() { t.clone() } else { std::mem::take(t) };
+            file.commit(crate::report::html::render(r, v, t).as_bytes())?;
         }
         if let Some(file) = trace_file {
             file.commit(crate::report::trace::render(&mut each).as_bytes())?;
@@ -502,7 +504,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
 /// The spans the probe closed since the last call, into each process' timeline (`--trace`).
 fn add_spans(session: &mut Session, timelines: &mut BTreeMap<u32, Timeline>, t0: u64) {
     for (pid, spans) in session.drain_spans() {
-        let t = timelines.entry(pid).or_insert_with(|| Timeline::new(t0, timeline::FINE_NS, timeline::MAX_CELLS));
+        let t = timelines.entry(pid).or_insert_with(|| Timeline::recording(t0));
         for (tid, s) in spans {
             t.add(tid, s);
         }

@@ -76,6 +76,14 @@ impl Cell {
         }
     }
 
+    /// A fold's share of each state, in `parts` parts, rounded (None: a span). A fold whose
+    /// spans were all lost has no time: every share 0.
+    pub fn shares(&self, parts: u64) -> Option<[u64; NR_STATES]> {
+        let Cell::Fold { us, .. } = self else { return None };
+        let total = us.iter().map(|u| u64::from(*u)).sum::<u64>().max(1);
+        Some(us.map(|u| (parts * u64::from(u) + total / 2) / total))
+    }
+
     /// The state that had most of it.
     pub fn state(&self) -> State {
         match self {
@@ -151,6 +159,11 @@ fn push(row: &mut Vec<Cell>, c: Cell, fine: u64) -> usize {
 impl Timeline {
     pub fn new(from: u64, fine_ns: u64, max_cells: usize) -> Timeline {
         Timeline { from, to: from, fine_ns: fine_ns.max(1), max_cells: max_cells.max(1), ..Default::default() }
+    }
+
+    /// A timeline of a window opened at `from`, at the recording grain and bound (FINE_NS, MAX_CELLS).
+    pub fn recording(from: u64) -> Timeline {
+        Timeline::new(from, FINE_NS, MAX_CELLS)
     }
 
     /// One span of thread `tid`, clipped to the window's start (spans come in the order their
@@ -276,6 +289,10 @@ mod tests {
         assert_eq!(totals[State::Running.index()], 10_000 * 1000);
         assert_eq!(totals[State::GilWait.index()], 72_000_000 + 30_000 * 1000);
         assert!(row[1..].iter().all(|c| c.state() == State::GilWait));
+        let mut quarter = [0u64; NR_STATES];
+        (quarter[State::Running.index()], quarter[State::GilWait.index()]) = (25, 75);
+        assert!(row[1..row.len() - 1].iter().all(|c| c.shares(100) == Some(quarter)), "{:?}", row[1].shares(100));
+        assert_eq!(row[0].shares(100), None);
         assert_eq!((t.spans, t.folded), (2001, 2000));
     }
 

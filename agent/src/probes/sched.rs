@@ -541,12 +541,18 @@ impl SchedProbe {
         out
     }
 
-    /// The timeline's spans closed since the last call (bpf/timeline.h), as the kernel sent them:
-    /// (host TID, host TGID, state, start, end, culprit, culprit's host TGID).
-    pub fn drain_spans(&mut self) -> Vec<crate::model::timeline::RawSpan> {
+    /// Read what the ring buffers (exits, throttled stretches, the timeline's spans) hold into
+    /// their vectors, for the drains to take.
+    fn consume_rings(&self) {
         if let Err(e) = self.ringbuf.consume() {
             log::warn!("failed to read the ring buffers: {e}");
         }
+    }
+
+    /// The timeline's spans closed since the last call (bpf/timeline.h), as the kernel sent them:
+    /// (host TID, host TGID, state, start, end, culprit, culprit's host TGID).
+    pub fn drain_spans(&mut self) -> Vec<crate::model::timeline::RawSpan> {
+        self.consume_rings();
         self.spans
             .borrow_mut()
             .drain(..)
@@ -687,9 +693,7 @@ impl SchedProbe {
     /// Final samples of the threads that exited since the last call:
     /// (host TGID, FS base, sample).
     pub fn drain_exits(&mut self) -> Vec<(u32, u64, ThreadSample)> {
-        if let Err(e) = self.ringbuf.consume() {
-            log::warn!("failed to read the exit ring buffer: {e}");
-        }
+        self.consume_rings();
         self.exits
             .borrow_mut()
             .drain(..)

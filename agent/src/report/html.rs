@@ -131,9 +131,8 @@ fn data(r: &ProcessReport, v: &Verdict, t: &Timeline) -> Value {
             .map(|c| match c {
                 Cell::Span(s) => json!([us(s.start), us(s.end) - us(s.start), s.state.index(), culprit_key(&s.behind)]),
                 // a fold: each state's percent of it, trailing zeros left out (the page's largest part)
-                Cell::Fold { start, end, us: parts } => {
-                    let total = parts.iter().map(|u| u64::from(*u)).sum::<u64>().max(1);
-                    let mut pct: Vec<u64> = parts.iter().map(|u| (100 * u64::from(*u) + total / 2) / total).collect();
+                Cell::Fold { start, end, .. } => {
+                    let mut pct = c.shares(100).unwrap_or_default().to_vec();
                     while pct.last() == Some(&0) {
                         pct.pop();
                     }
