@@ -30,9 +30,11 @@ apt = @missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/nul
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# the Express server of the serving workloads (tests/workloads/serving): its node_modules from
-# the committed package-lock.json (npm ci), once
+# the Express server of the serving workloads (tests/workloads/serving), and the trace viewer the
+# timeline's tests import --trace files in (tests/viewers: speedscope): their node_modules from
+# the committed package-lock.json (npm ci), once each
 SERVING_NODE := tests/workloads/serving/node
+VIEWERS := tests/viewers
 
 # interpreters the machine's pyenv does not have (tests/pythons/build.sh)
 PYTHONS := $(CURDIR)/.pythons
@@ -54,14 +56,14 @@ setup-build:
 # Everything make test needs: the build, the test venv, helm, cargo-fuzz.
 setup: setup-build
 	$(call apt,$(TEST_PKGS))
-	@$(MAKE) --no-print-directory $(VENV)/.ok $(HELM) $(CARGO_FUZZ) $(PYTHONS)/.ok $(SERVING_NODE)/node_modules/.ok
+	@$(MAKE) --no-print-directory $(VENV)/.ok $(HELM) $(CARGO_FUZZ) $(PYTHONS)/.ok $(SERVING_NODE)/node_modules/.ok $(VIEWERS)/node_modules/.ok
 	@echo "setup: ok"
 
 serving-node: $(SERVING_NODE)/node_modules/.ok
 
-$(SERVING_NODE)/node_modules/.ok: $(SERVING_NODE)/package.json $(SERVING_NODE)/package-lock.json
-	@command -v npm >/dev/null || { echo "setup: no npm for the Express workload: install Node.js >= 18 with npm (Debian: nodejs npm), then rerun"; exit 1; }
-	cd $(SERVING_NODE) && npm ci --no-audit --no-fund --loglevel=error
+%/node_modules/.ok: %/package.json %/package-lock.json
+	@command -v npm >/dev/null || { echo "setup: no npm for $*: install Node.js >= 18 with npm (Debian: nodejs npm), then rerun"; exit 1; }
+	cd $* && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 $(VENV)/.ok: tests/requirements.txt
@@ -184,4 +186,4 @@ release: wheel image $(HELM)
 
 clean:
 	cd agent && $(CARGO) clean
-	rm -rf tests/.build $(DIST) $(SERVING_NODE)/node_modules
+	rm -rf tests/.build $(DIST) $(SERVING_NODE)/node_modules $(VIEWERS)/node_modules

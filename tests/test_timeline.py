@@ -4,9 +4,13 @@ prints the Unix time and length of every json.dumps call (one C call that never 
 go), and the trace says when the window opened on that clock. Each call must be drawn as a hold
 of the processor (it runs, or waits only for a CPU, from within 5 ms of the call's start to
 within 5 ms of its end), with ingest's GIL waits inside it charged to processor. The control, the
-processor in a process of its own, leaves ingest no GIL wait to draw."""
+processor in a process of its own, leaves ingest no GIL wait to draw. The file is opened in a
+real consumer of the format too: speedscope (npm, tests/viewers), in headless Chromium."""
+import base64
 import json
+import re
 import subprocess
+import sys
 import time
 
 import pytest
@@ -16,7 +20,12 @@ from test_gil import pyenv_python
 
 pytestmark = pytest.mark.needs_root
 
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+from browser import browse, console_errors, pages_requests  # noqa: E402
+
 TOLERANCE_S = 0.005
+# speedscope's page as its package ships it (make setup: npm ci in tests/viewers)
+SPEEDSCOPE = ROOT / "tests" / "viewers" / "node_modules" / "speedscope" / "dist" / "release" / "index.html"
 # a hold is the processor's stretch of holding on: running, or runnable without a CPU
 HOLDING = {"running", "runqueue", "throttled"}
 
@@ -146,3 +155,32 @@ def test_a_processor_in_its_own_process_leaves_ingest_no_gil_wait_to_draw(tmp_pa
     assert total >= 2.5, total
     assert gil <= 0.05 * total, (gil, total)
     assert doc["otherData"]["processes"][0]["spans_lost"] == 0
+
+
+@pytest.mark.timeout(300)
+def test_speedscope_imports_the_trace_with_every_thread_and_each_event_in_its_place(tmp_path):
+    """speedscope's Trace Event importer turns each complete event into a begin and an end on its
+    thread's stack and says so on the console when one begins before the last has ended (then
+    drops it). Each thread of gil_holder.py lived through the window, and its partition covers
+    it: its events must all be taken, adding up to the window's length."""
+    assert SPEEDSCOPE.exists(), f"no {SPEEDSCOPE}: make setup installs speedscope (npm ci in tests/viewers)"
+    with gil_holder("same") as w:
+        doc, _, report = trace_of(w, tmp_path, 3)
+    window = doc["otherData"]["processes"][0]["duration_s"]
+    # as speedscope's own command line hands a file to its page: a script that loads it
+    loader = tmp_path / "load.js"
+    raw = (tmp_path / "trace.json").read_bytes()
+    loader.write_text(f"speedscope.loadFileFromBase64({json.dumps('trace.json')}, {json.dumps(base64.b64encode(raw).decode())})")
+    dom, log, connections = browse(SPEEDSCOPE, tmp_path, "--dump-dom", fragment=f"#localProfilePath={loader}")
+    assert not pages_requests(connections), connections
+    assert "Importing as Trace Event Format profile" in log, log[-3000:]
+    misplaced = [line for line in log.splitlines() if "Tried to end" in line or "was on the top of the stack" in line]
+    assert not misplaced, misplaced[:5]
+    assert not console_errors(log), console_errors(log)
+    # its profile list: a row per thread, "comm (pid) (pid P), NAME (tid T)", and its total weight
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
+    listed = {int(tid): (name, float(secs)) for name, tid, secs in re.findall(r"\(pid \d+\), (\S+) \(tid (\d+)\) ([\d.]+)s", text)}
+    assert set(listed) == {t["tid"] for t in report["threads"]}, (listed, text[:2000])
+    assert listed[w.tids["processor"]][0] == "processor" and listed[w.tids["ingest"]][0] == "ingest", listed
+    for tid, (name, secs) in listed.items():
+        assert abs(secs - window) <= 0.02 * window + 0.01, (name, secs, window)

@@ -371,7 +371,17 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     // the names of the targets' pods: the last list, or the first one within 2 s
     let pod_list = pods.as_ref().map(|d| d.names_within(std::time::Duration::from_secs(2))).unwrap_or_default();
     if timeline {
+        // each thread's open interval too (one asleep to the end, or through the whole window),
+        // read before the last spans are drained: a thread that moved on in between has its
+        // closed span, then the open one from its end (off by the µs between the two reads)
+        let open = session.open_spans();
         add_spans(&mut session, &mut timelines, t0);
+        for (pid, spans) in open {
+            let t = timelines.entry(pid).or_insert_with(|| Timeline::recording(t0));
+            for (tid, s) in spans {
+                t.add_open(tid, s);
+            }
+        }
     }
     let mut reports = vec![];
     for w in &watched {

@@ -186,6 +186,15 @@ impl Timeline {
         }
     }
 
+    /// A thread's open interval (its state since its last transition, to now): from where its
+    /// row ends, if that is later (its closed spans came first).
+    pub fn add_open(&mut self, tid: u32, mut s: Span) {
+        if let Some(last) = self.threads.get(&tid).and_then(|r| r.last()) {
+            s.start = s.start.max(last.end());
+        }
+        self.add(tid, s);
+    }
+
     /// Close the window at `to`: later spans are cut there.
     pub fn close(&mut self, to: u64) {
         self.to = to;
@@ -323,5 +332,18 @@ mod tests {
         let row: Vec<Cell> = t.rows().next().unwrap().1.to_vec();
         assert_eq!(row, vec![Cell::Span(span(1_000, 3_000, State::Sleep)), Cell::Span(span(3_000, 5_000, State::Running))]);
         assert_eq!(t.to, 5_000_000);
+    }
+
+    #[test]
+    fn an_open_interval_fills_a_row_from_its_last_span_to_the_end() {
+        let mut t = Timeline::new(1_000_000, 100_000, MAX_CELLS);
+        t.add(1, span(1_000, 2_000, State::Running));
+        // thread 1 asleep since before its last span was drained; thread 2 blocked all window
+        t.add_open(1, span(1_500, 9_000, State::Sleep));
+        t.add_open(2, span(0, 9_000, State::FutexWait));
+        t.close(5_000_000);
+        let rows: Vec<(u32, Vec<Cell>)> = t.rows().map(|(tid, r)| (tid, r.to_vec())).collect();
+        assert_eq!(rows[0], (1, vec![Cell::Span(span(1_000, 2_000, State::Running)), Cell::Span(span(2_000, 5_000, State::Sleep))]));
+        assert_eq!(rows[1], (2, vec![Cell::Span(span(1_000, 5_000, State::FutexWait))]));
     }
 }

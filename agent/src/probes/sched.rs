@@ -181,6 +181,9 @@ pub struct LiveThread {
     pub sample: ThreadSample,
     /// in gil_wait now: the holder id recorded at its switch-out
     pub gil_holder: Option<u64>,
+    /// the state it is in now, since when (CLOCK_MONOTONIC ns): its open interval
+    pub state: State,
+    pub since: u64,
 }
 
 /// How the probe finds a GIL's holder (offsets within CPython structs).
@@ -685,6 +688,8 @@ impl SchedProbe {
                     gil_waits: t.nr_gil_waits,
                 },
                 gil_holder: (t.state == State::GilWait as u32).then_some(t.gil_holder),
+                state: State::from_index(t.state as usize).unwrap_or(State::Running),
+                since: t.since,
             });
         }
         out

@@ -19,9 +19,14 @@ use crate::model::timeline::{Behind, Cell, Timeline};
 /// Events a file holds at most: past it the timeline is folded coarser (about 130 B each).
 pub const MAX_EVENTS: usize = 200_000;
 
-/// µs since the window opened, to the ns.
+/// µs since the window opened, to the ns, on a grid of 1/1024 µs: a sum of two such values is
+/// exact in an f64 (below 2^43 µs), so an event's `ts + dur` is the next one's `ts` to the bit.
+/// On a grid of decimal ns it could be one ulp past it, and a consumer that nests events (the
+/// trace viewers turn each complete event into a begin and an end) finds the next one begun
+/// before this one ended.
 fn us(ns: u64, from: u64) -> f64 {
-    ns.saturating_sub(from) as f64 / 1000.0
+    let ns = u128::from(ns.saturating_sub(from));
+    ((ns * 1024 + 500) / 1000) as f64 / 1024.0
 }
 
 /// Who a wait was spent behind, in words: "processor (13921)", "process 812", "idle CPU".
@@ -52,7 +57,8 @@ fn process_events(r: &ProcessReport, v: &Verdict, t: &Timeline, out: &mut Vec<Va
     }
     for (tid, row) in t.rows() {
         for c in row {
-            let (ts, dur) = (us(c.start(), t.from), (c.end() - c.start()) as f64 / 1000.0);
+            let ts = us(c.start(), t.from);
+            let dur = us(c.end(), t.from) - ts;
             let e = match c {
                 Cell::Span(s) => {
                     let mut args = serde_json::Map::new();
@@ -144,5 +150,37 @@ mod tests {
         assert_eq!(folds[0]["args"]["percent"]["running"], 50.0);
         assert!(events.iter().any(|e| e["cat"] == "verdict"));
         assert_eq!(doc["otherData"]["processes"][0]["spans"], 202);
+    }
+
+    #[test]
+    fn each_event_ends_where_the_next_begins_to_the_bit() {
+        // a thread's stretches as a real trace had them (ns since the window opened): on a grid
+        // of decimal ns, 162022.842 + 6862.102 is 168884.94400000002, past the next event's ts
+        let r = fixtures::full_report();
+        let v = crate::report::verdict::analyse(&r);
+        let tid = r.threads[0].tid;
+        let from = 5_000_000_000;
+        let edges = [162_022_842, 168_884_944, 169_011_722, 179_688_830, 179_836_407, 184_998_561, 326_334_427, 326_422_963_000];
+        let mut t = Timeline::new(from, FINE_NS, MAX_CELLS);
+        for (i, w) in edges.windows(2).enumerate() {
+            let state = if i % 2 == 0 { State::Running } else { State::FutexWait };
+            t.add(tid, Span { start: from + w[0], end: from + w[1], state, behind: None });
+        }
+        let doc: Value = serde_json::from_str(&render(&mut [(&r, &v, t)])).unwrap();
+        let xs: Vec<(f64, f64)> = doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()))
+            .collect();
+        assert_eq!(xs.len(), edges.len() - 1);
+        for (a, b) in xs.iter().zip(&xs[1..]) {
+            assert_eq!(a.0 + a.1, b.0, "{a:?} then {b:?}");
+        }
+        // and each is its ns to within half a ns
+        for ((ts, _), ns) in xs.iter().zip(edges) {
+            assert!((ts - ns as f64 / 1000.0).abs() <= 0.0005, "{ts} for {ns}");
+        }
     }
 }
