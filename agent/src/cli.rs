@@ -553,6 +553,16 @@ pub struct RunArgs {
     /// Add a `tid` label (one series per thread; for debugging)
     #[arg(long)]
     pub tid_labels: bool,
+    /// Keep the last N minutes of every watched thread's state timeline (1 to 60; at most
+    /// 400,000 cells, about 22 MiB, folded coarser past that) and serve them at
+    /// /debug/timeline?seconds=S (the page, or &format=trace); each watched context switch costs
+    /// about 100 ns more
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub timeline_minutes: Option<u64>,
+    /// Size of the timeline's ring buffer in KiB, with --timeline-minutes (a power of 2, 4 to
+    /// 1048576; read every 100 ms): spans lost are counted
+    #[arg(long, value_name = "KIB", default_value_t = DEFAULT_TIMELINE_BUFFER_KIB, value_parser = exit_buffer_kib, requires = "timeline_minutes")]
+    pub timeline_buffer_kib: u32,
     #[command(flatten)]
     pub probe: ProbeArgs,
     #[command(flatten)]

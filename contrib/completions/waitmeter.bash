@@ -481,7 +481,7 @@ _waitmeter() {
             return 0
             ;;
         waitmeter__subcmd__run)
-            opts="-p -v -h --pid --all --children --comm --cgroup --listen --web.config.file --max-thread-labels --tid-labels --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --pyroscope-url --pyroscope-interval --pyroscope-service --pyroscope-label --pyroscope-tenant --pyroscope-user --pyroscope-password-file --pyroscope-ca-file --pods --node-name --pods-token-file --pods-ca-file --pods-refresh --verbose --help"
+            opts="-p -v -h --pid --all --children --comm --cgroup --listen --web.config.file --max-thread-labels --tid-labels --timeline-minutes --timeline-buffer-kib --btf --max-threads --max-processes --exit-buffer-kib --gil-probe --lock-probe --stacks --stack-interval --holder-sample-hz --syscalls --age-url --age-metric --age-labels --age-interval --age-timeout --age-socket --age-socket-mode --age-socket-group --age-max-threads --pyroscope-url --pyroscope-interval --pyroscope-service --pyroscope-label --pyroscope-tenant --pyroscope-user --pyroscope-password-file --pyroscope-ca-file --pods --node-name --pods-token-file --pods-ca-file --pods-refresh --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -512,6 +512,14 @@ _waitmeter() {
                     return 0
                     ;;
                 --max-thread-labels)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeline-minutes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeline-buffer-kib)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

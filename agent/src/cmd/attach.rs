@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::launch::Launched;
-use super::{emit, install_stop_handler, session_options, stop_requested};
+use super::{emit, install_stop_handler, python_info, session_options, stop_requested};
 use crate::age::sources::AgeSources;
 use crate::cli::{AttachArgs, Output};
 use crate::clock::monotonic_ns;
@@ -519,24 +519,6 @@ fn add_spans(session: &mut Session, timelines: &mut BTreeMap<u32, Timeline>, t0:
             t.add(tid, s);
         }
     }
-}
-
-/// The JSON `python` block of a target, as of now.
-fn python_info(session: &Session, target: &Target) -> Option<PythonInfo> {
-    target.python.as_ref().map(|p| PythonInfo {
-        version: p.version.clone(),
-        gil: p.gil_state(),
-        gil_probe: session.gil_probe_name(target),
-        lock_probe: if session.parks_attached(target) { "uprobe" } else { "none" },
-        free_threaded: p.free_threaded,
-        binary: p.binary.display().to_string(),
-        symbols: p.symtab,
-        switch_interval_us: p
-            .gils
-            .first()
-            .and_then(|g| crate::python::switch_interval_us(&crate::python::memory::Process::new(target.pid), *g)),
-        unmeasured_gil: p.unmeasured_gil.clone(),
-    })
 }
 
 /// The terminal's width in columns (stdout), when it is one.

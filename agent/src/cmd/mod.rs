@@ -4,12 +4,14 @@ pub mod dump;
 pub mod generate;
 pub mod launch;
 pub mod run;
+mod timeline;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cli::ProbeArgs;
-use crate::session::SessionOptions;
+use crate::report::PythonInfo;
+use crate::session::{Session, SessionOptions, Target};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -83,4 +85,22 @@ pub fn pod_names(args: &crate::cli::PodsArgs) -> anyhow::Result<Option<std::sync
     let Some(source) = source else { return Ok(None) };
     log::info!("naming containers from the pod list at {}", source.url);
     Ok(Some(Directory::start(source, std::time::Duration::from_secs(args.pods_refresh))?))
+}
+
+/// The JSON `python` block of a target, as of now.
+pub(super) fn python_info(session: &Session, target: &Target) -> Option<PythonInfo> {
+    target.python.as_ref().map(|p| PythonInfo {
+        version: p.version.clone(),
+        gil: p.gil_state(),
+        gil_probe: session.gil_probe_name(target),
+        lock_probe: if session.parks_attached(target) { "uprobe" } else { "none" },
+        free_threaded: p.free_threaded,
+        binary: p.binary.display().to_string(),
+        symbols: p.symtab,
+        switch_interval_us: p
+            .gils
+            .first()
+            .and_then(|g| crate::python::switch_interval_us(&crate::python::memory::Process::new(target.pid), *g)),
+        unmeasured_gil: p.unmeasured_gil.clone(),
+    })
 }

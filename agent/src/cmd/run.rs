@@ -1,12 +1,12 @@
 //! `waitmeter run`: watch processes continuously, serve /metrics and wait
-//! profiles, push profiles to Pyroscope.
+//! profiles, push profiles to Pyroscope, keep the last minutes' timeline (`timeline.rs`).
 use std::collections::HashMap;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{install_stop_handler, pod_names, session_options, stop_requested};
+use super::{install_stop_handler, pod_names, session_options, stop_requested, timeline};
 use crate::age::sources::AgeSources;
 use crate::cli::RunArgs;
 use crate::clock::monotonic_ns;
@@ -17,6 +17,7 @@ use crate::export::recorder::{Captures, Proc, Pull, Recorder};
 use crate::export::web::Web;
 use crate::identity::source::Directory;
 use crate::identity::Identity;
+use crate::model::history::{History, MAX_KEPT_CELLS};
 use crate::probes::sched::{HOLDER_SAMPLER, VARIANT};
 use crate::probes::syscalls::{SyscallProbe, SYSCALL_HOOKS};
 use crate::session::{Session, Snapshot};
@@ -94,10 +95,14 @@ fn sample(
     captures: &mut Captures,
     pushing: Option<&mut Pushing>,
     pods: Option<&Directory>,
+    history: Option<&mut History>,
 ) -> Snapshot {
     session.keep_stacks(!captures.is_empty() || pushing.is_some());
     let snap = session.sample();
     exporter.fold_exits(&snap.exited);
+    if let Some(h) = history {
+        h.note_exits(&snap.exited);
+    }
     exporter.label_threads(&snap);
     exporter.rebalance(crate::clock::monotonic_ns(), &snap);
     // the stretches, read after the exits are folded: a gone thread's reading is its last, and
@@ -236,12 +241,21 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let pods = pod_names(&args.pods)?;
     let (tx, rx) = mpsc::channel::<http::Scrape>();
     let (pull_tx, pull_rx) = mpsc::channel::<Pull>();
-    let endpoint = http::serve(&args.listen, web, tx, stacks_on.then_some(pull_tx))?;
+    // --timeline-minutes: the last minutes of every thread's timeline, kept and served
+    let keep_s = args.timeline_minutes.map(|m| m * 60);
+    let (look_tx, look_rx) = mpsc::channel::<http::Look>();
+    let endpoint = http::serve(&args.listen, web, tx, stacks_on.then_some(pull_tx), keep_s.map(|k| (look_tx, k)))?;
     let addr = endpoint.addr;
     let scheme = if endpoint.tls { "https" } else { "http" };
     // stacks are drained all along and kept only while a profile is recorded
     // --all and --children: new processes of watched ones are watched from their fork on
-    let mut session = Session::start(&session_options(&args.probe, args.all || args.children, false))?;
+    let timeline_bytes = if keep_s.is_some() { args.timeline_buffer_kib * 1024 } else { 0 };
+    let mut session = Session::start(&crate::session::SessionOptions {
+        timeline_bytes,
+        ..session_options(&args.probe, args.all || args.children, false)
+    })?;
+    // the kept window reaches back `keep_s` from any moment: a segment more (10 s) is held
+    let mut history = keep_s.map(|k| History::new(k * 1_000_000_000, MAX_KEPT_CELLS));
     session.keep_stacks(pushing.is_some());
     let mut captures = Captures::default();
     for pid in &args.pid {
@@ -278,7 +292,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let variant = VARIANT;
     crate::error::say!(
         "waitmeter: serving {scheme}://{addr}/metrics{} for {} process(es){}; probes: {} ({variant}){}",
-        if stacks_on { " and /debug/pprof/wait" } else { "" },
+        match (stacks_on, keep_s.is_some()) {
+            (true, true) => ", /debug/pprof/wait and /debug/timeline",
+            (true, false) => " and /debug/pprof/wait",
+            (false, true) => " and /debug/timeline",
+            (false, false) => "",
+        },
         session.targets().count(),
         match (&selector, args.all) {
             (_, true) => " and every new one".to_string(),
@@ -298,7 +317,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         endpoint.health.beat();
         match rx.recv_timeout(TICK) {
             Ok(scrape) => {
-                let snap = sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref());
+                let snap = sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref(), history.as_mut());
                 let mut ids = identities(&session, pods.as_deref());
                 let procs: Vec<ProcessInfo> = session
                     .targets()
@@ -363,24 +382,31 @@ pub fn run(args: &RunArgs) -> Result<()> {
             while next_window <= now {
                 next_window += WINDOW_STEP_NS;
             }
-            let snap = sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref());
+            let snap = sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref(), history.as_mut());
             exporter.window(now, &snap);
+            if let Some(h) = history.as_mut() {
+                timeline::drain_into(&mut session, h);
+                h.boundary(now, &snap.live, timeline::spans_lost(&session));
+            }
             next_stacks = now + STACKS_EVERY_NS;
         } else if stacks_on && now >= next_stacks {
-            sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref());
+            sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref(), history.as_mut());
             next_stacks = now + STACKS_EVERY_NS;
         } else {
             let exits = session.exits();
             exporter.fold_exits(&exits);
+            if let Some(h) = history.as_mut() {
+                h.note_exits(&exits);
+            }
             if session.exits_since_stack_drain() > STACK_DRAIN_EXITS {
-                sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref());
+                sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref(), history.as_mut());
                 next_stacks = now + STACKS_EVERY_NS;
             }
         }
         // profiles: new pulls start from a drained map; due ones and pushes end with one
         while let Ok(pull) = pull_rx.try_recv() {
             if captures.is_empty() && pushing.is_none() {
-                sample(&mut session, &mut exporter, &mut captures, None, pods.as_deref());
+                sample(&mut session, &mut exporter, &mut captures, None, pods.as_deref(), history.as_mut());
             }
             if let Err(pull) = captures.start(pull, monotonic_ns(), unix_ns()) {
                 let _ = pull
@@ -391,9 +417,22 @@ pub fn run(args: &RunArgs) -> Result<()> {
             session.keep_stacks(true);
         }
         captures.drop_cancelled();
+        // the timeline: spans every tick (the ring holds about a second of a busy machine's),
+        // views when asked
+        if let Some(h) = history.as_mut() {
+            timeline::drain_into(&mut session, h);
+        }
+        while let Ok(look) = look_rx.try_recv() {
+            let Some(h) = history.as_mut() else { break };
+            // each thread's open interval, read before the last spans are drained
+            let open = session.open_spans();
+            let snap = sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref(), Some(&mut *h));
+            timeline::drain_into(&mut session, h);
+            let _ = look.reply.send(timeline::render(&look, &session, h, &snap, &open, online, unix_ns()));
+        }
         let due_push = pushing.as_ref().is_some_and(|p| now >= p.next_ns);
         if captures.next_due().is_some_and(|d| d <= now) || due_push {
-            sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref());
+            sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref(), history.as_mut());
             next_stacks = now + STACKS_EVERY_NS;
             answer_pulls(captures.due(now), &session, &exporter, now);
             if let Some(ps) = pushing.as_mut().filter(|_| due_push) {

@@ -1,5 +1,6 @@
 //! The HTTP endpoint of `waitmeter run`: `/metrics`, `/healthz`, wait
-//! profiles at `/debug/pprof/wait?seconds=N` and a landing page, HTTP/1.1
+//! profiles at `/debug/pprof/wait?seconds=N`, the kept timeline at
+//! `/debug/timeline?seconds=N` (`timeline.rs`) and a landing page, HTTP/1.1
 //! with optional TLS and basic auth (`web.rs`). Hand-written, not a web
 //! framework: every limit below is ours to set and test, with no async runtime.
 //!
@@ -47,6 +48,9 @@ use waitmeter_formats::http::{self as head, HeadError, HeadScanner, MAX_HEAD};
 use super::recorder::{Pull, DEFAULT_SECONDS, MAX_CAPTURES, MAX_SECONDS};
 use super::web::{Auth, Web, WebConfig};
 use crate::error::usage;
+
+mod timeline;
+pub use timeline::{Format, Look};
 
 /// Default listen address of `waitmeter run`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9747";
@@ -334,6 +338,10 @@ struct Shared {
     pulls: Option<Mutex<mpsc::Sender<Pull>>>,
     /// profile requests waiting for their profile now
     profiling: AtomicUsize,
+    /// None: no timeline is kept; else where views are asked for, and how far back they reach (s)
+    looks: Option<(Mutex<mpsc::Sender<Look>>, u64)>,
+    /// timeline requests waiting for their view now
+    looking: AtomicUsize,
     cache: Cache,
     web: Option<Arc<Web>>,
     stats: Arc<Stats>,
@@ -342,8 +350,15 @@ struct Shared {
 }
 
 /// Bind `addr` and serve in the background; wait profiles are asked of
-/// `pulls` (None: they are not served).
-pub fn serve(addr: &str, web: Option<Web>, scrapes: mpsc::Sender<Scrape>, pulls: Option<mpsc::Sender<Pull>>) -> Result<Endpoint> {
+/// `pulls` (None: they are not served), timeline views of `looks` with how far back they reach
+/// in seconds (None: no timeline is kept).
+pub fn serve(
+    addr: &str,
+    web: Option<Web>,
+    scrapes: mpsc::Sender<Scrape>,
+    pulls: Option<mpsc::Sender<Pull>>,
+    looks: Option<(mpsc::Sender<Look>, u64)>,
+) -> Result<Endpoint> {
     let listener =
         TcpListener::bind(addr).map_err(|e| usage!("cannot listen on {addr}: {e}: pick a free address with --listen ADDR:PORT"))?;
     let bound = listener.local_addr()?;
@@ -352,6 +367,8 @@ pub fn serve(addr: &str, web: Option<Web>, scrapes: mpsc::Sender<Scrape>, pulls:
         scrapes: Mutex::new(scrapes),
         pulls: pulls.map(Mutex::new),
         profiling: AtomicUsize::new(0),
+        looks: looks.map(|(tx, keep_s)| (Mutex::new(tx), keep_s)),
+        looking: AtomicUsize::new(0),
         cache: Cache::default(),
         web: web.map(Arc::new),
         stats: Arc::default(),
@@ -588,7 +605,8 @@ fn linger(sock: &mut TcpStream) {
 
 const LANDING: &str = "<!doctype html><html><head><title>waitmeter</title></head><body><h1>waitmeter</h1>\
 <p><a href=\"/metrics\">/metrics</a> &middot; <a href=\"/healthz\">/healthz</a> &middot; \
-<a href=\"/debug/pprof/wait?seconds=10\">/debug/pprof/wait?seconds=10</a> (a wait profile, pprof)</p></body></html>\n";
+<a href=\"/debug/pprof/wait?seconds=10\">/debug/pprof/wait?seconds=10</a> (a wait profile, pprof) &middot; \
+<a href=\"/debug/timeline?seconds=60\">/debug/timeline?seconds=60</a> (the last minute's timeline, with run --timeline-minutes)</p></body></html>\n";
 
 /// `seconds` and `pid` of a profile request's query.
 fn profile_query(query: Option<&str>) -> Result<(u64, Option<u32>), &'static str> {
@@ -687,6 +705,12 @@ fn route(req: &head::Request<'_>, id: u64, shared: &Shared, cfg: Option<&WebConf
         }
         return profile(req, id, shared);
     }
+    if req.path == "/debug/timeline" {
+        if let Some(denied) = authorize(req, shared, cfg) {
+            return Some(denied);
+        }
+        return Some(timeline::timeline(req, shared));
+    }
     Some(answer_to(req, shared, cfg))
 }
 
@@ -756,7 +780,7 @@ mod tests {
     /// An endpoint whose "main loop" answers every scrape with `text`, counting renders.
     fn endpoint(web: Option<Web>) -> (Endpoint, Arc<AtomicU64>) {
         let (tx, rx) = mpsc::channel::<Scrape>();
-        let ep = serve("127.0.0.1:0", web, tx, None).unwrap();
+        let ep = serve("127.0.0.1:0", web, tx, None, None).unwrap();
         let renders = Arc::new(AtomicU64::new(0));
         let (r, health) = (Arc::clone(&renders), Arc::clone(&ep.health));
         std::thread::spawn(move || loop {
@@ -800,7 +824,7 @@ mod tests {
         // a main loop that answers every pull at once, and one that is busy
         let (tx, _rx) = mpsc::channel::<Scrape>();
         let (ptx, prx) = mpsc::channel::<Pull>();
-        let ep = serve("127.0.0.1:0", None, tx, Some(ptx)).unwrap();
+        let ep = serve("127.0.0.1:0", None, tx, Some(ptx), None).unwrap();
         std::thread::spawn(move || {
             for (i, p) in prx.into_iter().enumerate() {
                 let _ = p.reply.send(if i == 0 { Ok(vec![0x1f, 0x8b, p.seconds as u8]) } else { Err("busy: retry".into()) });
@@ -819,7 +843,7 @@ mod tests {
         // a main loop that records every pull and never answers
         let (tx, _rx) = mpsc::channel::<Scrape>();
         let (ptx, prx) = mpsc::channel::<Pull>();
-        let ep = serve("127.0.0.1:0", None, tx, Some(ptx)).unwrap();
+        let ep = serve("127.0.0.1:0", None, tx, Some(ptx), None).unwrap();
         let pulls = Arc::new(Mutex::new(vec![]));
         let kept = Arc::clone(&pulls);
         std::thread::spawn(move || {
@@ -910,7 +934,7 @@ mod tests {
         assert!(request(ep.addr, "GET /healthz HTTP/1.1\r\n\r\n").ends_with("\r\n\r\nok\n"));
         // the main loop's last beat long ago (the test loop beats again within 50 ms: stop it first)
         let (tx, _rx) = mpsc::channel::<Scrape>();
-        let ep = serve("127.0.0.1:0", None, tx, None).unwrap();
+        let ep = serve("127.0.0.1:0", None, tx, None, None).unwrap();
         ep.health.last_ns.store(-(STALLED_AFTER.as_nanos() as i64) - 1_000_000_000, Ordering::Relaxed);
         let r = request(ep.addr, "GET /healthz HTTP/1.1\r\n\r\n");
         assert!(r.starts_with("HTTP/1.1 503") && r.contains("has not run for 16 s"), "{r}");

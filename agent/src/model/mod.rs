@@ -3,6 +3,7 @@
 pub mod age;
 pub mod blame;
 pub mod hist;
+pub mod history;
 pub mod labels;
 pub mod ledger;
 pub mod loss;

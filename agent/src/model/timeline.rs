@@ -224,6 +224,23 @@ impl Timeline {
         self.cells = cells;
     }
 
+    /// Add a later timeline's cells after this one's (`later` begins where this one ends), at
+    /// the coarser of the two grains.
+    pub fn append(&mut self, later: &Timeline) {
+        if later.fine_ns > self.fine_ns {
+            self.refold(later.fine_ns);
+        }
+        for (tid, cells) in &later.threads {
+            let row = self.threads.entry(*tid).or_default();
+            for c in cells {
+                self.cells += push(row, *c, self.fine_ns);
+            }
+        }
+        self.to = self.to.max(later.to);
+        self.spans += later.spans;
+        self.folded += later.folded;
+    }
+
     /// Fold at twice the grain until the timeline has at most `max_cells` cells (an output's
     /// budget).
     pub fn fit(&mut self, max_cells: usize) {

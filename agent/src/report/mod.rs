@@ -17,7 +17,7 @@ pub mod text;
 pub mod trace;
 pub mod verdict;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::model::age::{AgeReport, AgeSummary};
 use crate::model::blame::{self, FutexWait, Preemptor, TopFutex};
@@ -156,6 +156,23 @@ impl Throttling {
             period_s: period_ns as f64 / 1e9,
         }
     }
+}
+
+/// The rows of a window that began with the threads' numbers `base`, of the threads live now and
+/// of those that exited since: each one's numbers since then (a thread that began since: all of
+/// them). `run`'s timeline views (`model::history`).
+pub fn rows_since(base: &[ThreadSample], live: &[ThreadSample], exited: &[ThreadSample]) -> Vec<ThreadRow> {
+    let base: HashMap<(u32, u64), &ThreadSample> = base.iter().map(|b| ((b.host_tid, b.start_ns), b)).collect();
+    live.iter()
+        .chain(exited)
+        .map(|s| {
+            let d = match base.get(&(s.host_tid, s.start_ns)) {
+                Some(b) => s.since(b),
+                None => s.clone(),
+            };
+            ThreadRow::from_sample(&d, d.times, d.times.total())
+        })
+        .collect()
 }
 
 impl ThreadRow {

@@ -335,7 +335,7 @@
   // ---- wait flame graph (root on top)
   (function flame() {
     const host = $("flame");
-    if (!D.flame.length) { host.append(el("p", "note", "No wait stacks in this window (stacks were off, or nothing waited).")); return; }
+    if (!D.flame.length) { host.append(el("p", "note", "No wait stacks in this window (stacks were off, nothing waited, or this is run's kept timeline, which keeps no stacks).")); return; }
     const sel = { thread: $("f-thread"), state: $("f-state"), role: $("f-role") };
     const option = (s, value, text) => { const o = el("option", null, text); o.value = value; s.append(o); };
     option(sel.thread, "", "all");
