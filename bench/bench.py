@@ -74,12 +74,14 @@ def tools_for(kind, names):
         "waitmeter-uprobe": lambda: h.Waitmeter("waitmeter-uprobe", "--gil-probe", "uprobe"),
         "waitmeter-nolock": lambda: h.Waitmeter("waitmeter-nolock", "--lock-probe", "none"),
         "waitmeter-nostacks": lambda: h.Waitmeter("waitmeter-nostacks", "--stacks", "none"),
+        "waitmeter-timeline": lambda: h.Waitmeter("waitmeter-timeline", "--timeline-minutes", "5"),
         "waitmeter-syscalls": lambda: h.Waitmeter("waitmeter-syscalls", "--syscalls", "on"),
         "waitmeter-syscalls-elsewhere": lambda: h.Waitmeter("waitmeter-syscalls-elsewhere", "--syscalls", "on", elsewhere=True),
         "waitmeter-elsewhere": lambda: h.Waitmeter("waitmeter-elsewhere", elsewhere=True),
         "waitmeter-all": lambda: h.Waitmeter("waitmeter-all", all_processes=True),
         "waitmeter-all-nostacks": lambda: h.Waitmeter("waitmeter-all-nostacks", "--stacks", "none", all_processes=True),
         "waitmeter-all-uprobe": lambda: h.Waitmeter("waitmeter-all-uprobe", "--gil-probe", "uprobe", all_processes=True),
+        "waitmeter-all-timeline": lambda: h.Waitmeter("waitmeter-all-timeline", "--timeline-minutes", "5", all_processes=True),
         "floor": lambda: h.Floor("floor"),
         "py-spy": lambda: h.PySpy("py-spy"),
         "py-spy-nonblocking": lambda: h.PySpy("py-spy-nonblocking", nonblocking=True),
@@ -96,9 +98,11 @@ TOOL_NOTES = {
     "waitmeter-nolock": "waitmeter run --lock-probe none (no parking-lot uprobes on 3.13+)",
     "waitmeter-syscalls": "waitmeter run --syscalls on (the syscall probe: every syscall of the machine enters it)",
     "waitmeter-syscalls-elsewhere": "waitmeter run --syscalls on watching another process (an idle sleep): what the probe costs the rest of the machine",
+    "waitmeter-timeline": "waitmeter run --timeline-minutes 5 (every closed interval a span in the ring, kept 5 min: the timeline's cost is the difference from waitmeter)",
     "waitmeter-nostacks": "waitmeter run --stacks none (no wait stacks, no holder sampler: the default's cost of stacks is the difference)",
     "waitmeter-all": "waitmeter run --all (the sidecar's mode: every process of the PID namespace, the bench's own included)",
     "waitmeter-all-nostacks": "waitmeter run --all --stacks none",
+    "waitmeter-all-timeline": "waitmeter run --all --timeline-minutes 5 (the sidecar keeping every process' timeline)",
     "waitmeter-all-uprobe": "waitmeter run --all --gil-probe uprobe (take_gil/drop_gil uprobes in every Python process)",
     "waitmeter-elsewhere": "waitmeter run watching another process (an idle sleep): the workload is unwatched, the hooks still run",
     "floor": "empty tp_btf programs on the sched probe's hooks (bench/floor/): the per-event floor, for bpf_stats",
@@ -844,18 +848,20 @@ def overhead_scenarios(args):
     if py:
         sc["pingpong"] = Overhead(
             "pingpong", "GIL ping-pong, 60k round trips through queue.Queue, Python 3.12, pinned to CPU 1",
-            python_workload(py, "pingpong.py", 60000, "--cpu", 1), tools_for("py", pp_tools),
+            python_workload(py, "pingpong.py", 60000, "--cpu", 1), tools_for("py", pp_tools + ["waitmeter-timeline"]),
             [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], R or (3 if quick else 5), timeout=120,
-            target=("pingpong_slowdown", "waitmeter"), stats_tools=("waitmeter", "waitmeter-nostacks", "waitmeter-uprobe"))
+            target=("pingpong_slowdown", "waitmeter"),
+            stats_tools=("waitmeter", "waitmeter-nostacks", "waitmeter-uprobe", "waitmeter-timeline"))
         # the sidecar's mode: run --all watches every process, this one and the bench's own included
         sc["pingpong-all"] = Overhead(
             "pingpong-all", "GIL ping-pong (the switch storm), 60k round trips, Python 3.12, pinned to CPU 1, under run --all",
             python_workload(py, "pingpong.py", 60000, "--cpu", 1),
-            tools_for("py", ["none", "waitmeter-all", "waitmeter-all-nostacks", "waitmeter-all-uprobe", "waitmeter",
-                             "waitmeter-elsewhere", "floor"]),
+            tools_for("py", ["none", "waitmeter-all", "waitmeter-all-nostacks", "waitmeter-all-uprobe", "waitmeter-all-timeline",
+                             "waitmeter", "waitmeter-elsewhere", "floor"]),
             [("seconds", "seconds", False), ("cpu_s", "CPU s", False)], R or (3 if quick else 7), timeout=120,
             target=("sidecar_slowdown", "waitmeter-all"),
-            stats_tools=("waitmeter-all", "waitmeter-all-nostacks", "waitmeter-all-uprobe", "waitmeter", "waitmeter-elsewhere", "floor"),
+            stats_tools=("waitmeter-all", "waitmeter-all-nostacks", "waitmeter-all-uprobe", "waitmeter-all-timeline", "waitmeter",
+                         "waitmeter-elsewhere", "floor"),
             costs=("waitmeter-all", "waitmeter-elsewhere"), stats_rounds=1 if quick else 3)
         sc["pingpong-unpinned"] = Overhead(
             "pingpong-unpinned", "GIL ping-pong, 60k round trips, Python 3.12, unpinned (cross-CPU hand-offs: noisy)",
