@@ -66,11 +66,11 @@ def agent(pinned_pair_agent):
 
 
 @contextlib.contextmanager
-def agent_with_web_config(workload_bin, port, web, ready):
+def agent_with_web_config(workload_bin, port, web, ready, *extra):
     """`waitmeter run --web.config.file web` on the pinned pair, once `ready()` is true."""
     with Workload(workload_bin, "--pinned-pair", 0) as w:
         proc = subprocess.Popen([str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}",
-                                 "--web.config.file", str(web)], stderr=subprocess.PIPE, text=True)
+                                 "--web.config.file", str(web), *extra], stderr=subprocess.PIPE, text=True)
         with Guard(proc):
             deadline = time.monotonic() + 10
             while True:
@@ -300,13 +300,19 @@ def test_real_prometheus_scrapes_over_tls_with_client_cert_and_basic_auth(worklo
          "basic_auth": {"username": "prometheus", "password": "s3cret"}},
         {"job_name": "plain-http", "static_configs": target},
     ]
-    with agent_with_web_config(workload_bin, port, web, lambda: tls_get(port, "/healthz", tmp_path)[0] == 200) as proc:
+    with agent_with_web_config(workload_bin, port, web, lambda: tls_get(port, "/healthz", tmp_path)[0] == 200,
+                               "--timeline-minutes", "1") as proc:
         # no credentials, wrong ones: 401 with a challenge; /healthz needs none
         assert tls_get(port, "/metrics", tmp_path)[0] == 401
+        # the kept timeline is behind the same lock (thread names, code: the process' insides)
+        assert tls_get(port, "/debug/timeline?seconds=5&format=trace", tmp_path)[0] == 401
+        assert tls_get(port, "/debug/timeline?seconds=5&format=trace", tmp_path, "prometheus", "guess")[0] == 401
         assert tls_get(port, "/metrics", tmp_path, "prometheus", "guess")[0] == 401
         assert tls_get(port, "/metrics", tmp_path, "nobody", "s3cret")[0] == 401
         code, body = tls_get(port, "/metrics", tmp_path, "prometheus", "s3cret")
         assert code == 200 and "waitmeter_thread_seconds_total" in body
+        code, body = tls_get(port, "/debug/timeline?seconds=5&format=trace", tmp_path, "prometheus", "s3cret")
+        assert code == 200 and json.loads(body)["traceEvents"], (code, body[:300])
         # no client certificate: the handshake fails
         with pytest.raises((ssl.SSLError, ConnectionResetError, urllib.error.URLError)):
             tls_get(port, "/healthz", tmp_path, client_cert=False)
@@ -323,7 +329,7 @@ def test_real_prometheus_scrapes_over_tls_with_client_cert_and_basic_auth(worklo
         assert len(series) >= 2, series
         time.sleep(1.1)  # past the render cache
         code, body = tls_get(port, "/metrics", tmp_path, "prometheus", "s3cret")
-        assert metric(body, "waitmeter_http_requests_total", code="401") >= 4
+        assert metric(body, "waitmeter_http_requests_total", code="401") >= 6
         assert metric(body, "waitmeter_http_connections_dropped_total", reason="tls_handshake") >= 2
         assert proc.poll() is None
 
