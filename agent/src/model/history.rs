@@ -182,23 +182,7 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     fn thread(tid: u32) -> ThreadSample {
-        ThreadSample {
-            tid,
-            host_tid: tid,
-            pid: 1,
-            comm: format!("t{tid}"),
-            py_name: None,
-            start_ns: 0,
-            at_ns: 0,
-            exited: false,
-            times: Default::default(),
-            gil_by_holder: Default::default(),
-            gil_hold: None,
-            futex: vec![],
-            runqueue_by: Default::default(),
-            yields: 0,
-            gil_waits: 0,
-        }
+        crate::model::partition::test_sample(tid, Default::default(), 0)
     }
 
     fn span(start: u64, end: u64, state: State) -> Span {
