@@ -85,3 +85,11 @@ fn main() {
         std::process::exit(error::exit_code(&e));
     }
 }
+
+/// The crate's directory, for the tests' recorded data and the repository's files: as `cargo
+/// test` says at run time (a test binary built in another checkout that shares the target
+/// directory is not rebuilt for this one), else as it was when built.
+#[cfg(test)]
+fn manifest_dir() -> String {
+    std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string())
+}

@@ -400,7 +400,7 @@ mod tests {
 
     /// The first READ_LEN bytes of `_PyRuntime`, recorded from a running interpreter.
     fn recorded(name: &str) -> Vec<u8> {
-        let path = format!("{}/testdata/debug_offsets/{name}.bin", env!("CARGO_MANIFEST_DIR"));
+        let path = format!("{}/testdata/debug_offsets/{name}.bin", crate::manifest_dir());
         std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 

@@ -27,3 +27,11 @@ pub mod pyframe;
 pub mod pyroscope;
 #[doc(hidden)]
 pub mod testing;
+
+/// The crate's directory, for its tests' recorded data: as `cargo test` says at run time (a test
+/// binary built in another checkout, sharing the target directory, is not rebuilt for this one),
+/// else as it was when built.
+#[cfg(test)]
+pub(crate) fn manifest_dir() -> String {
+    std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string())
+}

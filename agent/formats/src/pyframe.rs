@@ -538,7 +538,7 @@ mod tests {
     use super::*;
 
     fn recorded_offsets(name: &str) -> FrameLayout {
-        let path = format!("{}/testdata/debug_offsets/{name}.bin", env!("CARGO_MANIFEST_DIR"));
+        let path = format!("{}/testdata/debug_offsets/{name}.bin", crate::manifest_dir());
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         frame_layout_from(&DebugOffsets::parse(&bytes).unwrap_or_else(|e| panic!("{name}: {e:#}")))
     }
@@ -905,7 +905,7 @@ mod tests {
 
     #[test]
     fn every_recorded_instruction_gets_the_line_its_interpreter_gives() {
-        let dir = format!("{}/testdata/linetables", env!("CARGO_MANIFEST_DIR"));
+        let dir = format!("{}/testdata/linetables", crate::manifest_dir());
         let mut minors = vec![];
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}")) {
             let path = entry.unwrap().path();

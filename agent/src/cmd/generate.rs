@@ -63,7 +63,7 @@ mod tests {
     }
 
     fn repo(rel: &str) -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+        Path::new(&crate::manifest_dir()).join("..").join(rel)
     }
 
     #[test]

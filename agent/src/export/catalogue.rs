@@ -402,8 +402,8 @@ mod tests {
 
     #[test]
     fn docs_metrics_md_is_up_to_date() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md");
-        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        let path = format!("{}/../docs/metrics.md", crate::manifest_dir());
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(
             committed == markdown(),
             "docs/metrics.md is stale: run `make docs` (waitmeter metrics-doc > docs/metrics.md) and commit it"

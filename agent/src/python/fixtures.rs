@@ -29,7 +29,7 @@ pub fn pyenv_python(minor: u32) -> Option<PathBuf> {
 /// `.pythons/` (3.14, 3.15).
 pub fn python(minor: u32) -> Option<PathBuf> {
     pyenv_python(minor).or_else(|| {
-        let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../.pythons/bin/python3.{minor}"));
+        let built = PathBuf::from(crate::manifest_dir()).join(format!("../.pythons/bin/python3.{minor}"));
         built.exists().then_some(built)
     })
 }

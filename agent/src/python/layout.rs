@@ -290,7 +290,7 @@ mod tests {
     }
 
     fn recorded(name: &str) -> Layout {
-        let path = format!("{}/formats/testdata/debug_offsets/{name}.bin", env!("CARGO_MANIFEST_DIR"));
+        let path = format!("{}/formats/testdata/debug_offsets/{name}.bin", crate::manifest_dir());
         from_debug_offsets(&DebugOffsets::parse(&std::fs::read(path).unwrap()).unwrap())
     }
 

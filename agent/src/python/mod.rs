@@ -499,7 +499,7 @@ mod tests {
             symtab: false,
             layout: Some(layout::from_debug_offsets(
                 &DebugOffsets::parse(
-                    &std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/formats/testdata/debug_offsets/3.14.7t.bin")).unwrap(),
+                    &std::fs::read(format!("{}/formats/testdata/debug_offsets/3.14.7t.bin", crate::manifest_dir())).unwrap(),
                 )
                 .unwrap(),
             )),

@@ -274,7 +274,7 @@ mod tests {
             15 => "3.15.0rc2",
             _ => return crate::python::layout::layout(minor, false).and_then(|l| l.objects).unwrap(),
         };
-        let path = format!("{}/formats/testdata/debug_offsets/{recorded}.bin", env!("CARGO_MANIFEST_DIR"));
+        let path = format!("{}/formats/testdata/debug_offsets/{recorded}.bin", crate::manifest_dir());
         let o = crate::python::debug_offsets::DebugOffsets::parse(&std::fs::read(path).unwrap()).unwrap();
         crate::python::layout::from_debug_offsets(&o).objects.unwrap()
     }
@@ -459,7 +459,7 @@ mod tests {
     /// `WAITMETER_RECORD_FIXTURES=1 cargo test names_recorded_from_real_interpreters`).
     #[test]
     fn names_from_images_recorded_from_real_interpreters() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/python/testdata");
+        let dir = std::path::Path::new(&crate::manifest_dir()).join("src/python/testdata");
         for minor in MINORS {
             let data = std::fs::read(dir.join(format!("threads-3.{minor}.img"))).unwrap();
             let (runtime, image) = fixtures::load_image(&data);
@@ -495,7 +495,7 @@ mod tests {
             eprintln!("3.{minor}: {} regions, {bytes} bytes recorded", image.regions().count());
             assert_eq!(read_thread_names(&image, p.runtime, &o).unwrap(), names, "3.{minor} replayed");
             if std::env::var_os("WAITMETER_RECORD_FIXTURES").is_some() {
-                let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/python/testdata");
+                let dir = std::path::Path::new(&crate::manifest_dir()).join("src/python/testdata");
                 std::fs::create_dir_all(&dir).unwrap();
                 fixtures::save_image(&dir.join(format!("threads-3.{minor}.img")), p.runtime, &image).unwrap();
             }

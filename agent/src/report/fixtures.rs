@@ -147,7 +147,7 @@ pub fn full_report() -> ProcessReport {
 /// the code renders now (then review the diff and commit it).
 pub fn bless(name: &str, text: &str) {
     if std::env::var_os("WAITMETER_BLESS").is_some() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/report/testdata").join(name);
+        let path = std::path::Path::new(&crate::manifest_dir()).join("src/report/testdata").join(name);
         std::fs::write(&path, text).expect("write the pinned report");
     }
 }
