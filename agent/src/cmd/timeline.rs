@@ -14,7 +14,7 @@ use crate::session::{Session, Target};
 
 /// The spans the ring lost so far.
 pub(super) fn spans_lost(session: &Session) -> u64 {
-    session.lost().iter().filter(|l| l.reason == Reason::SpanRingbufFull).map(|l| l.count).sum()
+    Lost::of(&session.lost(), Reason::SpanRingbufFull)
 }
 
 /// The live target with this PID (a PID of an exited one can be reused), else the exited one.

@@ -277,11 +277,7 @@ impl Rendered {
         if !gzip {
             return plain.as_bytes();
         }
-        self.gzip[usize::from(!openmetrics)].get_or_init(|| {
-            let mut enc = GzEncoder::new(Vec::with_capacity(plain.len() / 4), flate2::Compression::default());
-            enc.write_all(plain.as_bytes()).expect("writing to a Vec cannot fail");
-            enc.finish().expect("writing to a Vec cannot fail")
-        })
+        self.gzip[usize::from(!openmetrics)].get_or_init(|| self::gzip(plain.as_bytes(), flate2::Compression::default()))
     }
 }
 
@@ -608,11 +604,42 @@ const LANDING: &str = "<!doctype html><html><head><title>waitmeter</title></head
 <a href=\"/debug/pprof/wait?seconds=10\">/debug/pprof/wait?seconds=10</a> (a wait profile, pprof) &middot; \
 <a href=\"/debug/timeline?seconds=60\">/debug/timeline?seconds=60</a> (the last minute's timeline, with run --timeline-minutes)</p></body></html>\n";
 
+/// A query's `key=value` pairs (a key without `=` has an empty value).
+fn query_pairs(query: Option<&str>) -> impl Iterator<Item = (&str, &str)> {
+    query.unwrap_or("").split('&').filter(|p| !p.is_empty()).map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+}
+
+/// A place among the requests of one kind waiting now (at most `max`), given back when dropped;
+/// None: every place is taken.
+struct Place<'a>(&'a AtomicUsize);
+
+impl<'a> Place<'a> {
+    fn take(waiting: &'a AtomicUsize, max: usize) -> Option<Place<'a>> {
+        if waiting.fetch_add(1, Ordering::AcqRel) >= max {
+            waiting.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Place(waiting))
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// `bytes` gzipped.
+fn gzip(bytes: &[u8], level: flate2::Compression) -> Vec<u8> {
+    let mut enc = GzEncoder::new(Vec::with_capacity(bytes.len() / 4), level);
+    enc.write_all(bytes).expect("writing to a Vec cannot fail");
+    enc.finish().expect("writing to a Vec cannot fail")
+}
+
 /// `seconds` and `pid` of a profile request's query.
 fn profile_query(query: Option<&str>) -> Result<(u64, Option<u32>), &'static str> {
     let (mut seconds, mut pid) = (DEFAULT_SECONDS, None);
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+    for (k, v) in query_pairs(query) {
         match k {
             "seconds" => {
                 seconds =
@@ -642,17 +669,9 @@ fn profile(req: &head::Request<'_>, id: u64, shared: &Shared) -> Option<Answer> 
         a
     };
     // a place among the profile requests waiting now, or 429 at once
-    if shared.profiling.fetch_add(1, Ordering::AcqRel) >= MAX_PROFILE_REQUESTS {
-        shared.profiling.fetch_sub(1, Ordering::AcqRel);
+    let Some(_place) = Place::take(&shared.profiling, MAX_PROFILE_REQUESTS) else {
         return Some(busy(format!("busy: {MAX_PROFILE_REQUESTS} profile requests are open already: retry")));
-    }
-    struct Place<'a>(&'a AtomicUsize);
-    impl Drop for Place<'_> {
-        fn drop(&mut self) {
-            self.0.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-    let _place = Place(&shared.profiling);
+    };
     let wait = Duration::from_secs(seconds) + RENDER_TIMEOUT;
     let give_up = Instant::now() + wait;
     shared.slots.extend(id, give_up + RESPONSE_DEADLINE);

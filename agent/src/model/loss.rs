@@ -147,6 +147,11 @@ impl Lost {
         Lost { probe, reason, count }
     }
 
+    /// How many of `lost` were lost for `reason` (by any probe).
+    pub fn of(lost: &[Lost], reason: Reason) -> u64 {
+        lost.iter().filter(|l| l.reason == reason).map(|l| l.count).sum()
+    }
+
     /// The same, less what `before` had counted of it (a window's share of a running total).
     pub fn since(self, before: &[Lost]) -> Lost {
         let was = before.iter().find(|l| l.probe == self.probe && l.reason == self.reason).map_or(0, |l| l.count);

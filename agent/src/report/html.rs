@@ -13,7 +13,7 @@ use super::finding::Finding;
 use super::verdict::Verdict;
 use super::ProcessReport;
 use crate::model::blame::Preemptor;
-use crate::model::loss::Reason;
+use crate::model::loss::{Lost, Reason};
 use crate::model::stacks::{site_of, Frame, Role};
 use crate::model::state::State;
 use crate::model::timeline::{Behind, Cell, Timeline};
@@ -164,7 +164,7 @@ fn data(r: &ProcessReport, v: &Verdict, t: &Timeline) -> Value {
             json!({"text": f.to_string(), "kind": c.kind(), "threads": tids, "state": c.names().and_then(|(_, s)| s).map(|s| s.index())})
         })
         .collect();
-    let lost: u64 = r.events_lost.iter().filter(|l| l.reason == Reason::SpanRingbufFull).map(|l| l.count).sum();
+    let lost = Lost::of(&r.events_lost, Reason::SpanRingbufFull);
     json!({
         "producer": format!("waitmeter {}", env!("CARGO_PKG_VERSION")),
         "pid": r.pid, "comm": r.comm, "python": r.python.as_ref().map(|p| format!("Python {} (GIL {})", p.version, p.gil)),

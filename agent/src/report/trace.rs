@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::finding::Finding;
 use super::verdict::Verdict;
 use super::ProcessReport;
-use crate::model::loss::Reason;
+use crate::model::loss::{Lost, Reason};
 use crate::model::state::State;
 use crate::model::timeline::{Behind, Cell, Timeline};
 
@@ -97,7 +97,7 @@ pub fn render(processes: &mut [(&ProcessReport, &Verdict, Timeline)]) -> String 
     let mut about = vec![];
     for (r, v, t) in processes.iter() {
         process_events(r, v, t, &mut events);
-        let lost: u64 = r.events_lost.iter().filter(|l| l.reason == Reason::SpanRingbufFull).map(|l| l.count).sum();
+        let lost = Lost::of(&r.events_lost, Reason::SpanRingbufFull);
         about.push(json!({
             "pid": r.pid, "comm": r.comm, "duration_s": (t.to.saturating_sub(t.from)) as f64 / 1e9,
             // ts 0: when the window opened, on the Unix clock (an application's own prints line up)

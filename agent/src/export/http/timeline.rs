@@ -4,14 +4,11 @@
 //! or as a Chrome trace of every process or of `pid` (`format=trace`). The run loop renders it at
 //! once from what it kept; at most `MAX_WAITING` requests wait for it at a time, one more is
 //! answered 429 at once (a page of a busy process takes the loop a few hundred ms).
-use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-use flate2::write::GzEncoder;
 use waitmeter_formats::http as head;
 
-use super::{answer, Answer, Body, Shared, RENDER_TIMEOUT};
+use super::{answer, gzip, query_pairs, Answer, Body, Place, Shared, RENDER_TIMEOUT};
 
 /// Timeline requests waiting for the run loop at once.
 pub const MAX_WAITING: usize = 2;
@@ -37,8 +34,7 @@ pub struct Look {
 /// `seconds`, `pid`, `format` of the query; `keep_s`: the most a view reaches back.
 fn query(q: Option<&str>, keep_s: u64) -> Result<(u64, Option<u32>, Format), String> {
     let (mut seconds, mut pid, mut format) = (keep_s.min(60), None, Format::Html);
-    for pair in q.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+    for (k, v) in query_pairs(q) {
         match k {
             "seconds" => {
                 seconds = v
@@ -70,19 +66,11 @@ pub(super) fn timeline(req: &head::Request<'_>, shared: &Shared) -> Answer {
         Ok(q) => q,
         Err(why) => return Answer { body: Body::Owned(format!("{why}\n")), ..answer(400, "") },
     };
-    if shared.looking.fetch_add(1, Ordering::AcqRel) >= MAX_WAITING {
-        shared.looking.fetch_sub(1, Ordering::AcqRel);
+    let Some(_place) = Place::take(&shared.looking, MAX_WAITING) else {
         let mut a = answer(429, "busy: a timeline is being rendered already: retry\n");
         a.headers.push(("Retry-After", "2".into()));
         return a;
-    }
-    struct Place<'a>(&'a AtomicUsize);
-    impl Drop for Place<'_> {
-        fn drop(&mut self) {
-            self.0.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-    let _place = Place(&shared.looking);
+    };
     let (tx, rx) = mpsc::sync_channel(1);
     if looks.lock().expect("look channel lock").send(Look { seconds, pid, format, reply: tx }).is_err() {
         return answer(503, "waitmeter is shutting down\n");
@@ -92,11 +80,11 @@ pub(super) fn timeline(req: &head::Request<'_>, shared: &Shared) -> Answer {
         Ok(Err(why)) => return Answer { body: Body::Owned(format!("{why}\n")), ..answer(404, "") },
         Err(_) => return answer(503, "waitmeter is busy or shutting down: retry\n"),
     };
-    let (ctype, name) = match format {
-        // the page's own policy, as a header too: it loads nothing, and its script reaches nothing
-        Format::Html => ("text/html; charset=utf-8", "timeline.html"),
-        Format::Trace => ("application/json", "timeline.json"),
+    let ctype = match format {
+        Format::Html => "text/html; charset=utf-8",
+        Format::Trace => "application/json",
     };
+    // the page's own policy, as a header too: it loads nothing, and its script reaches nothing
     let mut headers = vec![
         ("Content-Type", ctype.to_string()),
         ("X-Content-Type-Options", "nosniff".into()),
@@ -104,18 +92,12 @@ pub(super) fn timeline(req: &head::Request<'_>, shared: &Shared) -> Answer {
         ("Vary", "Accept-Encoding".into()),
     ];
     if format == Format::Trace {
-        headers.push(("Content-Disposition", format!("attachment; filename=\"{name}\"")));
+        headers.push(("Content-Disposition", "attachment; filename=\"timeline.json\"".into()));
     }
-    let gzip = head::quality(req.header("Accept-Encoding").unwrap_or(""), "gzip", Some("*")).is_some_and(|q| q > 0.0);
-    let body = if gzip {
-        let mut e = GzEncoder::new(Vec::with_capacity(body.len() / 8), flate2::Compression::fast());
-        match e.write_all(&body).and_then(|_| e.finish()) {
-            Ok(z) => {
-                headers.push(("Content-Encoding", "gzip".into()));
-                z
-            }
-            Err(_) => body,
-        }
+    let wants_gzip = head::quality(req.header("Accept-Encoding").unwrap_or(""), "gzip", Some("*")).is_some_and(|q| q > 0.0);
+    let body = if wants_gzip {
+        headers.push(("Content-Encoding", "gzip".into()));
+        gzip(&body, flate2::Compression::fast())
     } else {
         body
     };
