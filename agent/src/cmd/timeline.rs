@@ -26,11 +26,8 @@ fn target_of(session: &Session, pid: u32) -> Option<&Target> {
 pub(super) fn drain_into(session: &mut Session, history: &mut History) {
     let spans = session.drain_spans();
     let lost = spans_lost(session);
-    for (pid, spans) in spans {
-        if let Some(id) = target_of(session, pid).map(|t| t.id) {
-            history.add_spans(id, spans, lost);
-        }
-    }
+    let by_target = spans.into_iter().filter_map(|(pid, spans)| Some((target_of(session, pid)?.id, spans)));
+    history.add_spans(by_target, lost);
 }
 
 /// The view `look` asks for, rendered (or why not, for the client). `snap`: a sample taken just

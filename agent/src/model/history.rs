@@ -87,28 +87,27 @@ impl History {
         }
     }
 
-    /// Spans of a process (each thread's in time order): a span that began before the segment
-    /// it ended in is split at the segment's start.
-    /// `lost`: the spans the ring has lost so far.
-    pub fn add_spans(&mut self, id: u64, spans: impl IntoIterator<Item = (u32, Span)>, lost: u64) {
-        let max_cells = self.max_cells;
-        let mut spans = spans.into_iter().peekable();
-        let Some((_, first)) = spans.peek() else { return };
-        let segs = self.procs.entry(id).or_default();
-        if segs.is_empty() {
-            // found between boundaries: its segment begins with what it has
-            segs.push_back(Segment::new(first.start, vec![], max_cells, lost));
-        }
-        for (tid, mut s) in spans {
-            for seg in segs.iter_mut().rev() {
-                let from = seg.from();
-                if s.end > from {
-                    seg.timeline.add(tid, Span { start: s.start.max(from), ..s });
+    /// Spans by process (each thread's in time order): a span that began before the segment it
+    /// ended in is split at the segment's start. `lost`: the spans the ring has lost so far.
+    pub fn add_spans(&mut self, by_process: impl IntoIterator<Item = (u64, Vec<(u32, Span)>)>, lost: u64) {
+        for (id, spans) in by_process {
+            let Some((_, first)) = spans.first() else { continue };
+            let segs = self.procs.entry(id).or_default();
+            if segs.is_empty() {
+                // found between boundaries: its segment begins with what it has
+                segs.push_back(Segment::new(first.start, vec![], self.max_cells, lost));
+            }
+            for (tid, mut s) in spans {
+                for seg in segs.iter_mut().rev() {
+                    let from = seg.from();
+                    if s.end > from {
+                        seg.timeline.add(tid, Span { start: s.start.max(from), ..s });
+                    }
+                    if s.start >= from {
+                        break;
+                    }
+                    s.end = s.end.min(from);
                 }
-                if s.start >= from {
-                    break;
-                }
-                s.end = s.end.min(from);
             }
         }
         self.bound();
@@ -197,10 +196,10 @@ mod tests {
     fn a_view_takes_the_segments_since_it_began_and_a_span_across_a_boundary_is_split() {
         let mut h = History::new(60 * S, MAX_KEPT_CELLS);
         h.boundary(10 * S, &live(&[1]), 0);
-        h.add_spans(7, [(1, span(10 * S, 15 * S, State::Running))], 0);
+        h.add_spans([(7, vec![(1, span(10 * S, 15 * S, State::Running))])], 0);
         h.boundary(20 * S, &live(&[1, 2]), 0);
         // asleep from 15 s to 25 s: half in each segment
-        h.add_spans(7, [(1, span(15 * S, 25 * S, State::Sleep)), (2, span(20 * S, 29 * S, State::FutexWait))], 0);
+        h.add_spans([(7, vec![(1, span(15 * S, 25 * S, State::Sleep)), (2, span(20 * S, 29 * S, State::FutexWait))])], 0);
         let v = h.view(7, 12 * S, 30 * S, &[(1, span(25 * S, 30 * S, State::Running))]).unwrap();
         assert_eq!((v.from, v.base.len()), (10 * S, 1));
         let rows: BTreeMap<u32, Vec<Cell>> = v.timeline.rows().map(|(t, r)| (t, r.to_vec())).collect();
@@ -222,7 +221,7 @@ mod tests {
                 let at = b * 10 * S + i * 1_000_000;
                 (1, span(at, at + 1_000_000, if i % 2 == 0 { State::Running } else { State::Runqueue }))
             });
-            h.add_spans(7, spans, 0);
+            h.add_spans([(7, spans.collect())], 0);
             assert!(h.cells() <= 2_000, "{}", h.cells());
         }
         // 30 s kept: the segment holding 60 s ago on, at most 4 of them
