@@ -653,7 +653,7 @@ def page(runs, out):
     w = h.Workload([ring, 64, 16], linger=False)
     html_path = Path(tempfile.mkdtemp(prefix="wm-bench-page-")) / "storm.html"
     try:
-        _, _ = attach_json(w.pid, 10, "--html", str(html_path))
+        attach_json(w.pid, 10, "--html", str(html_path))
     finally:
         w.close()
     text = html_path.read_text()
