@@ -170,14 +170,6 @@ struct wm_stretch_closed {
 	__u64 ns[WM_NR_STATES];    /* and now, in ns */
 };
 
-/* the stretch a switch-out closes: beside the switch handlers' stack, not on it */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct wm_stretch_closed);
-} scratch_stretch SEC(".maps");
-
 /* counters[key] += 1, in a per-CPU array of counters */
 static __always_inline void count_in(void *counters, __u32 key)
 {
@@ -1067,22 +1059,99 @@ struct wm_out {
 };
 
 /*
- * Apply a switch-out: the thread's stacks, its transition, the charge of the
- * interval it closed and the stretch it ended. A global function: the
- * verifier checks it once, with `o` unknown, rather than once for every way
- * the caller worked `o` out (that product made the program's verification
- * take a second and most of the agent's start).
+ * A switch's working structs, beside the BPF stack rather than on it: the
+ * verifier's 512 bytes are for the deepest call chain of a program (the hook,
+ * switched_out(), a slot claim, a stack walk), on every kernel (issue 53:
+ * 528 bytes was refused). One per CPU, used by sched_switch alone, which runs
+ * with interrupts off and never nests (the CPU clock's sampler, which may
+ * interrupt it in NMI, has its own).
  */
-__noinline int switched_out(struct wm_out *o)
+struct wm_switch_work {
+	struct wm_out o;            /* prev's switch-out */
+	struct wm_enter in;         /* next's switch-in */
+	struct wm_closed c;         /* the interval a transition closed */
+	struct wm_stretch_closed so; /* the stretch a switch-out closed */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wm_switch_work);
+} switch_work SEC(".maps");
+
+/*
+ * A switch-out's stacks (bpf/stacks.bpf.h): the thread's own as it leaves the
+ * CPU, and the Python stack of the GIL holder it is about to wait behind, into
+ * `w->o`. A function of its own, called from the hook beside switched_out()
+ * rather than from it: a stack walk's frames (wm_native_stack(), its steps)
+ * then stand on the hook's frame alone, not on switched_out()'s too, and the
+ * deepest call chain keeps its margin inside the verifier's 512 bytes on
+ * every kernel (issue 53: 528 was refused).
+ */
+__noinline int switch_stacks(struct wm_switch_work *w)
 {
-	struct wm_stretch_closed *so;
-	struct wm_closed c;
+	struct wm_out *o;
 	struct wm_thread *t;
-	__u32 zero = 0, tid, tgid;
+	__u32 tid, tgid;
+	__s32 native;
 	__u64 now;
 
-	if (!o)
+	if (!w)
 		return 0;
+	o = &w->o;
+	tid = o->tid;
+	tgid = o->tgid;
+	now = o->now;
+	t = find_thread(tid);
+	if (!t)
+		return 0;
+	/* racy reads of the thread's own fields: only this thread's
+	 * switch-out and wakeups write them, and a stale value only
+	 * takes or skips one stack */
+	if (!stacks_all) {
+		/* none: a wait that began now is not charged to a stack
+		 * taken before the agent asked for all of them again */
+		o->e.stack.native = -1;
+		o->e.stack.py = 0;
+		o->e.new_stack = true;
+	} else if (now - t->d.stack_at >= cfg.stack_interval_ns) {
+		own_stacks(tgid, tid, &o->e.stack);
+		o->e.new_stack = true;
+		o->own = o->e.stack;
+	} else {
+		o->own = t->d.stack;
+	}
+	/* the holder's native stack: sampled in its own context during this hold */
+	native = o->e.gil_holder ? holder_wanted(tgid, o->holder_tstate, o->e.gil_switch, now) : -1;
+
+	if ((cfg.stacks & WM_STACKS_PYTHON) && o->e.gil_holder && o->holder_tstate &&
+	    (t->d.holder_of != o->e.gil_holder || now - t->d.holder_at >= cfg.stack_interval_ns ||
+	     (native >= 0 && t->d.holder.native < 0))) {
+		o->e.blamed.native = native;
+		o->e.blamed.py = wm_py_stack(tgid, o->holder_tstate);
+		o->e.new_blamed = true;
+	}
+	return 0;
+}
+
+/*
+ * Apply a switch-out (its stacks taken by switch_stacks()): the thread's
+ * transition, the charge of the interval it closed and the stretch it ended. A global function: the
+ * verifier checks it once, with `w` unknown, rather than once for every way
+ * the caller worked `w->o` out (that product made the program's verification
+ * take a second and most of the agent's start).
+ */
+__noinline int switched_out(struct wm_switch_work *w)
+{
+	struct wm_out *o;
+	struct wm_thread *t;
+	__u32 tid, tgid;
+	__u64 now;
+
+	if (!w)
+		return 0;
+	o = &w->o;
 	tid = o->tid;
 	tgid = o->tgid;
 	now = o->now;
@@ -1092,56 +1161,33 @@ __noinline int switched_out(struct wm_out *o)
 		new_thread(bpf_get_current_task_btf(), tid, tgid, &o->e, now);
 		return 0;
 	}
-	if (cfg.stacks) {
-		/* racy reads of the thread's own fields: only this thread's
-		 * switch-out and wakeups write them, and a stale value only
-		 * takes or skips one stack */
-		if (!stacks_all) {
-			/* none: a wait that began now is not charged to a stack
-			 * taken before the agent asked for all of them again */
-			o->e.stack.native = -1;
-			o->e.stack.py = 0;
-			o->e.new_stack = true;
-		} else if (now - t->d.stack_at >= cfg.stack_interval_ns) {
-			own_stacks(tgid, tid, &o->e.stack);
-			o->e.new_stack = true;
-			o->own = o->e.stack;
-		} else {
-			o->own = t->d.stack;
-		}
-		/* the holder's native stack: sampled in its own context during this hold */
-		__s32 native = o->e.gil_holder ? holder_wanted(tgid, o->holder_tstate, o->e.gil_switch, now) : -1;
-
-		if ((cfg.stacks & WM_STACKS_PYTHON) && o->e.gil_holder && o->holder_tstate &&
-		    (t->d.holder_of != o->e.gil_holder || now - t->d.holder_at >= cfg.stack_interval_ns ||
-		     (native >= 0 && t->d.holder.native < 0))) {
-			o->e.blamed.native = native;
-			o->e.blamed.py = wm_py_stack(tgid, o->holder_tstate);
-			o->e.new_blamed = true;
-		}
-	}
-	/* only a block in a syscall can close a stretch (wait_key): no scratch
-	 * lookup for a preemption */
-	so = o->e.syscall >= 0 ? bpf_map_lookup_elem(&scratch_stretch, &zero) : NULL;
-	if (so)
-		so->wait = 0;
-	if (transition(t, &o->e, now, true, false, &c, so)) {
-		charge(t, &c, tid, o->e.to, now);
-		if (so && so->wait)
-			record_stretch(so, tid, c.gen, c.tgid, now);
+	/* only a block in a syscall can close a stretch (wait_key) */
+	w->so.wait = 0;
+	if (transition(t, &o->e, now, true, false, &w->c, o->e.syscall >= 0 ? &w->so : NULL)) {
+		charge(t, &w->c, tid, o->e.to, now);
+		if (w->so.wait)
+			record_stretch(&w->so, tid, w->c.gen, w->c.tgid, now);
 	}
 	return 0;
 }
 
-/* What `prev`, leaving the CPU, enters: worked out here, applied by switched_out(). */
-static __always_inline void switch_out(bool preempt, struct task_struct *prev, __u64 now, struct wm_stack_ref *own)
+/* What `prev`, leaving the CPU, enters: worked out here into `w->o`, applied by switched_out(). */
+static __always_inline void switch_out(bool preempt, struct task_struct *prev, __u64 now, struct wm_switch_work *w)
 {
+	struct wm_out *o = &w->o;
+	struct wm_enter *e = &o->e;
 	__u32 tgid = prev->tgid;
 	__u32 tid = prev->pid;
 	__u32 task_state = get_task_state(prev);
-	struct wm_out o = { .e = { .syscall = -1 }, .now = now, .tid = tid, .tgid = tgid, .own = { .native = -1 } };
-	struct wm_enter *e = &o.e;
 
+	__builtin_memset(o, 0, sizeof(*o));
+	e->syscall = -1;
+	e->stack.native = -1;
+	e->blamed.native = -1;
+	o->own.native = -1;
+	o->now = now;
+	o->tid = tid;
+	o->tgid = tgid;
 	if (preempt || task_state == WM_TASK_RUNNING)
 		e->to = task_throttled(prev)	      ? WM_STATE_THROTTLED :
 			!preempt && yielding(prev) ? WM_STATE_YIELD :
@@ -1156,13 +1202,13 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 
 		if (gil) {
 			e->to = WM_STATE_GIL_WAIT;
-			e->gil_holder = gil_holder(gil, &o.holder_tstate);
-			e->gil_switch = o.holder_tstate >> 48;
-			o.holder_tstate &= WM_USER_ADDR_MASK;
+			e->gil_holder = gil_holder(gil, &o->holder_tstate);
+			e->gil_switch = o->holder_tstate >> 48;
+			o->holder_tstate &= WM_USER_ADDR_MASK;
 			/* itself: the GIL is in flight to another thread (its waker, below) */
 			if (e->gil_holder && holder_is(prev, e->gil_holder)) {
 				e->gil_holder = 0;
-				o.holder_tstate = 0;
+				o->holder_tstate = 0;
 			}
 		} else {
 			/* parked in CPython's parking lot: the semaphore it sleeps on
@@ -1177,29 +1223,32 @@ static __always_inline void switch_out(bool preempt, struct task_struct *prev, _
 	}
 	if (e->to != WM_STATE_FUTEX_WAIT && e->to != WM_STATE_GIL_WAIT)
 		e->futex_addr = 0;
-	switched_out(&o);
-	*own = o.own;
+	if (cfg.stacks)
+		switch_stacks(w);
+	switched_out(w);
 }
 
-static __noinline void switch_in(struct task_struct *next, struct task_struct *prev, const struct wm_stack_ref *prev_stack, __u64 now)
+static __noinline void switch_in(struct task_struct *next, struct task_struct *prev, struct wm_switch_work *w, __u64 now)
 {
 	__u32 tgid = next->tgid;
 	__u32 tid = next->pid;
-	struct wm_enter e = { .to = WM_STATE_RUNNING, .syscall = -1 };
-	struct wm_closed c;
+	struct wm_enter *e = &w->in;
 	struct wm_thread *t;
 
+	__builtin_memset(e, 0, sizeof(*e));
+	e->to = WM_STATE_RUNNING;
+	e->syscall = -1;
 	t = find_thread(tid);
 	if (!t) {
-		new_thread(next, tid, tgid, &e, now);
+		new_thread(next, tid, tgid, e, now);
 		return;
 	}
-	if (!transition(t, &e, now, false, false, &c, NULL))
+	if (!transition(t, e, now, false, false, &w->c, NULL))
 		return;
-	if (c.state == WM_STATE_RUNQUEUE)
-		charge_runqueue(t, &c, tid, prev, prev_stack, now);
+	if (w->c.state == WM_STATE_RUNQUEUE)
+		charge_runqueue(t, &w->c, tid, prev, &w->o.own, now);
 	else
-		charge(t, &c, tid, e.to, now);
+		charge(t, &w->c, tid, e->to, now);
 }
 
 static __always_inline int on_switch(void *ctx, bool preempt, struct task_struct *prev,
@@ -1207,18 +1256,24 @@ static __always_inline int on_switch(void *ctx, bool preempt, struct task_struct
 {
 	bool out = prev->pid && is_watched(prev->tgid);
 	bool in = next->pid && is_watched(next->tgid);
-	/* prev's stack as it left the CPU: the preemptor's, for next's run-queue wait */
-	struct wm_stack_ref prev_stack = { .native = -1 };
+	struct wm_switch_work *w;
+	__u32 zero = 0;
 	__u64 now;
 
 	if (!out && !in)
 		return 0;
+	w = bpf_map_lookup_elem(&switch_work, &zero);
+	if (!w)
+		return 0;
+	/* prev's stack as it left the CPU: the preemptor's, for next's run-queue wait */
+	w->o.own.native = -1;
+	w->o.own.py = 0;
 	/* prev and next are on this CPU's run queue, whose lock is held */
 	now = rq_now(out ? prev : next);
 	if (out)
-		switch_out(preempt, prev, now, &prev_stack);
+		switch_out(preempt, prev, now, w);
 	if (in)
-		switch_in(next, prev, &prev_stack, now);
+		switch_in(next, prev, w, now);
 	return 0;
 }
 
@@ -1332,19 +1387,23 @@ static __always_inline int on_wakeup(struct task_struct *p, bool is_new)
 }
 
 /*
- * A thread's exit closes its last interval in `d`, a copy of its entry's data,
- * and `c`. The entry itself is not written: sched_process_exit runs
- * preemptible, and a write preempted half-way would keep its `seq` odd for as
- * long, and the agent's copies torn (they came out "unsettled" by the dozen
- * under the unit tests' load). Only the exiting thread writes its data, so
- * the copy is whole.
+ * A thread's exit closes its last interval in `d`, a copy of its entry's data
+ * (the exit record's, in the ring buffer: no copy on the BPF stack), and `c`.
+ * The entry itself is not written: sched_process_exit runs preemptible, and a
+ * write preempted half-way would keep its `seq` odd for as long, and the
+ * agent's copies torn (they came out "unsettled" by the dozen under the unit
+ * tests' load). Only the exiting thread writes its data, so the copy is whole.
  */
 static __always_inline void close_at_exit(struct wm_thread_data *d, __u64 now, struct wm_closed *c)
 {
+	/* the state in a register, bounded there: an older verifier (6.1) does
+	 * not carry a bound checked on a value reloaded from memory */
+	__u32 state = d->state;
+
 	closing(d, c);
-	if (now > d->since) {
-		if (d->state < WM_NR_STATES)
-			d->ns[d->state] += now - d->since;
+	barrier_var(state);
+	if (now > d->since && state < WM_NR_STATES) {
+		d->ns[state] += now - d->since;
 		d->since = now;
 	}
 	/* as a transition leaves them (its blocked state's fields are over) */
@@ -1358,7 +1417,6 @@ static __always_inline void close_at_exit(struct wm_thread_data *d, __u64 now, s
 static __always_inline int on_exit(struct task_struct *p)
 {
 	__u32 tgid = p->tgid;
-	struct wm_thread_data last;
 	struct wm_closed c;
 	struct wm_thread *t;
 	struct wm_exit *rec;
@@ -1381,24 +1439,27 @@ static __always_inline int on_exit(struct task_struct *p)
 	if (!t)
 		return 0;
 	now = bpf_ktime_get_ns();
-	__builtin_memcpy(&last, &t->d, sizeof(last));
-	close_at_exit(&last, now, &c);
+	rec = bpf_ringbuf_reserve(&exits, sizeof(*rec), 0);
+	if (rec) {
+		__builtin_memcpy(&rec->t, &t->d, sizeof(rec->t));
+		close_at_exit(&rec->t, now, &c);
+	} else {
+		/* no record: its last interval is still charged (the entry as it is) */
+		count_loss(WM_STAT_EXIT_RINGBUF_FULL);
+		closing(&t->d, &c);
+	}
 	/* the maps, not its rows: the entry is not written (above) */
 	charge(NULL, &c, tid, c.state, now);
 	rows_to_maps(t, tid, c.gen);
-	rec = bpf_ringbuf_reserve(&exits, sizeof(*rec), 0);
 	if (rec) {
 		rec->tid = tid;
 		rec->_pad = 0;
 		rec->end = now;
 		rec->fsbase = p->thread.fsbase;
-		__builtin_memcpy(&rec->t, &last, sizeof(rec->t));
 		BPF_CORE_READ_STR_INTO(&rec->comm, p, comm);
 		/* no wakeup: the agent drains the ring on its own tick (a wakeup
 		 * per exit would cost a system call per exit under churn) */
 		bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
-	} else {
-		count_loss(WM_STAT_EXIT_RINGBUF_FULL);
 	}
 	set_slot_id(slot, 0);
 	/* a thread that exits parked never returns from the wait */

@@ -293,7 +293,8 @@ static long walk_step(__u32 i, void *data)
  * The native user stack of `current`, from the registers it entered the
  * kernel with: stored in `native_stacks`, returned as its key (negative:
  * none; a kernel thread has none, and is no loss). A global function: the
- * verifier checks it once.
+ * verifier checks it once. Its steps run in bpf_loop() where the kernel has
+ * it (`cfg.bpf_loop`, probed by the agent), else in a bounded loop.
  */
 __noinline int wm_native_stack(__u32 tgid)
 {
@@ -320,7 +321,18 @@ __noinline int wm_native_stack(__u32 tgid)
 	w.proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
 	w.h = 0xcbf29ce484222325ULL ^ tgid;
 	w.out->depth = 0;
-	bpf_loop(WM_NATIVE_MAX_FRAMES, walk_step, &w, 0);
+	if (cfg.bpf_loop) {
+		bpf_loop(WM_NATIVE_MAX_FRAMES, walk_step, &w, 0);
+	} else {
+		/* a kernel without bpf_loop (before 5.17): frame pointers only
+		 * (the unwind tables' search needs bpf_loop; with no `proc` the
+		 * verifier never reaches it), in a bounded loop it walks once
+		 * per frame */
+		w.proc = NULL;
+		for (__u32 i = 0; i < WM_NATIVE_MAX_FRAMES; i++)
+			if (walk_step(i, &w))
+				break;
+	}
 	if (!w.out->depth)
 		return -1;
 	w.h = py_mix(w.h, w.out->depth);

@@ -437,7 +437,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         .with_allowed_cpus(crate::procfs::allowed_cpus(target.pid))
         .with_start(start_unix_ns)
         .with_container(crate::identity::Identity::resolve(&target.placement, &pod_list).describe())
-        .with_environment(crate::report::environment::Environment::of(crate::procfs::sched_facts(target.pid)))
+        .with_environment(super::environment(&session, target.pid))
         .with_verdict(VerdictOptions { all: all_findings, age_slo_s: args.age_slo });
         let report = match &target.cgroup {
             Some(cg) => {

@@ -19,6 +19,23 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
+/// The facts of process `pid`'s machine that decide waits, with the running kernel's as the
+/// session's probes were loaded for it: a report's environment.
+pub fn environment(session: &Session, pid: u32) -> crate::report::environment::Environment {
+    let k = session.kernel();
+    crate::report::environment::Environment::of(crate::procfs::sched_facts(pid)).with_kernel(crate::report::environment::KernelFacts {
+        release: k.release.clone(),
+        features: k.features.iter().map(|f| f.name().to_string()).collect(),
+        degraded: k.degraded(),
+    })
+}
+
+/// Each feature above the kernel floor and whether the running kernel has it
+/// (`waitmeter_kernel_feature`).
+pub fn kernel_features(k: &crate::probes::kernel::Kernel) -> Vec<(&'static str, bool)> {
+    crate::probes::kernel::Feature::ALL.iter().map(|f| (f.name(), k.has(*f))).collect()
+}
+
 /// SIGINT/SIGTERM end the measurement cleanly (reports still print, links detach).
 pub fn install_stop_handler() {
     // SAFETY: the handler only stores to an atomic.

@@ -347,6 +347,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     attached: attached.clone(),
                     expected: expected.clone(),
                     variant,
+                    kernel_features: super::kernel_features(session.kernel()),
                     lost,
                     maps,
                     http_codes: endpoint.stats.codes(),

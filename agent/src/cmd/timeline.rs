@@ -88,7 +88,7 @@ pub(super) fn render(
             .with_online_cpus(online)
             .with_allowed_cpus(crate::procfs::allowed_cpus(t.pid))
             .with_start(unix_now_ns - duration as i64)
-            .with_environment(crate::report::environment::Environment::of(crate::procfs::sched_facts(t.pid)))
+            .with_environment(super::environment(session, t.pid))
             .with_events_lost(vec![lost])
             .with_verdict(VerdictOptions::default())
             .with_short_lived_folded();

@@ -282,6 +282,14 @@ pub const PROBE_ATTACHED: Metric = Metric {
     help: "1 when the probe's hook is attached, 0 when it is not (degraded).",
 };
 
+pub const KERNEL_FEATURE: Metric = Metric {
+    base: "waitmeter_kernel_feature",
+    kind: Kind::Gauge,
+    unit: None,
+    labels: &["feature"],
+    help: "1 when the running kernel has the feature, 0 when it lacks it and the probes run a fallback (bpf_loop, Linux 5.17: without it native stacks are walked by frame pointers only and the blame maps are read whole; task_storage, 5.11: without it --syscalls on is refused). docs/deployment.md lists the kernels.",
+};
+
 /// A gauge of value 1 (not the OpenMetrics `info` type, which the classic
 /// Prometheus text format and promtool reject).
 pub const BUILD_INFO: Metric = Metric {
@@ -325,6 +333,7 @@ pub const ALL: &[&Metric] = &[
     &EVENTS_LOST,
     &BPF_MAP_ENTRIES,
     &PROBE_ATTACHED,
+    &KERNEL_FEATURE,
     &BUILD_INFO,
 ];
 

@@ -76,6 +76,7 @@ pub struct Exposition {
     pub watched_threads: i64,
     pub lost: Vec<(Labels, f64)>,
     pub attached: Vec<(Labels, i64)>,
+    pub kernel_features: Vec<(Labels, i64)>,
     pub map_entries: Vec<(Labels, i64)>,
     pub http_requests: Vec<(Labels, f64)>,
     pub http_dropped: Vec<(Labels, f64)>,
@@ -212,6 +213,7 @@ impl Collector for Exposition {
         counters(&mut enc, &catalogue::EVENTS_LOST, &self.lost)?;
         gauges(&mut enc, &catalogue::BPF_MAP_ENTRIES, &self.map_entries)?;
         gauges(&mut enc, &catalogue::PROBE_ATTACHED, &self.attached)?;
+        gauges(&mut enc, &catalogue::KERNEL_FEATURE, &self.kernel_features)?;
         let version = vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())];
         gauges(&mut enc, &catalogue::BUILD_INFO, &[(version, 1)])
     }

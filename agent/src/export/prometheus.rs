@@ -81,6 +81,8 @@ pub struct AgentStatus {
     pub attached: Vec<String>,
     pub expected: Vec<&'static str>,
     pub variant: &'static str,
+    /// (feature, the kernel has it) for each feature above the floor (probes/kernel.rs)
+    pub kernel_features: Vec<(&'static str, bool)>,
     /// (probe, reason, events)
     pub lost: Vec<Lost>,
     /// (probe, map, entries)
@@ -799,6 +801,8 @@ impl Exporter {
                 (vec![("probe".to_string(), p.to_string()), ("variant".to_string(), status.variant.to_string())], on as i64)
             })
             .collect();
+        let kernel_features =
+            status.kernel_features.iter().map(|(f, on)| (vec![("feature".to_string(), f.to_string())], *on as i64)).collect();
         let lost = status
             .lost
             .iter()
@@ -867,6 +871,7 @@ impl Exporter {
             watched_threads: live_threads as i64,
             lost,
             attached,
+            kernel_features,
             map_entries,
             http_requests,
             http_dropped,

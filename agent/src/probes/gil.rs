@@ -36,6 +36,7 @@ impl GilProbe {
             let mut open = GilSkelBuilder::default().open(memory).context("failed to open the gil BPF object")?;
             open.maps.held_since.set_max_entries(max_threads)?;
             open.maps.holds.set_max_entries(max_threads)?;
+            super::ask_verifier_stats(open.open_object_mut());
             open.load().context("failed to load the gil BPF object")
         })?;
         let mut probe = GilProbe { links: vec![], skel };

@@ -8,6 +8,7 @@ mod abi;
 pub mod batch;
 pub mod cpu_clock;
 pub mod gil;
+pub mod kernel;
 pub mod pypark;
 pub mod sched;
 pub mod stacks;
@@ -163,6 +164,18 @@ pub fn preflight(btf: Option<&Path>) -> Result<()> {
             "kernel without BTF ({KERNEL_BTF} is missing): waitmeter needs CONFIG_DEBUG_INFO_BTF=y, or pass --btf FILE with BTF for this kernel (BTFHub)"
         )),
         _ => Ok(()),
+    }
+}
+
+/// With `WAITMETER_VERIFIER_STATS=1` in the environment every program is loaded with the
+/// verifier's statistics (`BPF_LOG_STATS`: the instructions it processed and each function's
+/// stack depth), which libbpf logs at debug level (`-vv`). tests/kernels reads them to hold
+/// each program's margins inside the verifier's limits on every kernel of the matrix.
+pub(crate) fn ask_verifier_stats(open: &mut libbpf_rs::OpenObject) {
+    if std::env::var_os("WAITMETER_VERIFIER_STATS").is_some_and(|v| v == "1") {
+        for mut prog in open.progs_mut() {
+            prog.set_log_level(4);
+        }
     }
 }
 

@@ -41,6 +41,7 @@ impl Loaded {
             let shared = sched.parked_map();
             open.maps.parked.set_max_entries(shared.info().context("failed to read the parked map's info")?.info.max_entries)?;
             open.maps.parked.reuse_fd(shared.as_fd()).context("failed to share the sched probe's parked map")?;
+            super::ask_verifier_stats(open.open_object_mut());
             open.load().context("failed to load the pypark BPF object")
         })?;
         Ok(Loaded { skel })

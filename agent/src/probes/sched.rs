@@ -102,6 +102,9 @@ pub struct SchedOptions {
     /// size of the timeline's `spans` ring buffer in bytes (a power of 2 pages); 0: no timeline
     /// (bpf/timeline.h)
     pub timeline_bytes: u32,
+    /// the kernel has bpf_loop() (probes/kernel.rs): the stack walker's steps and the sweep run
+    /// in it; without it the walk is a bounded frame-pointer loop and the sweep is not loaded
+    pub bpf_loop: bool,
 }
 
 pub use crate::model::stretches::StretchRecord;
@@ -225,6 +228,7 @@ fn open_and_load_in(storage: &'static mut MaybeUninit<OpenObject>, opts: &SchedO
         rodata.cfg.follow_forks = opts.follow_forks as u8;
         rodata.cfg.stacks = opts.stacks;
         rodata.cfg.timeline = (opts.timeline_bytes > 0) as u8;
+        rodata.cfg.bpf_loop = opts.bpf_loop as u8;
         rodata.cfg.stack_interval_ns = opts.stack_interval_ns;
         rodata.cfg.stretch_long_ns = opts.stall_ns;
         rodata.cfg.thread_group_mask = groups - 1;
@@ -248,6 +252,7 @@ fn open_and_load_in(storage: &'static mut MaybeUninit<OpenObject>, opts: &SchedO
         open.maps.spans.set_max_entries(opts.timeline_bytes)?;
     }
     open.progs.sweep.set_autoload(sweep);
+    super::ask_verifier_stats(open.open_object_mut());
     open.load().map_err(anyhow::Error::from)
 }
 
@@ -256,12 +261,17 @@ impl SchedProbe {
     pub fn load(opts: &SchedOptions) -> Result<SchedProbe> {
         // the sweep is an optimisation: a kernel that refuses its program
         // gets the probes without it (the blame maps are read whole instead)
-        let (mut skel, sweeps) = match open_and_load(opts, true) {
+        // (and a kernel without bpf_loop, which it calls, does not get it at all)
+        let first = match opts.bpf_loop {
+            true => open_and_load(opts, true),
+            false => Err(anyhow::anyhow!("the kernel has no bpf_loop")),
+        };
+        let (mut skel, sweeps) = match first {
             Ok(skel) => (skel, true),
             Err(e) => {
                 log::info!("the blame maps are read whole at each drain of exits: the sweep program did not load ({e:#})");
                 let skel = open_and_load(opts, false)
-                    .context("failed to load the scheduler probes (needs Linux 5.15 or later with BTF); rerun with -vv for libbpf's log")?;
+                    .context("failed to load the scheduler probes; rerun with -vv for libbpf's log and the verifier's")?;
                 (skel, false)
             }
         };
@@ -842,6 +852,7 @@ pub(super) fn test_probe_with(timeline_bytes: u32) -> Option<SchedProbe> {
         stall_ns: 0,
         holder_sample_hz: 0,
         timeline_bytes,
+        bpf_loop: super::kernel::Kernel::probe().expect("a kernel above the floor").has(super::kernel::Feature::BpfLoop),
     })
     .expect("load the sched probe");
     Some(probe)

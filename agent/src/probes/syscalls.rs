@@ -54,6 +54,7 @@ impl SyscallProbe {
             let shared = sched.watched_bits_map();
             open.maps.watched_bits.reuse_fd(shared.as_fd()).context("failed to share the sched probe's watched_bits map")?;
             open.maps.syscall_counts.set_max_entries(max_entries)?;
+            super::ask_verifier_stats(open.open_object_mut());
             open.load().context("failed to load the syscalls BPF object (needs task local storage, Linux 5.11+)")
         })?;
         let links = vec![

@@ -19,6 +19,17 @@ pub struct Environment {
     pub isolated_cpus: Option<String>,
     /// CPUs without the scheduler tick (nohz_full=)
     pub nohz_full: Option<String>,
+    /// the running kernel as the probes were loaded for it; null: not known to the report
+    pub kernel: Option<KernelFacts>,
+}
+
+/// The running kernel: its release, the features above waitmeter's floor it has, and what the
+/// ones it lacks degrade (agent/src/probes/kernel.rs).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct KernelFacts {
+    pub release: String,
+    pub features: Vec<String>,
+    pub degraded: Vec<String>,
 }
 
 impl Environment {
@@ -30,7 +41,14 @@ impl Environment {
             cpus_allowed: f.cpus_allowed,
             isolated_cpus: f.isolated_cpus,
             nohz_full: f.nohz_full,
+            kernel: None,
         }
+    }
+
+    /// With the running kernel's facts.
+    pub fn with_kernel(mut self, k: KernelFacts) -> Environment {
+        self.kernel = Some(k);
+        self
     }
 }
 

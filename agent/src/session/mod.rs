@@ -59,6 +59,8 @@ pub use crate::model::partition::Snapshot;
 
 pub struct Session {
     probe: SchedProbe,
+    /// what the running kernel offers the probes
+    kernel: probes::kernel::Kernel,
     translate: bool,
     self_pid: u32,
     pidns_ino: u64,
@@ -85,6 +87,12 @@ pub struct Session {
 impl Session {
     pub fn start(opts: &SessionOptions) -> Result<Session> {
         probes::preflight(opts.btf.as_deref())?;
+        // below the floor: one line naming the kernel and what it lacks (exit 2); above it, once,
+        // what this kernel's missing features degrade
+        let kernel = probes::kernel::Kernel::probe().map_err(|e| usage!("{e}"))?;
+        if let Some(line) = kernel.summary() {
+            log::warn!("{line}");
+        }
         let pidns_ino = procfs::self_pidns_ino().context("failed to read /proc/self/ns/pid")?;
         let translate = pidns_ino != procfs::INIT_PIDNS_INO;
         let probe = SchedProbe::load(&SchedOptions {
@@ -100,8 +108,10 @@ impl Session {
             holder_sample_hz: if opts.stacks.native && opts.stacks.python { opts.stacks.holder_hz } else { 0 },
             stall_ns: opts.stall_ns,
             timeline_bytes: opts.timeline_bytes,
+            bpf_loop: kernel.has(probes::kernel::Feature::BpfLoop),
         })?;
         let mut session = Session {
+            kernel,
             sweeps: SWEEP && probe.sweeps(),
             probe,
             translate,
@@ -127,6 +137,11 @@ impl Session {
 
     pub fn probe(&self) -> &SchedProbe {
         &self.probe
+    }
+
+    /// The running kernel's features, as the probes were loaded for them.
+    pub fn kernel(&self) -> &probes::kernel::Kernel {
+        &self.kernel
     }
 
     pub fn targets(&self) -> impl Iterator<Item = &Target> {

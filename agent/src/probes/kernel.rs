@@ -1,0 +1,150 @@
+//! What the running kernel offers the probes, probed once before they load: the floor below which
+//! waitmeter refuses in one line, and the features whose absence selects a fallback variant of a
+//! program (as libbpf-tools' `probe_tp_btf()` and `libbpf_probe_bpf_helper()` choose at load time).
+//!
+//! The floor is `bpf_task_pt_regs()` (Linux 5.15): the sched probe reads the syscall a thread blocks
+//! in from its saved user registers at every switch-out. A kernel with it also has everything else
+//! the probes need unconditionally: BTF-typed tracepoints (5.5), the ring buffer (5.8),
+//! `bpf_get_current_task_btf()` (5.11) and the BPF atomics (5.12). Above the floor:
+//! - `bpf_loop()` (5.17): the native stack walker's steps and its unwind-table search, and the sweep
+//!   of the blame maps. Without it native stacks are walked by frame pointers alone, in a bounded
+//!   loop (code built without them shows its first frame only), and the blame maps are read whole.
+//! - task local storage (usable from tracing programs from 5.13): `--syscalls on` only.
+//!
+//! `WAITMETER_KERNEL_WITHOUT=bpf_loop,task_storage` makes the agent act as if the kernel lacked
+//! them: how the fallbacks are tested on a kernel that has everything.
+use std::collections::BTreeSet;
+
+use libbpf_rs::libbpf_sys;
+use serde::Serialize;
+
+/// A feature above the floor, whose absence degrades something.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    BpfLoop,
+    TaskStorage,
+}
+
+impl Feature {
+    pub const ALL: [Feature; 2] = [Feature::BpfLoop, Feature::TaskStorage];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::BpfLoop => "bpf_loop",
+            Feature::TaskStorage => "task_storage",
+        }
+    }
+
+    /// The Linux version that brought it.
+    pub fn since(self) -> &'static str {
+        match self {
+            Feature::BpfLoop => "5.17",
+            Feature::TaskStorage => "5.11",
+        }
+    }
+
+    /// What waitmeter does without it.
+    pub fn without(self) -> &'static str {
+        match self {
+            Feature::BpfLoop => {
+                "native stacks are walked by frame pointers only (code built without them shows its first frame), and the blame maps are read whole"
+            }
+            Feature::TaskStorage => "--syscalls on is not available",
+        }
+    }
+}
+
+/// The running kernel as the probes see it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Kernel {
+    /// `uname -r`
+    pub release: String,
+    /// the features above the floor it has
+    pub features: BTreeSet<Feature>,
+}
+
+impl Kernel {
+    /// Probe the running kernel (a few tiny program loads, ~1 ms each). `Err`: below the floor,
+    /// one line naming the kernel and what it lacks.
+    pub fn probe() -> Result<Kernel, String> {
+        let release = release();
+        let without = forced_off();
+        let helper = |id| {
+            // SAFETY: a probe load of a two-instruction program; no pointer is kept.
+            unsafe { libbpf_sys::libbpf_probe_bpf_helper(libbpf_sys::BPF_PROG_TYPE_RAW_TRACEPOINT, id, std::ptr::null()) == 1 }
+        };
+        if !helper(libbpf_sys::BPF_FUNC_task_pt_regs) {
+            return Err(below_floor(&release, "bpf_task_pt_regs() (Linux 5.15)"));
+        }
+        let mut features = BTreeSet::new();
+        if helper(libbpf_sys::BPF_FUNC_loop) {
+            features.insert(Feature::BpfLoop);
+        }
+        // SAFETY: a probe creation of a map; no pointer is kept.
+        if unsafe { libbpf_sys::libbpf_probe_bpf_map_type(libbpf_sys::BPF_MAP_TYPE_TASK_STORAGE, std::ptr::null()) == 1 } {
+            features.insert(Feature::TaskStorage);
+        }
+        features.retain(|f| !without.contains(f.name()));
+        Ok(Kernel { release, features })
+    }
+
+    pub fn has(&self, f: Feature) -> bool {
+        self.features.contains(&f)
+    }
+
+    /// The features it lacks, each with what waitmeter does without it.
+    pub fn degraded(&self) -> Vec<String> {
+        Feature::ALL.iter().filter(|f| !self.has(**f)).map(|f| format!("no {} (Linux {}): {}", f.name(), f.since(), f.without())).collect()
+    }
+
+    /// One line for the log when anything is degraded.
+    pub fn summary(&self) -> Option<String> {
+        let d = self.degraded();
+        (!d.is_empty()).then(|| format!("kernel {}: {}", self.release, d.join("; ")))
+    }
+}
+
+/// The refusal below the floor: the kernel, what it lacks, the floor.
+pub fn below_floor(release: &str, lacks: &str) -> String {
+    format!(
+        "kernel {release} lacks {lacks}: waitmeter needs Linux 5.15 or later with BTF (tested: Debian's 6.1 and 6.12, and 6.18; docs/deployment.md): run it on a newer kernel"
+    )
+}
+
+fn release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_else(|_| "(unknown)".into())
+}
+
+/// The features `WAITMETER_KERNEL_WITHOUT` names (comma-separated).
+fn forced_off() -> BTreeSet<String> {
+    std::env::var("WAITMETER_KERNEL_WITHOUT")
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn degraded_lines_name_the_feature_its_kernel_and_the_consequence() {
+        let k = Kernel { release: "5.16.0".into(), features: [Feature::TaskStorage].into() };
+        let d = k.degraded();
+        assert_eq!(d.len(), 1);
+        assert!(d[0].starts_with("no bpf_loop (Linux 5.17): native stacks are walked by frame pointers only"), "{d:?}");
+        assert_eq!(k.summary().unwrap().split(": ").next(), Some("kernel 5.16.0"));
+        let full = Kernel { release: "6.18".into(), features: Feature::ALL.into() };
+        assert!(full.degraded().is_empty() && full.summary().is_none());
+    }
+
+    #[test]
+    fn the_refusal_names_the_kernel_what_it_lacks_and_the_floor() {
+        let line = below_floor("5.10.0-35-amd64", "bpf_task_pt_regs() (Linux 5.15)");
+        assert!(line.starts_with("kernel 5.10.0-35-amd64 lacks bpf_task_pt_regs() (Linux 5.15)"), "{line}");
+        assert!(line.contains("Linux 5.15 or later") && !line.contains('\n'));
+    }
+}
