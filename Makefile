@@ -1,6 +1,7 @@
 # waitmeter — build, test and demo. Run as root (the probes need CAP_BPF and CAP_PERFMON).
 #   make demo    build, start a bundled workload, attach, show the table
-#   make test    lint (fmt, clippy), unit tests, integration tests on the real kernel, bounded fuzzing
+#   make test    lint (fmt, clippy), unit tests, integration tests on the real kernel, bounded fuzzing,
+#                the kernel-sensitive tests on Debian's 5.10, 6.1 and 6.12 kernels in virtual machines
 # Each works alone on a fresh Debian 12 machine: every target depends on the set-up it needs
 # (setup-build: compilers and libraries; setup: also the test tools). `make -n test` shows it.
 SHELL := /bin/bash
@@ -44,7 +45,7 @@ CARGO_FUZZ := $(TOOLS)/cargo-fuzz
 CARGO_FUZZ_VERSION := 0.13.2
 FUZZ_SECONDS ?= 20
 
-.PHONY: all setup setup-build serving-node build test lint unit integration fuzz docs mixin demo bench bench-cost clean static wheel image release
+.PHONY: all setup setup-build serving-node build test lint unit integration fuzz kernels docs mixin demo bench bench-cost clean static wheel image release
 
 all: build
 
@@ -108,7 +109,13 @@ integration: setup build release
 fuzz: setup
 	bash agent/fuzz/run.sh $(FUZZ_SECONDS)
 
-test: lint unit integration fuzz
+# The kernel matrix: the kernel-sensitive tests on Debian's 5.10, 6.1 and 6.12 kernels, each booted in
+# a virtual machine (tests/kernels: the kernels fetched by package name through a private apt
+# configuration, cached; virtme-ng under QEMU's software emulation), each kernel's time printed.
+kernels: setup build
+	bash tests/kernels/matrix.sh $(KERNELS)
+
+test: lint unit integration fuzz kernels
 
 # Regenerate docs/metrics.md from the metric catalogue, and the shell completions and man pages from
 # the command line (a unit test fails when any is stale).

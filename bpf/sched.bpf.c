@@ -1388,19 +1388,18 @@ static __always_inline int on_wakeup(struct task_struct *p, bool is_new)
 
 /*
  * A thread's exit closes its last interval in `d`, a copy of its entry's data
- * (the exit record's, in the ring buffer: no copy on the BPF stack), and `c`.
+ * (the exit record's, in the ring buffer: no copy on the BPF stack).
  * The entry itself is not written: sched_process_exit runs preemptible, and a
  * write preempted half-way would keep its `seq` odd for as long, and the
  * agent's copies torn (they came out "unsettled" by the dozen under the unit
  * tests' load). Only the exiting thread writes its data, so the copy is whole.
  */
-static __always_inline void close_at_exit(struct wm_thread_data *d, __u64 now, struct wm_closed *c)
+static __always_inline void close_at_exit(struct wm_thread_data *d, __u64 now)
 {
 	/* the state in a register, bounded there: an older verifier (6.1) does
 	 * not carry a bound checked on a value reloaded from memory */
 	__u32 state = d->state;
 
-	closing(d, c);
 	barrier_var(state);
 	if (now > d->since && state < WM_NR_STATES) {
 		d->ns[state] += now - d->since;
@@ -1439,19 +1438,16 @@ static __always_inline int on_exit(struct task_struct *p)
 	if (!t)
 		return 0;
 	now = bpf_ktime_get_ns();
+	/* the interval it closes, charged to the maps, not its rows: the entry is not written (above) */
+	closing(&t->d, &c);
+	charge(NULL, &c, tid, c.state, now);
+	rows_to_maps(t, tid, c.gen);
+	/* reserved after the calls above: a verifier before 6.x refuses a
+	 * reservation held across a call to another function */
 	rec = bpf_ringbuf_reserve(&exits, sizeof(*rec), 0);
 	if (rec) {
 		__builtin_memcpy(&rec->t, &t->d, sizeof(rec->t));
-		close_at_exit(&rec->t, now, &c);
-	} else {
-		/* no record: its last interval is still charged (the entry as it is) */
-		count_loss(WM_STAT_EXIT_RINGBUF_FULL);
-		closing(&t->d, &c);
-	}
-	/* the maps, not its rows: the entry is not written (above) */
-	charge(NULL, &c, tid, c.state, now);
-	rows_to_maps(t, tid, c.gen);
-	if (rec) {
+		close_at_exit(&rec->t, now);
 		rec->tid = tid;
 		rec->_pad = 0;
 		rec->end = now;
@@ -1460,6 +1456,8 @@ static __always_inline int on_exit(struct task_struct *p)
 		/* no wakeup: the agent drains the ring on its own tick (a wakeup
 		 * per exit would cost a system call per exit under churn) */
 		bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+	} else {
+		count_loss(WM_STAT_EXIT_RINGBUF_FULL);
 	}
 	set_slot_id(slot, 0);
 	/* a thread that exits parked never returns from the wait */

@@ -90,19 +90,42 @@ def test_python_lock_waits_are_futex_waits_woken_by_the_holder(minor):
 
 
 def read_cpu_stat(cg):
-    return dict(line.split() for line in (cg / "cpu.stat").read_text().splitlines())
+    """cpu.stat of cgroup `cg`, either version; v2's throttled_usec also as v1's throttled_time (ns)."""
+    stat = dict(line.split() for line in (cg / "cpu.stat").read_text().splitlines())
+    if "throttled_usec" in stat:
+        stat["throttled_time"] = str(int(stat["throttled_usec"]) * 1000)
+    return stat
+
+
+CGROUP_V2 = Path("/sys/fs/cgroup")
+
+
+def v2_controllers():
+    """The controllers of a cgroup v2 hierarchy mounted at /sys/fs/cgroup, or None."""
+    f = CGROUP_V2 / "cgroup.controllers"
+    return f.read_text().split() if f.exists() else None
 
 
 @pytest.fixture
 def throttled_cgroup():
-    """A cgroup v1 child of the cpu controller with 20 ms of CPU per 100 ms; removed afterwards."""
-    if not (CGROUP_V1_CPU / "cpu.cfs_quota_us").exists():
-        pytest.fail("the cgroup v1 cpu controller is not mounted at /sys/fs/cgroup/cpu")
-    cg = CGROUP_V1_CPU / f"waitmeter-test-{os.getpid()}"
-    cg.mkdir()
-    try:
+    """A cgroup with 20 ms of CPU per 100 ms: a child of the v1 cpu controller where it is mounted
+    (this project's machines), else of the cgroup v2 root with the cpu controller enabled for its
+    children (the kernel matrix' VMs, most nodes); removed afterwards."""
+    if (CGROUP_V1_CPU / "cpu.cfs_quota_us").exists():
+        cg = CGROUP_V1_CPU / f"waitmeter-test-{os.getpid()}"
+        cg.mkdir()
         (cg / "cpu.cfs_period_us").write_text("100000")
         (cg / "cpu.cfs_quota_us").write_text("20000")
+    elif v2_controllers() and "cpu" in v2_controllers():
+        control = CGROUP_V2 / "cgroup.subtree_control"
+        if "cpu" not in control.read_text().split():
+            control.write_text("+cpu")
+        cg = CGROUP_V2 / f"waitmeter-test-{os.getpid()}"
+        cg.mkdir()
+        (cg / "cpu.max").write_text("20000 100000")
+    else:
+        pytest.fail("no cpu controller: neither cgroup v1's at /sys/fs/cgroup/cpu nor cgroup v2's at /sys/fs/cgroup")
+    try:
         yield cg
     finally:
         for _ in range(50):

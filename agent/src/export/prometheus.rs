@@ -928,6 +928,7 @@ mod tests {
             attached: vec!["sched_switch".into()],
             expected: vec!["sched_switch", "sched_wakeup"],
             variant: "tp_btf",
+            kernel_features: vec![("bpf_loop", false), ("task_storage", true)],
             lost: vec![Lost::new(Probe::Sched, Reason::ThreadMapFull, 3)],
             maps: vec![("sched", "threads", 12)],
             http_codes: vec![(200, 7), (401, 2)],
@@ -960,6 +961,8 @@ mod tests {
         assert!(text.contains("waitmeter_bpf_events_lost_total{probe=\"sched\",reason=\"thread_map_full\"} 3"), "{text}");
         assert!(text.contains("waitmeter_probe_attached{probe=\"sched_wakeup\",variant=\"tp_btf\"} 0"), "{text}");
         assert!(text.contains("waitmeter_build_info{version="), "{text}");
+        assert!(text.contains("waitmeter_kernel_feature{feature=\"bpf_loop\"} 0"), "{text}");
+        assert!(text.contains("waitmeter_kernel_feature{feature=\"task_storage\"} 1"), "{text}");
         assert!(text.contains("waitmeter_bpf_map_entries{probe=\"sched\",map=\"threads\"} 12"), "{text}");
         assert!(text.contains("waitmeter_http_requests_total{code=\"401\"} 2"), "{text}");
         assert!(text.contains("waitmeter_http_connections_dropped_total{reason=\"head_timeout\"} 64"), "{text}");

@@ -12,7 +12,8 @@
 //! - task local storage (usable from tracing programs from 5.13): `--syscalls on` only.
 //!
 //! `WAITMETER_KERNEL_WITHOUT=bpf_loop,task_storage` makes the agent act as if the kernel lacked
-//! them: how the fallbacks are tested on a kernel that has everything.
+//! them (and `task_pt_regs`, as if it were below the floor): how the fallbacks and the refusal are
+//! tested on a kernel that has everything.
 use std::collections::BTreeSet;
 
 use libbpf_rs::libbpf_sys;
@@ -74,7 +75,7 @@ impl Kernel {
             // SAFETY: a probe load of a two-instruction program; no pointer is kept.
             unsafe { libbpf_sys::libbpf_probe_bpf_helper(libbpf_sys::BPF_PROG_TYPE_RAW_TRACEPOINT, id, std::ptr::null()) == 1 }
         };
-        if !helper(libbpf_sys::BPF_FUNC_task_pt_regs) {
+        if without.contains("task_pt_regs") || !helper(libbpf_sys::BPF_FUNC_task_pt_regs) {
             return Err(below_floor(&release, "bpf_task_pt_regs() (Linux 5.15)"));
         }
         let mut features = BTreeSet::new();

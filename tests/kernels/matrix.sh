@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The kernel matrix: the tests whose outcome depends on the kernel, run on each of Debian's kernels in
+# a virtual machine of its own (boot.sh), each kernel's wall time printed. CI runs it (make kernels).
+#
+#   tests/kernels/matrix.sh [SERIES...]      default: 5.10 6.1 6.12
+#
+# Above the floor (6.1, 6.12: bpf_task_pt_regs), every program loads at the maximum configuration
+# within its margins (test_verifier.py), in the kernel's own variant and in the one of a kernel
+# without bpf_loop, and the agent measures right: the partition of a known workload, the GIL story
+# with its code, futex blame with its waker, throttling against cpu.stat, `run`'s /metrics and
+# /debug/pprof/wait. Below it (5.10), the agent refuses in one line (test_kernel.py).
+# Artefacts (junit XML, each kernel's verifier figures) go to tests/.build/artefacts; at the end
+# tests/kernels/table.py prints the margins table of every kernel run (docs/probes/kernels.md).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+ABOVE=(
+	tests/test_kernel.py
+	tests/test_verifier.py
+	tests/test_partition.py::test_busy_thread_is_running
+	tests/test_partition.py::test_sleeping_thread_is_asleep
+	tests/test_partition.py::test_thread_blocked_on_empty_pipe_since_before_attach_is_io_wait
+	tests/test_partition.py::test_mutex_waiter_is_futex_wait_and_holder_sleeps
+	tests/test_partition.py::test_two_busy_threads_pinned_to_one_cpu_share_it
+	"tests/test_gil.py::test_ingest_starves_behind_processor[pyenv-3.11]"
+	"tests/test_stacks.py::test_the_starvation_verdict_names_the_code[3.12]"
+	tests/test_blame.py::test_mutex_waits_match_the_programs_own_clock
+	tests/test_blame.py::test_cfs_throttling_matches_cpu_stat
+	tests/test_prometheus.py::test_exposition_is_valid_and_complete
+	tests/test_stacks.py::test_run_serves_wait_profiles_of_the_next_seconds
+)
+BELOW=(tests/test_kernel.py)
+
+series=("$@")
+[ ${#series[@]} -gt 0 ] || series=(5.10 6.1 6.12)
+mkdir -p tests/.build/artefacts
+failed=()
+for s in "${series[@]}"; do
+	case "$s" in
+	5.10) tests=("${BELOW[@]}") ;;
+	*) tests=("${ABOVE[@]}") ;;
+	esac
+	t0=$SECONDS
+	echo "kernels: $s: ${#tests[@]} test items, started $(date -u +%H:%M:%S)"
+	# CI: a test that cannot run fails (tests/conftest.py); the guest's pytest writes no cache
+	if WAITMETER_VM_ENV="PATH CI" tests/kernels/boot.sh --timeout "${WAITMETER_VM_TIMEOUT:-1500}" "$s" \
+		.venv/bin/python -m pytest -p no:cacheprovider -rs -q --junitxml "tests/.build/artefacts/kernel-$s.xml" "${tests[@]}"; then
+		echo "kernels: $s: passed in $((SECONDS - t0)) s"
+	else
+		echo "kernels: $s: FAILED in $((SECONDS - t0)) s"
+		failed+=("$s")
+	fi
+done
+.venv/bin/python tests/kernels/table.py tests/.build/artefacts/verifier-*.json || true
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "kernels: failed on ${failed[*]}"
+	exit 1
+fi
+echo "kernels: passed on ${series[*]}"

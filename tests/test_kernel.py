@@ -1,0 +1,117 @@
+"""What the agent says of the running kernel, against what bpftool says of it (the truth from outside
+the agent: `bpftool feature probe kernel`), and what it does with what the kernel lacks.
+
+- Above the floor, the features it reports (JSON `environment.kernel`, `waitmeter_kernel_feature`)
+  are the kernel's.
+- Without bpf_loop (5.17), the stack walker falls back to frame pointers in a bounded loop: said
+  once, in one line, and in the JSON; the GIL story is still told with its code (gil_holder.py's
+  processor is in json.dumps 75% of its time, by its own clock).
+- Below the floor (no bpf_task_pt_regs, Linux 5.15: Debian's 5.10), one line naming the kernel and
+  what it lacks, exit 2, nothing loaded.
+
+Each kernel of the matrix runs these (tests/kernels); on a kernel that has everything, the fallback
+and the refusal are reached by WAITMETER_KERNEL_WITHOUT, which makes the agent act as if it lacked
+them."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, WAITMETER, Workload, free_port, metric, stop, wait_http
+from test_verifier import pyenv_python
+
+pytestmark = pytest.mark.needs_root
+
+RELEASE = Path("/proc/sys/kernel/osrelease").read_text().strip()
+
+
+def bpftool_features():
+    """{feature: the kernel has it}, as bpftool probes it."""
+    probe = json.loads(subprocess.run(["bpftool", "-j", "feature", "probe", "kernel"], capture_output=True, text=True,
+                                      check=True, timeout=120).stdout)
+    helpers = set(probe["helpers"]["raw_tracepoint_available_helpers"])
+    return {
+        "task_pt_regs": "bpf_task_pt_regs" in helpers,
+        "bpf_loop": "bpf_loop" in helpers,
+        "task_storage": bool(probe["map_types"].get("have_task_storage_map_type")),
+    }
+
+
+TRUTH = None
+
+
+def truth():
+    global TRUTH
+    TRUTH = TRUTH or bpftool_features()
+    return TRUTH
+
+
+def attach_json(pid, env=None, duration=2):
+    r = subprocess.run([str(WAITMETER), "attach", "--pid", str(pid), "--duration", str(duration), "--output", "json"],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+    return r
+
+
+@pytest.mark.timeout(300)
+def test_the_features_it_reports_are_the_kernels():
+    t = truth()
+    if not t["task_pt_regs"]:
+        pytest.skip("below the floor: test_below_the_floor_it_refuses_in_one_line covers this kernel")
+    with Workload(pyenv_python(11), ROOT / "tests/workloads/gil_holder.py", "same") as w:
+        r = attach_json(w.pid)
+        assert r.returncode == 0, r.stderr
+        k = json.loads(r.stdout)["environment"]["kernel"]
+        port = free_port()
+        agent = subprocess.Popen([str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            text = wait_http(f"http://127.0.0.1:{port}/metrics", timeout=180)
+        finally:
+            stop(agent)
+    assert k["release"] == RELEASE, k
+    want = {f for f in ("bpf_loop", "task_storage") if t[f]}
+    assert set(k["features"]) == want, (k, t)
+    assert len(k["degraded"]) == 2 - len(want), k
+    for f in ("bpf_loop", "task_storage"):
+        assert metric(text, "waitmeter_kernel_feature", feature=f) == float(t[f]), (f, t)
+    # a kernel lacking something says so once, in one line, on stderr
+    said = [line for line in r.stderr.splitlines() if f"kernel {RELEASE}:" in line]
+    assert len(said) == (0 if len(want) == 2 else 1), r.stderr
+
+
+@pytest.mark.timeout(300)
+def test_without_bpf_loop_the_walk_falls_back_and_says_so_once():
+    if not truth()["task_pt_regs"]:
+        pytest.skip("below the floor: test_below_the_floor_it_refuses_in_one_line covers this kernel")
+    with Workload(pyenv_python(11), ROOT / "tests/workloads/gil_holder.py", "same") as w:
+        r = subprocess.run([str(WAITMETER), "attach", "--pid", str(w.pid), "--duration", "3", "--output", "json",
+                            "--stacks", "all"], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "WAITMETER_KERNEL_WITHOUT": "bpf_loop"})
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "no bpf_loop (Linux 5.17)" in line]
+    assert len(said) == 1 and said[0].startswith(f"waitmeter: warning: kernel {RELEASE}: "), r.stderr
+    report = json.loads(r.stdout)
+    k = report["environment"]["kernel"]
+    assert "bpf_loop" not in k["features"] and any(d.startswith("no bpf_loop") for d in k["degraded"]), k
+    first = report["verdict"][0] if report["verdict"] else ""
+    assert any(v.startswith("GIL starvation") for v in report["verdict"][:2]), report["verdict"]
+    gil = next(v for v in report["verdict"] if v.startswith("GIL starvation"))
+    # the frame-pointer walk still reaches the Python frames of the holder: json.dumps named
+    assert "`json.dumps ← processor (gil_holder.py:" in gil, (first, gil)
+
+
+def test_below_the_floor_it_refuses_in_one_line():
+    """On a kernel without bpf_task_pt_regs (Debian's 5.10), as it is; on one with it, told to act
+    as if it had none."""
+    below = not truth()["task_pt_regs"]
+    env = {} if below else {"WAITMETER_KERNEL_WITHOUT": "task_pt_regs"}
+    r = attach_json(os.getpid(), env=env, duration=1)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0] == (f"waitmeter: kernel {RELEASE} lacks bpf_task_pt_regs() (Linux 5.15): waitmeter needs Linux 5.15 or "
+                        "later with BTF (tested: Debian's 6.1 and 6.12, and 6.18; docs/deployment.md): run it on a newer "
+                        "kernel"), lines
+    assert r.stdout == ""
