@@ -65,4 +65,18 @@ static __always_inline bool task_throttled(struct task_struct *p)
 	return BPF_CORE_READ_BITFIELD_PROBED(cfs_rq, throttled);
 }
 
+/*
+ * A map helper's error, read from the low 32 bits of what it returns. Until
+ * "bpf: return long from bpf_map_ops funcs" (2023), the verifier turned
+ * bpf_map_update_elem() and its kin into direct calls of the map's ops,
+ * which returned int: the upper half of the helper's `long` is then zero,
+ * not the sign, and -EEXIST reads 4294967279 (Debian's 6.1: every stack
+ * seen before was counted lost, and no wait had a stack; bcc's libbpf-tools
+ * met the same, iovisor/bcc#4488).
+ */
+static __always_inline int map_err(long ret)
+{
+	return (int)ret;
+}
+
 #endif /* WAITMETER_CORE_FIXES_BPF_H */

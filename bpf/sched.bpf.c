@@ -622,7 +622,7 @@ static __always_inline bool holder_is(struct task_struct *task, __u64 id)
  */
 static __always_inline void charge_anew(void *map, void *key, void *fresh, enum wm_stat full)
 {
-	long err = bpf_map_update_elem(map, key, fresh, BPF_NOEXIST);
+	int err = map_err(bpf_map_update_elem(map, key, fresh, BPF_NOEXIST));
 
 	if (err)
 		count_loss(err == -17 /* EEXIST */ ? WM_STAT_BLAME_TAKEN : full);

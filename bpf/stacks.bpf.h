@@ -132,7 +132,7 @@ __noinline __u64 wm_py_stack(__u32 tgid, __u64 tstate)
 	struct wm_py_stack *s;
 	__u64 frame = 0, h;
 	__u32 zero = 0, n = 0;
-	long err;
+	int err;
 
 	if (!w || !tstate)
 		return 0;
@@ -172,7 +172,7 @@ __noinline __u64 wm_py_stack(__u32 tgid, __u64 tstate)
 		return 0;
 	s->depth = n;
 	h = py_mix(h, n) | 1;
-	err = bpf_map_update_elem(&py_stacks, &h, s, BPF_NOEXIST);
+	err = map_err(bpf_map_update_elem(&py_stacks, &h, s, BPF_NOEXIST));
 	if (err && err != -17 /* EEXIST: seen before */) {
 		stack_loss(WM_STACK_STAT_PY_MAP_FULL);
 		return 0;
@@ -303,7 +303,7 @@ __noinline int wm_native_stack(__u32 tgid)
 	struct wm_native_stack *e;
 	struct pt_regs *regs;
 	__u32 zero = 0, key;
-	long err;
+	int err;
 
 	if (!task->mm)
 		return -1;
@@ -338,7 +338,7 @@ __noinline int wm_native_stack(__u32 tgid)
 	w.h = py_mix(w.h, w.out->depth);
 	w.out->check = w.h >> 32;
 	key = w.h & 0x7fffffff;
-	err = bpf_map_update_elem(&native_stacks, &key, w.out, BPF_NOEXIST);
+	err = map_err(bpf_map_update_elem(&native_stacks, &key, w.out, BPF_NOEXIST));
 	if (err == -17 /* EEXIST */) {
 		e = bpf_map_lookup_elem(&native_stacks, &key);
 		if (e && e->check == w.out->check && e->depth == w.out->depth)

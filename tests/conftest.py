@@ -31,6 +31,9 @@ BUILD = ROOT / "tests" / ".build"
 WAITMETER = Path(os.environ.get("WAITMETER_BIN", ROOT / "agent" / "target" / "release" / "waitmeter"))
 CLIENT = ROOT / "clients" / "python"  # waitmeter_client, for PYTHONPATH
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
+# Deadlines (never measurements) are this many times longer: the kernel matrix' virtual machines
+# emulate the CPU in software, several times slower than this machine (tests/kernels/matrix.sh)
+SLOWDOWN = float(os.environ.get("WAITMETER_TEST_SLOWDOWN", "1"))
 
 
 def skip_reason():
@@ -88,6 +91,7 @@ class Lines:
 
     def until(self, match, timeout, waiting_for):
         """The lines (without their newline) up to the first one `match` accepts, which is last."""
+        timeout *= SLOWDOWN
         deadline = time.monotonic() + timeout
         lines = []
         while True:
@@ -166,7 +170,7 @@ class Workload:
 def attach(pid, duration=2.0, *extra, check=True):
     """Run `waitmeter attach --output json`; returns (report, completed process)."""
     cmd = [str(WAITMETER), "attach", "--pid", str(pid), "--duration", str(duration), "--output", "json", *extra]
-    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30)
+    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30 * SLOWDOWN)
     if check and cp.returncode != 0:
         raise AssertionError(f"{cmd} exited {cp.returncode}: {cp.stderr}")
     report = json.loads(cp.stdout) if cp.stdout.strip() else None
@@ -228,10 +232,10 @@ class Guard:
 def wait_http(url, timeout=10.0):
     import urllib.request
 
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout * SLOWDOWN
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=2) as r:
+            with urllib.request.urlopen(url, timeout=2 * SLOWDOWN) as r:
                 return r.read().decode()
         except OSError:
             if time.monotonic() > deadline:
