@@ -91,7 +91,8 @@ class Lines:
 
     def until(self, match, timeout, waiting_for):
         """The lines (without their newline) up to the first one `match` accepts, which is last."""
-        timeout *= SLOWDOWN
+        if SLOWDOWN != 1:
+            timeout *= SLOWDOWN
         deadline = time.monotonic() + timeout
         lines = []
         while True:
