@@ -31,10 +31,7 @@ BELOW=(tests/test_kernel.py::test_below_the_floor_it_refuses_in_one_line)
 # Not in the list, open (issue 53): two threads pinned to one CPU and CFS throttling against cpu.stat
 # fail in these guests (the pair's states summed to 2.35 and 2.54 s in a 2.0 s window on 6.1 and 6.12,
 # every share right; throttling 2.54 s against cpu.stat's 2.71 s on 6.1, 6.12 within 5%), and pass on
-# this machine's kernel. Suspected: the emulated guests' clocks (their clock source is hpet, the
-# scheduler's clock the TSC as calibrated at boot under emulation), which the probe's time stamps
-# (the run queue's clock, re-based on CLOCK_MONOTONIC every millisecond) and the agent's window
-# (CLOCK_MONOTONIC) do not see alike. Not shown yet: the same test on a 6.1 kernel on real hardware.
+# this machine's kernel. Cause not found (docs/probes/kernels.md: not the guests' clocks alone).
 
 series=("$@")
 [ ${#series[@]} -gt 0 ] || series=(5.10 6.1 6.12)
