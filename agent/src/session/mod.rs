@@ -214,11 +214,17 @@ impl Session {
         self.parks.attached(t.id)
     }
 
-    /// Exited threads first (so none is missed between the two), then live ones.
+    /// Exited threads first (so none is missed between the two), then live ones. The snapshot's
+    /// time is the moment its live samples describe (their open intervals end there), taken
+    /// before the stacks are collected: a window measured between two snapshots is then what its
+    /// rows cover. Stamped after the stacks, a window whose first collection was slow (symbols
+    /// read, under an emulated CPU 0.14-0.5 s) was that much shorter than its rows, and every
+    /// thread's states summed to more than the window (tests/kernels: the pinned pair).
     pub fn sample(&mut self) -> Snapshot {
         let exited = self.exits();
         let live = self.live();
+        let at_ns = live.values().flatten().map(|s| s.at_ns).max().unwrap_or_else(monotonic_ns);
         self.collect_stacks(&live, &exited);
-        Snapshot { at_ns: monotonic_ns(), live, exited }
+        Snapshot { at_ns, live, exited }
     }
 }
