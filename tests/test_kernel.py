@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, WAITMETER, Workload, free_port, metric, stop, wait_http
-from test_verifier import pyenv_python
+from test_gil import installed_python
 
 pytestmark = pytest.mark.needs_root
 
@@ -59,7 +59,7 @@ def test_the_features_it_reports_are_the_kernels():
     t = truth()
     if not t["task_pt_regs"]:
         pytest.skip("below the floor: test_below_the_floor_it_refuses_in_one_line covers this kernel")
-    with Workload(pyenv_python(11), ROOT / "tests/workloads/gil_holder.py", "same") as w:
+    with Workload(installed_python("3.11"), ROOT / "tests/workloads/gil_holder.py", "same") as w:
         r = attach_json(w.pid)
         assert r.returncode == 0, r.stderr
         k = json.loads(r.stdout)["environment"]["kernel"]
@@ -85,7 +85,7 @@ def test_the_features_it_reports_are_the_kernels():
 def test_without_bpf_loop_the_walk_falls_back_and_says_so_once():
     if not truth()["task_pt_regs"]:
         pytest.skip("below the floor: test_below_the_floor_it_refuses_in_one_line covers this kernel")
-    with Workload(pyenv_python(11), ROOT / "tests/workloads/gil_holder.py", "same") as w:
+    with Workload(installed_python("3.11"), ROOT / "tests/workloads/gil_holder.py", "same") as w:
         r = subprocess.run([str(WAITMETER), "attach", "--pid", str(w.pid), "--duration", "3", "--output", "json",
                             "--stacks", "all"], capture_output=True, text=True, timeout=300,
                            env={**os.environ, "WAITMETER_KERNEL_WITHOUT": "bpf_loop"})

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILD, ROOT, WAITMETER, Workload, free_port, stop, wait_http
+from test_gil import installed_python
 
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 import verifier  # noqa: E402
@@ -34,19 +35,11 @@ STACK_BUDGET = 448  # of the verifier's 512
 INSN_BUDGET = 500_000  # of its 1,000,000
 
 
-def pyenv_python(minor):
-    root = subprocess.run(["pyenv", "root"], capture_output=True, text=True).stdout.strip() or "/root/.pyenv"
-    versions = sorted(Path(root, "versions").glob(f"3.{minor}.*"))
-    if not versions:
-        pytest.fail(f"CPython 3.{minor} is not installed under pyenv here")
-    return str(versions[-1] / "bin" / "python3")
-
-
 def run_at_maximum(without):
     """(rows of verifier.margins, the agent's log) for `run` at the maximum configuration."""
     env = {**os.environ, "WAITMETER_VERIFIER_STATS": "1", "WAITMETER_KERNEL_WITHOUT": without}
-    with Workload(pyenv_python(11), ROOT / "tests/workloads/gil_holder.py", "same") as gil, \
-            Workload(pyenv_python(13), ROOT / "tests/workloads/pylock.py", "lock") as lock:
+    with Workload(installed_python("3.11"), ROOT / "tests/workloads/gil_holder.py", "same") as gil, \
+            Workload(installed_python("3.13"), ROOT / "tests/workloads/pylock.py", "lock") as lock:
         port = free_port()
         log = BUILD / f"verifier-{without or 'kernel'}.log"
         BUILD.mkdir(exist_ok=True)

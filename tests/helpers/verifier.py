@@ -16,6 +16,7 @@ callback is too). A callback the kernel did not inline is passed by address, not
 counted as called by every function that calls bpf_loop.
 """
 import json
+import os
 import re
 import subprocess
 
@@ -99,8 +100,6 @@ def deepest_chain(funcs, calls, depths):
 
 def programs_of(pid):
     """{prog_id: verified_insns or None} of the BPF programs process `pid` holds open."""
-    import os
-
     out = {}
     fds = f"/proc/{pid}/fdinfo"
     for fd in os.listdir(fds):
