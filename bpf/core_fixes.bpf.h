@@ -8,6 +8,7 @@
 #define WAITMETER_CORE_FIXES_BPF_H
 
 #include <vmlinux.h>
+#include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
 /*
@@ -78,5 +79,86 @@ static __always_inline int map_err(long ret)
 {
 	return (int)ret;
 }
+
+/*
+ * The legacy object: the same source built with -DWM_LEGACY=1 (agent/build.rs),
+ * loaded where the kernel lacks bpf_loop() (5.17) and what came before it:
+ * Debian 11's 5.10 (bullseye), and 5.11-5.16. It has the main object's maps,
+ * programs and globals, byte for byte (build.rs compares their skeletons), and
+ * differs inside function bodies only:
+ * - no bpf_loop() or bpf_for_each_map_elem() (5.13), and no reference to a
+ *   callback at all: before 5.13 the verifier does not know a function
+ *   pointer (BPF_PSEUDO_FUNC), and refuses the object whole ("number of funcs
+ *   in func_info doesn't match number of subprogs"). Native stacks are walked
+ *   by frame pointers in a bounded loop; the sweep is not built.
+ * - the current task from bpf_get_current_task() (bpf_get_current_task_btf()
+ *   is 5.11): an untrusted pointer, its fields read with BPF_CORE_READ.
+ * - the current task's saved user registers found at the top of its kernel stack, as
+ *   task_pt_regs() finds them (bpf_task_pt_regs() is 5.15), read with
+ *   bpf_probe_read_kernel().
+ * - no atomics but add (the others are 5.12): compare-and-exchange, the
+ *   bitmaps' and and or, and fetch-and-add are done with a plain add, or
+ *   under a lock where a race would corrupt (the thread table's claims).
+ * - no pointer arguments to global functions (5.12, "bpf: Support pointers
+ *   in global func args"): such functions are static there, verified at their
+ *   call sites.
+ */
+#ifndef WM_LEGACY
+#define WM_LEGACY 0
+#endif
+
+#if WM_LEGACY
+/* a function the verifier checks once where it can (a global function), at its call site where it cannot */
+#define WM_PTR_ARGS_FN static __noinline
+
+static __always_inline struct task_struct *wm_current_task(void)
+{
+	return (struct task_struct *)bpf_get_current_task();
+}
+
+/* a field of the current task (wm_current_task()) */
+#define WM_CUR(task, field) BPF_CORE_READ(task, field)
+
+/*
+ * The current task's saved user registers (`task` is the current task):
+ * bpf_task_pt_regs() where the kernel has it (5.15; elsewhere the verifier
+ * never reaches the call), else where x86-64's task_pt_regs() finds them, at
+ * the top of the task's kernel stack (THREAD_SIZE: 16 KiB, 32 KiB on KASAN
+ * kernels, which the legacy object does not serve; no padding above them
+ * before FRED, 6.9, which has the helper).
+ */
+#define WM_THREAD_SIZE (16 * 1024)
+
+static __always_inline struct pt_regs *wm_current_regs(struct task_struct *task)
+{
+	void *stack;
+
+	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs))
+		return (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	stack = BPF_CORE_READ(task, stack);
+	return stack ? (struct pt_regs *)(stack + WM_THREAD_SIZE) - 1 : NULL;
+}
+
+/* a saved user register (wm_current_regs()) */
+#define WM_REG(regs, reg) BPF_CORE_READ(regs, reg)
+#else
+#define WM_PTR_ARGS_FN __noinline
+
+static __always_inline struct task_struct *wm_current_task(void)
+{
+	return bpf_get_current_task_btf();
+}
+
+/* a trusted pointer: a plain load (see get_task_state) */
+#define WM_CUR(task, field) ((task)->field)
+
+/* the current task's saved user registers (`task` is the current task) */
+static __always_inline struct pt_regs *wm_current_regs(struct task_struct *task)
+{
+	return (struct pt_regs *)bpf_task_pt_regs(task);
+}
+
+#define WM_REG(regs, reg) ((regs)->reg)
+#endif
 
 #endif /* WAITMETER_CORE_FIXES_BPF_H */

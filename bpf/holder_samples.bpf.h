@@ -94,8 +94,8 @@ static __always_inline void sample_busy(void *ctx, __u32 tgid, __u32 tid)
 
 	if (!cfg.stretch_long_ns || !cfg.sample_period_ns)
 		return;
-	task = bpf_get_current_task_btf();
-	nvcsw = task->nvcsw;
+	task = wm_current_task();
+	nvcsw = WM_CUR(task, nvcsw);
 	now = bpf_ktime_get_ns();
 	b = bpf_map_lookup_elem(&busy, &tid);
 	if (!b || b->nvcsw != nvcsw) {

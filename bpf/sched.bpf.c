@@ -195,8 +195,17 @@ static __always_inline void set_watched(__u32 tgid)
 	__u32 word = tgid / 64;
 	__u64 *bits = bpf_map_lookup_elem(&watched_bits, &word);
 
-	if (bits)
+	if (!bits)
+		return;
+	if (WM_LEGACY) {
+		/* no atomic or: an add of a bit not set (a racing set of the
+		 * same bit, one process's two first events on two CPUs at
+		 * once, would carry into the next) */
+		if (!(*(volatile __u64 *)bits & (1ULL << (tgid % 64))))
+			__sync_fetch_and_add(bits, 1ULL << (tgid % 64));
+	} else {
 		__sync_fetch_and_or(bits, 1ULL << (tgid % 64));
+	}
 }
 
 static __always_inline void clear_bit_of(void *bitmap, __u32 tgid)
@@ -204,8 +213,15 @@ static __always_inline void clear_bit_of(void *bitmap, __u32 tgid)
 	__u32 word = tgid / 64;
 	__u64 *bits = bpf_map_lookup_elem(bitmap, &word);
 
-	if (bits)
+	if (!bits)
+		return;
+	if (WM_LEGACY) {
+		/* no atomic and: a subtraction of a bit that is set */
+		if (*(volatile __u64 *)bits & (1ULL << (tgid % 64)))
+			__sync_fetch_and_add(bits, -(1ULL << (tgid % 64)));
+	} else {
 		__sync_fetch_and_and(bits, ~(1ULL << (tgid % 64)));
+	}
 }
 
 static __always_inline void clear_watched(__u32 tgid)
@@ -643,7 +659,10 @@ static __always_inline void add_ns(void *map, void *key, __u64 delta, enum wm_st
 			return;
 		}
 	}
-	if (__sync_fetch_and_add(ns, delta) & WM_BLAME_TAKEN)
+	/* the legacy object has no fetch-and-add, and no sweep to take entries */
+	if (WM_LEGACY)
+		__sync_fetch_and_add(ns, delta);
+	else if (__sync_fetch_and_add(ns, delta) & WM_BLAME_TAKEN)
 		charge_anew(map, key, &delta, full);
 }
 
@@ -799,7 +818,9 @@ static __always_inline void add_preempt(struct wm_preempt_key *key, struct wm_pr
 			return;
 		}
 	}
-	if (__sync_fetch_and_add(&v->ns, fresh->ns) & WM_BLAME_TAKEN) {
+	if (WM_LEGACY) {
+		__sync_fetch_and_add(&v->ns, fresh->ns);
+	} else if (__sync_fetch_and_add(&v->ns, fresh->ns) & WM_BLAME_TAKEN) {
 		__builtin_memcpy(fresh->comm, v->comm, sizeof(fresh->comm));
 		charge_anew(&preempt_blame, key, fresh, WM_STAT_PREEMPT_MAP_FULL);
 	}
@@ -964,7 +985,7 @@ new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_ente
 
 	/* past sched_process_exit (its record is sent): an exiting thread that
 	 * still sleeps or wakes in do_exit() is not measured again */
-	if (task->flags & WM_PF_EXITING)
+	if (BPF_CORE_READ(task, flags) & WM_PF_EXITING)
 		return NULL;
 	r = claim_thread_slot(tid);
 	if (r < 0)
@@ -1021,15 +1042,19 @@ new_thread(struct task_struct *task, __u32 tid, __u32 tgid, const struct wm_ente
  */
 static __always_inline __u32 blocked_state(struct task_struct *prev, __u32 task_state, __s32 *syscall, __u64 *futex_word)
 {
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
-	long nr = regs->orig_ax;
-	long ax = regs->ax;
+	struct pt_regs *regs = wm_current_regs(prev);
+	long nr, ax;
+
+	if (!regs)
+		return WM_STATE_OTHER;
+	nr = WM_REG(regs, orig_ax);
+	ax = WM_REG(regs, ax);
 
 	if (nr >= 0 && nr < WM_MAX_SYSCALLS && ax == -WM_ENOSYS) {
 		*syscall = nr;
 		/* futex(2) and futex_wait(2) take the word's address first */
 		if (nr == WM_NR_FUTEX || nr == WM_NR_FUTEX_WAIT)
-			*futex_word = regs->di;
+			*futex_word = WM_REG(regs, di);
 		return cfg.syscall_state[nr & (WM_MAX_SYSCALLS - 1)];
 	}
 	*syscall = -1;
@@ -1044,9 +1069,9 @@ static __always_inline __u32 blocked_state(struct task_struct *prev, __u32 task_
  */
 static __always_inline bool yielding(struct task_struct *prev)
 {
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+	struct pt_regs *regs = wm_current_regs(prev);
 
-	return regs->orig_ax == WM_NR_SCHED_YIELD && (long)regs->ax == -WM_ENOSYS;
+	return regs && WM_REG(regs, orig_ax) == WM_NR_SCHED_YIELD && (long)WM_REG(regs, ax) == -WM_ENOSYS;
 }
 
 /* A switch-out, as on_switch() worked it out, for switched_out() to apply. */
@@ -1089,7 +1114,7 @@ struct {
  * deepest call chain keeps its margin inside the verifier's 512 bytes on
  * every kernel (issue 53: 528 was refused).
  */
-__noinline int switch_stacks(struct wm_switch_work *w)
+WM_PTR_ARGS_FN int switch_stacks(struct wm_switch_work *w)
 {
 	struct wm_out *o;
 	struct wm_thread *t;
@@ -1142,7 +1167,7 @@ __noinline int switch_stacks(struct wm_switch_work *w)
  * the caller worked `w->o` out (that product made the program's verification
  * take a second and most of the agent's start).
  */
-__noinline int switched_out(struct wm_switch_work *w)
+WM_PTR_ARGS_FN int switched_out(struct wm_switch_work *w)
 {
 	struct wm_out *o;
 	struct wm_thread *t;
@@ -1158,7 +1183,7 @@ __noinline int switched_out(struct wm_switch_work *w)
 	t = find_thread(tid);
 	if (!t) {
 		/* prev is `current` at sched_switch */
-		new_thread(bpf_get_current_task_btf(), tid, tgid, &o->e, now);
+		new_thread(wm_current_task(), tid, tgid, &o->e, now);
 		return 0;
 	}
 	/* only a block in a syscall can close a stretch (wait_key) */
@@ -1289,7 +1314,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 	struct task_struct *cur;
 	struct pt_regs *regs;
 	struct wm_thread *t;
-	__u32 tid, waker = 0, state;
+	__u32 tid, waker = 0, state, cur_tgid;
 	__u64 word;
 	long nr;
 
@@ -1297,21 +1322,24 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 		return 0;
 	/* the waker first: most wakeups of a service's threads (its sockets'
 	 * and timers') have none, and then cost no lookup of the entry */
-	cur = bpf_get_current_task_btf();
-	regs = (struct pt_regs *)bpf_task_pt_regs(cur);
-	nr = regs->orig_ax;
-	if ((nr == WM_NR_FUTEX || nr == WM_NR_FUTEX_WAKE || nr == WM_NR_FUTEX_REQUEUE) && (long)regs->ax == -WM_ENOSYS)
-		waker = cur->pid;
+	cur = wm_current_task();
+	regs = wm_current_regs(cur);
+	if (!regs)
+		return 0;
+	nr = WM_REG(regs, orig_ax);
+	cur_tgid = WM_CUR(cur, tgid);
+	if ((nr == WM_NR_FUTEX || nr == WM_NR_FUTEX_WAKE || nr == WM_NR_FUTEX_REQUEUE) && (long)WM_REG(regs, ax) == -WM_ENOSYS)
+		waker = WM_CUR(cur, pid);
 	/* an exiting thread wakes its joiner through CLONE_CHILD_CLEARTID */
-	else if ((cur->flags & WM_PF_EXITING) && cur->tgid == p->tgid)
-		waker = cur->pid;
+	else if ((WM_CUR(cur, flags) & WM_PF_EXITING) && cur_tgid == p->tgid)
+		waker = WM_CUR(cur, pid);
 	if (!waker)
 		return 0;
 	tid = p->pid;
 	t = find_thread(tid);
 	if (!t)
 		return 0;
-	word = waker | (cur->tgid == p->tgid ? WM_EARLY_SAME_PROCESS : 0);
+	word = waker | (cur_tgid == p->tgid ? WM_EARLY_SAME_PROCESS : 0);
 	/* racy: the thread may be switching out this instant (a stale state
 	 * only takes or skips one stack, or one hold start); its wakeup, after
 	 * that switch-out, decides what the word means (told_by_waking) */
@@ -1322,14 +1350,14 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 		__u64 now = bpf_ktime_get_ns();
 
 		if (t->d.waker_of != waker || now - t->d.waker_at >= cfg.stack_interval_ns) {
-			own_stacks(cur->tgid, waker, &t->waking.stack);
+			own_stacks(cur_tgid, waker, &t->waking.stack);
 			t->waking.stack_at = now;
 			word |= 1ULL << WM_WAKING_STACK_BIT;
 		}
 	}
 	/* a GIL release: since when the releaser held it (racy reads of its
 	 * entry; `took_switch` is checked against what the waiter read) */
-	if (state == WM_STATE_GIL_WAIT && cur->tgid == p->tgid) {
+	if (state == WM_STATE_GIL_WAIT && cur_tgid == p->tgid) {
 		struct wm_thread *w = find_thread(waker);
 
 		if (w && w->d.took_at) {

@@ -463,8 +463,7 @@ struct wm_sched_config {
 	__u8 follow_forks;   /* watch children of watched processes at fork */
 	__u8 stacks;         /* enum wm_stacks_mode bits; 0: no wait stacks */
 	__u8 timeline;       /* a span per closed interval into `spans` (bpf/timeline.h) */
-	__u8 bpf_loop;       /* the kernel has bpf_loop() (5.17): else the stack walk's fallback (stacks.bpf.h) */
-	__u8 _pad[3];
+	__u8 _pad[4];
 	__u8 syscall_state[WM_MAX_SYSCALLS]; /* enum wm_state of a thread blocked in syscall nr */
 	__u64 stack_interval_ns; /* a thread takes its own stack at most this often */
 	__u64 stretch_long_ns;   /* a stretch this long is a stall (its states are kept) */

@@ -256,7 +256,9 @@ static long walk_step(__u32 i, void *data)
 				return 1;
 			struct wm_search s = { .lo = m->first, .hi = m->first + m->count, .pc = pc };
 
+#if !WM_LEGACY
 			bpf_loop(WM_UNWIND_SEARCH_STEPS, search_step, &s, 0);
+#endif
 			row = bpf_map_lookup_elem(&unwind_rows, &s.lo);
 			if (!row || row->pc > pc || row->kind == WM_UNWIND_STOP)
 				return 1;
@@ -298,41 +300,40 @@ static long walk_step(__u32 i, void *data)
  */
 __noinline int wm_native_stack(__u32 tgid)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = wm_current_task();
 	struct wm_walk w = {};
 	struct wm_native_stack *e;
 	struct pt_regs *regs;
 	__u32 zero = 0, key;
 	int err;
 
-	if (!task->mm)
+	if (!WM_CUR(task, mm))
 		return -1;
-	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	regs = wm_current_regs(task);
 	if (!regs)
 		return -1;
 	w.out = bpf_map_lookup_elem(&native_scratch, &zero);
 	if (!w.out)
 		return -1;
-	w.ip = BPF_CORE_READ(regs, ip);
-	w.sp = BPF_CORE_READ(regs, sp);
-	w.bp = BPF_CORE_READ(regs, bp);
+	w.ip = WM_REG(regs, ip);
+	w.sp = WM_REG(regs, sp);
+	w.bp = WM_REG(regs, bp);
 	if (w.ip < 4096 || w.ip >= 0x800000000000ULL)
 		return -1;
 	w.proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
 	w.h = 0xcbf29ce484222325ULL ^ tgid;
 	w.out->depth = 0;
-	if (cfg.bpf_loop) {
-		bpf_loop(WM_NATIVE_MAX_FRAMES, walk_step, &w, 0);
-	} else {
-		/* a kernel without bpf_loop (before 5.17): frame pointers only
-		 * (the unwind tables' search needs bpf_loop; with no `proc` the
-		 * verifier never reaches it), in a bounded loop it walks once
-		 * per frame */
-		w.proc = NULL;
-		for (__u32 i = 0; i < WM_NATIVE_MAX_FRAMES; i++)
-			if (walk_step(i, &w))
-				break;
-	}
+#if WM_LEGACY
+	/* a kernel without bpf_loop (before 5.17): frame pointers only (the
+	 * unwind tables' search needs bpf_loop), in a bounded loop the
+	 * verifier walks once per frame */
+	w.proc = NULL;
+	for (__u32 i = 0; i < WM_NATIVE_MAX_FRAMES; i++)
+		if (walk_step(i, &w))
+			break;
+#else
+	bpf_loop(WM_NATIVE_MAX_FRAMES, walk_step, &w, 0);
+#endif
 	if (!w.out->depth)
 		return -1;
 	w.h = py_mix(w.h, w.out->depth);

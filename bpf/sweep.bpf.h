@@ -214,10 +214,12 @@ int sweep(struct wm_sweep_args *args)
 {
 	__u32 zero = 0;
 	struct wm_sweep_out *o = bpf_map_lookup_elem(&sweep_out, &zero);
+
+	if (!o || WM_LEGACY)
+		return -1;
+#if !WM_LEGACY
 	struct sweep_ctx c;
 
-	if (!o)
-		return -1;
 	if (args->mode == WM_SWEEP_TAKE) {
 		take(o);
 		return 0;
@@ -231,6 +233,7 @@ int sweep(struct wm_sweep_args *args)
 		bpf_for_each_map_elem(&gil_blame, sweep_gil, &c, 0);
 	bpf_for_each_map_elem(&futex_blame, sweep_futex, &c, 0);
 	bpf_for_each_map_elem(&preempt_blame, sweep_preempt, &c, 0);
+#endif
 	return 0;
 }
 

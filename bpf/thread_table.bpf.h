@@ -45,6 +45,40 @@ struct {
 	__type(value, struct wm_thread_group);
 } thread_ids SEC(".maps");
 
+/*
+ * The legacy object's claims (core_fixes.bpf.h: no compare-and-exchange
+ * before 5.12): a slot is claimed under a lock, its key made in `slot_locks`
+ * (an insertion that fails when the key exists: the hash map's bucket lock
+ * serialises them), the id checked and set, and the key deleted. The agent
+ * claims under the same lock there. Unused by the main object.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} slot_locks SEC(".maps");
+
+/* Set the id at `at` (slot `slot`'s) from 0 to `claimed`: true when this
+ * call did (a full barrier either way it succeeds). */
+static __always_inline bool claim_id(__u32 *at, __u32 slot, __u32 claimed)
+{
+	if (WM_LEGACY) {
+		__u8 one = 1;
+		bool won = false;
+
+		if (bpf_map_update_elem(&slot_locks, &slot, &one, BPF_NOEXIST))
+			return false;
+		if (!*(volatile __u32 *)at) {
+			*(volatile __u32 *)at = claimed;
+			won = true;
+		}
+		bpf_map_delete_elem(&slot_locks, &slot);
+		return won;
+	}
+	return __sync_val_compare_and_swap(at, 0, claimed) == 0;
+}
+
 /* no slot: thread_slot_of() excepts none */
 #define WM_NO_SLOT 0xffffffffU
 
@@ -155,7 +189,7 @@ __noinline int claim_in_group(__u32 tid, __u32 k, __u32 claimed)
 	if (!g)
 		return -1;
 	for (__u32 i = 0; i < WM_THREAD_GROUP_SLOTS; i++)
-		if (!*(volatile __u32 *)&g->tid[i] && __sync_val_compare_and_swap(&g->tid[i], 0, claimed) == 0)
+		if (!*(volatile __u32 *)&g->tid[i] && claim_id(&g->tid[i], group * WM_THREAD_GROUP_SLOTS + i, claimed))
 			return (int)(group * WM_THREAD_GROUP_SLOTS + i);
 	return -1;
 }
@@ -185,7 +219,7 @@ __noinline int claim_thread_slot(__u32 tid)
 	{
 		__u32 home = home_slot(tid), *at = slot_id_at(home);
 
-		if (at && __sync_val_compare_and_swap(at, 0, claimed) == 0)
+		if (at && !*(volatile __u32 *)at && claim_id(at, home, claimed))
 			s = (int)home;
 	}
 	for (__u32 k = 0; k < WM_THREAD_PROBE_GROUPS && s < 0; k++) {

@@ -20,7 +20,7 @@ Examples:
 Every option can also be set in the environment: --max-threads N as WAITMETER_MAX_THREADS=N
 (the command line wins). Completions: `waitmeter completions bash|zsh|fish`; man pages: `waitmeter man`.
 Exit codes: 0 ok, 1 runtime failure, 2 bad usage or bad target.
-Needs CAP_BPF and CAP_PERFMON (or root) and a kernel with BTF (5.15 or later; tested: 6.1, 6.12, 6.18).";
+Needs CAP_BPF and CAP_PERFMON (or root) and a kernel with BTF (5.8 or later; tested: 5.10, 6.1, 6.12, 6.18).";
 
 /// Measures waiting: where each thread's wall time goes (running, run queue,
 /// CPU throttling, GIL, locks, I/O, sleep) and who made it wait.

@@ -7,6 +7,23 @@ use std::mem::size_of;
 pub(super) mod skel {
     #![allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
     include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
+
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// The legacy object's bytes: the same source built for kernels without bpf_loop() (agent/build.rs,
+    /// bpf/core_fixes.bpf.h), alike to the skeleton but for them.
+    static LEGACY_DATA: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/legacy/sched.o"));
+
+    /// Which object the next open of the skeleton reads: set under `OPENING` (sched.rs).
+    pub(in crate::probes) static LEGACY: AtomicBool = AtomicBool::new(false);
+
+    /// Serialises opens of the skeleton, each with its choice of object.
+    pub(in crate::probes) static OPENING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// The bytes the skeleton opens (build.rs points its `DATA` here).
+    fn object_bytes(main: &'static [u8]) -> &'static [u8] {
+        if LEGACY.load(Ordering::SeqCst) { LEGACY_DATA } else { main }
+    }
 }
 use skel::types::{
     wm_blame_key, wm_exit, wm_futex_key, wm_gil, wm_gil_key, wm_native_stack, wm_preempt, wm_preempt_key, wm_py_stack, wm_py_walk, wm_span,

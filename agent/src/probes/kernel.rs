@@ -2,17 +2,19 @@
 //! waitmeter refuses in one line, and the features whose absence selects a fallback variant of a
 //! program (as libbpf-tools' `probe_tp_btf()` and `libbpf_probe_bpf_helper()` choose at load time).
 //!
-//! The floor is `bpf_task_pt_regs()` (Linux 5.15): the sched probe reads the syscall a thread blocks
-//! in from its saved user registers at every switch-out. A kernel with it also has everything else
-//! the probes need unconditionally: BTF-typed tracepoints (5.5), the ring buffer (5.8),
-//! `bpf_get_current_task_btf()` (5.11) and the BPF atomics (5.12). Above the floor:
-//! - `bpf_loop()` (5.17): the native stack walker's steps and its unwind-table search, and the sweep
-//!   of the blame maps. Without it native stacks are walked by frame pointers alone, in a bounded
-//!   loop (code built without them shows its first frame only), and the blame maps are read whole.
+//! The floor is the BPF ring buffer (Linux 5.8), the last of what every program needs: BTF-typed
+//! tracepoints (5.5), `bpf_probe_read_kernel()` (5.5), global functions (5.6), task iterators (5.8).
+//! Debian 11's 5.10 is the oldest kernel tested (tests/kernels). Above the floor:
+//! - `bpf_loop()` (5.17): the sched probe's main object, whose native stack walker's steps and
+//!   unwind-table search run in it, and whose sweep empties the blame maps. Without it the legacy
+//!   object (bpf/core_fixes.bpf.h), built from the same source for what 5.10 has (no callbacks, no
+//!   atomics but add, the current task and its registers read with helpers): native stacks are
+//!   walked by frame pointers alone, in a bounded loop (code built without them shows its first
+//!   frame only), and the blame maps are read whole.
 //! - task local storage (usable from tracing programs from 5.13): `--syscalls on` only.
 //!
 //! `WAITMETER_KERNEL_WITHOUT=bpf_loop,task_storage` makes the agent act as if the kernel lacked
-//! them (and `task_pt_regs`, as if it were below the floor): how the fallbacks and the refusal are
+//! them (and `ringbuf`, as if it were below the floor): how the fallbacks and the refusal are
 //! tested on a kernel that has everything.
 use std::collections::BTreeSet;
 
@@ -49,7 +51,7 @@ impl Feature {
     pub fn without(self) -> &'static str {
         match self {
             Feature::BpfLoop => {
-                "native stacks are walked by frame pointers only (code built without them shows its first frame), and the blame maps are read whole"
+                "the legacy probes: native stacks are walked by frame pointers only (code built without them shows its first frame), and the blame maps are read whole"
             }
             Feature::TaskStorage => "--syscalls on is not available",
         }
@@ -75,15 +77,16 @@ impl Kernel {
             // SAFETY: a probe load of a two-instruction program; no pointer is kept.
             unsafe { libbpf_sys::libbpf_probe_bpf_helper(libbpf_sys::BPF_PROG_TYPE_RAW_TRACEPOINT, id, std::ptr::null()) == 1 }
         };
-        if without.contains("task_pt_regs") || !helper(libbpf_sys::BPF_FUNC_task_pt_regs) {
-            return Err(below_floor(&release, "bpf_task_pt_regs() (Linux 5.15)"));
+        // SAFETY: a probe creation of a map; no pointer is kept.
+        let map = |t| unsafe { libbpf_sys::libbpf_probe_bpf_map_type(t, std::ptr::null()) == 1 };
+        if without.contains("ringbuf") || !map(libbpf_sys::BPF_MAP_TYPE_RINGBUF) {
+            return Err(below_floor(&release, "the BPF ring buffer (Linux 5.8)"));
         }
         let mut features = BTreeSet::new();
         if helper(libbpf_sys::BPF_FUNC_loop) {
             features.insert(Feature::BpfLoop);
         }
-        // SAFETY: a probe creation of a map; no pointer is kept.
-        if unsafe { libbpf_sys::libbpf_probe_bpf_map_type(libbpf_sys::BPF_MAP_TYPE_TASK_STORAGE, std::ptr::null()) == 1 } {
+        if map(libbpf_sys::BPF_MAP_TYPE_TASK_STORAGE) {
             features.insert(Feature::TaskStorage);
         }
         features.retain(|f| !without.contains(f.name()));
@@ -109,7 +112,7 @@ impl Kernel {
 /// The refusal below the floor: the kernel, what it lacks, the floor.
 pub fn below_floor(release: &str, lacks: &str) -> String {
     format!(
-        "kernel {release} lacks {lacks}: waitmeter needs Linux 5.15 or later with BTF (tested: Debian's 6.1 and 6.12, and 6.18; docs/deployment.md): run it on a newer kernel"
+        "kernel {release} lacks {lacks}: waitmeter needs Linux 5.8 or later with BTF (tested: Debian's 5.10, 6.1 and 6.12, and 6.18; docs/deployment.md): run it on a newer kernel"
     )
 }
 
@@ -136,7 +139,7 @@ mod tests {
         let k = Kernel { release: "5.16.0".into(), features: [Feature::TaskStorage].into() };
         let d = k.degraded();
         assert_eq!(d.len(), 1);
-        assert!(d[0].starts_with("no bpf_loop (Linux 5.17): native stacks are walked by frame pointers only"), "{d:?}");
+        assert!(d[0].starts_with("no bpf_loop (Linux 5.17): the legacy probes: native stacks are walked by frame pointers only"), "{d:?}");
         assert_eq!(k.summary().unwrap().split(": ").next(), Some("kernel 5.16.0"));
         let full = Kernel { release: "6.18".into(), features: Feature::ALL.into() };
         assert!(full.degraded().is_empty() && full.summary().is_none());
@@ -144,8 +147,8 @@ mod tests {
 
     #[test]
     fn the_refusal_names_the_kernel_what_it_lacks_and_the_floor() {
-        let line = below_floor("5.10.0-35-amd64", "bpf_task_pt_regs() (Linux 5.15)");
-        assert!(line.starts_with("kernel 5.10.0-35-amd64 lacks bpf_task_pt_regs() (Linux 5.15)"), "{line}");
-        assert!(line.contains("Linux 5.15 or later") && !line.contains('\n'));
+        let line = below_floor("5.4.0-216-generic", "the BPF ring buffer (Linux 5.8)");
+        assert!(line.starts_with("kernel 5.4.0-216-generic lacks the BPF ring buffer (Linux 5.8)"), "{line}");
+        assert!(line.contains("Linux 5.8 or later") && !line.contains('\n'));
     }
 }

@@ -102,8 +102,9 @@ pub struct SchedOptions {
     /// size of the timeline's `spans` ring buffer in bytes (a power of 2 pages); 0: no timeline
     /// (bpf/timeline.h)
     pub timeline_bytes: u32,
-    /// the kernel has bpf_loop() (probes/kernel.rs): the stack walker's steps and the sweep run
-    /// in it; without it the walk is a bounded frame-pointer loop and the sweep is not loaded
+    /// the kernel has bpf_loop() (probes/kernel.rs): the main object, whose stack walker's steps
+    /// and sweep run in it; without it the legacy object (bpf/core_fixes.bpf.h: a bounded
+    /// frame-pointer walk, no sweep, and nothing newer than Linux 5.10 asks for)
     pub bpf_loop: bool,
 }
 
@@ -218,7 +219,16 @@ fn open_and_load_in(storage: &'static mut MaybeUninit<OpenObject>, opts: &SchedO
     if let Some(btf) = &opts.btf {
         builder.obj_builder.btf_custom_path(btf).context("failed to set the BTF path")?;
     }
-    let mut open = builder.open(storage).context("failed to open the sched BPF object")?;
+    let mut open = {
+        // the object this kernel loads: the main one, or the legacy one without bpf_loop()
+        let _one = super::abi::skel::OPENING.lock().unwrap_or_else(|e| e.into_inner());
+        super::abi::skel::LEGACY.store(!opts.bpf_loop, std::sync::atomic::Ordering::SeqCst);
+        builder.open(storage).context("failed to open the sched BPF object")?
+    };
+    // the legacy object's claims of thread slots take a lock in it (bpf/thread_table.bpf.h)
+    if opts.bpf_loop {
+        open.maps.slot_locks.set_autocreate(false)?;
+    }
     let groups = thread_table::groups_for(opts.max_threads);
     {
         let rodata = open.maps.rodata_data.as_deref_mut().context("sched BPF object has no .rodata")?;
@@ -228,7 +238,6 @@ fn open_and_load_in(storage: &'static mut MaybeUninit<OpenObject>, opts: &SchedO
         rodata.cfg.follow_forks = opts.follow_forks as u8;
         rodata.cfg.stacks = opts.stacks;
         rodata.cfg.timeline = (opts.timeline_bytes > 0) as u8;
-        rodata.cfg.bpf_loop = opts.bpf_loop as u8;
         rodata.cfg.stack_interval_ns = opts.stack_interval_ns;
         rodata.cfg.stretch_long_ns = opts.stall_ns;
         rodata.cfg.thread_group_mask = groups - 1;
@@ -261,15 +270,17 @@ impl SchedProbe {
     pub fn load(opts: &SchedOptions) -> Result<SchedProbe> {
         // the sweep is an optimisation: a kernel that refuses its program
         // gets the probes without it (the blame maps are read whole instead)
-        // (and a kernel without bpf_loop, which it calls, does not get it at all)
+        // (and the legacy object, for a kernel without bpf_loop, has none)
         let first = match opts.bpf_loop {
-            true => open_and_load(opts, true),
-            false => Err(anyhow::anyhow!("the kernel has no bpf_loop")),
+            true => Some(open_and_load(opts, true)),
+            false => None,
         };
         let (mut skel, sweeps) = match first {
-            Ok(skel) => (skel, true),
-            Err(e) => {
-                log::info!("the blame maps are read whole at each drain of exits: the sweep program did not load ({e:#})");
+            Some(Ok(skel)) => (skel, true),
+            first => {
+                if let Some(Err(e)) = first {
+                    log::info!("the blame maps are read whole at each drain of exits: the sweep program did not load ({e:#})");
+                }
                 let skel = open_and_load(opts, false)
                     .context("failed to load the scheduler probes; rerun with -vv for libbpf's log and the verifier's")?;
                 (skel, false)
@@ -293,7 +304,8 @@ impl SchedProbe {
         let bits = Bitmap::new(&skel.maps.watched_bits, "the watched bitmap")?;
         let py_bits = Bitmap::new(&skel.maps.py_bits, "the Python bitmap")?;
         let sweep_out = super::sweep::SweepOut::map(&skel.maps.sweep_out)?;
-        let table = ThreadTable::map(&skel.maps.thread_ids, &skel.maps.threads)?;
+        let locks = (!opts.bpf_loop).then_some(&skel.maps.slot_locks);
+        let table = ThreadTable::map(&skel.maps.thread_ids, &skel.maps.threads, locks)?;
         let mut samplers = vec![];
         if opts.holder_sample_hz > 0 {
             // without it the holders' stacks are their Python frames: worth a warning, not an exit

@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use super::abi::skel::types::{wm_thread, wm_thread_data, wm_thread_group, wm_thread_rows, wm_thread_table};
 use super::abi::Plain;
@@ -83,11 +83,15 @@ pub struct ThreadTable {
     ids: NonNull<AtomicU32>,
     entries: NonNull<wm_thread>,
     groups: usize,
+    /// the legacy object's lock of slots being claimed (`slot_locks` in bpf/thread_table.bpf.h: no
+    /// compare-and-exchange in BPF before Linux 5.12); None: claims are compare-and-exchanges
+    locks: Option<libbpf_rs::MapHandle>,
 }
 
 impl ThreadTable {
     /// Map the two arrays of a table, as sized before load (`groups_for`).
-    pub fn map(ids: &libbpf_rs::MapMut<'_>, entries: &libbpf_rs::MapMut<'_>) -> Result<ThreadTable> {
+    /// `locks`: the legacy object's `slot_locks`, under which its claims are made.
+    pub fn map(ids: &libbpf_rs::MapMut<'_>, entries: &libbpf_rs::MapMut<'_>, locks: Option<&libbpf_rs::MapMut<'_>>) -> Result<ThreadTable> {
         use libbpf_rs::MapCore;
         let groups = ids.max_entries() as usize;
         assert!(groups.is_power_of_two(), "the thread table has a power of 2 groups");
@@ -95,7 +99,8 @@ impl ThreadTable {
         let ids = Mapped::new(ids, groups * size_of::<wm_thread_group>(), "the thread table's ids")?;
         let entries = Mapped::new(entries, groups * GROUP * size_of::<wm_thread>(), "the thread table")?;
         let (i, e) = (ids.ptr().cast(), entries.ptr().cast());
-        Ok(ThreadTable { _mapped: Some((ids, entries)), ids: i, entries: e, groups })
+        let locks = locks.map(libbpf_rs::MapHandle::try_from).transpose().context("failed to open the thread table's locks")?;
+        Ok(ThreadTable { _mapped: Some((ids, entries)), ids: i, entries: e, groups, locks })
     }
 
     fn ids(&self) -> &[AtomicU32] {
@@ -208,7 +213,7 @@ impl ThreadTable {
             return Seed::Exists;
         }
         // its home slot if free, else the first free slot of its groups
-        let claim = |s: usize| ids[s].compare_exchange(0, claimed, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+        let claim = |s: usize| self.claim(s, claimed);
         let home = self.home(tid);
         let Some(slot) = Some(home).filter(|&s| claim(s)).or_else(|| self.probe_order(tid).find(|&s| claim(s))) else {
             return Seed::Full;
@@ -236,6 +241,23 @@ impl ThreadTable {
         }
         ids[slot].store(tid, Ordering::Release);
         Seed::Added
+    }
+
+    /// Set slot `slot`'s id from 0 to `claimed`: true when this call did. Under the slot's lock
+    /// where the BPF side claims under it (`claim_id()` in bpf/thread_table.bpf.h).
+    fn claim(&self, slot: usize, claimed: u32) -> bool {
+        let id = &self.ids()[slot];
+        let Some(locks) = &self.locks else {
+            return id.compare_exchange(0, claimed, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+        };
+        use libbpf_rs::{MapCore, MapFlags};
+        let key = (slot as u32).to_ne_bytes();
+        if id.load(Ordering::SeqCst) != 0 || locks.update(&key, &[1], MapFlags::NO_EXIST).is_err() {
+            return false;
+        }
+        let won = id.compare_exchange(0, claimed, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+        let _ = locks.delete(&key);
+        won
     }
 
     /// Free the slot of `tid` if `gone` says its entry is of the thread that is gone (not of a
@@ -299,6 +321,7 @@ mod tests {
             ids: NonNull::new(ids.as_mut_ptr()).unwrap(),
             entries: NonNull::new(entries.as_mut_ptr()).unwrap(),
             groups: groups as usize,
+            locks: None,
         };
         Lent { table, _ids: ids, _entries: entries }
     }
