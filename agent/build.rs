@@ -1,4 +1,4 @@
-//! Builds one BPF object and its Rust skeleton per `bpf/<probe>.bpf.c`.
+//! Builds one BPF object and its Rust skeleton per `bpf/<probe>.bpf.c`, and the sched probe's legacy object.
 use std::env;
 use std::path::{Path, PathBuf};
 

@@ -1495,7 +1495,7 @@ static __always_inline int on_exit(struct task_struct *p)
 
 /*
  * Typed BTF tracepoints. No raw_tp fallback: tp_btf (Linux 5.5) is older than
- * bpf_task_pt_regs() (5.15), which every variant would need, so a kernel that
+ * the ring buffer (5.8), which every variant would need, so a kernel that
  * could load a raw_tp variant always loads this one. Their arguments are
  * trusted BTF pointers: fields are read directly, with CO-RE relocations and
  * no helper call.

@@ -3,15 +3,16 @@ the agent: `bpftool feature probe kernel`), and what it does with what the kerne
 
 - Above the floor, the features it reports (JSON `environment.kernel`, `waitmeter_kernel_feature`)
   are the kernel's.
-- Without bpf_loop (5.17), the stack walker falls back to frame pointers in a bounded loop: said
-  once, in one line, and in the JSON; the GIL story is still told with its code (gil_holder.py's
-  processor is in json.dumps 75% of its time, by its own clock).
-- Below the floor (no bpf_task_pt_regs, Linux 5.15: Debian's 5.10), one line naming the kernel and
-  what it lacks, exit 2, nothing loaded.
+- Without bpf_loop (5.17: Debian's 5.10), the legacy object loads (bpf/core_fixes.bpf.h), whose
+  stack walker follows frame pointers in a bounded loop: said once, in one line, and in the JSON;
+  the GIL story is still told with its code (gil_holder.py's processor is in json.dumps 75% of its
+  time, by its own clock).
+- Without task local storage (5.11: Debian's 5.10), `--syscalls on` is refused in one line.
+- Below the floor (no BPF ring buffer, Linux 5.8), one line naming the kernel and what it lacks,
+  exit 2, nothing loaded.
 
-Each kernel of the matrix runs these (tests/kernels); on a kernel that has everything, the fallback
-and the refusal are reached by WAITMETER_KERNEL_WITHOUT, which makes the agent act as if it lacked
-them."""
+Each kernel of the matrix runs these (tests/kernels); on a kernel that has a feature, its absence
+is reached by WAITMETER_KERNEL_WITHOUT, which makes the agent act as if it lacked it."""
 import json
 import os
 import subprocess
@@ -33,7 +34,7 @@ def bpftool_features():
                                       check=True, timeout=120).stdout)
     helpers = set(probe["helpers"]["raw_tracepoint_available_helpers"])
     return {
-        "task_pt_regs": "bpf_task_pt_regs" in helpers,
+        "ringbuf": bool(probe["map_types"].get("have_ringbuf_map_type")),
         "bpf_loop": "bpf_loop" in helpers,
         "task_storage": bool(probe["map_types"].get("have_task_storage_map_type")),
     }
@@ -57,8 +58,6 @@ def attach_json(pid, env=None, duration=2):
 @pytest.mark.timeout(300)
 def test_the_features_it_reports_are_the_kernels():
     t = truth()
-    if not t["task_pt_regs"]:
-        pytest.skip("below the floor: test_below_the_floor_it_refuses_in_one_line covers this kernel")
     with Workload(installed_python("3.11"), ROOT / "tests/workloads/gil_holder.py", "same") as w:
         r = attach_json(w.pid)
         assert r.returncode == 0, r.stderr
@@ -83,8 +82,6 @@ def test_the_features_it_reports_are_the_kernels():
 
 @pytest.mark.timeout(300)
 def test_without_bpf_loop_the_walk_falls_back_and_says_so_once():
-    if not truth()["task_pt_regs"]:
-        pytest.skip("below the floor: test_below_the_floor_it_refuses_in_one_line covers this kernel")
     with Workload(installed_python("3.11"), ROOT / "tests/workloads/gil_holder.py", "same") as w:
         r = subprocess.run([str(WAITMETER), "attach", "--pid", str(w.pid), "--duration", "3", "--output", "json",
                             "--stacks", "all"], capture_output=True, text=True, timeout=300,
@@ -103,15 +100,26 @@ def test_without_bpf_loop_the_walk_falls_back_and_says_so_once():
 
 
 def test_below_the_floor_it_refuses_in_one_line():
-    """On a kernel without bpf_task_pt_regs (Debian's 5.10), as it is; on one with it, told to act
-    as if it had none."""
-    below = not truth()["task_pt_regs"]
-    env = {} if below else {"WAITMETER_KERNEL_WITHOUT": "task_pt_regs"}
-    r = attach_json(os.getpid(), env=env, duration=1)
+    """Every kernel of the matrix has the ring buffer: each is told to act as if it had none."""
+    assert truth()["ringbuf"], "a kernel without the BPF ring buffer: below the floor"
+    r = attach_json(os.getpid(), env={"WAITMETER_KERNEL_WITHOUT": "ringbuf"}, duration=1)
     assert r.returncode == 2, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
-    assert lines[0] == (f"waitmeter: kernel {RELEASE} lacks bpf_task_pt_regs() (Linux 5.15): waitmeter needs Linux 5.15 or "
-                        "later with BTF (tested: Debian's 6.1 and 6.12, and 6.18; docs/deployment.md): run it on a newer "
-                        "kernel"), lines
+    assert lines[0] == (f"waitmeter: kernel {RELEASE} lacks the BPF ring buffer (Linux 5.8): waitmeter needs Linux 5.8 or "
+                        "later with BTF (tested: Debian's 5.10, 6.1 and 6.12, and 6.18; docs/deployment.md): run it on a "
+                        "newer kernel"), lines
+    assert r.stdout == ""
+
+
+def test_without_task_storage_syscalls_on_is_refused_in_one_line():
+    """On a kernel without task local storage (Debian's 5.10) as it is; on one with it, told to act
+    as if it had none. Nothing is left loaded: the refusal comes before the syscall probe."""
+    env = {} if not truth()["task_storage"] else {"WAITMETER_KERNEL_WITHOUT": "task_storage"}
+    r = subprocess.run([str(WAITMETER), "attach", "--pid", str(os.getpid()), "--duration", "1", "--syscalls", "on"],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    refusal = [line for line in r.stderr.splitlines() if "has no task local storage" in line]
+    assert refusal == [f"waitmeter: kernel {RELEASE} has no task local storage for BPF (Linux 5.11), which the syscall "
+                       "probe keeps its calls in: run without --syscalls on"], r.stderr
     assert r.stdout == ""

@@ -9,9 +9,9 @@ program's deepest chain at most 448 bytes, its verification at most half the ins
 
 Maximum configuration: `run` watching a CPython 3.11 process (GIL waits, uprobes on take_gil and
 drop_gil) and a CPython 3.13 one (uprobes on the parking lot's semaphore), every stack (native and
-Python, the holders' CPU-clock sampler), the timeline, `--syscalls on`. Each variant: the kernel's
-own (bpf_loop where it has it) and the frame-pointer walk of a kernel without bpf_loop
-(WAITMETER_KERNEL_WITHOUT). The numbers of each run go to tests/.build/artefacts/verifier-<kernel>.json,
+Python, the holders' CPU-clock sampler), the timeline, `--syscalls on` (where the kernel has task
+local storage: not 5.10). Each variant: the kernel's own (the main object where it has bpf_loop) and
+the legacy object of a kernel without bpf_loop (WAITMETER_KERNEL_WITHOUT; on 5.10 both are it). The numbers of each run go to tests/.build/artefacts/verifier-<kernel>.json,
 from which tests/kernels/table.py writes docs/probes/kernels.md.
 
 Real agent, real kernel (this machine's, and each kernel of the matrix: tests/kernels/)."""
@@ -25,6 +25,7 @@ import pytest
 
 from conftest import BUILD, ROOT, WAITMETER, Workload, free_port, stop, wait_http
 from test_gil import installed_python
+from test_kernel import truth
 
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 import verifier  # noqa: E402
@@ -38,6 +39,7 @@ INSN_BUDGET = 500_000  # of its 1,000,000
 def run_at_maximum(without):
     """(rows of verifier.margins, the agent's log) for `run` at the maximum configuration."""
     env = {**os.environ, "WAITMETER_VERIFIER_STATS": "1", "WAITMETER_KERNEL_WITHOUT": without}
+    syscalls = ["--syscalls", "on"] if truth()["task_storage"] else []
     with Workload(installed_python("3.11"), ROOT / "tests/workloads/gil_holder.py", "same") as gil, \
             Workload(installed_python("3.13"), ROOT / "tests/workloads/pylock.py", "lock") as lock:
         port = free_port()
@@ -47,7 +49,7 @@ def run_at_maximum(without):
             agent = subprocess.Popen(
                 [str(WAITMETER), "-vv", "run", "--pid", str(gil.pid), "--pid", str(lock.pid), "--listen", f"127.0.0.1:{port}",
                  "--stacks", "all", "--holder-sample-hz", "97", "--gil-probe", "uprobe", "--lock-probe", "uprobe",
-                 "--syscalls", "on", "--timeline-minutes", "1"],
+                 *syscalls, "--timeline-minutes", "1"],
                 stdout=subprocess.DEVNULL, stderr=err, env=env)
         try:
             # loading under software emulation (tests/kernels) takes a while
@@ -67,8 +69,9 @@ def test_every_program_keeps_its_margin_inside_the_verifiers_limits(without):
     names = {r["name"] for r in rows}
     # every family at its maximum: the scheduler's hooks, the holders' sampler, the GIL's and
     # the parking lot's uprobes, the syscall probe
+    syscalls = ("sys_enter_btf", "sys_exit_btf") if truth()["task_storage"] else ()
     for want in ("sched_switch", "sched_wakeup", "sched_waking", "sched_process_e", "sample_holder", "take_gil_exit",
-                 "drop_gil_enter", "sys_enter_btf", "sys_exit_btf", "task_ids"):
+                 "drop_gil_enter", "task_ids", *syscalls):
         assert any(n.startswith(want) for n in names), (want, sorted(names))
     assert any("sem" in n or "park" in n for n in names), ("the parking lot's uprobe", sorted(names))
     assert ("sweep" in names) == (without != "bpf_loop" and "bpf_loop" not in kernel_lacks(text)), sorted(names)

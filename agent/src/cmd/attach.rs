@@ -148,7 +148,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
     // starts when everything is in place
     let syscall_probe = match args.probe.syscalls {
         Some(crate::cli::Syscalls::On) => Some(
-            SyscallProbe::load(session.probe(), args.probe.max_threads.saturating_mul(8).max(32_768))
+            SyscallProbe::load(session.probe(), session.kernel(), args.probe.max_threads.saturating_mul(8).max(32_768))
                 .map_err(|e| usage!("{e:#}: run without --syscalls on"))?,
         ),
         _ => None,

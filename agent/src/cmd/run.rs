@@ -274,7 +274,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     // each process' syscalls, only when asked (a probe on every syscall of the machine)
     let syscall_probe = match args.probe.syscalls {
         Some(crate::cli::Syscalls::On) => Some(
-            SyscallProbe::load(session.probe(), args.probe.max_threads.saturating_mul(8).max(32_768))
+            SyscallProbe::load(session.probe(), session.kernel(), args.probe.max_threads.saturating_mul(8).max(32_768))
                 .map_err(|e| crate::error::usage!("{e:#}: run without --syscalls on"))?,
         ),
         _ => None,
