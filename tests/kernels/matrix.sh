@@ -31,17 +31,25 @@ TESTS=(
 # Not in the list, open (issue 53): CFS throttling against cpu.stat reads 5-6% short in these guests
 # (6.12: 2.40 s against 2.56 s; 6.1 passed in the same run, failed in an earlier one), within 5% here.
 
+# `go tool pprof` (the profiles' consumer, test_stacks.py) is built on first use into GOCACHE (Go
+# 1.25+): 35 s here, minutes under the guests' emulated CPU, again in each guest whose cache is a
+# throw-away overlay. Built once here into a cache the guests may write (tests/.build), and shared.
+export GOCACHE=${WAITMETER_VM_GOCACHE:-$PWD/tests/.build/gocache}
+if command -v go >/dev/null; then go tool pprof -h >/dev/null 2>&1 || true; fi
+
 series=("$@")
 [ ${#series[@]} -gt 0 ] || series=(5.10 6.1 6.12)
 mkdir -p tests/.build/artefacts
 failed=()
 for s in "${series[@]}"; do
 	tests=("${TESTS[@]}")
+	# a kernel without bpf_loop has one object, the legacy one: its two variants are the same load
+	case "$s" in 5.10) tests+=(--deselect "tests/test_verifier.py::test_every_program_keeps_its_margin_inside_the_verifiers_limits[without-bpf_loop]") ;; esac
 	t0=$SECONDS
 	echo "kernels: $s: ${#tests[@]} test items, started $(date -u +%H:%M:%S)"
 	# CI: a test that cannot run fails (tests/conftest.py); the guest's pytest writes no cache; the
 	# tests' deadlines (not their measurements) are longer in the emulated CPU
-	if WAITMETER_TEST_SLOWDOWN=${WAITMETER_TEST_SLOWDOWN:-8} WAITMETER_VM_ENV="PATH CI WAITMETER_TEST_SLOWDOWN" tests/kernels/boot.sh --timeout "${WAITMETER_VM_TIMEOUT:-1500}" "$s" \
+	if WAITMETER_TEST_SLOWDOWN=${WAITMETER_TEST_SLOWDOWN:-8} WAITMETER_VM_ENV="PATH CI WAITMETER_TEST_SLOWDOWN GOCACHE" tests/kernels/boot.sh --timeout "${WAITMETER_VM_TIMEOUT:-1500}" "$s" \
 		.venv/bin/python -m pytest -p no:cacheprovider -rs -q --junitxml "tests/.build/artefacts/kernel-$s.xml" "${tests[@]}"; then
 		echo "kernels: $s: passed in $((SECONDS - t0)) s"
 	else
