@@ -46,6 +46,7 @@ TARGETS = {
     "unwatched_over_floor_ns": 10.0,  # per run on an unwatched task, over the empty program's
     "agent_cpu_20k": 0.01,          # of one core, process + programs, at 20k switches/s of watched threads
     "agent_cpu_idle": 0.002,        # of one core when nothing watched switches
+    "pod_list_ratio": 1.5,          # peak RSS over a one-pod list's, per byte of the list (+ 16 MiB)
     "churn_exit_rate": 20000.0,     # thread exits/s the long churn must reach
     "churn_agent_cpu": 0.05,        # agent process, of one core, under that churn
     "rss_growth_mib": 4.0,          # churn, soak: RSS at the end over RSS after the first minute
@@ -680,6 +681,40 @@ def page(runs, out):
     out["page"] = {"kind": "latency", "rows": [row]}
 
 
+def pod_list_memory(quick, out):
+    """The agent's peak RSS fetching pod lists (tests/helpers/pod_lists.py) of the shapes and sizes
+    of issue 54, over the same agent fetching a one-pod list, against each list's size."""
+    print("\n== pod-list: `run --pods URL` peak RSS (VmHWM) over a one-pod list's, against the list's size")
+    sys.path.insert(0, str(h.ROOT / "tests" / "helpers"))
+    import pod_lists
+    import socket
+
+    def port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    sleeper = subprocess.Popen(["sleep", "600"])
+    rows = []
+    try:
+        base = pod_lists.peak_rss_fetching(h.WAITMETER, sleeper.pid, pod_lists.body("small", 1), port())
+        cases = [("ordinary", 500), ("annotated", 50), ("small", 100_000 if quick else 240_000)]
+        for shape, pods in cases:
+            data = pod_lists.body(shape, pods)
+            peak = pod_lists.peak_rss_fetching(h.WAITMETER, sleeper.pid, data, port(), timeout=300)
+            body_mib, over_mib = len(data) / (1 << 20), (peak - base) / 1024
+            row = {"shape": shape, "pods": pods, "body_mib": body_mib, "base_peak_mib": base / 1024, "peak_mib": peak / 1024,
+                   "over_base_mib": over_mib, "ratio": over_mib / body_mib, "met": over_mib <= TARGETS["pod_list_ratio"] * body_mib + 16}
+            rows.append(row)
+            print(f"   {pods:>9,} {shape:<10} pods: list {body_mib:6.1f} MiB, peak RSS {peak / 1024:6.1f} MiB, "
+                  f"{over_mib:6.1f} MiB over the one-pod list's ({row['ratio']:.2f}x the list; ≤ {TARGETS['pod_list_ratio']}x + 16 MiB): "
+                  f"{verdict(row['met'])}", flush=True)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    out["pod-list"] = {"kind": "memory", "rows": rows}
+
+
 # ---------------------------------------------------------------- long runs: churn and soak
 
 LOST = "waitmeter_bpf_events_lost_total"
@@ -882,6 +917,7 @@ GROUPS = {
     "agent": ["sched-10k", "agent-rate", "idle"],
     "accuracy": ["accuracy-gil", "accuracy-partition", "accuracy-throttle"],
     "latency": ["first-answer", "page"],
+    "memory": ["pod-list"],
     "long": ["churn-long", "soak"],  # only with --churn-minutes / --soak-minutes
 }
 ALL = list(dict.fromkeys(s for g in GROUPS.values() for s in g))
@@ -1106,6 +1142,9 @@ def final_summary(out, args):
         add("throttled vs cpu.stat (±2%)", pct(r["error"]), r["met"])
     for r in out.get("first-answer", {}).get("rows", []):
         add(f"first answer after the window, {r['workload']} (≤ 1 s)", f"{r['median_s']:.3f} s", r["met"])
+    for r in out.get("pod-list", {}).get("rows", []):
+        add(f"pod list of {r['pods']:,} {r['shape']} pods ({r['body_mib']:.1f} MiB): peak RSS over a one-pod list's (≤ 1.5x + 16 MiB)",
+            f"{r['over_base_mib']:.1f} MiB", r["met"])
     for r in out.get("page", {}).get("rows", []):
         add(f"the page of 10 s of a 64-thread storm ({r['switches_per_s']:,.0f} switches/s): size (≤ 6 MiB)", f"{r['page_mib']:.2f} MiB",
             r["page_mib"] <= TARGETS["page_mib"])
@@ -1203,6 +1242,8 @@ def main():
                 first_answer(3 if args.quick else 5, out)
             elif name == "page":
                 page(2 if args.quick else 3, out)
+            elif name == "pod-list":
+                pod_list_memory(args.quick, out)
             elif name == "churn-long":
                 if args.churn_minutes > 0:
                     churn_long(args.churn_minutes, args.churn_rate, out)

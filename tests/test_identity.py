@@ -26,6 +26,7 @@ from test_gil import STARVE, pyenv_python
 
 import sys  # noqa: E402
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+import pod_lists  # noqa: E402
 import pyroscope_receiver  # noqa: E402
 
 pytestmark = pytest.mark.needs_root
@@ -429,3 +430,22 @@ def test_attach_and_dump_name_the_pod_and_container_on_their_header(tmp_path):
             p.kill()
             p.wait()
         remove_cgroups(top)
+
+
+def test_the_pod_lists_memory_is_what_it_keeps_not_a_multiple_of_its_body():
+    """Issue 54: the pod list's memory was 20-30 times its body (500 ordinary pods, 10.9 MB: 289 MB;
+    50 pods of 20,000 annotations, 14.5 MB: 208 MB), against a chart limit of 192 MiB. Served as the
+    API server serves it (chunked), each list costs the agent at most its body and a half over the
+    same agent fetching a one-pod list (its VmHWM, read from /proc), and what is past the bounds is
+    counted, not kept."""
+    def peak(data):
+        return pod_lists.peak_rss_fetching(WAITMETER, os.getpid(), data, free_port())
+
+    base = peak(pod_lists.body("small", 1))
+    seen = []
+    for shape, pods in [("ordinary", 500), ("annotated", 50), ("small", 240_000)]:
+        data = pod_lists.body(shape, pods)
+        over = peak(data) - base
+        seen.append((shape, pods, len(data) >> 10, over))
+        assert over <= 1.5 * (len(data) >> 10) + 16 * 1024, f"{shape} x {pods}: {len(data) >> 10} KiB list, {over} KiB over the base; {seen}"
+

@@ -89,6 +89,22 @@ def test_node_without_the_flag_is_told_once_and_measured_whole(tmp_path):
     assert len(told) == 1 and "--perf-basic-prof" in told[0], cp.stderr
 
 
+def test_a_perf_maps_bad_lines_are_the_runs_losses(tmp_path):
+    """A perf map of 1,500 malformed lines (planted where the process's map is, as root: a map the
+    agent reads): attach's report counts every one in events_lost and warns, though the map is read
+    for the first stack that needs it, before the window opens (issue 54: `events_lost: []`)."""
+    with Workload(*in_dir(tmp_path, node(), "-e", BUSY)) as w:
+        path = pathlib.Path(f"/tmp/perf-{w.pid}.map")
+        path.write_text("not a line\n" * 1000 + "zz 10 not hex\n" * 500)
+        try:
+            report, cp = attach(w.pid, 2.0)
+        finally:
+            path.unlink(missing_ok=True)
+    lost = {(l["probe"], l["reason"]): l["count"] for l in report["events_lost"]}
+    assert lost.get(("stacks", "perf_map_bad_line")) == 1500, report["events_lost"]
+    assert "1500 stacks events were lost (perf_map_bad_line)" in cp.stderr, cp.stderr
+
+
 # --- the JVM: QuickFIX/J (tests/workloads/fixengine) -------------------------------------------
 
 def perfmap_of(pid):

@@ -37,7 +37,7 @@ def test_no_module_imports_one_that_imports_it_back():
 # and name nothing that gathers or reads, and cmd wires them.
 LAYERS = [
     # leaves: no state of their own beyond what they are about, nothing above them
-    {"model", "clock", "cgroup", "error", "http_client", "tls", "idhash", "procfs", "shrink", "outfile", "main"},
+    {"model", "clock", "cgroup", "error", "http_client", "tls", "idhash", "procfs", "shrink", "outfile", "worker", "main"},
     # facts of a process beyond the kernel's: its interpreter (its memory and binaries), its
     # container and pod (its cgroup path, the node's pod list)
     {"python", "identity"},

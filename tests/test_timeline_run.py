@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT, WAITMETER, Guard, free_port, wait_http
+from conftest import ROOT, WAITMETER, Guard, Workload, build_c, free_port, wait_http
 from test_timeline import assert_each_call_is_a_hold, calls_of, gil_holder, validate
 
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
@@ -94,3 +94,61 @@ def test_without_timeline_minutes_nothing_is_kept_and_the_endpoint_says_how(tmp_
     # and the span ring is the one page it is when off
     spans = [m for m in json.loads(ring.stdout) if m.get("name") == "spans"]
     assert spans and all(m["max_entries"] <= 4096 for m in spans), spans
+
+
+@pytest.mark.timeout(300)
+def test_views_asked_without_pause_do_not_hold_up_scrapes(tmp_path):
+    """Issue 54: six clients looping on a minute's trace of a busy process left room for 4 scrapes
+    in 30 s (two timed out at 10 s), and /healthz said nothing. Views are rendered off the loop that
+    answers scrapes: under the same loop of six clients, every scrape (spaced past the exposition's
+    1 s cache, so that each is a render of the loop) is answered in the time a scrape takes without
+    them (at most 2 s, from about 50 ms), views keep being served, and /healthz stays 200."""
+    import threading
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    ring = build_c("ring")
+    with Workload(ring, 16, 4) as w:
+        cmd = [str(WAITMETER), "run", "--pid", str(w.pid), "--listen", f"127.0.0.1:{port}", "--timeline-minutes", "1"]
+        with Guard(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)) as agent:
+            wait_http(f"{base}/healthz")
+            time.sleep(12)  # a busy timeline to draw
+
+            def timed(path):
+                t0 = time.monotonic()
+                code, body, _ = get(base + path)
+                return code, time.monotonic() - t0, body
+
+            alone = []  # the scrapes' time without views, for the failure's message
+            for _ in range(3):
+                time.sleep(1.1)
+                alone.append(round(timed("/metrics")[1], 3))
+            stop, views = threading.Event(), []
+
+            def looker():
+                while not stop.is_set():
+                    code, took, body = timed("/debug/timeline?seconds=60&format=trace")
+                    views.append((code, took, len(body)))
+                    if code == 429:
+                        time.sleep(0.05)
+
+            lookers = [threading.Thread(target=looker, daemon=True) for _ in range(6)]
+            for t in lookers:
+                t.start()
+            scrapes, health = [], []
+            try:
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    time.sleep(1.1)
+                    code, took, _ = timed("/metrics")
+                    scrapes.append((code, round(took, 3)))
+                    health.append(timed("/healthz")[0])
+            finally:
+                stop.set()
+                for t in lookers:
+                    t.join(60)
+            assert agent.poll() is None, agent.stderr.read()
+    served = [v for v in views if v[0] == 200]
+    assert len(served) >= 10 and min(v[2] for v in served) > 100_000, (len(views), views[:5])
+    assert all(code == 200 for code, _ in scrapes), scrapes
+    assert max(took for _, took in scrapes) <= 2.0, (scrapes, alone)
+    assert set(health) == {200}, health

@@ -269,6 +269,13 @@ pub fn framing(headers: &[(&str, &str)], max: usize) -> Result<Framing, FramingE
 /// bytes at most (decoded).
 pub fn read_body(s: &mut impl Stream, answer: Answer, framing: Framing, max: usize, deadline: &Deadline) -> Result<Vec<u8>, Failure> {
     let Answer { mut buf, head_end } = answer;
+    // a body of known length is read into one allocation of its size (growing by doubling, a large
+    // one would cost up to twice its size)
+    if let Framing::Length(n) = framing {
+        if n <= max {
+            buf.reserve_exact((head_end + n).saturating_sub(buf.len()));
+        }
+    }
     let mut piece = vec![0u8; 64 * 1024];
     let mut chunks = Chunks::default();
     let too_large = || Failure::TooLarge(format!("a body over {max} bytes"));
@@ -304,7 +311,10 @@ pub fn read_body(s: &mut impl Stream, answer: Answer, framing: Framing, max: usi
             buf.truncate(n);
             Ok(buf)
         }
-        Framing::Chunked => wire::dechunk(&buf, max).ok_or_else(|| Failure::Bad("a malformed or incomplete chunked body".into())),
+        Framing::Chunked => match wire::dechunk_in_place(&mut buf, max) {
+            true => Ok(buf),
+            false => Err(Failure::Bad("a malformed or incomplete chunked body".into())),
+        },
         Framing::Close => Ok(buf),
     }
 }

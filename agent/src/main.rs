@@ -20,6 +20,7 @@ mod session;
 mod shrink;
 mod stacks;
 mod tls;
+mod worker;
 
 /// Log lines on stderr, prefixed so they stand apart from a report.
 struct StderrLog(log::LevelFilter);

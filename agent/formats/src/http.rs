@@ -229,23 +229,32 @@ pub fn chunk_size(line: &[u8]) -> Option<usize> {
 
 /// Decode a `Transfer-Encoding: chunked` body; None when it is malformed,
 /// truncated, or would decode to more than `max` bytes.
-pub fn dechunk(mut body: &[u8], max: usize) -> Option<Vec<u8>> {
-    let mut out = vec![];
+pub fn dechunk(body: &[u8], max: usize) -> Option<Vec<u8>> {
+    let mut out = body.to_vec();
+    dechunk_in_place(&mut out, max).then_some(out)
+}
+
+/// Decode a `Transfer-Encoding: chunked` body in its own buffer (each chunk
+/// moved down over the framing before it: a body costs its wire size once,
+/// not twice); false, the buffer's content unspecified, when it is
+/// malformed, truncated, or would decode to more than `max` bytes.
+pub fn dechunk_in_place(buf: &mut Vec<u8>, max: usize) -> bool {
+    let (mut read, mut write) = (0usize, 0usize);
     loop {
-        let nl = body.windows(2).position(|w| w == b"\r\n")?;
-        let size = chunk_size(&body[..nl])?;
-        body = &body[nl + 2..];
+        let Some(nl) = buf[read..].windows(2).position(|w| w == b"\r\n") else { return false };
+        let Some(size) = chunk_size(&buf[read..read + nl]) else { return false };
+        read += nl + 2;
         if size == 0 {
-            return Some(out);
+            buf.truncate(write);
+            return true;
         }
-        if out.len().checked_add(size)? > max {
-            return None;
+        let (Some(total), Some(end)) = (write.checked_add(size), read.checked_add(size)) else { return false };
+        if total > max || buf.get(end..end.saturating_add(2)) != Some(&b"\r\n"[..]) {
+            return false;
         }
-        out.extend_from_slice(body.get(..size)?);
-        if body.get(size..size.checked_add(2)?)? != b"\r\n" {
-            return None;
-        }
-        body = &body[size + 2..];
+        buf.copy_within(read..end, write);
+        write = total;
+        read = end + 2;
     }
 }
 

@@ -152,7 +152,13 @@ fn identities(session: &Session, pods: Option<&Directory>) -> HashMap<u64, Ident
 }
 
 /// Answer the pulls whose seconds are over.
-fn answer_pulls(due: Vec<(Pull, Recorder)>, session: &Session, exporter: &crate::export::prometheus::Exporter, now: u64) {
+fn answer_pulls(
+    due: Vec<(Pull, Recorder)>,
+    session: &Session,
+    exporter: &crate::export::prometheus::Exporter,
+    now: u64,
+    renderer: &crate::worker::Worker,
+) {
     for (pull, rec) in due {
         let only = match pull.pid {
             None => None,
@@ -169,12 +175,16 @@ fn answer_pulls(due: Vec<(Pull, Recorder)>, session: &Session, exporter: &crate:
         if dropped != Default::default() || rec.dropped_ns > 0 {
             log::debug!("a pulled profile is full: {dropped:?}, {} ns of waiting left out", rec.dropped_ns);
         }
-        let _ = pull.reply.send(Ok(b.encode_gzip()));
+        // encoded and compressed off the loop
+        let reply = pull.reply.clone();
+        if renderer.run(move || drop(reply.send(Ok(b.encode_gzip())))).is_err() {
+            let _ = pull.reply.send(Err("waitmeter cannot encode profiles now (its renderer stopped): retry".into()));
+        }
     }
 }
 
 /// Push what was recorded since the last push: one series per process.
-fn push_now(ps: &mut Pushing, exporter: &crate::export::prometheus::Exporter, now: u64) {
+fn push_now(ps: &mut Pushing, exporter: &crate::export::prometheus::Exporter, now: u64, renderer: &crate::worker::Worker) {
     let rec = std::mem::replace(&mut ps.recorder, Recorder::new(now, unix_ns()));
     let mut procs: Vec<(u64, Proc)> = rec.processes().map(|(id, p)| (id, p.clone())).collect();
     procs.sort_by_key(|p| p.0);
@@ -182,7 +192,7 @@ fn push_now(ps: &mut Pushing, exporter: &crate::export::prometheus::Exporter, no
     for (id, p) in &procs {
         let b = rec.pprof(now, Some(*id), false, |target, tid| exporter.thread_label(target, tid));
         if b.samples() > 0 {
-            profiles.push((p, b.encode_gzip()));
+            profiles.push((p, b));
         }
     }
     if profiles.is_empty() {
@@ -205,11 +215,20 @@ fn push_now(ps: &mut Pushing, exporter: &crate::export::prometheus::Exporter, no
             l
         })
         .collect();
-    let pairs: Vec<Vec<(&str, &str)>> = labels.iter().map(|l| l.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect()).collect();
-    let bodies: Vec<[&[u8]; 1]> = profiles.iter().map(|(_, b)| [b.as_slice()]).collect();
-    let series: Vec<waitmeter_formats::pyroscope::Series> =
-        pairs.iter().zip(&bodies).map(|(labels, b)| waitmeter_formats::pyroscope::Series { labels, profiles: b }).collect();
-    ps.pusher.send(waitmeter_formats::pyroscope::push_request(&series));
+    // encoded, compressed and framed off the loop; sent by the pusher's own thread
+    let builders: Vec<_> = profiles.into_iter().map(|(_, b)| b).collect();
+    let pusher = ps.pusher.clone();
+    let push = move || {
+        let gzipped: Vec<Vec<u8>> = builders.iter().map(|b| b.encode_gzip()).collect();
+        let pairs: Vec<Vec<(&str, &str)>> = labels.iter().map(|l| l.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect()).collect();
+        let bodies: Vec<[&[u8]; 1]> = gzipped.iter().map(|b| [b.as_slice()]).collect();
+        let series: Vec<waitmeter_formats::pyroscope::Series> =
+            pairs.iter().zip(&bodies).map(|(labels, b)| waitmeter_formats::pyroscope::Series { labels, profiles: b }).collect();
+        pusher.send(waitmeter_formats::pyroscope::push_request(&series));
+    };
+    if renderer.run(push).is_err() {
+        log::warn!("a push to Pyroscope was not made: the renderer stopped");
+    }
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
@@ -256,6 +275,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     })?;
     // the kept window reaches back `keep_s` from any moment: a segment more (10 s) is held
     let mut history = keep_s.map(|k| History::new(k * 1_000_000_000, MAX_KEPT_CELLS));
+    // what would hold the loop up is rendered off it: the timeline's views, the pulled profiles
+    let renderer = crate::worker::Worker::start("waitmeter-render")?;
     session.keep_stacks(pushing.is_some());
     let mut captures = Captures::default();
     for pid in &args.pid {
@@ -423,24 +444,33 @@ pub fn run(args: &RunArgs) -> Result<()> {
         if let Some(h) = history.as_mut() {
             timeline::drain_into(&mut session, h);
         }
-        while let Ok(look) = look_rx.try_recv() {
-            let Some(h) = history.as_mut() else { break };
+        // one view taken a time round (the endpoint lets two wait): a scrape asked meanwhile is
+        // answered before the next
+        if let (Some(h), Ok(look)) = (history.as_mut(), look_rx.try_recv()) {
             // each thread's open interval, read before the last spans are drained
             let open = session.open_spans();
             let snap = sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref(), Some(&mut *h));
             timeline::drain_into(&mut session, h);
-            let _ = look.reply.send(timeline::render(&look, &session, h, &snap, &open, online, unix_ns()));
+            match timeline::prepare(&look, &session, h, &snap, &open, online, unix_ns()) {
+                Ok(view) => {
+                    let reply = look.reply.clone();
+                    if renderer.run(move || drop(reply.send(view.render()))).is_err() {
+                        let _ = look.reply.send(Err("waitmeter cannot render views now (its renderer stopped): retry".into()));
+                    }
+                }
+                Err(why) => drop(look.reply.send(Err(why))),
+            }
         }
         let due_push = pushing.as_ref().is_some_and(|p| now >= p.next_ns);
         if captures.next_due().is_some_and(|d| d <= now) || due_push {
             sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref(), history.as_mut());
             next_stacks = now + STACKS_EVERY_NS;
-            answer_pulls(captures.due(now), &session, &exporter, now);
+            answer_pulls(captures.due(now), &session, &exporter, now, &renderer);
             if let Some(ps) = pushing.as_mut().filter(|_| due_push) {
                 while ps.next_ns <= now {
                     ps.next_ns += ps.every_ns;
                 }
-                push_now(ps, &exporter, now);
+                push_now(ps, &exporter, now, &renderer);
             }
         }
         ages.poll(now);

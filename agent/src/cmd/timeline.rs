@@ -1,5 +1,8 @@
 //! `run --timeline-minutes N`: the spans into the kept history (`model::history`) and the views
-//! asked for at `/debug/timeline` rendered from it (wiring: the run loop calls these).
+//! asked for at `/debug/timeline` taken from it (wiring: the run loop calls these). A view is
+//! taken on the run loop (`prepare`: a copy of the kept spans and rows) and rendered off it
+//! (`Prepared::render`, on `worker::Worker`: the verdict, the page or the trace, a few hundred ms of
+//! a busy process), so that views never hold up the scrapes the loop answers (issue 54).
 use std::collections::BTreeMap;
 
 use super::python_info;
@@ -8,7 +11,7 @@ use crate::export::http::{Format, Look};
 use crate::model::history::History;
 use crate::model::loss::{Lost, Probe, Reason};
 use crate::model::partition::Snapshot;
-use crate::model::timeline::Span;
+use crate::model::timeline::{Span, Timeline};
 use crate::report::{html, rows_since, trace, verdict, ProcessReport, VerdictOptions};
 use crate::session::{Session, Target};
 
@@ -30,10 +33,34 @@ pub(super) fn drain_into(session: &mut Session, history: &mut History) {
     history.add_spans(by_target, lost);
 }
 
-/// The view `look` asks for, rendered (or why not, for the client). `snap`: a sample taken just
-/// now, after `open` (each thread's open interval, by PID) was read and before the last spans
-/// were drained into `history`.
-pub(super) fn render(
+/// A view taken from the history, to be rendered off the run loop.
+pub(super) struct Prepared {
+    format: Format,
+    /// each process' report and timeline
+    each: Vec<(ProcessReport, Timeline)>,
+}
+
+impl Prepared {
+    /// The page or the trace, with each process' verdict.
+    pub(super) fn render(self) -> Result<Vec<u8>, String> {
+        let mut each: Vec<_> = self.each.into_iter().map(|(r, t)| (verdict::analyse(&r), r, t)).collect();
+        Ok(match self.format {
+            Format::Html => {
+                let (v, r, t) = each.pop().ok_or("no timeline kept yet")?;
+                html::render(&r, &v, t).into_bytes()
+            }
+            Format::Trace => {
+                let mut refs: Vec<_> = each.iter_mut().map(|(v, r, t)| (&*r, &*v, std::mem::take(t))).collect();
+                trace::render(&mut refs).into_bytes()
+            }
+        })
+    }
+}
+
+/// The view `look` asks for, taken from the history (or why not, for the client). `snap`: a
+/// sample taken just now, after `open` (each thread's open interval, by PID) was read and before
+/// the last spans were drained into `history`.
+pub(super) fn prepare(
     look: &Look,
     session: &Session,
     history: &History,
@@ -41,7 +68,7 @@ pub(super) fn render(
     open: &BTreeMap<u32, Vec<(u32, Span)>>,
     online: f64,
     unix_now_ns: i64,
-) -> Result<Vec<u8>, String> {
+) -> Result<Prepared, String> {
     let now = monotonic_ns();
     let since = now.saturating_sub(look.seconds * 1_000_000_000);
     let kept: Vec<&Target> = match look.pid {
@@ -92,17 +119,7 @@ pub(super) fn render(
             .with_events_lost(vec![lost])
             .with_verdict(VerdictOptions::default())
             .with_short_lived_folded();
-        let v = verdict::analyse(&report);
-        each.push((report, v, view.timeline));
+        each.push((report, view.timeline));
     }
-    Ok(match look.format {
-        Format::Html => {
-            let (r, v, t) = each.pop().ok_or("no timeline kept yet")?;
-            html::render(&r, &v, t).into_bytes()
-        }
-        Format::Trace => {
-            let mut refs: Vec<_> = each.iter_mut().map(|(r, v, t)| (&*r, &*v, std::mem::take(t))).collect();
-            trace::render(&mut refs).into_bytes()
-        }
-    })
+    Ok(Prepared { format: look.format, each })
 }

@@ -249,7 +249,7 @@ pub const POD_LIST_SKIPPED: Metric = Metric {
     kind: Kind::Counter,
     unit: None,
     labels: &[],
-    help: "Entries of the fetched pod lists skipped as malformed (a pod whose namespace or name is not a Kubernetes name, a container status whose ID is not 64 hex digits or whose name is not a Kubernetes name): their containers go unnamed. Absent without a --pods source.",
+    help: "Entries of the fetched pod lists skipped as malformed (a pod whose namespace or name is not a Kubernetes name, a container status whose ID is not 64 hex digits or whose name is not a Kubernetes name) or dropped past what a list may name (5000 pods, 20000 container statuses, 256 a pod; a warning says so): their containers go unnamed. Absent without a --pods source.",
 };
 
 pub const WATCHED_PROCESSES: Metric =

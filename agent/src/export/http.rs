@@ -30,9 +30,10 @@
 //! and its slot is free (`client_gone`). Likewise at most `MAX_AUTH_WAITING`
 //! requests wait for a bcrypt check; more are answered 429 at once.
 //!
-//! `/healthz` answers 200 while the main loop beats, 503 once it has not for
-//! `STALLED_AFTER`: the chart's liveness probe uses it. It is not behind basic
-//! auth (kubelet probes carry no credentials); it says nothing but "ok".
+//! `/healthz` answers 200 while the main loop beats and keeps up with the scrapes, 503 once it
+//! has not beaten for `STALLED_AFTER` or a scrape has waited for it longer than `SCRAPE_LATE`
+//! (the loop beats, but something holds it up): the chart's liveness probe uses it. It is not
+//! behind basic auth (kubelet probes carry no credentials); it says nothing but "ok".
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -71,6 +72,9 @@ const RENDER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const RENDER_CACHE: Duration = Duration::from_secs(1);
 /// `/healthz` fails when the main loop has not beaten for this long.
 pub const STALLED_AFTER: Duration = Duration::from_secs(15);
+/// `/healthz` fails when a scrape has waited for the main loop this long (a scrape's render takes
+/// it tens of ms; Prometheus gives up after its scrape timeout, 10 s by default).
+pub const SCRAPE_LATE: Duration = Duration::from_secs(5);
 const REAP_EVERY: Duration = Duration::from_millis(100);
 const CONN_STACK: usize = 256 * 1024;
 
@@ -135,20 +139,41 @@ impl Stats {
     }
 }
 
-/// The main loop's heartbeat.
+/// The main loop's heartbeat, and the scrape waiting for it.
 pub struct Health {
     base: Instant,
     /// nanoseconds from `base` to the last beat
     last_ns: AtomicI64,
+    /// nanoseconds from `base` to when the scrape the loop has not answered yet was asked
+    /// (`i64::MIN`: none)
+    asked_ns: AtomicI64,
 }
 
 impl Default for Health {
     fn default() -> Self {
-        Health { base: Instant::now(), last_ns: AtomicI64::new(0) }
+        Health { base: Instant::now(), last_ns: AtomicI64::new(0), asked_ns: AtomicI64::new(i64::MIN) }
     }
 }
 
 impl Health {
+    fn now_ns(&self) -> i64 {
+        i64::try_from(self.base.elapsed().as_nanos()).unwrap_or(i64::MAX)
+    }
+    /// A scrape is asked of the main loop now (one at a time: `Cache`).
+    fn asked(&self) {
+        self.asked_ns.store(self.now_ns(), Ordering::Relaxed);
+    }
+    /// ... and was answered, or given up.
+    fn answered(&self) {
+        self.asked_ns.store(i64::MIN, Ordering::Relaxed);
+    }
+    /// How long the scrape asked of the main loop has waited for it (zero: none waits).
+    pub fn scrape_waiting(&self) -> Duration {
+        match self.asked_ns.load(Ordering::Relaxed) {
+            i64::MIN => Duration::ZERO,
+            at => Duration::from_nanos(self.now_ns().saturating_sub(at).max(0) as u64),
+        }
+    }
     /// Called by the main loop every time round.
     pub fn beat(&self) {
         self.last_ns.store(i64::try_from(self.base.elapsed().as_nanos()).unwrap_or(i64::MAX), Ordering::Relaxed);
@@ -296,7 +321,7 @@ struct Cache {
 }
 
 impl Cache {
-    fn get(&self, scrapes: &Mutex<mpsc::Sender<Scrape>>) -> Option<Arc<Rendered>> {
+    fn get(&self, scrapes: &Mutex<mpsc::Sender<Scrape>>, health: &Health) -> Option<Arc<Rendered>> {
         let give_up = Instant::now() + RENDER_TIMEOUT;
         let mut st = self.state.lock().expect("cache lock");
         loop {
@@ -315,8 +340,10 @@ impl Cache {
         st.rendering = true;
         drop(st);
         let (tx, rx) = mpsc::sync_channel(1);
+        health.asked();
         let sent = scrapes.lock().expect("scrape channel lock").send(Scrape { reply: tx }).is_ok();
         let text = if sent { rx.recv_timeout(RENDER_TIMEOUT).ok() } else { None };
+        health.answered();
         let mut st = self.state.lock().expect("cache lock");
         st.rendering = false;
         let out = text.map(|t| Arc::new(Rendered { openmetrics: t, text: OnceLock::new(), gzip: Default::default() }));
@@ -754,20 +781,23 @@ fn authorize(req: &head::Request<'_>, shared: &Shared, cfg: Option<&WebConfig>) 
 /// Every other request: /healthz, /metrics, the landing page.
 fn answer_to(req: &head::Request<'_>, shared: &Shared, cfg: Option<&WebConfig>) -> Answer {
     if req.path == "/healthz" {
-        let silent = shared.health.silent_for();
-        return if silent < STALLED_AFTER {
-            answer(200, "ok\n")
+        let (silent, waiting) = (shared.health.silent_for(), shared.health.scrape_waiting());
+        let why = if silent >= STALLED_AFTER {
+            format!("the main loop has not run for {:.0} s", silent.as_secs_f64())
+        } else if waiting >= SCRAPE_LATE {
+            format!("the main loop is not keeping up: a scrape has waited {:.0} s for it", waiting.as_secs_f64())
         } else {
-            log::warn!("/healthz: the main loop has not run for {:.0} s", silent.as_secs_f64());
-            Answer { body: Body::Owned(format!("the main loop has not run for {:.0} s\n", silent.as_secs_f64())), ..answer(503, "") }
+            return answer(200, "ok\n");
         };
+        log::warn!("/healthz: {why}");
+        return Answer { body: Body::Owned(format!("{why}\n")), ..answer(503, "") };
     }
     if let Some(denied) = authorize(req, shared, cfg) {
         return denied;
     }
     match req.path {
         "/metrics" => {
-            let Some(rendered) = shared.cache.get(&shared.scrapes) else {
+            let Some(rendered) = shared.cache.get(&shared.scrapes, &shared.health) else {
                 let mut a = answer(503, "waitmeter is busy or shutting down: retry\n");
                 a.headers.push(("Retry-After", "1".into()));
                 return a;
@@ -959,6 +989,27 @@ mod tests {
         assert!(r.starts_with("HTTP/1.1 503") && r.contains("has not run for 16 s"), "{r}");
         ep.health.beat();
         assert!(request(ep.addr, "HEAD /healthz HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"));
+    }
+
+    #[test]
+    fn a_loop_that_beats_but_keeps_a_scrape_waiting_fails_healthz() {
+        let (tx, rx) = mpsc::channel::<Scrape>();
+        let ep = serve("127.0.0.1:0", None, tx, None, None).unwrap();
+        ep.health.beat();
+        // a real scrape, asked of a loop that never answers it
+        let addr = ep.addr;
+        let scrape = std::thread::spawn(move || request(addr, "GET /metrics HTTP/1.1\r\n\r\n"));
+        let asked = rx.recv_timeout(Duration::from_secs(5)).expect("the scrape reaches the loop");
+        assert!(request(ep.addr, "GET /healthz HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"), "it has not waited long yet");
+        // ... as if it had waited 6 s (the loop still beats)
+        ep.health.asked_ns.store(ep.health.now_ns() - 6_000_000_000, Ordering::Relaxed);
+        ep.health.beat();
+        let r = request(ep.addr, "GET /healthz HTTP/1.1\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 503") && r.contains("not keeping up: a scrape has waited 6 s"), "{r}");
+        // answered: healthy again
+        asked.reply.send("# EOF\n".into()).unwrap();
+        assert!(scrape.join().unwrap().starts_with("HTTP/1.1 200"));
+        assert!(request(ep.addr, "GET /healthz HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"));
     }
 
     #[test]

@@ -200,6 +200,7 @@ impl Stats {
 }
 
 /// The pushing thread's end of the queue.
+#[derive(Clone)]
 pub struct Pusher {
     tx: SyncSender<Vec<u8>>,
     pub stats: Arc<Stats>,

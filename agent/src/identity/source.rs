@@ -313,14 +313,26 @@ impl Directory {
         let shared = Arc::clone(&dir);
         std::thread::Builder::new().name("waitmeter-pods".into()).spawn(move || {
             let mut failing: Option<Fetched> = None;
+            // a list past the bounds is said once (its drops count at every fetch)
+            let mut said_dropped = false;
             loop {
                 let started = Instant::now();
                 match source.fetch(TIMEOUT) {
                     Ok(list) => {
                         shared.stats.by[Fetched::Ok as usize].fetch_add(1, Ordering::Relaxed);
-                        shared.stats.skipped.fetch_add(list.skipped, Ordering::Relaxed);
+                        shared.stats.skipped.fetch_add(list.skipped + list.dropped, Ordering::Relaxed);
                         if failing.take().is_some() || shared.stats.by[Fetched::Ok as usize].load(Ordering::Relaxed) == 1 {
                             log::info!("the pod list from {}: {} pods, {} containers", source.url, list.pods(), list.containers());
+                        }
+                        if list.dropped > 0 && !std::mem::replace(&mut said_dropped, true) {
+                            log::warn!(
+                                "the pod list from {} names more than waitmeter keeps ({} pods, {} containers, {} a pod): {} entries dropped, their containers unnamed; point --pods at this node's pods only",
+                                source.url,
+                                super::pods::MAX_PODS,
+                                super::pods::MAX_CONTAINERS,
+                                super::pods::MAX_STATUSES_PER_POD,
+                                list.dropped
+                            );
                         }
                         *shared.names.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(list);
                     }

@@ -55,6 +55,20 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Counted in user space as code is named (a perf map's, a debug file's, an unwind table's):
+    /// what it costs is a name or a frame anywhere in the run's stacks, not an event of a window.
+    pub const fn of_naming(self) -> bool {
+        matches!(
+            self,
+            Reason::PerfMapRefused
+                | Reason::PerfMapBadLine
+                | Reason::DebuginfodRefused
+                | Reason::DebuginfodFailed
+                | Reason::UnwindNoRoom
+                | Reason::UnwindMapsFull
+        )
+    }
+
     pub const fn label(self) -> &'static str {
         match self {
             Reason::ThreadMapFull => "thread_map_full",
@@ -152,8 +166,14 @@ impl Lost {
         lost.iter().filter(|l| l.reason == reason).map(|l| l.count).sum()
     }
 
-    /// The same, less what `before` had counted of it (a window's share of a running total).
+    /// The same, less what `before` had counted of it (a window's share of a running total). A
+    /// loss of naming (`Reason::of_naming`) is the run's, not the window's: it is kept whole, for
+    /// the names it cost are in the report whenever the map or file was read (a JIT's perf map is
+    /// read at the first stack that needs it, which may be the window's baseline).
     pub fn since(self, before: &[Lost]) -> Lost {
+        if self.reason.of_naming() {
+            return self;
+        }
         let was = before.iter().find(|l| l.probe == self.probe && l.reason == self.reason).map_or(0, |l| l.count);
         Lost { count: self.count.saturating_sub(was), ..self }
     }
@@ -171,6 +191,9 @@ mod tests {
         assert_eq!(Lost::new(Probe::Sched, Reason::ThreadGone, 3).since(&before).count, 3);
         // a counter that went back (a probe reloaded) is no negative loss
         assert_eq!(Lost::new(Probe::Stacks, Reason::ThreadGone, 4).since(&before).count, 0);
+        // a loss of naming counted before the window (a perf map read for the baseline's stacks) is the run's
+        let naming = [Lost::new(Probe::Stacks, Reason::PerfMapBadLine, 1_000_000)];
+        assert_eq!(Lost::new(Probe::Stacks, Reason::PerfMapBadLine, 1_000_000).since(&naming).count, 1_000_000);
     }
 
     #[test]

@@ -22,7 +22,11 @@ pub(super) mod skel {
 
     /// The bytes the skeleton opens (build.rs points its `DATA` here).
     fn object_bytes(main: &'static [u8]) -> &'static [u8] {
-        if LEGACY.load(Ordering::SeqCst) { LEGACY_DATA } else { main }
+        if LEGACY.load(Ordering::SeqCst) {
+            LEGACY_DATA
+        } else {
+            main
+        }
     }
 }
 use skel::types::{

@@ -51,7 +51,10 @@ impl SyscallProbe {
     /// storage (before 5.11: Debian 11's 5.10) is refused before anything loads.
     pub fn load(sched: &SchedProbe, kernel: &super::kernel::Kernel, max_entries: u32) -> Result<SyscallProbe> {
         if !kernel.has(super::kernel::Feature::TaskStorage) {
-            anyhow::bail!("kernel {} has no task local storage for BPF (Linux 5.11), which the syscall probe keeps its calls in", kernel.release);
+            anyhow::bail!(
+                "kernel {} has no task local storage for BPF (Linux 5.11), which the syscall probe keeps its calls in",
+                kernel.release
+            );
         }
         let skel = Owned::open(|memory| {
             let mut open = SyscallsSkelBuilder::default().open(memory).context("failed to open the syscalls BPF object")?;

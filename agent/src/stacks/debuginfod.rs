@@ -11,7 +11,9 @@
 //! (`MAX_FILE`), is streamed to a temporary file beside its place (never held in memory), must be
 //! an ELF file with the build ID asked for, and only then is renamed into place; anything else is
 //! deleted and counted (`debuginfod_refused`), an unreachable server or a missing file counted
-//! apart (`debuginfod_failed`). Each build ID is asked for once per run.
+//! apart (`debuginfod_failed`). Each build ID is asked for once per run. A download the agent
+//! leaves unfinished (it exits) is deleted as it exits; one a killed agent left behind is deleted
+//! by the next fetch of that build ID, once older than a fetch may take.
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -80,6 +82,8 @@ struct Shared {
     fetches: Mutex<HashMap<Vec<u8>, Fetch>>,
     refused: AtomicU64,
     failed: AtomicU64,
+    /// the temporary file being written now, and whether the agent is done (no more are made)
+    writing: Mutex<(Option<PathBuf>, bool)>,
 }
 
 pub struct Debuginfod {
@@ -100,13 +104,21 @@ impl Debuginfod {
         let servers = urls.split_whitespace().map(server).collect::<Result<Vec<_>>>().context("DEBUGINFOD_URLS")?;
         let cache = cache_dir(env).context("no debuginfod cache directory: set DEBUGINFOD_CACHE_PATH")?;
         std::fs::create_dir_all(&cache).with_context(|| format!("cannot make the debuginfod cache {}", cache.display()))?;
-        let shared = Arc::new(Shared { fetches: Mutex::new(HashMap::new()), refused: AtomicU64::new(0), failed: AtomicU64::new(0) });
+        let shared = Arc::new(Shared {
+            fetches: Mutex::new(HashMap::new()),
+            refused: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            writing: Mutex::new((None, false)),
+        });
         let (queue, ids) = mpsc::sync_channel::<Vec<u8>>(QUEUE);
         let (dir, sh) = (cache.clone(), Arc::clone(&shared));
         std::thread::Builder::new()
             .name("debuginfod".into())
             .spawn(move || {
                 for id in ids {
+                    if sh.writing.lock().unwrap_or_else(|e| e.into_inner()).1 {
+                        break;
+                    }
                     let outcome = fetch_any(&servers, &dir, &id, &sh);
                     sh.fetches.lock().unwrap_or_else(|e| e.into_inner()).insert(id, outcome);
                 }
@@ -151,11 +163,22 @@ impl Debuginfod {
     }
 }
 
+impl Drop for Debuginfod {
+    /// The download under way, unfinished, is deleted (the thread makes no other).
+    fn drop(&mut self) {
+        let mut w = self.shared.writing.lock().unwrap_or_else(|e| e.into_inner());
+        w.1 = true;
+        if let Some(tmp) = w.0.take() {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
 /// Ask each server in turn.
 fn fetch_any(servers: &[Server], dir: &Path, id: &[u8], sh: &Shared) -> Fetch {
     let h = hex(id);
     for s in servers {
-        match fetch(s, dir, id) {
+        match fetch(s, dir, id, sh) {
             Ok(()) => {
                 log::info!("debuginfod: {}: the debug file of {h}", s.url);
                 return Fetch::Done;
@@ -178,7 +201,7 @@ enum Outcome {
     Refused(String),
 }
 
-fn fetch(s: &Server, dir: &Path, id: &[u8]) -> std::result::Result<(), Outcome> {
+fn fetch(s: &Server, dir: &Path, id: &[u8], sh: &Shared) -> std::result::Result<(), Outcome> {
     let h = hex(id);
     let failed = |f: Failure| match f {
         Failure::Timeout(stage) => Outcome::Absent(format!("no answer within {} s ({stage})", TIMEOUT.as_secs())),
@@ -234,13 +257,23 @@ fn fetch(s: &Server, dir: &Path, id: &[u8]) -> std::result::Result<(), Outcome> 
     };
     let place = dir.join(&h);
     std::fs::create_dir_all(&place).map_err(|e| Outcome::Absent(format!("cannot make {}: {e}", place.display())))?;
-    let tmp = place.join(format!(".debuginfo.{}.tmp", std::process::id()));
+    remove_abandoned(&place);
+    let tmp = place.join(format!("{TMP_PREFIX}{}{TMP_SUFFIX}", std::process::id()));
     let kept = (|| {
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(|e| Outcome::Absent(format!("cannot write {}: {e}", tmp.display())))?;
+        let mut out = {
+            // made and noted under the lock the agent's exit takes: none is made after it
+            let mut w = sh.writing.lock().unwrap_or_else(|e| e.into_inner());
+            if w.1 {
+                return Err(Outcome::Absent("the agent is exiting".into()));
+            }
+            let out = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+                .map_err(|e| Outcome::Absent(format!("cannot write {}: {e}", tmp.display())))?;
+            w.0 = Some(tmp.clone());
+            out
+        };
         client::copy_body(&mut conn, answer, len, &mut out, &deadline).map_err(failed)?;
         out.flush().map_err(|e| Outcome::Absent(format!("cannot write {}: {e}", tmp.display())))?;
         drop(out);
@@ -253,15 +286,61 @@ fn fetch(s: &Server, dir: &Path, id: &[u8]) -> std::result::Result<(), Outcome> 
         }
         std::fs::rename(&tmp, place.join("debuginfo")).map_err(|e| Outcome::Absent(format!("cannot keep it: {e}")))
     })();
-    if kept.is_err() {
+    let mut w = sh.writing.lock().unwrap_or_else(|e| e.into_inner());
+    if w.0.take().is_some() && kept.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     kept
 }
 
+/// A download's temporary file: `.debuginfo.<pid>.tmp` beside its place.
+const TMP_PREFIX: &str = ".debuginfo.";
+const TMP_SUFFIX: &str = ".tmp";
+
+/// Delete the temporary files in `place` that an agent killed during a download left there: ours
+/// by their name, and older than a fetch may take (a live agent's is younger; elfutils names its
+/// own otherwise).
+fn remove_abandoned(place: &Path) {
+    let Ok(entries) = std::fs::read_dir(place) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(TMP_PREFIX)).and_then(|n| n.strip_suffix(TMP_SUFFIX)) else { continue };
+        if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let old = e.metadata().ok().filter(|m| m.is_file()).and_then(|m| m.modified().ok()).and_then(|t| t.elapsed().ok());
+        if old.is_some_and(|age| age > TIMEOUT) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_abandoned_download_is_deleted_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("wm-debuginfod-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let old = std::time::SystemTime::now() - TIMEOUT - Duration::from_secs(60);
+        let make = |name: &str, at: Option<std::time::SystemTime>| {
+            let f = std::fs::File::create(dir.join(name)).unwrap();
+            if let Some(at) = at {
+                f.set_modified(at).unwrap();
+            }
+        };
+        make(".debuginfo.4242.tmp", Some(old)); // a killed agent's: deleted
+        make(".debuginfo.4243.tmp", None); // a live agent's, under way: kept
+        make(".debuginfo.XyZ123", Some(old)); // elfutils' own temporary name: not ours
+        make(".debuginfo.12x.tmp", Some(old)); // not a PID: not ours
+        make("debuginfo", Some(old)); // the file itself
+        remove_abandoned(&dir);
+        let mut left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        assert_eq!(left, [".debuginfo.12x.tmp", ".debuginfo.4243.tmp", ".debuginfo.XyZ123", "debuginfo"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn the_environment_as_elfutils_reads_it() {

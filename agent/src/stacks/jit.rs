@@ -45,6 +45,20 @@ impl Refused {
             Refused::TooLarge => "too_large",
         }
     }
+
+    /// What it means for the process' JIT frames, in a line.
+    pub fn said(self) -> String {
+        match self {
+            Refused::NotAFile | Refused::NotOwned => {
+                format!("its JIT's perf map is not read ({}): JIT frames stay unnamed", self.label())
+            }
+            Refused::TooLarge => format!(
+                "its JIT's perf map is larger than the {} MiB read of it (too_large): the code it names in its first {} MiB is named, what it names past them stays unnamed",
+                MAX_BYTES >> 20,
+                MAX_BYTES >> 20
+            ),
+        }
+    }
 }
 
 /// A runtime whose generated code a perf map names.
@@ -208,7 +222,7 @@ impl Jit {
         if m.refused != refused_before {
             if let Some(r) = m.refused {
                 *self.refused.entry(r).or_default() += 1;
-                log::warn!("process {pid}: its JIT's perf map is not read ({}): JIT frames stay unnamed", r.label());
+                log::warn!("process {pid}: {}", r.said());
             }
         }
         if !m.told {
@@ -382,6 +396,15 @@ mod tests {
         std::fs::write(&path, "1000 100 Interpreter\nnot a line\n5000 zz bad size\n6000 10 y\n").unwrap();
         assert_eq!(jit.name(pid, 0x6000, now + 3 * RECHECK_NS).as_deref(), Some("y"));
         assert_eq!(jit.lost(), (0, 2));
+        // past the bound (a sparse file): what its first MAX_BYTES name is named, the map counted
+        // as refused (too_large), and said so without claiming that nothing was read
+        std::fs::write(&path, "7000 10 early\n").unwrap();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(MAX_BYTES + 4096).unwrap();
+        let mut big = Jit::default();
+        assert_eq!(big.name(pid, 0x7000, now).as_deref(), Some("early"));
+        assert_eq!(big.losses().0, [("too_large", 1)]);
+        let said = Refused::TooLarge.said();
+        assert!(said.contains("first 256 MiB is named") && !said.contains("not read"), "{said}");
         // a link planted where the map is, a FIFO, a file of another user: refused, counted
         // once per process and reason, nothing read
         let refused = |jit: &mut Jit| {

@@ -1,0 +1,50 @@
+//! A thread that does, in order, the work the run loop hands it: what would hold the loop up
+//! (rendering a timeline view takes a few hundred ms of a busy process) is done here from data the
+//! loop took, so that the loop goes back to answering scrapes at once (issue 54: six clients
+//! asking for views left room for 4 scrapes in 30 s). The work comes from requests the endpoint
+//! already bounds (`export::http`: at most a few wait at once), so the queue needs no bound of
+//! its own.
+use std::sync::mpsc;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+pub struct Worker {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Worker {
+    /// Start the thread, named `name`.
+    pub fn start(name: &str) -> std::io::Result<Worker> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new().name(name.into()).spawn(move || {
+            for job in rx {
+                job();
+            }
+        })?;
+        Ok(Worker { jobs })
+    }
+
+    /// Do `job` on the thread, after what was handed it before. Err: the thread is gone (it
+    /// panicked), `job` not done; the caller answers for it.
+    pub fn run(&self, job: impl FnOnce() + Send + 'static) -> Result<(), ()> {
+        self.jobs.send(Box::new(job)).map_err(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_run_in_order_off_the_callers_thread() {
+        let w = Worker::start("test-worker").unwrap();
+        let (tx, rx) = mpsc::channel();
+        let caller = std::thread::current().id();
+        for i in 0..3 {
+            let tx = tx.clone();
+            w.run(move || tx.send((i, std::thread::current().id() != caller)).unwrap()).unwrap();
+        }
+        let got: Vec<_> = (0..3).map(|_| rx.recv().unwrap()).collect();
+        assert_eq!(got, [(0, true), (1, true), (2, true)]);
+    }
+}
