@@ -4,6 +4,7 @@
 //! Read once per process (its cgroup) and per scrape from the last list:
 //! never a fetch on a scrape's path.
 pub mod container;
+mod pod_list;
 pub mod pods;
 pub mod source;
 

@@ -6,6 +6,8 @@
 //! digits, is skipped and counted.
 use std::collections::HashMap;
 
+use super::pod_list::Pod;
+
 /// What a process' series and profiles are named by.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Names {
@@ -71,43 +73,33 @@ fn status_id(s: &str) -> Option<&str> {
     (id.len() == 64 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))).then_some(id)
 }
 
-/// What one list keeps at most: pods, container statuses in all, and statuses of one pod (a node
-/// runs 110 pods by default and rarely more than a few hundred; a list past these is a cluster's
-/// whole list or a hostile tenant's). Past them entries are dropped and counted, so the names
-/// kept cost a few MB whatever the list (issue 54: a list parsed whole cost 20-30 times its body).
+/// What one list keeps at most: pods, and container statuses in all (and of one pod,
+/// `pod_list::MAX_STATUSES_PER_POD`). A node runs 110 pods by default and rarely more than a few
+/// hundred; a list past these is a cluster's whole list or a hostile tenant's. Past them entries
+/// are dropped and counted, so the names kept cost a few MB whatever the list.
 pub const MAX_PODS: usize = 5_000;
 pub const MAX_CONTAINERS: usize = 20_000;
-pub const MAX_STATUSES_PER_POD: usize = 256;
+pub use super::pod_list::MAX_STATUSES_PER_POD;
 
-/// The longest string kept from the list (a pod name is at most 253 bytes, a container status'
-/// ID 64 and its prefix, a service name 200): a longer one is read past and reads as malformed.
-const MAX_KEPT: usize = 256;
-
-/// Parse a PodList as a stream: each pod is read and its names kept (only the fields used: the
-/// names, the UID, the containers' names and IDs, the two service-name annotations) before the
-/// next is read, and nothing else of the list is held, so memory is what is kept (bounded by the
-/// MAX_ constants) plus one pod's statuses, not a multiple of the body. Err: not a PodList at all
-/// (not JSON, no `items` array).
+/// Parse a PodList, read as a stream (`pod_list`): each pod's names are kept before the next pod
+/// is read, and nothing else of the list is held, so memory is what is kept (bounded by the MAX_
+/// constants) plus one pod's record, not a multiple of the body. Err: not a PodList at all (not
+/// JSON, no `items` array).
 pub fn parse(body: &[u8]) -> Result<PodNames, String> {
     let mut out = PodNames::default();
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let saw_items = ListSeed(&mut out).deserialize(&mut de).map_err(|e| format!("not JSON: {e}"))?;
-    de.end().map_err(|e| format!("not JSON: {e}"))?;
-    if !saw_items {
-        return Err("no `items` array: not a PodList".into());
-    }
+    super::pod_list::read(body, &SERVICE_NAME_KEYS, &mut |pod| out.add(pod))?;
     Ok(out)
 }
 
 impl PodNames {
     /// Keep one pod's names, or count it skipped (malformed) or dropped (past the bounds).
     fn add(&mut self, pod: Pod) {
-        let Pod::Object { meta, statuses, dropped } = pod else {
+        let Pod::Object(pod) = pod else {
             self.skipped += 1;
             return;
         };
-        self.dropped += dropped;
-        let (Some(namespace), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
+        self.dropped += pod.dropped;
+        let (Some(namespace), Some(name)) = (pod.namespace.as_deref(), pod.name.as_deref()) else {
             self.skipped += 1;
             return;
         };
@@ -116,12 +108,12 @@ impl PodNames {
             return;
         }
         if self.by_pod.len() >= MAX_PODS {
-            self.dropped += 1 + statuses.len() as u64;
+            self.dropped += 1 + pod.statuses.len() as u64;
             return;
         }
         // the first of SERVICE_NAME_KEYS that says something; printable, at most 200 characters
-        let service = meta
-            .service
+        let service = pod
+            .annotations
             .iter()
             .flatten()
             .map(|s| s.trim())
@@ -134,17 +126,17 @@ impl PodNames {
             service_name: service
                 .map_or_else(|| format!("{namespace}/{}", if container.is_empty() { name } else { container }), str::to_string),
         };
-        match meta.uid.as_deref() {
+        match pod.uid.as_deref() {
             Some(uid) if uid.len() <= 36 && !uid.is_empty() && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') => {
                 self.by_pod.insert(uid.to_ascii_lowercase(), names(""));
             }
             // no UID: named by its containers only
             _ => {}
         }
-        for (cname, raw) in statuses {
+        for (cname, raw) in &pod.statuses {
             // a container not started yet has no ID: not an error
-            let Some(raw) = raw.filter(|s| !s.is_empty()) else { continue };
-            match (status_id(&raw), cname.as_deref()) {
+            let Some(raw) = raw.as_deref().filter(|s| !s.is_empty()) else { continue };
+            match (status_id(raw), cname.as_deref()) {
                 (Some(id), Some(cname)) if is_dns_name(cname, 63, false) => {
                     if self.by_container.len() >= MAX_CONTAINERS && !self.by_container.contains_key(id) {
                         self.dropped += 1;
@@ -155,379 +147,6 @@ impl PodNames {
                 _ => self.skipped += 1,
             }
         }
-    }
-}
-
-/// A pod as the list has it: an object (its metadata, its container statuses as (name,
-/// containerID), and the statuses past MAX_STATUSES_PER_POD, dropped), or anything else.
-enum Pod {
-    Object { meta: Meta, statuses: Vec<(Option<String>, Option<String>)>, dropped: u64 },
-    NotObject,
-}
-
-#[derive(Default)]
-struct Meta {
-    name: Option<String>,
-    namespace: Option<String>,
-    uid: Option<String>,
-    /// the annotations of SERVICE_NAME_KEYS, in that order
-    service: [Option<String>; 2],
-}
-
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-
-/// The top level: `items` read pod by pod into the names, every other field read past. true:
-/// there was an `items` array.
-struct ListSeed<'a>(&'a mut PodNames);
-
-impl<'de> DeserializeSeed<'de> for ListSeed<'_> {
-    type Value = bool;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ListSeed<'_> {
-    type Value = bool;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a PodList object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-        let mut saw = false;
-        while let Some(key) = map.next_key::<Key>()? {
-            if key.is("items") && !saw {
-                map.next_value_seed(Items(self.0))?;
-                saw = true;
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok(saw)
-    }
-}
-
-/// `items`: each pod added as it is read.
-struct Items<'a>(&'a mut PodNames);
-
-impl<'de> DeserializeSeed<'de> for Items<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Items<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an `items` array")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(pod) = seq.next_element::<Pod>()? {
-            self.0.add(pod);
-        }
-        Ok(())
-    }
-}
-
-/// An object key, borrowed from the body where it has no escapes.
-struct Key<'de>(std::borrow::Cow<'de, str>);
-
-impl Key<'_> {
-    fn is(&self, k: &str) -> bool {
-        self.0 == k
-    }
-}
-
-impl<'de> de::Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(v.into()))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
-                // an escaped key: only its first bytes matter (no key used is longer)
-                Ok(Key(v.chars().take(64).collect::<String>().into()))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-/// Any value, kept when it is a string of at most MAX_KEPT bytes (None otherwise: read past).
-struct Kept(Option<String>);
-
-impl<'de> de::Deserialize<'de> for Kept {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Kept;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Kept, E> {
-                Ok(Kept((v.len() <= MAX_KEPT).then(|| v.to_string())))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Kept, E> {
-                Ok(Kept(None))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Kept, E> {
-                Ok(Kept(None))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Kept, E> {
-                Ok(Kept(None))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Kept, E> {
-                Ok(Kept(None))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Kept, E> {
-                Ok(Kept(None))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kept, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Kept(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kept, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Kept(None))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// Read past what is not an object or an array (the caller's visitors take those).
-macro_rules! read_past_scalars {
-    ($out:expr) => {
-        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($out)
-        }
-    };
-}
-
-impl<'de> de::Deserialize<'de> for Pod {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Pod;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a pod")
-            }
-            read_past_scalars!(Pod::NotObject);
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Pod, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Pod::NotObject)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Pod, A::Error> {
-                let (mut meta, mut statuses, mut dropped) = (Meta::default(), Vec::new(), 0);
-                while let Some(key) = map.next_key::<Key>()? {
-                    if key.is("metadata") {
-                        meta = map.next_value_seed(MetaSeed)?;
-                    } else if key.is("status") {
-                        map.next_value_seed(StatusSeed { statuses: &mut statuses, dropped: &mut dropped })?;
-                    } else {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-                Ok(Pod::Object { meta, statuses, dropped })
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// A pod's `metadata`: its names, its UID and the service-name annotations.
-struct MetaSeed;
-
-impl<'de> DeserializeSeed<'de> for MetaSeed {
-    type Value = Meta;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Meta, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for MetaSeed {
-    type Value = Meta;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a pod's metadata")
-    }
-    read_past_scalars!(Meta::default());
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Meta, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Meta::default())
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meta, A::Error> {
-        let mut meta = Meta::default();
-        while let Some(key) = map.next_key::<Key>()? {
-            match &*key.0 {
-                "name" => meta.name = map.next_value::<Kept>()?.0,
-                "namespace" => meta.namespace = map.next_value::<Kept>()?.0,
-                "uid" => meta.uid = map.next_value::<Kept>()?.0,
-                "annotations" => meta.service = map.next_value_seed(Annotations)?,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(meta)
-    }
-}
-
-/// A pod's annotations: those of SERVICE_NAME_KEYS kept, the rest read past.
-struct Annotations;
-
-impl<'de> DeserializeSeed<'de> for Annotations {
-    type Value = [Option<String>; 2];
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Annotations {
-    type Value = [Option<String>; 2];
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a pod's annotations")
-    }
-    read_past_scalars!([None, None]);
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok([None, None])
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut out = [None, None];
-        while let Some(key) = map.next_key::<Key>()? {
-            match SERVICE_NAME_KEYS.iter().position(|k| key.is(k)) {
-                Some(i) => out[i] = map.next_value::<Kept>()?.0,
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// A pod's `status`: the (name, containerID) of its container, init container and ephemeral
-/// container statuses, at most MAX_STATUSES_PER_POD (the rest counted in `dropped`).
-struct StatusSeed<'a> {
-    statuses: &'a mut Vec<(Option<String>, Option<String>)>,
-    dropped: &'a mut u64,
-}
-
-impl<'de> DeserializeSeed<'de> for StatusSeed<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for StatusSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a pod's status")
-    }
-    read_past_scalars!(());
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(())
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<Key>()? {
-            if ["containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"].iter().any(|k| key.is(k)) {
-                map.next_value_seed(StatusList { statuses: &mut *self.statuses, dropped: &mut *self.dropped })?;
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// One of a status' lists of container statuses.
-struct StatusList<'a> {
-    statuses: &'a mut Vec<(Option<String>, Option<String>)>,
-    dropped: &'a mut u64,
-}
-
-impl<'de> DeserializeSeed<'de> for StatusList<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for StatusList<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a list of container statuses")
-    }
-    read_past_scalars!(());
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(())
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(cs) = seq.next_element::<ContainerStatus>()? {
-            if self.statuses.len() >= MAX_STATUSES_PER_POD {
-                *self.dropped += 1;
-            } else if let ContainerStatus(Some(s)) = cs {
-                self.statuses.push(s);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A container status' name and containerID (None: not an object).
-struct ContainerStatus(Option<(Option<String>, Option<String>)>);
-
-impl<'de> de::Deserialize<'de> for ContainerStatus {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ContainerStatus;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a container status")
-            }
-            read_past_scalars!(ContainerStatus(None));
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ContainerStatus, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(ContainerStatus(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ContainerStatus, A::Error> {
-                let (mut name, mut id) = (None, None);
-                while let Some(key) = map.next_key::<Key>()? {
-                    if key.is("name") {
-                        name = map.next_value::<Kept>()?.0;
-                    } else if key.is("containerID") {
-                        id = map.next_value::<Kept>()?.0;
-                    } else {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-                Ok(ContainerStatus(Some((name, id))))
-            }
-        }
-        d.deserialize_any(V)
     }
 }
 
