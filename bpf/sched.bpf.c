@@ -558,6 +558,7 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	if (e->new_stack) {
 		t->d.stack = e->stack;
 		t->d.stack_at = now;
+		t->d.stack_syscall = (__u32)(e->syscall + 1);
 	}
 	if (e->new_blamed) {
 		t->d.holder = e->blamed;
@@ -1140,7 +1141,10 @@ WM_PTR_ARGS_FN int switch_stacks(struct wm_switch_work *w)
 		o->e.stack.native = -1;
 		o->e.stack.py = 0;
 		o->e.new_stack = true;
-	} else if (now - t->d.stack_at >= cfg.stack_interval_ns) {
+	} else if (now - t->d.stack_at >= cfg.stack_interval_ns || t->d.stack_syscall != (__u32)(o->e.syscall + 1)) {
+		/* the last stack is reused only for a block in the same syscall
+		 * within the interval: another wait takes its own (never a stack
+		 * left from an earlier, different wait) */
 		own_stacks(tgid, tid, &o->e.stack);
 		o->e.new_stack = true;
 		o->own = o->e.stack;

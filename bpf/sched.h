@@ -156,7 +156,11 @@ struct wm_thread_data {
 	 * waiter read): where the hold began, which a waiter that came late (it
 	 * was queued for a CPU meanwhile) did not see; 0 unknown */
 	__u32 hold_from;
-	__u32 _pad_hold;
+	/* the syscall `stack` was taken in, plus 1 (0: not in one): a stack is
+	 * reused within cfg.stack_interval_ns only for a block in the same
+	 * syscall (an event loop's poll is not charged the stack of the write
+	 * it made before it) */
+	__u32 stack_syscall;
 	/* wait stacks (bpf/stacks.bpf.h): the thread's own stack as of its last
 	 * switch-out that took one, and the last stacks of the GIL holder and of
 	 * the waker it waited behind (one slot each: a thread that alternates GIL

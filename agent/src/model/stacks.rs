@@ -370,6 +370,20 @@ impl WaitStacks {
         top(by_site_in_c(self.select(victim, state, role, blamed)))
     }
 
+    /// The top site of `victim`'s own waits in `state` among those with at most `max_ns` of it, its
+    /// share of `max_ns`: the waits of a thread's stretches away from its home wait hold at most
+    /// their time in `state`, so a site with more (its home wait's, in the same state) is not
+    /// theirs. None when none is named.
+    pub fn top_site_within(&self, victim: u32, state: State, max_ns: u64) -> Option<Site> {
+        let sites = by_site_in_c(self.select(victim, state, Role::Victim, None));
+        let (text, ns, c) = sites.into_iter().find(|s| s.1 <= max_ns)?;
+        if text == UNNAMED || max_ns == 0 {
+            return None;
+        }
+        let in_c = c.filter(|_| ns > 0).map(|(f, c_ns)| (f, c_ns as f64 / ns as f64));
+        Some(Site { text, share: (ns as f64 / max_ns as f64).min(1.0), ns, in_c })
+    }
+
     /// The top site of one side of the waits of several threads (a convoy's waiters, a pool's
     /// GIL waiters; behind `blamed` when given).
     pub fn top_site_of(&self, victims: &[u32], state: State, role: Role, blamed: Option<u32>) -> Option<Site> {

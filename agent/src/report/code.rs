@@ -103,6 +103,14 @@ pub fn of_wait(
     (culprit_side.is_some() || victim_side.is_some()).then_some(Code { role, culprit: culprit_side, victim: victim_side, holds })
 }
 
+/// Where `thread` itself waited in `state` for at most `within_ns` of it (a wait no other thread
+/// ended: I/O, a sleep), as a finding's code: a stall's stretches away from an event loop's poll,
+/// spent in a synchronous call (`fetch_daily_report (app.py:21)`), not the poll's own site.
+pub fn own_wait(thread: &ThreadRef, state: State, within_ns: u64, stacks: &WaitStacks) -> Option<Code> {
+    let s = stacks.top_site_within(thread.tid, state, within_ns)?;
+    Some(Code { role: Role::Victim, culprit: None, victim: Some(side(thread.clone(), s)), holds: None })
+}
+
 /// What a busy thread ran (its CPU clock samples while it had not blocked for a while: role
 /// busy), as the culprit side of a finding about it (a stall, a saturated thread).
 pub fn busy(thread: &ThreadRef, stacks: &WaitStacks) -> Option<Code> {

@@ -354,6 +354,14 @@ impl Claim for Stall {
                 return Some(c);
             }
         }
+        // a wait no thread ended (I/O, a sleep) it spent the stalls in: where it waited then, among
+        // its sites with no more of that state than the stalls had (its home wait's site has more)
+        let own = self.parts.iter().find(|p| p.state != State::Running && p.behind.is_none());
+        if let Some(p) = own.filter(|p| p.ns as f64 >= 0.5 * self.stall_ns as f64) {
+            if let Some(c) = code::own_wait(&self.thread, p.state, p.ns + p.ns / 5, stacks) {
+                return Some(c);
+            }
+        }
         code::busy(&self.thread, stacks)
     }
 }
