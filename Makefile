@@ -21,9 +21,10 @@ export HELM
 # Java and Maven for the QuickFIX/J workload of tests/test_verdicts.py, nginx for the serving workloads, the C library's
 # separate debug file for its internal frames, xz to pack a MiniDebugInfo in tests/test_stacks.py, Chromium to open
 # the HTML report as a person would (tests/test_html.py), the shared libbpf
-# the bench's small BPF loaders use, which tests/test_bench_loaders.py runs)
+# the bench's small BPF loaders use, which tests/test_bench_loaders.py runs, PostgreSQL for the
+# database a FastAPI handler calls synchronously in tests/test_stall_verdicts.py)
 BUILD_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev
-TEST_PKGS  := chromium bpftool prometheus libcap2-bin util-linux python3-venv openssl maven openjdk-17-jdk-headless groff-base systemd nginx libc6-dbg xz-utils libbpf1
+TEST_PKGS  := chromium bpftool prometheus libcap2-bin util-linux python3-venv openssl maven openjdk-17-jdk-headless groff-base systemd nginx libc6-dbg xz-utils libbpf1 postgresql
 # $(call apt,PACKAGES): install those not installed yet
 apt = @missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

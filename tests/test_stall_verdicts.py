@@ -353,3 +353,91 @@ def test_the_story_at_its_default_pace_is_one_finding_naming_the_gil_holder(vers
     assert "json.dumps" in verdict[0], verdict[0]
     assert not gil_lines_about(verdict[1:], "ingest", ingest), verdict
     assert [k for k in kinds(report) if k in ("stall", "gil_starvation")] == [first["kind"]], kinds(report)
+
+
+# --- a synchronous database call on an event loop (issue 55): the stall names the handler ---------
+
+DB_HANDLER = ROOT / "tests" / "workloads" / "db_handler.py"
+DB_PINS = ["fastapi==0.165.0", "uvicorn==0.55.0", "psycopg2-binary==2.9.13", "httpx==0.28.1"]
+
+
+def db_python():
+    """pyenv 3.12 in a venv of its own with DB_PINS installed (from the machine's package index)."""
+    import subprocess
+    from conftest import BUILD
+    venv = BUILD / "db-handler-3.12"
+    py = venv / "bin" / "python"
+    if not py.exists():
+        subprocess.run([installed_python("3.12"), "-m", "venv", str(venv)], check=True, timeout=300)
+    if subprocess.run([str(py), "-c", "import fastapi, uvicorn, psycopg2, httpx"], capture_output=True, timeout=60).returncode:
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *DB_PINS], check=True, timeout=900)
+    return py
+
+
+class Postgres:
+    """A PostgreSQL server of Debian's, run as its `postgres` user in a folder of its own under /tmp
+    (which that user can reach), on a Unix socket only; stopped and removed at the end."""
+
+    def __init__(self):
+        import glob
+        import pwd
+        import tempfile
+        from pathlib import Path
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        assert bins, "PostgreSQL is installed (make setup installs Debian's postgresql)"
+        self.bin = os.path.dirname(bins[-1])
+        self.top = Path(tempfile.mkdtemp(prefix="wm-pg-", dir="/tmp"))
+        self.dir, self.sock, self.port = self.top / "pg", self.top / "sock", 54329
+        user = pwd.getpwnam("postgres")
+        for d in (self.top, self.dir, self.sock):
+            d.mkdir(exist_ok=True)
+            os.chown(d, user.pw_uid, user.pw_gid)
+        os.chmod(self.top, 0o755)
+        self.su([f"{self.bin}/initdb", "-D", str(self.dir), "-A", "trust", "-U", "postgres"])
+        self.su([f"{self.bin}/pg_ctl", "-D", str(self.dir), "-w", "-l", str(self.sock / "log"), "-o",
+                 f"-k {self.sock} -p {self.port} -c listen_addresses=", "start"])
+
+    @staticmethod
+    def su(argv):
+        import subprocess
+        subprocess.run(["runuser", "-u", "postgres", "--", *argv], check=True, capture_output=True, timeout=120)
+
+    def close(self):
+        import shutil
+        try:
+            self.su([f"{self.bin}/pg_ctl", "-D", str(self.dir), "-m", "fast", "-w", "stop"])
+        finally:
+            shutil.rmtree(self.top, ignore_errors=True)
+
+
+def test_a_sync_database_call_on_the_event_loop_is_a_stall_naming_the_handler(tmp_path):
+    """FastAPI's loop runs `fetch_daily_report`, a psycopg2 query the server takes 150 ms for,
+    every 0.5 s: the first line is the loop's stall, its lengths those of the pings that waited
+    behind it by the client's own clock, and it names the handler where the loop waited (not the
+    loop's own poll, where it waits the rest of the time). The control, pings alone, is quiet."""
+    import subprocess
+    from conftest import free_port
+    py, pg = db_python(), Postgres()
+    try:
+        port = free_port()
+        with Workload(py, DB_HANDLER, pg.sock, pg.port, port, timeout=60) as w:
+            def measure(report):
+                client = subprocess.Popen([str(py), str(DB_HANDLER), "client", str(port), "7", *(["report"] if report else [])],
+                                          stdout=subprocess.PIPE, text=True)
+                time.sleep(1.0)
+                r, _ = attach(w.pid, 5.0)
+                out, _ = client.communicate(timeout=60)
+                return r, json.loads(out.strip().splitlines()[-1])
+            control, quiet = measure(False)
+            report, pings = measure(True)
+    finally:
+        pg.close()
+    first = report["verdict"][0]
+    assert first.startswith(f"stall: MainThread ({w.tids['loop']}), an event loop"), report["verdict"]
+    # (its qualified name: the handler is defined inside service())
+    assert "Code: MainThread" in first and "fetch_daily_report (db_handler.py:" in first.split("Code:")[1], first
+    # the longest stall is the longest a ping waited (the client's clock), within 25%
+    stall = next(f for f in report["findings"] if f["kind"] == "stall")
+    assert abs(stall["max_s"] - pings["max"]) <= TOLERANCE * pings["max"], (stall["max_s"], pings)
+    assert pings["max"] >= 0.14 and quiet["max"] < 0.1, (pings, quiet)
+    assert not any(v.startswith("stall") for v in control["verdict"]), control["verdict"]

@@ -702,6 +702,23 @@ mod tests {
         assert!(w.top_site(1, State::GilWait, Role::Holder, Some(3)).is_none());
     }
 
+    /// A stall's own waits: the top site with no more of the state than the stalls had in it,
+    /// not the home wait's (an event loop's poll, in the same state, with more).
+    #[test]
+    fn a_stalls_own_site_is_within_its_time() {
+        let mut w = WaitStacks::default();
+        let poll: Stack = vec![py("EpollSelector.select", "/usr/lib/python3.12/selectors.py", 468), py("serve", "/srv/app.py", 5)].into();
+        let handler: Stack = vec![py("fetch_daily_report", "/srv/app.py", 21)].into();
+        let k = |s: &Stack| Key { victim: 1, blamed: 0, state: State::IoWait, role: Role::Victim, stack: s.clone() };
+        w.add(k(&poll), 3_400);
+        w.add(k(&handler), 1_050);
+        assert_eq!(w.top_site(1, State::IoWait, Role::Victim, None).unwrap().text, "selectors.EpollSelector.select ← serve (app.py:5)");
+        let own = w.top_site_within(1, State::IoWait, 1_300).unwrap();
+        assert_eq!(own.text, "fetch_daily_report (app.py:21)");
+        assert!((own.share - 1_050.0 / 1_300.0).abs() < 1e-9);
+        assert!(w.top_site_within(1, State::IoWait, 1_000).is_none(), "no site fits: none named");
+    }
+
     /// Generated code is the program's unless it is the runtime's own; a stack of it is sited
     /// like a native one: the program's innermost function and its caller.
     /// Code no symbol or map names is one site, `[unknown]`, never an address, and a finding
