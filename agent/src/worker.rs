@@ -18,14 +18,18 @@ impl Worker {
         let (jobs, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new().name(name.into()).spawn(move || {
             for job in rx {
-                job();
+                // a job that panics (a bug: its reply is dropped, the client is answered 503) does
+                // not take the jobs after it down with the thread
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+                    log::error!("a render failed (a bug: please report it with the log above); its request was answered 503");
+                }
             }
         })?;
         Ok(Worker { jobs })
     }
 
-    /// Do `job` on the thread, after what was handed it before. Err: the thread is gone (it
-    /// panicked), `job` not done; the caller answers for it.
+    /// Do `job` on the thread, after what was handed it before. Err: the thread is gone, `job` not
+    /// done; the caller answers for it.
     pub fn run(&self, job: impl FnOnce() + Send + 'static) -> Result<(), ()> {
         self.jobs.send(Box::new(job)).map_err(|_| ())
     }
@@ -46,5 +50,9 @@ mod tests {
         }
         let got: Vec<_> = (0..3).map(|_| rx.recv().unwrap()).collect();
         assert_eq!(got, [(0, true), (1, true), (2, true)]);
+        // a job that panics: the next is still done
+        w.run(|| panic!("a bug in a render")).unwrap();
+        w.run(move || tx.send((3, true)).unwrap()).unwrap();
+        assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap(), (3, true));
     }
 }
