@@ -176,10 +176,7 @@ fn answer_pulls(
             log::debug!("a pulled profile is full: {dropped:?}, {} ns of waiting left out", rec.dropped_ns);
         }
         // encoded and compressed off the loop
-        let reply = pull.reply.clone();
-        if renderer.run(move || drop(reply.send(Ok(b.encode_gzip())))).is_err() {
-            let _ = pull.reply.send(Err("waitmeter cannot encode profiles now (its renderer stopped): retry".into()));
-        }
+        renderer.run(move || drop(pull.reply.send(Ok(b.encode_gzip()))));
     }
 }
 
@@ -226,9 +223,7 @@ fn push_now(ps: &mut Pushing, exporter: &crate::export::prometheus::Exporter, no
             pairs.iter().zip(&bodies).map(|(labels, b)| waitmeter_formats::pyroscope::Series { labels, profiles: b }).collect();
         pusher.send(waitmeter_formats::pyroscope::push_request(&series));
     };
-    if renderer.run(push).is_err() {
-        log::warn!("a push to Pyroscope was not made: the renderer stopped");
-    }
+    renderer.run(push);
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
@@ -452,12 +447,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             let snap = sample(&mut session, &mut exporter, &mut captures, pushing.as_mut(), pods.as_deref(), Some(&mut *h));
             timeline::drain_into(&mut session, h);
             match timeline::prepare(&look, &session, h, &snap, &open, online, unix_ns()) {
-                Ok(view) => {
-                    let reply = look.reply.clone();
-                    if renderer.run(move || drop(reply.send(view.render()))).is_err() {
-                        let _ = look.reply.send(Err("waitmeter cannot render views now (its renderer stopped): retry".into()));
-                    }
-                }
+                Ok(view) => renderer.run(move || drop(look.reply.send(view.render()))),
                 Err(why) => drop(look.reply.send(Err(why))),
             }
         }
