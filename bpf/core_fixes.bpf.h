@@ -10,6 +10,7 @@
 #include <vmlinux.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "sched.h"
 
 /*
  * Linux 5.14, commit 2f064a59a11f ("sched: Change task_struct::state"):
@@ -160,5 +161,44 @@ static __always_inline struct pt_regs *wm_current_regs(struct task_struct *task)
 
 #define WM_REG(regs, reg) ((regs)->reg)
 #endif
+
+/*
+ * Whether `current` runs in interrupt context, which a wakeup from it is
+ * charged to (never the task it interrupted): the preempt count's hard
+ * interrupt and NMI bits, or its softirq-serving bit (SOFTIRQ_OFFSET; a
+ * count of bottom halves merely disabled, in process context, is in the
+ * bits above it). Where the count lives on x86-64: the per-CPU
+ * `__preempt_count`, except from Linux 6.2 (commit 64701838bf05,
+ * "x86/percpu: Introduce pcpu_hot") to 6.15 (commit 46e8fff6d45f,
+ * "x86/smp: Move this_cpu_off to percpu hot section"), where it is a field of
+ * the per-CPU `struct pcpu_hot`. Both are weak: a kernel without either
+ * (no BTF for per-CPU variables) tells no interrupt apart (WM_WAKE_TASK).
+ */
+struct pcpu_hot___wm {
+	int preempt_count;
+} __attribute__((preserve_access_index));
+
+extern const int __preempt_count __ksym __weak;
+extern const struct pcpu_hot___wm pcpu_hot __ksym __weak;
+
+enum {
+	WM_SOFTIRQ_OFFSET = 0x100,
+	WM_HARDIRQ_NMI_MASK = 0xff0000,
+};
+
+static __always_inline __u32 wake_context(void)
+{
+	__u32 pc = 0;
+
+	if (bpf_ksym_exists(&__preempt_count))
+		pc = *(const int *)bpf_this_cpu_ptr(&__preempt_count);
+	else if (bpf_ksym_exists(&pcpu_hot))
+		pc = BPF_CORE_READ((struct pcpu_hot___wm *)bpf_this_cpu_ptr(&pcpu_hot), preempt_count);
+	if (pc & WM_HARDIRQ_NMI_MASK)
+		return WM_WAKE_HARDIRQ;
+	if (pc & WM_SOFTIRQ_OFFSET)
+		return WM_WAKE_SOFTIRQ;
+	return WM_WAKE_TASK;
+}
 
 #endif /* WAITMETER_CORE_FIXES_BPF_H */

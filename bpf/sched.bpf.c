@@ -273,6 +273,13 @@ struct wm_closed {
 	__u64 futex_addr;
 	__u32 futex_kind;
 	__u32 hold_us;    /* a GIL wait woken by a thread: the hold it ended, from the holder's take when known (`hold_from`), else from the first wait of its streak, in 1024 ns; else 0 */
+	/* a blocked state other than the GIL's, ended by a wakeup sched_waking
+	 * told: by what (enum wm_wake_ctx + 1; 0: not told), and for a task, its
+	 * host TID and TGID */
+	__u32 woke;
+	__u32 woke_tid;
+	__u32 woke_tgid;
+	__u32 _pad;
 	struct wm_stack_ref stack;   /* the thread's own stack through that state */
 	struct wm_stack_ref culprit; /* the GIL holder's or the waker's stack; native < 0 and py 0: none */
 };
@@ -397,22 +404,31 @@ static __always_inline void woken_by(struct wm_thread *t, __u32 waker, bool same
 
 /* Within the thread's write, at the wakeup of a GIL or futex wait: what
  * sched_waking told of its waker (`told`: struct wm_waking's word, taken). */
-static __always_inline void told_by_waking(struct wm_thread *t, __u32 from, __u64 told)
+static __always_inline void told_by_waking(struct wm_thread *t, __u32 from, __u64 told, struct wm_closed *c)
 {
 	__u32 waker = told & WM_EARLY_WAKER_TID;
 	bool same = told & WM_EARLY_SAME_PROCESS;
 
+	if (told & (1ULL << WM_WAKING_STACK_BIT)) {
+		t->d.waker_stack = t->waking.stack;
+		t->d.waker_of = waker;
+		t->d.waker_at = t->waking.stack_at;
+	}
+	if (from != WM_STATE_GIL_WAIT) {
+		__u32 how = (told >> WM_WAKING_CTX_SHIFT) & 3;
+
+		c->woke = how + 1;
+		c->woke_tid = how == WM_WAKE_TASK ? waker : 0;
+		c->woke_tgid = how == WM_WAKE_TASK ? t->waking.by_tgid : 0;
+	}
+	if (!(told & (1ULL << WM_WAKING_FUTEX_BIT)) || (from != WM_STATE_GIL_WAIT && from != WM_STATE_FUTEX_WAIT))
+		return;
 	woken_by(t, waker, same);
 	/* a GIL release: since when the releaser held it, if the waiter's
 	 * streak is of that same hold (its switch number) */
 	if (from == WM_STATE_GIL_WAIT && same && (told & WM_WAKING_TOOK) &&
 	    (__u16)(told >> WM_WAKING_SWITCH_SHIFT) == t->d.streak_switch)
 		t->d.hold_from = t->waking.took_at;
-	if (from == WM_STATE_FUTEX_WAIT && (told & (1ULL << WM_WAKING_STACK_BIT))) {
-		t->d.waker_stack = t->waking.stack;
-		t->d.waker_of = waker;
-		t->d.waker_at = t->waking.stack_at;
-	}
 }
 
 /* The interval `d` is in, as it closes, into `c` (no culprit, no hold yet). */
@@ -430,6 +446,9 @@ static __always_inline void closing(const struct wm_thread_data *d, struct wm_cl
 	c->culprit.native = -1;
 	c->culprit.py = 0;
 	c->hold_us = 0;
+	c->woke = 0;
+	c->woke_tid = 0;
+	c->woke_tgid = 0;
 }
 
 /*
@@ -483,9 +502,10 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	 * thread's own time does not go back */
 	if (now < t->d.since)
 		now = t->d.since;
-	if (wake && told && (from == WM_STATE_GIL_WAIT || from == WM_STATE_FUTEX_WAIT))
-		told_by_waking(t, from, told);
 	closing(&t->d, c);
+	if (wake && told)
+		told_by_waking(t, from, told, c);
+	c->waker = t->d.waker;
 	/* ran for long since its last GIL wait, or blocks on something else: a
 	 * streak of GIL waits is over (its end was not seen: it took the GIL
 	 * without sleeping again) */
@@ -525,6 +545,10 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	if (from == WM_STATE_GIL_WAIT && t->d.gil_holder && t->d.holder_of == t->d.gil_holder)
 		c->culprit = t->d.holder;
 	else if (from == WM_STATE_FUTEX_WAIT && t->d.waker && t->d.waker_of == t->d.waker)
+		c->culprit = t->d.waker_stack;
+	/* any other wait's waker of the thread's own process, by its stack at the wakeup */
+	else if (from != WM_STATE_GIL_WAIT && from != WM_STATE_FUTEX_WAIT && c->woke_tid && c->woke_tgid == c->tgid &&
+		 t->d.waker_of == c->woke_tid)
 		c->culprit = t->d.waker_stack;
 	if (now > t->d.since) {
 		if (from < WM_NR_STATES)
@@ -728,75 +752,32 @@ static __always_inline bool futex_row(struct wm_thread *t, __u32 waker, __u64 ad
 	return false;
 }
 
-/* The same for the run-queue row of `by` (a thread of the waiter's process,
- * or another process), named as `prev`'s group leader is when it is taken. */
-static __always_inline bool preempt_row(struct wm_thread *t, __u32 by, struct task_struct *prev, __u64 delta)
+/* The same for the row of `key`'s (`by`, `state`, `ctx`): a run-queue wait's
+ * (what had the CPU) or a wait's waker, named as `task`'s group leader is
+ * when the row is taken (NULL: an interrupt, no name). */
+static __always_inline bool preempt_row(struct wm_thread *t, const struct wm_preempt_key *key, struct task_struct *task, __u64 delta)
 {
-	__u32 by_tgid = prev->tgid;
-
 	for (int i = 0; i < WM_PREEMPT_ROWS; i++) {
 		struct wm_preempt_row *r = &t->rows.preempt[i];
 
-		if (r->ns && (r->by_tid != by || r->by_tgid != by_tgid))
+		if (r->ns && (r->by_tid != key->by_tid || r->by_tgid != key->by_tgid || r->state != key->state || r->ctx != key->ctx))
 			continue;
 		write_begin(t);
 		if (!r->ns) {
-			r->by_tid = by;
-			r->by_tgid = by_tgid;
-			BPF_CORE_READ_STR_INTO(&r->comm, prev, group_leader, comm);
+			r->by_tid = key->by_tid;
+			r->by_tgid = key->by_tgid;
+			r->state = key->state;
+			r->ctx = key->ctx;
+			if (task)
+				BPF_CORE_READ_STR_INTO(&r->comm, task, group_leader, comm);
+			else
+				__builtin_memset(r->comm, 0, sizeof(r->comm));
 		}
 		r->ns += delta;
 		write_end(t);
 		return true;
 	}
 	return false;
-}
-
-/*
- * Charge the interval that closed (entering `to`) to whoever caused it: a GIL
- * wait to the holder, a futex wait to its waker and address, in the thread's
- * rows or else the blame maps (`t` NULL: the maps); a throttled stretch is
- * reported. The maps' keys carry the thread's incarnation, so the entries of
- * a thread whose exit record was lost never pass to a thread reusing its TID.
- */
-static __always_inline void charge(struct wm_thread *t, const struct wm_closed *c, __u32 tid, __u32 to, __u64 now)
-{
-	__u64 delta = now > c->since ? now - c->since : 0;
-
-	span(tid, c->tgid, c->state, c->since, now,
-	     c->state == WM_STATE_GIL_WAIT ? c->gil_holder : c->state == WM_STATE_FUTEX_WAIT ? c->waker : 0, 0);
-	/* a yielder's runnable time is idle by choice: no wait stack */
-	if (c->state != WM_STATE_RUNNING && c->state != WM_STATE_RUNQUEUE && c->state != WM_STATE_YIELD) {
-		__u64 blamed = 0;
-		__u32 role = WM_ROLE_VICTIM;
-
-		if (c->state == WM_STATE_GIL_WAIT) {
-			blamed = c->gil_holder;
-			role = WM_ROLE_HOLDER;
-		} else if (c->state == WM_STATE_FUTEX_WAIT) {
-			blamed = c->waker;
-			role = WM_ROLE_WAKER;
-		}
-		charge_stacks(tid, c->gen, c->state, blamed, &c->stack, role, &c->culprit, delta, (__u64)c->hold_us << 10);
-	}
-
-	/* a wait of no time (the wakeup and the switch stamped with one clock
-	 * reading) blames no one: no entry, no row, as for stacks */
-	if (c->state == WM_STATE_GIL_WAIT && delta) {
-		struct wm_blame_key key = { .tid = tid, .gen = c->gen, .holder = c->gil_holder };
-
-		if (!t || !gil_row(t, c->gil_holder, delta))
-			add_ns(&gil_blame, &key, delta, WM_STAT_BLAME_MAP_FULL);
-	} else if (c->state == WM_STATE_FUTEX_WAIT && c->futex_addr && delta) {
-		struct wm_futex_key key = {
-			.tid = tid, .waker = c->waker, .addr = c->futex_addr, .gen = c->gen, .kind = c->futex_kind,
-		};
-
-		if (!t || !futex_row(t, c->waker, c->futex_addr, c->futex_kind, delta))
-			add_ns(&futex_blame, &key, delta, WM_STAT_FUTEX_MAP_FULL);
-	} else if (c->state == WM_STATE_THROTTLED && to != WM_STATE_THROTTLED) {
-		emit_throttle(c, tid, now);
-	}
 }
 
 /*
@@ -827,6 +808,81 @@ static __always_inline void add_preempt(struct wm_preempt_key *key, struct wm_pr
 	}
 }
 
+/*
+ * Charge a wait that a wakeup ended (`c->woke`) to its waker: a task (a
+ * thread of the waiter's process by its TID, another process as a whole, as
+ * in the run queue) or an interrupt. In the thread's rows, else the map.
+ */
+static __always_inline void charge_waker(struct wm_thread *t, const struct wm_closed *c, __u32 tid, __u64 delta)
+{
+	struct wm_preempt_key key = {
+		.tid = tid, .gen = c->gen, .state = c->state, .ctx = c->woke - 1,
+		.by_tid = c->woke_tgid == c->tgid ? c->woke_tid : c->woke_tgid, .by_tgid = c->woke_tgid,
+	};
+	struct task_struct *task = NULL;
+	struct wm_preempt fresh = { .ns = delta };
+
+	/* told by sched_waking, whose task is still its (the waking and this
+	 * wakeup are serialised; the next waking waits for the thread to sleep) */
+	if (t && key.ctx == WM_WAKE_TASK)
+		task = (struct task_struct *)t->waking.task;
+	if (t && preempt_row(t, &key, task, delta))
+		return;
+	add_preempt(&key, &fresh, task);
+}
+
+/*
+ * Charge the interval that closed (entering `to`) to whoever caused it: a GIL
+ * wait to the holder, a futex wait to its waker and address, in the thread's
+ * rows or else the blame maps (`t` NULL: the maps); a throttled stretch is
+ * reported. The maps' keys carry the thread's incarnation, so the entries of
+ * a thread whose exit record was lost never pass to a thread reusing its TID.
+ */
+static __always_inline void charge(struct wm_thread *t, const struct wm_closed *c, __u32 tid, __u32 to, __u64 now)
+{
+	__u64 delta = now > c->since ? now - c->since : 0;
+
+	span(tid, c->tgid, c->state, c->since, now,
+	     c->state == WM_STATE_GIL_WAIT ? c->gil_holder : c->state == WM_STATE_FUTEX_WAIT ? c->waker : 0, 0);
+	/* a yielder's runnable time is idle by choice: no wait stack */
+	if (c->state != WM_STATE_RUNNING && c->state != WM_STATE_RUNQUEUE && c->state != WM_STATE_YIELD) {
+		__u64 blamed = 0;
+		__u32 role = WM_ROLE_VICTIM;
+
+		if (c->state == WM_STATE_GIL_WAIT) {
+			blamed = c->gil_holder;
+			role = WM_ROLE_HOLDER;
+		} else if (c->state == WM_STATE_FUTEX_WAIT) {
+			blamed = c->waker;
+			role = WM_ROLE_WAKER;
+		} else if (c->woke_tid && c->woke_tgid == c->tgid) {
+			blamed = c->woke_tid;
+			role = WM_ROLE_WAKER;
+		}
+		charge_stacks(tid, c->gen, c->state, blamed, &c->stack, role, &c->culprit, delta, (__u64)c->hold_us << 10);
+	}
+
+	/* a wait of no time (the wakeup and the switch stamped with one clock
+	 * reading) blames no one: no entry, no row, as for stacks */
+	if (c->state == WM_STATE_GIL_WAIT && delta) {
+		struct wm_blame_key key = { .tid = tid, .gen = c->gen, .holder = c->gil_holder };
+
+		if (!t || !gil_row(t, c->gil_holder, delta))
+			add_ns(&gil_blame, &key, delta, WM_STAT_BLAME_MAP_FULL);
+	} else if (c->state == WM_STATE_FUTEX_WAIT && c->futex_addr && delta) {
+		struct wm_futex_key key = {
+			.tid = tid, .waker = c->waker, .addr = c->futex_addr, .gen = c->gen, .kind = c->futex_kind,
+		};
+
+		if (!t || !futex_row(t, c->waker, c->futex_addr, c->futex_kind, delta))
+			add_ns(&futex_blame, &key, delta, WM_STAT_FUTEX_MAP_FULL);
+	} else if (c->state == WM_STATE_THROTTLED && to != WM_STATE_THROTTLED) {
+		emit_throttle(c, tid, now);
+	}
+	if (c->woke && delta)
+		charge_waker(t, c, tid, delta);
+}
+
 /* Charge a run-queue wait that ends now to the task that had the CPU: in
  * the thread's rows, else the map. */
 static __always_inline void charge_runqueue(struct wm_thread *t, const struct wm_closed *c, __u32 tid, struct task_struct *prev,
@@ -845,8 +901,9 @@ static __always_inline void charge_runqueue(struct wm_thread *t, const struct wm
 		return;
 	charge_stacks(tid, c->gen, c->state, prev->tgid == c->tgid ? by : 0, &c->stack, WM_ROLE_PREEMPTOR,
 		      prev->tgid == c->tgid ? by_stack : NULL, delta, 0);
-	if (!preempt_row(t, by, prev, delta)) {
-		struct wm_preempt_key key = { .tid = tid, .by_tid = by, .by_tgid = prev->tgid, .gen = c->gen };
+	struct wm_preempt_key key = { .tid = tid, .by_tid = by, .by_tgid = prev->tgid, .gen = c->gen, .state = WM_STATE_RUNQUEUE };
+
+	if (!preempt_row(t, &key, prev, delta)) {
 		struct wm_preempt fresh = { .ns = delta };
 
 		add_preempt(&key, &fresh, prev);
@@ -892,6 +949,8 @@ static __noinline void rows_to_maps(struct wm_thread *t, __u32 tid, __u32 gen)
 			break;
 		key.by_tid = r->by_tid;
 		key.by_tgid = r->by_tgid;
+		key.state = r->state;
+		key.ctx = r->ctx;
 		fresh.ns = r->ns;
 		__builtin_memcpy(fresh.comm, r->comm, sizeof(fresh.comm));
 		add_preempt(&key, &fresh, NULL);
@@ -1307,50 +1366,70 @@ static __always_inline int on_switch(void *ctx, bool preempt, struct task_struct
 }
 
 /*
- * Who wakes a thread blocked on a futex: at sched_waking the waker is
- * `current`. It counts as the waker only while it is inside a futex(2) call
- * (FUTEX_WAKE and friends), or exiting (the kernel's futex wake of the
- * thread's clear_child_tid word, which pthread_join waits on); a wakeup from
- * a timer or a signal leaves 0 ("timeout").
+ * Who wakes a thread (sched_waking, in the waker's context): an interrupt
+ * (wake_context(): a timer, a device, the network's softirq), told as such;
+ * else `current`, a task of this process or another, named by its TID and
+ * process. Its wake is a futex wake (the waker a GIL or futex wait is charged
+ * to) only while it is inside a futex(2) call (FUTEX_WAKE and friends), or
+ * exiting (the kernel's futex wake of the thread's clear_child_tid word,
+ * which pthread_join waits on): a timer's or a signal's wakeup of a futex
+ * wait is its timeout.
  */
-static __always_inline int on_waking(void *ctx, struct task_struct *p)
+static __always_inline int on_waking(void *ctx, struct task_struct *p, bool irq_count)
 {
 	struct task_struct *cur;
 	struct pt_regs *regs;
 	struct wm_thread *t;
-	__u32 tid, waker = 0, state, cur_tgid;
+	__u32 waker, state, cur_tgid, how;
+	bool same, futex;
 	__u64 word;
 	long nr;
 
 	if (!is_watched(p->tgid))
 		return 0;
-	/* the waker first: most wakeups of a service's threads (its sockets'
-	 * and timers') have none, and then cost no lookup of the entry */
-	cur = wm_current_task();
-	regs = wm_current_regs(cur);
-	if (!regs)
-		return 0;
-	nr = WM_REG(regs, orig_ax);
-	cur_tgid = WM_CUR(cur, tgid);
-	if ((nr == WM_NR_FUTEX || nr == WM_NR_FUTEX_WAKE || nr == WM_NR_FUTEX_REQUEUE) && (long)WM_REG(regs, ax) == -WM_ENOSYS)
-		waker = WM_CUR(cur, pid);
-	/* an exiting thread wakes its joiner through CLONE_CHILD_CLEARTID */
-	else if ((WM_CUR(cur, flags) & WM_PF_EXITING) && cur_tgid == p->tgid)
-		waker = WM_CUR(cur, pid);
-	if (!waker)
-		return 0;
-	tid = p->pid;
-	t = find_thread(tid);
+	t = find_thread(p->pid);
 	if (!t)
 		return 0;
-	word = waker | (cur_tgid == p->tgid ? WM_EARLY_SAME_PROCESS : 0);
+	how = irq_count ? wake_context() : WM_WAKE_TASK;
+	cur = wm_current_task();
+	waker = WM_CUR(cur, pid);
+	futex = false;
+	regs = NULL;
+	if (how == WM_WAKE_TASK) {
+		regs = wm_current_regs(cur);
+		nr = regs ? WM_REG(regs, orig_ax) : 0;
+		/* without the preempt count: a task interrupted outside a system call
+		 * (in user mode), or the idle task, woke no one itself */
+		if (!irq_count && (!waker || nr == -1))
+			how = WM_WAKE_IRQ;
+	}
+	if (how != WM_WAKE_TASK) {
+		*(volatile __u64 *)&t->waking.word = (__u64)how << WM_WAKING_CTX_SHIFT;
+		return 0;
+	}
+	if (!waker) /* the idle task, outside an interrupt: told of nothing */
+		return 0;
+	cur_tgid = WM_CUR(cur, tgid);
+	same = cur_tgid == p->tgid;
+	if (regs)
+		futex = (nr == WM_NR_FUTEX || nr == WM_NR_FUTEX_WAKE || nr == WM_NR_FUTEX_REQUEUE) &&
+			(long)WM_REG(regs, ax) == -WM_ENOSYS;
+	/* an exiting thread wakes its joiner through CLONE_CHILD_CLEARTID */
+	if (!futex && same && (WM_CUR(cur, flags) & WM_PF_EXITING))
+		futex = true;
+	word = waker | (same ? WM_EARLY_SAME_PROCESS : 0) | (futex ? 1ULL << WM_WAKING_FUTEX_BIT : 0);
+	t->waking.by_tgid = cur_tgid;
+	t->waking.task = (__u64)cur;
 	/* racy: the thread may be switching out this instant (a stale state
 	 * only takes or skips one stack, or one hold start); its wakeup, after
 	 * that switch-out, decides what the word means (told_by_waking) */
 	state = t->d.state;
 	/* the waker's stack as it wakes the thread (it is `current`), at most
-	 * once per interval per (thread, waker) */
-	if (cfg.stacks && stacks_all && state == WM_STATE_FUTEX_WAIT) {
+	 * once per interval per (thread, waker): a futex wait's futex waker, of
+	 * any process, or any other wait's waker of the thread's own process
+	 * (whose stacks the agent reads with the waiter's) */
+	if (cfg.stacks && stacks_all && state != WM_STATE_GIL_WAIT && is_blocked(state) &&
+	    (state == WM_STATE_FUTEX_WAIT ? futex : same)) {
 		__u64 now = bpf_ktime_get_ns();
 
 		if (t->d.waker_of != waker || now - t->d.waker_at >= cfg.stack_interval_ns) {
@@ -1361,7 +1440,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p)
 	}
 	/* a GIL release: since when the releaser held it (racy reads of its
 	 * entry; `took_switch` is checked against what the waiter read) */
-	if (state == WM_STATE_GIL_WAIT && cur_tgid == p->tgid) {
+	if (state == WM_STATE_GIL_WAIT && same && futex) {
 		struct wm_thread *w = find_thread(waker);
 
 		if (w && w->d.took_at) {
@@ -1516,10 +1595,19 @@ int BPF_PROG(sched_wakeup_btf, struct task_struct *p)
 	return on_wakeup(p, false);
 }
 
+/* two of it: the agent loads the first where the kernel's symbols name the
+ * per-CPU preempt count (CONFIG_KALLSYMS_ALL, as Debian builds it; its load
+ * fails without), else the second (probes/kernel.rs) */
 SEC("tp_btf/sched_waking")
 int BPF_PROG(sched_waking_btf, struct task_struct *p)
 {
-	return on_waking(ctx, p);
+	return on_waking(ctx, p, true);
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(sched_waking_noirq_btf, struct task_struct *p)
+{
+	return on_waking(ctx, p, false);
 }
 
 SEC("tp_btf/sched_wakeup_new")

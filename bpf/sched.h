@@ -59,6 +59,22 @@ enum wm_waking_bits {
 	WM_WAKING_TOOK = 0x40000000,  /* above WM_EARLY_WAKER_TID, below WM_EARLY_SAME_PROCESS */
 	WM_WAKING_SWITCH_SHIFT = 32,  /* bits 32..47: the releaser's `took_switch` */
 	WM_WAKING_STACK_BIT = 48,     /* `stack` is the waker's, taken at `stack_at` */
+	/* the waker was inside a futex(2) call (FUTEX_WAKE and friends), or
+	 * exiting (the kernel's wake of its clear_child_tid word, which
+	 * pthread_join waits on): a futex wake, which GIL and futex waits are
+	 * charged to (a wakeup by a timer or a signal is not) */
+	WM_WAKING_FUTEX_BIT = 49,
+	WM_WAKING_CTX_SHIFT = 50,     /* bits 50..51: enum wm_wake_ctx */
+};
+
+/* What woke a thread's wait (`wm_waking.word`, `wm_preempt_key.ctx`):
+ * a task, or an interrupt, which is charged to no task (the one it
+ * interrupted had nothing to do with it) */
+enum wm_wake_ctx {
+	WM_WAKE_TASK = 0,    /* a task in process context: its TID, its process */
+	WM_WAKE_SOFTIRQ = 1, /* a softirq: the network's receive, timer wheels, block I/O completions */
+	WM_WAKE_HARDIRQ = 2, /* a hard interrupt or an NMI: a high-resolution timer, a device */
+	WM_WAKE_IRQ = 3,     /* an interrupt, which kind not told (no preempt count to read) */
 };
 
 /*
@@ -190,12 +206,14 @@ struct wm_waking {
 	/* 0: none; else the waker's host TID (WM_EARLY_WAKER_TID), with
 	 * WM_EARLY_SAME_PROCESS, WM_WAKING_TOOK (`took_at` is the releaser's
 	 * take of the GIL, its `took_switch` at bits WM_WAKING_SWITCH_SHIFT)
-	 * and bit WM_WAKING_STACK_BIT */
+	 * bits WM_WAKING_STACK_BIT and WM_WAKING_FUTEX_BIT; or only an
+	 * interrupt's enum wm_wake_ctx at WM_WAKING_CTX_SHIFT, with no TID */
 	__u64 word;
 	__u32 took_at;
-	__u32 _pad;
+	__u32 by_tgid;    /* a task waker's host TGID */
 	struct wm_stack_ref stack;
 	__u64 stack_at;
+	__u64 task;       /* a task waker's task_struct, for its process' name in a new row */
 };
 
 /*
@@ -213,7 +231,7 @@ struct wm_waking {
 enum wm_blame_rows {
 	WM_GIL_ROWS = 4,
 	WM_FUTEX_ROWS = 4,
-	WM_PREEMPT_ROWS = 3,
+	WM_PREEMPT_ROWS = 4,
 };
 
 struct wm_gil_row {
@@ -232,6 +250,9 @@ struct wm_preempt_row {
 	__u32 by_tid;     /* as wm_preempt_key */
 	__u32 by_tgid;
 	__u64 ns;
+	__u16 state;
+	__u16 ctx;
+	__u32 _pad;
 	char comm[WM_COMM_LEN]; /* as wm_preempt */
 };
 
@@ -342,16 +363,25 @@ struct wm_futex_key {
 };
 
 /* Run-queue wait of a thread charged to the task that ran on its CPU before it. */
+/*
+ * Who kept a thread from running: in the run queue (`state` WM_STATE_RUNQUEUE),
+ * the task that had the CPU; in a blocked state other than the GIL's, the
+ * task or interrupt that woke it (its waker, whatever the wait: a socket, a
+ * pipe, a signal, a timer, a futex too). `preempt_blame`, and the thread's
+ * own rows (struct wm_preempt_row).
+ */
 struct wm_preempt_key {
 	__u32 tid;        /* waiter, host TID */
-	__u32 by_tid;     /* host TID of the task that had the CPU (its TGID if of another process); 0 = idle */
+	__u32 by_tid;     /* host TID of the task that had the CPU or woke it (its TGID if of another process); 0 = idle, or an interrupt */
 	__u32 by_tgid;
 	__u32 gen;        /* the waiter's incarnation: (u32)start */
+	__u16 state;      /* enum wm_state: the wait it ended */
+	__u16 ctx;        /* enum wm_wake_ctx (0 in the run queue) */
 };
 
 struct wm_preempt {
 	__u64 ns;
-	char comm[WM_COMM_LEN]; /* of the process (group leader) that had the CPU */
+	char comm[WM_COMM_LEN]; /* of the process (group leader) that had the CPU or woke it */
 };
 
 /* A thread's stretches away from one wait: `stretches` map, cumulative. */

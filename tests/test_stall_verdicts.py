@@ -20,12 +20,17 @@ prints them on SIGUSR1. The workload itself is unchanged.
 import json
 import os
 import signal
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, Workload, attach, by_tid
 from test_gil import installed_python
+
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+from postgres import Postgres  # noqa: E402
 
 pytestmark = pytest.mark.needs_root
 
@@ -372,42 +377,6 @@ def db_python():
     if subprocess.run([str(py), "-c", "import fastapi, uvicorn, psycopg2, httpx"], capture_output=True, timeout=60).returncode:
         subprocess.run([str(py), "-m", "pip", "install", "-q", *DB_PINS], check=True, timeout=900)
     return py
-
-
-class Postgres:
-    """A PostgreSQL server of Debian's, run as its `postgres` user in a folder of its own under /tmp
-    (which that user can reach), on a Unix socket only; stopped and removed at the end."""
-
-    def __init__(self):
-        import glob
-        import pwd
-        import tempfile
-        from pathlib import Path
-        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-        assert bins, "PostgreSQL is installed (make setup installs Debian's postgresql)"
-        self.bin = os.path.dirname(bins[-1])
-        self.top = Path(tempfile.mkdtemp(prefix="wm-pg-", dir="/tmp"))
-        self.dir, self.sock, self.port = self.top / "pg", self.top / "sock", 54329
-        user = pwd.getpwnam("postgres")
-        for d in (self.top, self.dir, self.sock):
-            d.mkdir(exist_ok=True)
-            os.chown(d, user.pw_uid, user.pw_gid)
-        os.chmod(self.top, 0o755)
-        self.su([f"{self.bin}/initdb", "-D", str(self.dir), "-A", "trust", "-U", "postgres"])
-        self.su([f"{self.bin}/pg_ctl", "-D", str(self.dir), "-w", "-l", str(self.sock / "log"), "-o",
-                 f"-k {self.sock} -p {self.port} -c listen_addresses=", "start"])
-
-    @staticmethod
-    def su(argv):
-        import subprocess
-        subprocess.run(["runuser", "-u", "postgres", "--", *argv], check=True, capture_output=True, timeout=120)
-
-    def close(self):
-        import shutil
-        try:
-            self.su([f"{self.bin}/pg_ctl", "-D", str(self.dir), "-m", "fast", "-w", "stop"])
-        finally:
-            shutil.rmtree(self.top, ignore_errors=True)
 
 
 def test_a_sync_database_call_on_the_event_loop_is_a_stall_naming_the_handler(tmp_path):

@@ -51,7 +51,7 @@ for s in "${series[@]}"; do
 	# CI: a test that cannot run fails (tests/conftest.py); the guest's pytest writes no cache; the
 	# tests' deadlines (not their measurements) are longer in the emulated CPU
 	if WAITMETER_TEST_SLOWDOWN=${WAITMETER_TEST_SLOWDOWN:-8} WAITMETER_VM_ENV="PATH CI WAITMETER_TEST_SLOWDOWN GOCACHE" tests/kernels/boot.sh --timeout "${WAITMETER_VM_TIMEOUT:-1500}" "$s" \
-		.venv/bin/python -m pytest -p no:cacheprovider -rs -q --junitxml "tests/.build/artefacts/kernel-$s.xml" "${tests[@]}"; then
+		.venv/bin/python -m pytest -p no:cacheprovider -rs -q --durations=5 --junitxml "tests/.build/artefacts/kernel-$s.xml" "${tests[@]}"; then
 		echo "kernels: $s: passed in $((SECONDS - t0)) s"
 	else
 		echo "kernels: $s: FAILED in $((SECONDS - t0)) s"

@@ -287,7 +287,7 @@ pub const KERNEL_FEATURE: Metric = Metric {
     kind: Kind::Gauge,
     unit: None,
     labels: &["feature"],
-    help: "1 when the running kernel has the feature, 0 when it lacks it and the probes run a fallback (bpf_loop, Linux 5.17: without it native stacks are walked by frame pointers only and the blame maps are read whole; task_storage, 5.11: without it --syscalls on is refused). docs/deployment.md lists the kernels.",
+    help: "1 when the running kernel has the feature, 0 when it lacks it and the probes run a fallback (bpf_loop, Linux 5.17: without it native stacks are walked by frame pointers only and the blame maps are read whole; task_storage, 5.11: without it --syscalls on is refused; irq_context, the per-CPU preempt count among the kernel's symbols (CONFIG_KALLSYMS_ALL): without it a wakeup from an interrupt is told apart only where it interrupted a task outside a system call). docs/deployment.md lists the kernels.",
 };
 
 /// A gauge of value 1 (not the OpenMetrics `info` type, which the classic

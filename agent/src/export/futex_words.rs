@@ -192,6 +192,7 @@ mod tests {
             gil_hold: None,
             futex: waits.iter().map(|(addr, ns)| FutexWait { addr: *addr, waker: 0, ns: *ns }).collect(),
             runqueue_by: Default::default(),
+            woken_by: Default::default(),
             yields: 0,
             gil_waits: 0,
         }

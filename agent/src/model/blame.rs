@@ -1,4 +1,5 @@
-//! Who made a thread wait: futex wakers and addresses, run-queue preemptors.
+//! Who made a thread wait: futex wakers and addresses, run-queue preemptors, the waker of
+//! every other wait.
 //! Pure aggregation over the probe's blame records.
 use std::collections::BTreeMap;
 
@@ -64,6 +65,44 @@ impl Preemptor {
             Preemptor::Thread(t) => t.to_string(),
             Preemptor::Process { pid, comm } => format!("pid {pid} ({comm})"),
             Preemptor::Idle => "idle".to_string(),
+        }
+    }
+}
+
+/// What woke a thread's wait, whatever the wait (a socket, a pipe, a signal, a timer, a
+/// futex): the task that was running the wakeup, or an interrupt, which is charged to no task.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Waker {
+    /// a thread of the same process (TID)
+    Thread(u32),
+    /// another process (PID in the agent's namespace, or the host's when not visible) and
+    /// its name; a kernel thread is one (`kworker/…`)
+    Process { pid: u32, comm: String },
+    /// a softirq: the network's receive path, timer wheels, block I/O completions
+    Softirq,
+    /// a hard interrupt: a high-resolution timer (a sleep's or a timeout's end), a device
+    Interrupt,
+}
+
+impl Waker {
+    /// What woke the waits merged past the wakers kept by name.
+    pub fn merged() -> Waker {
+        Waker::Process { pid: 0, comm: "other".into() }
+    }
+
+    /// Whether this is [`Waker::merged`].
+    pub fn is_merged(&self) -> bool {
+        matches!(self, Waker::Process { pid: 0, comm } if comm == "other")
+    }
+
+    /// JSON key / label: "1234" for a thread of the process, "pid 42 (nginx)", "softirq",
+    /// "interrupt".
+    pub fn key(&self) -> String {
+        match self {
+            Waker::Thread(t) => t.to_string(),
+            Waker::Process { pid, comm } => format!("pid {pid} ({comm})"),
+            Waker::Softirq => "softirq".to_string(),
+            Waker::Interrupt => "interrupt".to_string(),
         }
     }
 }
@@ -152,5 +191,8 @@ mod tests {
         assert_eq!(Preemptor::Thread(12).key(), "12");
         assert_eq!(Preemptor::Process { pid: 4, comm: "nginx".into() }.key(), "pid 4 (nginx)");
         assert_eq!(Preemptor::Idle.key(), "idle");
+        assert_eq!(Waker::Process { pid: 4, comm: "postgres".into() }.key(), "pid 4 (postgres)");
+        assert_eq!(Waker::Softirq.key(), "softirq");
+        assert!(Waker::merged().is_merged() && !Waker::Interrupt.is_merged());
     }
 }

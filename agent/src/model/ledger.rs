@@ -76,13 +76,19 @@ pub struct FutexKey {
     pub word: u64,
 }
 
-/// A run-queue wait's key: the waiter and the thread (host TID, 0: the CPU
-/// was idle) and process (host TGID) that had the CPU.
+/// Who kept a thread from running: in the run queue (`state` the run queue's), the thread
+/// (host TID, 0: the CPU was idle) and process (host TGID) that had the CPU; in a blocked
+/// state, what woke it: a task (`ctx` 0: a thread of the waiter's process by its TID, another
+/// process by its TGID) or an interrupt (`ctx` 1 softirq, 2 hard interrupt; no TID).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PreemptKey {
     pub waiter: Incarnation,
     pub by_tid: u32,
     pub by_tgid: u32,
+    /// the state the wait was in (`model::state::State` as the probe numbers it)
+    pub state: u16,
+    /// what woke it (ABI enum wm_wake_ctx): 0 a task
+    pub ctx: u16,
 }
 
 /// GIL waits charged to a holder.
@@ -221,8 +227,8 @@ struct Settled {
     gil: HashMap<u64, u64>,
     /// (waker host TID, word) -> ns
     futex: HashMap<(u32, u64), u64>,
-    /// (by host TID, by host TGID) -> (comm, ns)
-    preempt: HashMap<(u32, u32), (Comm, u64)>,
+    /// (by host TID, by host TGID, state, ctx) -> (comm, ns)
+    preempt: HashMap<(u32, u32, u16, u16), (Comm, u64)>,
 }
 
 /// Add `ns` under `key`, or under `overflow` when `map` already has KEEP
@@ -361,7 +367,8 @@ impl Ledger {
         for e in taken.preempt {
             let name = |merged: bool| (if merged { Comm::new("other") } else { e.comm }, 0);
             let s = &mut self.settled.entry(e.key.waiter).or_default().preempt;
-            add(s, (e.key.by_tid, e.key.by_tgid), (GONE, GONE), m, e.ns, |v, ns| v.1 += ns, name);
+            let (state, ctx) = (e.key.state, e.key.ctx);
+            add(s, (e.key.by_tid, e.key.by_tgid, state, ctx), (GONE, GONE, state, 0), m, e.ns, |v, ns| v.1 += ns, name);
         }
     }
 
@@ -400,8 +407,8 @@ impl Ledger {
             }
             if !s.preempt.is_empty() {
                 let v = b.preempt.entry(waiter).or_default();
-                v.extend(s.preempt.iter().map(|(&(by_tid, by_tgid), &(comm, ns))| PreemptEntry {
-                    key: PreemptKey { waiter, by_tid, by_tgid },
+                v.extend(s.preempt.iter().map(|(&(by_tid, by_tgid, state, ctx), &(comm, ns))| PreemptEntry {
+                    key: PreemptKey { waiter, by_tid, by_tgid, state, ctx },
                     comm,
                     ns,
                 }));
@@ -449,7 +456,7 @@ mod tests {
             *self.futex.entry(FutexKey { waiter, waker, word }).or_default() += ns;
         }
         fn preempt(&mut self, waiter: Incarnation, by_tid: u32, by_tgid: u32, comm: &str, ns: u64) {
-            self.preempt.entry(PreemptKey { waiter, by_tid, by_tgid }).or_insert((Comm::new(comm), 0)).1 += ns;
+            self.preempt.entry(PreemptKey { waiter, by_tid, by_tgid, state: 1, ctx: 0 }).or_insert((Comm::new(comm), 0)).1 += ns;
         }
         fn read(&self) -> Entries {
             let mut e = Entries {

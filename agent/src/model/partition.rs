@@ -106,6 +106,9 @@ pub struct ThreadSample {
     pub futex: Vec<super::blame::FutexWait>,
     /// run-queue wait by what had the CPU meanwhile -> ns
     pub runqueue_by: std::collections::BTreeMap<super::blame::Preemptor, u64>,
+    /// closed waits of a blocked state other than the GIL's by what woke them -> ns (a wait
+    /// the probe saw no wakeup of is in none)
+    pub woken_by: std::collections::BTreeMap<(State, super::blame::Waker), u64>,
     /// times it gave the CPU away with sched_yield(2) (each began a `yield` stretch)
     pub yields: u64,
     /// times it went to wait for the GIL (each wait ends with the GIL handed to it, or a
@@ -180,6 +183,13 @@ impl ThreadSample {
             self.runqueue_by.values().sum::<u64>().saturating_sub(earlier.runqueue_by.values().sum()).min(d.times.get(State::Runqueue));
         conserve(d.runqueue_by.iter_mut().map(|(p, ns)| (p.is_merged(), ns)), grew);
         d.runqueue_by.retain(|_, ns| *ns > 0);
+        for (k, ns) in d.woken_by.iter_mut() {
+            *ns = ns.saturating_sub(earlier.woken_by.get(k).copied().unwrap_or(0));
+        }
+        let blocked: u64 = State::ALL.iter().filter(|s| s.is_blocked() && **s != State::GilWait).map(|s| d.times.get(*s)).sum();
+        let grew = self.woken_by.values().sum::<u64>().saturating_sub(earlier.woken_by.values().sum()).min(blocked);
+        conserve(d.woken_by.iter_mut().map(|((_, w), ns)| (w.is_merged(), ns)), grew);
+        d.woken_by.retain(|_, ns| *ns > 0);
         d
     }
 }
@@ -235,6 +245,7 @@ pub fn test_sample(tid: u32, times: Times, at_ns: u64) -> ThreadSample {
         gil_hold: None,
         futex: vec![],
         runqueue_by: Default::default(),
+        woken_by: Default::default(),
         yields: 0,
         gil_waits: 0,
     }

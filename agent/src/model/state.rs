@@ -69,6 +69,11 @@ impl State {
         matches!(self, State::Runqueue | State::Throttled | State::GilWait)
     }
 
+    /// Blocked: off the run queue until something wakes it (the probe's `is_blocked`).
+    pub const fn is_blocked(self) -> bool {
+        matches!(self, State::GilWait | State::FutexWait | State::IoWait | State::Sleep | State::Other)
+    }
+
     pub fn from_index(i: usize) -> Option<State> {
         State::ALL.get(i).copied()
     }

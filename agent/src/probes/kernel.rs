@@ -12,8 +12,13 @@
 //!   walked by frame pointers alone, in a bounded loop (code built without them shows its first
 //!   frame only), and the blame maps are read whole.
 //! - task local storage (usable from tracing programs from 5.13): `--syscalls on` only.
+//! - the per-CPU preempt count named in the kernel's symbols (`CONFIG_KALLSYMS_ALL`, which
+//!   Debian's kernels have): a wakeup from interrupt context (the network's softirq, a timer, a
+//!   device) is told apart from the task it interrupted. Without it (a typed per-CPU symbol
+//!   fails the program's load) the probe tells an interrupt only where it interrupted a task
+//!   outside a system call.
 //!
-//! `WAITMETER_KERNEL_WITHOUT=bpf_loop,task_storage` makes the agent act as if the kernel lacked
+//! `WAITMETER_KERNEL_WITHOUT=bpf_loop,task_storage,irq_context` makes the agent act as if the kernel lacked
 //! them (and `ringbuf`, as if it were below the floor): how the fallbacks and the refusal are
 //! tested on a kernel that has everything.
 use std::collections::BTreeSet;
@@ -27,23 +32,26 @@ use serde::Serialize;
 pub enum Feature {
     BpfLoop,
     TaskStorage,
+    IrqContext,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 2] = [Feature::BpfLoop, Feature::TaskStorage];
+    pub const ALL: [Feature; 3] = [Feature::BpfLoop, Feature::TaskStorage, Feature::IrqContext];
 
     pub fn name(self) -> &'static str {
         match self {
             Feature::BpfLoop => "bpf_loop",
             Feature::TaskStorage => "task_storage",
+            Feature::IrqContext => "irq_context",
         }
     }
 
-    /// The Linux version that brought it.
+    /// The Linux version (or build option) that brought it.
     pub fn since(self) -> &'static str {
         match self {
             Feature::BpfLoop => "5.17",
             Feature::TaskStorage => "5.11",
+            Feature::IrqContext => "5.10 built with CONFIG_KALLSYMS_ALL",
         }
     }
 
@@ -54,6 +62,9 @@ impl Feature {
                 "the legacy probes: native stacks are walked by frame pointers only (code built without them shows its first frame), and the blame maps are read whole"
             }
             Feature::TaskStorage => "--syscalls on is not available",
+            Feature::IrqContext => {
+                "a wakeup from an interrupt is told apart only where it interrupted a task outside a system call; one that interrupted a system call is charged to that task"
+            }
         }
     }
 }
@@ -89,6 +100,9 @@ impl Kernel {
         if map(libbpf_sys::BPF_MAP_TYPE_TASK_STORAGE) {
             features.insert(Feature::TaskStorage);
         }
+        if preempt_count_named() {
+            features.insert(Feature::IrqContext);
+        }
         features.retain(|f| !without.contains(f.name()));
         Ok(Kernel { release, features })
     }
@@ -107,6 +121,19 @@ impl Kernel {
         let d = self.degraded();
         (!d.is_empty()).then(|| format!("kernel {}: {}", self.release, d.join("; ")))
     }
+}
+
+/// Whether the kernel's symbols (`/proc/kallsyms`, addresses shown to root) name the per-CPU
+/// preempt count, `__preempt_count` or (6.2 to 6.14) `pcpu_hot`: where they do not, a program
+/// that reads it as a typed per-CPU symbol fails to load.
+fn preempt_count_named() -> bool {
+    use std::io::BufRead;
+    let Ok(f) = std::fs::File::open("/proc/kallsyms") else { return false };
+    std::io::BufReader::new(f).lines().map_while(Result::ok).any(|l| {
+        let mut f = l.split_ascii_whitespace();
+        let (addr, name) = (f.next().unwrap_or(""), f.nth(1).unwrap_or(""));
+        (name == "__preempt_count" || name == "pcpu_hot") && addr.bytes().any(|b| b != b'0')
+    })
 }
 
 /// The refusal below the floor: the kernel, what it lacks, the floor.
@@ -136,11 +163,14 @@ mod tests {
 
     #[test]
     fn degraded_lines_name_the_feature_its_kernel_and_the_consequence() {
-        let k = Kernel { release: "5.16.0".into(), features: [Feature::TaskStorage].into() };
+        let k = Kernel { release: "5.16.0".into(), features: [Feature::TaskStorage, Feature::IrqContext].into() };
         let d = k.degraded();
         assert_eq!(d.len(), 1);
         assert!(d[0].starts_with("no bpf_loop (Linux 5.17): the legacy probes: native stacks are walked by frame pointers only"), "{d:?}");
         assert_eq!(k.summary().unwrap().split(": ").next(), Some("kernel 5.16.0"));
+        // without the preempt count among the kernel's symbols: what sched_waking tells apart less
+        let no_irq = Kernel { release: "6.18".into(), features: [Feature::BpfLoop, Feature::TaskStorage].into() };
+        assert_eq!(no_irq.degraded(), ["no irq_context (Linux 5.10 built with CONFIG_KALLSYMS_ALL): a wakeup from an interrupt is told apart only where it interrupted a task outside a system call; one that interrupted a system call is charged to that task"]);
         let full = Kernel { release: "6.18".into(), features: Feature::ALL.into() };
         assert!(full.degraded().is_empty() && full.summary().is_none());
     }

@@ -106,6 +106,9 @@ pub struct SchedOptions {
     /// and sweep run in it; without it the legacy object (bpf/core_fixes.bpf.h: a bounded
     /// frame-pointer walk, no sweep, and nothing newer than Linux 5.10 asks for)
     pub bpf_loop: bool,
+    /// the kernel's symbols name the per-CPU preempt count (probes/kernel.rs): sched_waking
+    /// tells wakeups from interrupt context apart by it
+    pub irq_context: bool,
 }
 
 pub use crate::model::stretches::StretchRecord;
@@ -261,6 +264,8 @@ fn open_and_load_in(storage: &'static mut MaybeUninit<OpenObject>, opts: &SchedO
         open.maps.spans.set_max_entries(opts.timeline_bytes)?;
     }
     open.progs.sweep.set_autoload(sweep);
+    open.progs.sched_waking_btf.set_autoload(opts.irq_context);
+    open.progs.sched_waking_noirq_btf.set_autoload(!opts.irq_context);
     super::ask_verifier_stats(open.open_object_mut());
     open.load().map_err(anyhow::Error::from)
 }
@@ -290,11 +295,12 @@ impl SchedProbe {
         let mut links = Vec::new();
         for prog in skel.object().progs_mut() {
             let name = prog.name().to_string_lossy().to_string();
-            if !name.ends_with(suffix) {
+            if !name.ends_with(suffix) || !prog.autoload() {
                 continue;
             }
             let link = prog.attach().with_context(|| format!("failed to attach {name}"))?;
-            links.push((name.trim_end_matches(suffix).to_string(), link));
+            // sched_waking's variant without the preempt count is sched_waking
+            links.push((name.trim_end_matches(suffix).trim_end_matches("_noirq").to_string(), link));
         }
         let mut rb = RingBufferBuilder::new();
         let exits = collect_into::<wm_exit>(&mut rb, &skel.maps.exits)?;
@@ -559,7 +565,7 @@ impl SchedProbe {
                     .map(|r| futex_entry(&wm_futex_key { tid, gen, waker: r.waker, addr: r.addr, kind: r.kind }, r.ns)),
             );
             out.preempt.extend(rows.preempt.iter().take_while(|r| r.ns != 0).map(|r| {
-                let key = wm_preempt_key { tid, gen, by_tid: r.by_tid, by_tgid: r.by_tgid };
+                let key = wm_preempt_key { tid, gen, by_tid: r.by_tid, by_tgid: r.by_tgid, state: r.state, ctx: r.ctx };
                 preempt_entry(&key, &wm_preempt { ns: r.ns, comm: r.comm })
             }));
         }
@@ -706,6 +712,7 @@ impl SchedProbe {
                     gil_hold: None,
                     futex: vec![],
                     runqueue_by: Default::default(),
+                    woken_by: Default::default(),
                     yields: t.nr_yields,
                     gil_waits: t.nr_gil_waits,
                 },
@@ -745,6 +752,7 @@ impl SchedProbe {
                         gil_hold: None,
                         futex: vec![],
                         runqueue_by: Default::default(),
+                        woken_by: Default::default(),
                         yields: r.t.nr_yields,
                         gil_waits: r.t.nr_gil_waits,
                     },
@@ -819,7 +827,7 @@ pub(super) fn futex_key(k: &FutexKey) -> wm_futex_key {
 }
 
 pub(super) fn preempt_key(k: &PreemptKey) -> wm_preempt_key {
-    wm_preempt_key { tid: k.waiter.0, gen: k.waiter.1, by_tid: k.by_tid, by_tgid: k.by_tgid }
+    wm_preempt_key { tid: k.waiter.0, gen: k.waiter.1, by_tid: k.by_tid, by_tgid: k.by_tgid, state: k.state, ctx: k.ctx }
 }
 
 /// The blame entries as read, taken or swept (the inverses of the keys above).
@@ -832,7 +840,11 @@ pub(super) fn futex_entry(k: &wm_futex_key, ns: u64) -> FutexEntry {
 }
 
 pub(super) fn preempt_entry(k: &wm_preempt_key, v: &wm_preempt) -> PreemptEntry {
-    PreemptEntry { key: PreemptKey { waiter: (k.tid, k.gen), by_tid: k.by_tid, by_tgid: k.by_tgid }, comm: comm_of(v), ns: v.ns }
+    PreemptEntry {
+        key: PreemptKey { waiter: (k.tid, k.gen), by_tid: k.by_tid, by_tgid: k.by_tgid, state: k.state, ctx: k.ctx },
+        comm: comm_of(v),
+        ns: v.ns,
+    }
 }
 
 /// A sched probe for unit tests on the real kernel (None, with a line on
@@ -865,6 +877,7 @@ pub(super) fn test_probe_with(timeline_bytes: u32) -> Option<SchedProbe> {
         holder_sample_hz: 0,
         timeline_bytes,
         bpf_loop: super::kernel::Kernel::probe().expect("a kernel above the floor").has(super::kernel::Feature::BpfLoop),
+        irq_context: super::kernel::Kernel::probe().expect("a kernel above the floor").has(super::kernel::Feature::IrqContext),
     })
     .expect("load the sched probe");
     Some(probe)

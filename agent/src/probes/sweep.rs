@@ -153,7 +153,7 @@ mod tests {
         let put = |m: &libbpf_rs::MapMut, k: &[u8], v: &[u8]| m.update(k, v, MapFlags::ANY).expect("update");
         let gil_key = |waiter, holder| gil_key(&GilKey { waiter, holder });
         let futex_key = |waiter, waker, word| futex_key(&FutexKey { waiter, waker, word });
-        let preempt_key = |waiter, by_tid, by_tgid| preempt_key(&PreemptKey { waiter, by_tid, by_tgid });
+        let preempt_key = |waiter, by_tid, by_tgid| preempt_key(&PreemptKey { waiter, by_tid, by_tgid, state: 1, ctx: 0 });
         let mut comm = [b'x' as _; 16];
         comm[15] = 0;
         let pv = |ns: u64| wm_preempt { ns, comm };

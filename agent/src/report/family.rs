@@ -2,13 +2,13 @@
 //! CPUs they wanted against the CPUs they may use. A `multiprocessing.Pool(4)` on 2 CPUs wants
 //! 4 and gets 2: each worker waits half its time in the run queue behind its siblings, which
 //! no single process' report can say ("4 processes on 2 CPUs: 2× oversubscribed").
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use serde::Serialize;
 
 use super::serial::seconds;
 use super::ProcessReport;
-use crate::model::blame::Preemptor;
+use crate::model::blame::{Preemptor, Waker};
 use crate::model::state::State;
 
 /// A thread runnable (running, queued, throttled) at least this share of the time it existed
@@ -37,6 +37,19 @@ pub struct Member {
     /// the process was in the window this long (it may have started or exited in it)
     #[serde(rename = "present_s", serialize_with = "seconds")]
     pub present_ns: u64,
+    /// its threads' waits (blocked, not on the GIL) that another member ended by waking them
+    /// (a lock's release, a latch set, a pipe written, a signal), summed over its threads
+    #[serde(rename = "woken_by_family_s", serialize_with = "seconds")]
+    pub woken_by_family_ns: u64,
+    /// the same by the member that woke them: PID -> ns
+    #[serde(skip)]
+    pub woken_by: BTreeMap<u32, u64>,
+    /// the blocked state that most of those waits were in, and the code its threads waited in
+    /// there (the top site of their own stacks in that state), when named
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub woken_state: Option<State>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_in: Option<String>,
 }
 
 /// The family of a process: itself and the processes it started, with the CPUs it may use.
@@ -70,8 +83,22 @@ fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
         runqueue_ns: 0,
         runqueue_family_ns: 0,
         present_ns: r.exited_after_ns.unwrap_or(r.duration_ns),
+        woken_by_family_ns: 0,
+        woken_by: BTreeMap::new(),
+        woken_state: None,
+        waited_in: None,
     };
+    let mut by_state: BTreeMap<State, u64> = BTreeMap::new();
     for t in &r.threads {
+        for ((state, waker), ns) in &t.woken_by {
+            if let Waker::Process { pid, .. } = waker {
+                if *pid != r.pid && family.contains(pid) {
+                    *m.woken_by.entry(*pid).or_default() += ns;
+                    *by_state.entry(*state).or_default() += ns;
+                    m.woken_by_family_ns += ns;
+                }
+            }
+        }
         let running = t.times.get(State::Running);
         let runqueue = t.times.get(State::Runqueue);
         let runnable = running + runqueue + t.times.get(State::Throttled);
@@ -88,6 +115,11 @@ fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
             })
             .map(|(_, ns)| ns)
             .sum::<u64>();
+    }
+    m.woken_state = by_state.into_iter().max_by_key(|(s, ns)| (*ns, std::cmp::Reverse(*s))).map(|(s, _)| s);
+    if let (Some(state), Some(stacks)) = (m.woken_state, r.stacks.as_ref()) {
+        let tids: Vec<u32> = r.threads.iter().map(|t| t.tid).collect();
+        m.waited_in = stacks.top_site_of(&tids, state, crate::model::stacks::Role::Victim, None).map(|s| s.text);
     }
     m
 }

@@ -62,6 +62,9 @@ fn sum(role: String, rows: &[ThreadRow]) -> ThreadRow {
         for (k, ns) in &r.runqueue_by {
             *out.runqueue_by.entry(k.clone()).or_default() += ns;
         }
+        for (k, ns) in &r.woken_by {
+            *out.woken_by.entry(k.clone()).or_default() += ns;
+        }
         for w in &r.futex {
             *futex.entry((w.addr, w.waker)).or_default() += w.ns;
         }
@@ -138,6 +141,14 @@ pub fn fold(threads: Vec<ThreadRow>, short_ns: u64) -> (Vec<ThreadRow>, BTreeMap
                 other => other,
             };
             *m.entry(p).or_default() += ns;
+            m
+        });
+        r.woken_by = std::mem::take(&mut r.woken_by).into_iter().fold(BTreeMap::new(), |mut m, ((s, w), ns)| {
+            let w = match w {
+                crate::model::blame::Waker::Thread(t) => crate::model::blame::Waker::Thread(to(&t)),
+                other => other,
+            };
+            *m.entry((s, w)).or_default() += ns;
             m
         });
         for w in &mut r.futex {

@@ -42,6 +42,12 @@ pub struct JsonThread {
     pub futex_wait_by_waker: BTreeMap<String, f64>,
     /// run-queue wait per what had the CPU: a TID of this process, "pid N (comm)", or "idle"
     pub runqueue_by_preemptor: BTreeMap<String, f64>,
+    /// closed waits of each blocked state but the GIL's per what woke them: `{state: {waker:
+    /// seconds}}`, the waker a TID of this process, "pid N (comm)" (another process, a kernel
+    /// thread), "softirq" or "interrupt" (charged to no task), "other" (past those kept by
+    /// name); absent when none was seen
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub woken_by: BTreeMap<&'static str, BTreeMap<String, f64>>,
     /// the age of what this thread handled (waitmeter_client samples), if any
     #[serde(skip_serializing_if = "Option::is_none")]
     pub age: Option<JsonAge>,
@@ -443,6 +449,10 @@ pub fn thread(row: &ThreadRow) -> JsonThread {
             })
             .collect(),
         runqueue_by_preemptor: row.runqueue_by.iter().map(|(p, ns)| (p.key(), round6(secs(*ns)))).collect(),
+        woken_by: row.woken_by.iter().fold(BTreeMap::new(), |mut m, ((s, w), ns)| {
+            *m.entry(s.name()).or_insert_with(BTreeMap::new).entry(w.key()).or_insert(0.0) += round6(secs(*ns));
+            m
+        }),
         age: row.age.as_ref().map(|a| age(None, a, None, None)),
         yields: row.yields,
         gil_waits: row.gil_waits,

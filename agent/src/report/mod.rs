@@ -47,6 +47,8 @@ pub struct ThreadRow {
     pub futex: Vec<FutexWait>,
     /// run-queue wait by what had the CPU
     pub runqueue_by: BTreeMap<Preemptor, u64>,
+    /// closed waits of each blocked state (not the GIL's) by what woke them
+    pub woken_by: BTreeMap<(State, crate::model::blame::Waker), u64>,
     /// the age of what this thread handled (waitmeter_client samples)
     pub age: Option<AgeSummary>,
     /// times it gave the CPU away with sched_yield(2)
@@ -189,6 +191,7 @@ impl ThreadRow {
             gil_hold: s.gil_hold,
             futex: s.futex.clone(),
             runqueue_by: s.runqueue_by.clone(),
+            woken_by: s.woken_by.clone(),
             age: None,
             yields: s.yields,
             gil_waits: s.gil_waits,

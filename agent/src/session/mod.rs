@@ -109,6 +109,7 @@ impl Session {
             stall_ns: opts.stall_ns,
             timeline_bytes: opts.timeline_bytes,
             bpf_loop: kernel.has(probes::kernel::Feature::BpfLoop),
+            irq_context: kernel.has(probes::kernel::Feature::IrqContext),
         })?;
         let mut session = Session {
             kernel,

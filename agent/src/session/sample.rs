@@ -5,11 +5,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::resolve::HolderResolver;
 use super::{Session, Target};
 use crate::clock::monotonic_ns;
-use crate::model::blame::{FutexWait, Preemptor, GONE};
+use crate::model::blame::{FutexWait, Preemptor, Waker, GONE};
 use crate::model::hist::HoldHist;
 use crate::model::labels::sanitize;
 use crate::model::ledger::{incarnation, ByWaiter, Entries, Incarnation};
 use crate::model::partition::ThreadSample;
+use crate::model::state::State;
 use crate::procfs;
 use crate::python;
 
@@ -130,6 +131,18 @@ impl Session {
         if let Some(entries) = waits.waits.preempt.get(&who) {
             for e in entries {
                 let (by_tid, by_tgid) = (e.key.by_tid, e.key.by_tgid);
+                // a blocked state's: what woke it
+                if let Some(state) = State::from_index(usize::from(e.key.state)).filter(|s| s.is_blocked()) {
+                    let waker = match e.key.ctx {
+                        1 => Waker::Softirq,
+                        2 | 3 => Waker::Interrupt,
+                        _ if by_tid == GONE => Waker::merged(),
+                        _ if by_tgid == t.host_pid => Waker::Thread(r.ns_tid(self, by_tid)),
+                        _ => Waker::Process { pid: r.ns_tid(self, by_tgid), comm: sanitize(&e.comm.text()) },
+                    };
+                    *s.woken_by.entry((state, waker)).or_insert(0) += e.ns;
+                    continue;
+                }
                 let who = if by_tid == 0 {
                     Preemptor::Idle
                 } else if by_tid == GONE {

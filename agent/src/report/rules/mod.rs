@@ -44,6 +44,7 @@ pub mod run_queue;
 pub mod saturated_thread;
 pub mod stall;
 pub mod unmeasured_gil;
+pub mod waiting_on_each_other;
 pub mod yielding;
 
 /// A thread is reported when this share of its time was involuntary waiting.
@@ -71,6 +72,7 @@ pub const ORDER: &[Rule] = &[
     gil_starvation::find,
     cpu_quota_throttling::find,
     oversubscribed::find,
+    waiting_on_each_other::find,
     // each thread's own line: the first of `PER_THREAD` that has one
     per_thread,
     // a serving thread kept from its home: after the GIL starvation, which says a starving

@@ -1,0 +1,247 @@
+//! "waiting on each other:": processes measured together (`attach --children`) spent their time
+//! blocked until another of them woke them, whatever the wait (a lock's release across shared
+//! memory, a latch set by a signal, a pipe or socket written, a futex): a database's backends
+//! queued on one row's lock, workers taking turns on a shared-memory lock. No single process'
+//! report can say it: each sees only that it slept, and who woke it (`family.rs`).
+//!
+//! Waiting for work is not this: a writer or a consumer woken by the others with work to do
+//! (a database's WAL writer, a pool's collector) is woken by them and wakes none of them. So the
+//! processes named are those that were woken by the others for `SHARE` of their time **and**
+//! woke the others in turn (`MUTUAL`): they take turns on something, each waiting for the
+//! others to let go.
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::Serialize;
+
+use super::super::evidence::and_more;
+use super::super::family::{Family, Member};
+use super::super::serial::{ratio, seconds};
+use super::{Claim, Context};
+use crate::model::partition::secs;
+use crate::model::state::State;
+
+/// A member is one of the waiting when its waits ended by another member's wakeup hold at
+/// least this share of the time it was present (as a thread's `WAITING_SHARE`).
+pub const SHARE: f64 = 0.2;
+/// ... and it woke the others in turn: the waits of the others it ended hold at least this
+/// share of its own (a producer's consumers are woken by it and wake none of it back).
+pub const MUTUAL: f64 = 0.1;
+/// The members and wakers a finding names.
+const NAMED: usize = 6;
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WaitingOnEachOther {
+    /// how many processes took turns, and the first few, most waiting first
+    pub count: usize,
+    pub processes: Vec<Waiter>,
+    /// their waits ended by another of them, summed, and its share of the time they were present
+    #[serde(rename = "waited_s", serialize_with = "seconds")]
+    pub waited_ns: u64,
+    #[serde(serialize_with = "ratio")]
+    pub share: f64,
+    /// the blocked state most of those waits were in, and the code they waited in there (the
+    /// site most of them name)
+    pub state: State,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_in: Option<String>,
+    /// the members whose wakeups ended the most of those waits (who held, then let go), with
+    /// their share of them
+    pub wakers: Vec<Waker>,
+    #[serde(rename = "window_s", serialize_with = "seconds")]
+    pub window_ns: u64,
+}
+
+/// A process as the finding names it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Waiter {
+    pub pid: u32,
+    pub comm: String,
+    #[serde(serialize_with = "ratio")]
+    pub share: f64,
+}
+
+/// A member that ended the others' waits, and its share of them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Waker {
+    pub pid: u32,
+    pub comm: String,
+    #[serde(serialize_with = "ratio")]
+    pub share: f64,
+}
+
+/// The finding of the report's family, when it was measured.
+pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
+    cx.report.family.as_ref().and_then(of).map(|o| -> Box<dyn Claim> { Box::new(o) }).into_iter().collect()
+}
+
+/// The members that waited on each other (`SHARE`, `MUTUAL`), when at least two did.
+pub fn of(family: &Family) -> Option<WaitingOnEachOther> {
+    let by_pid = |pid: u32| family.members.iter().find(|m| m.pid == pid);
+    let mut set: BTreeSet<u32> = family
+        .members
+        .iter()
+        .filter(|m| m.present_ns > 0 && m.woken_by_family_ns as f64 >= SHARE * m.present_ns as f64)
+        .map(|m| m.pid)
+        .collect();
+    // drop those that did not wake the others in turn, until every one left did
+    loop {
+        let woke = |pid: u32, set: &BTreeSet<u32>| -> u64 {
+            set.iter().filter(|w| **w != pid).filter_map(|w| by_pid(*w)?.woken_by.get(&pid)).sum()
+        };
+        let keep: BTreeSet<u32> = set
+            .iter()
+            .copied()
+            .filter(|p| woke(*p, &set) as f64 >= MUTUAL * by_pid(*p).map_or(0, |m| m.woken_by_family_ns) as f64)
+            .collect();
+        if keep.len() == set.len() {
+            break;
+        }
+        set = keep;
+    }
+    if set.len() < 2 {
+        return None;
+    }
+    let mut waiting: Vec<&Member> = set.iter().filter_map(|p| by_pid(*p)).collect();
+    let waited: u64 = waiting.iter().map(|m| m.woken_by_family_ns).sum();
+    let present: u64 = waiting.iter().map(|m| m.present_ns).sum();
+    waiting.sort_by(|a, b| b.woken_by_family_ns.cmp(&a.woken_by_family_ns).then(a.pid.cmp(&b.pid)));
+    let mut wakers: std::collections::BTreeMap<u32, u64> = Default::default();
+    for m in &waiting {
+        for (pid, ns) in &m.woken_by {
+            *wakers.entry(*pid).or_default() += ns;
+        }
+    }
+    let mut wakers: Vec<(u32, u64)> = wakers.into_iter().collect();
+    wakers.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mode = |f: &dyn Fn(&Member) -> Option<String>| {
+        let mut n: std::collections::BTreeMap<String, u64> = Default::default();
+        for m in &waiting {
+            if let Some(k) = f(m) {
+                *n.entry(k).or_default() += m.woken_by_family_ns;
+            }
+        }
+        n.into_iter().max_by_key(|(k, ns)| (*ns, std::cmp::Reverse(k.clone()))).map(|(k, _)| k)
+    };
+    let state = mode(&|m| m.woken_state.map(|s| s.name().to_string()))
+        .and_then(|name| State::ALL.into_iter().find(|s| s.name() == name))
+        .unwrap_or(State::Other);
+    Some(WaitingOnEachOther {
+        count: waiting.len(),
+        processes: waiting
+            .iter()
+            .take(NAMED)
+            .map(|m| Waiter { pid: m.pid, comm: m.comm.clone(), share: m.woken_by_family_ns as f64 / m.present_ns.max(1) as f64 })
+            .collect(),
+        waited_ns: waited,
+        share: waited as f64 / present.max(1) as f64,
+        state,
+        waited_in: mode(&|m| m.waited_in.clone()),
+        wakers: wakers
+            .iter()
+            .take(3)
+            .filter_map(|(pid, ns)| Some(Waker { pid: *pid, comm: by_pid(*pid)?.comm.clone(), share: *ns as f64 / waited.max(1) as f64 }))
+            .collect(),
+        window_ns: family.window_ns,
+    })
+}
+
+impl Claim for WaitingOnEachOther {
+    fn kind(&self) -> &'static str {
+        "waiting_on_each_other"
+    }
+    fn explains_ns(&self) -> u64 {
+        self.waited_ns
+    }
+    fn precedence(&self) -> u8 {
+        1
+    }
+    fn explains_age(&self) -> bool {
+        true
+    }
+}
+
+impl fmt::Display for WaitingOnEachOther {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let WaitingOnEachOther { count, processes, share, state, waited_in, wakers, window_ns, .. } = self;
+        let names = processes.iter().map(|p| format!("{} ({}) {:.0}%", p.comm, p.pid, 100.0 * p.share)).collect();
+        let woke: Vec<String> = wakers.iter().map(|w| format!("{} ({}) {:.0}%", w.comm, w.pid, 100.0 * w.share)).collect();
+        write!(
+            f,
+            "waiting on each other: {count} processes were blocked {:.0}% of their time in the {:.1} s until another of them woke them ({}, mostly): they take turns on something one holds while the others wait (a lock across processes: a database's row or table lock, a shared-memory lock, a hand-off through a pipe or a signal): {}. Woken mostly by {}",
+            100.0 * share,
+            secs(*window_ns),
+            state.name(),
+            and_more(names, *count),
+            woke.join(", "),
+        )?;
+        if let Some(site) = waited_in {
+            write!(f, ". They waited in {site}")?;
+        }
+        write!(f, ". Find what they queue on where they wait (a database server's own view of its waits names the lock); hold it for less, or spread the work over more of it")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::blame;
+    use crate::report::fixtures::{row, S};
+    use crate::report::ProcessReport;
+    use std::collections::BTreeMap;
+
+    /// A process of one thread over a 10 s window, blocked in `state` for `woken` ns in all,
+    /// woken by each of `by` in equal parts, asleep the rest of the time.
+    fn process(pid: u32, state: State, woken: u64, by: &[u32]) -> ProcessReport {
+        let mut t = row(pid, "postgres", &[(State::Running, S), (state, woken), (State::Sleep, 9 * S - woken)]);
+        t.woken_by = by
+            .iter()
+            .map(|p| ((state, blame::Waker::Process { pid: *p, comm: "postgres".into() }), woken / by.len() as u64))
+            .collect::<BTreeMap<_, _>>();
+        ProcessReport::new(pid, "postgres".into(), None, 10 * S, None, vec![t])
+    }
+
+    fn family(root: ProcessReport, others: &[ProcessReport]) -> Family {
+        Family::of(&root, &others.iter().collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn backends_that_wake_each_other_wait_on_each_other() {
+        // four backends, each woken by the three others for 6 s of its 10; the postmaster idle
+        let backends: Vec<ProcessReport> =
+            (101..105).map(|p| process(p, State::IoWait, 6 * S, &(101..105).filter(|o| *o != p).collect::<Vec<_>>())).collect();
+        let f = family(process(100, State::IoWait, 0, &[]), &backends);
+        let w = of(&f).expect("found");
+        assert_eq!((w.count, w.state), (4, State::IoWait));
+        assert!((w.share - 0.6).abs() < 1e-9, "{}", w.share);
+        assert_eq!(w.waited_ns, 24 * S);
+        assert!(w.processes.iter().all(|p| (101..105).contains(&p.pid)) && w.wakers.iter().all(|p| (101..105).contains(&p.pid)));
+        let line = w.to_string();
+        assert!(line.starts_with("waiting on each other: 4 processes were blocked 60% of their time in the 10.0 s"), "{line}");
+    }
+
+    #[test]
+    fn a_writer_woken_with_work_is_not_one_of_them() {
+        // the same backends, and a writer they wake for 9 s of its 10 that wakes none of them
+        let mut all: Vec<ProcessReport> =
+            (101..105).map(|p| process(p, State::IoWait, 6 * S, &(101..105).filter(|o| *o != p).collect::<Vec<_>>())).collect();
+        all.push(process(200, State::IoWait, 9 * S, &[101, 102, 103, 104]));
+        let w = of(&family(process(100, State::IoWait, 0, &[]), &all)).expect("found");
+        assert_eq!(w.count, 4);
+        assert!(w.processes.iter().all(|p| p.pid != 200), "{:?}", w.processes);
+    }
+
+    #[test]
+    fn consumers_fed_by_one_producer_and_short_waits_are_not_waiting_on_each_other() {
+        // a producer wakes four consumers with work 9 s of their 10; none wakes another
+        let consumers: Vec<ProcessReport> = (101..105).map(|p| process(p, State::FutexWait, 9 * S, &[100])).collect();
+        assert_eq!(of(&family(process(100, State::Sleep, 0, &[]), &consumers)), None);
+        // backends that wake each other for a tenth of their time (below SHARE)
+        let light: Vec<ProcessReport> =
+            (101..105).map(|p| process(p, State::IoWait, S, &(101..105).filter(|o| *o != p).collect::<Vec<_>>())).collect();
+        assert_eq!(of(&family(process(100, State::IoWait, 0, &[]), &light)), None);
+        // one pair is not enough when only one of them wakes the other
+        let pair = [process(101, State::IoWait, 6 * S, &[102]), process(102, State::IoWait, 6 * S, &[103])];
+        assert_eq!(of(&family(process(100, State::IoWait, 0, &[]), &pair)), None);
+    }
+}
