@@ -90,6 +90,22 @@ const PARKED_WORKING: f64 = 0.25;
 /// the members ask for, a GC among them) is woken round with them but hardly works.
 const PARKED_MEMBER_WORK: f64 = 0.1;
 
+/// A lock has one holder at a time: the members of a convoy on it ran, in all, about one CPU's
+/// worth of the window at most (the holder's turn), and at least this much of it (the lock was
+/// held most of the window: its waiters queued behind a holder that ran)...
+const PARKED_HELD: f64 = 0.5;
+/// ... and at most this many CPUs' worth: threads that ran side by side for much of the window
+/// were not taking turns on one lock; they waited for work, or for a CPU (a runtime's idle
+/// threads woken to run what came, as Go's scheduler parks each M on a note of its own; a
+/// pool's workers on busy CPUs). Waiting for work is idle, and a CPU's shortage is its own
+/// finding.
+const PARKED_SERIAL: f64 = 1.3;
+/// The least mean number of members waiting for the others (their waits within the group over
+/// the window): a queue behind the lock. A runtime's idle threads taking turns to run one
+/// request at a time (a closed-loop client) wait about one at a time; three threads on a lock
+/// held without a break, each a third of its time outside it, wait 1.5 at a time.
+const PARKED_QUEUE: f64 = 1.5;
+
 /// A convoy on a lock whose waiters park each on a word of its own (HotSpot parks a thread on
 /// its own event for a monitor and for `LockSupport.park`): no word has many waiters, but a
 /// group of threads (≥ `CONVOY_WAITERS`) spent ≥ `CONVOY_SHARE` of the window, in all, in waits
@@ -97,7 +113,7 @@ const PARKED_MEMBER_WORK: f64 = 0.1;
 /// waits ended so; the wakes go round (every member wakes and is woken within the group: a
 /// pipeline, each stage woken by the one before, is not a convoy); each member worked
 /// (`PARKED_MEMBER_WORK`), and the group worked meanwhile (a pool idle on its queue hands no
-/// lock round).
+/// lock round), one at a time (`PARKED_HELD`, `PARKED_SERIAL`).
 fn parked(cx: &Context) -> Option<LockConvoy> {
     let window = cx.window_ns.max(1) as f64;
     let mut waiters_of: HashMap<u64, BTreeSet<u32>> = HashMap::new();
@@ -147,7 +163,11 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
     }
     let wait_ns: u64 = group.iter().map(|t| within(&group, *t)).sum();
     let working: u64 = group.iter().map(|t| work_of(*t)).sum();
-    (group.len() >= CONVOY_WAITERS && wait_ns as f64 >= CONVOY_SHARE * window && working as f64 >= PARKED_WORKING * window).then(|| {
+    let ran: u64 = cx.rows.iter().filter(|r| group.contains(&r.tid)).map(|r| r.times.get(State::Running)).sum();
+    let taking_turns = (PARKED_HELD * window..=PARKED_SERIAL * window).contains(&(ran as f64));
+    let queued = wait_ns as f64 >= CONVOY_SHARE.max(PARKED_QUEUE) * window;
+    (group.len() >= CONVOY_WAITERS && queued && working as f64 >= PARKED_WORKING * window && taking_turns)
+        .then(|| {
         // the wakers, most waking first
         let mut wakers: BTreeMap<u32, u64> = BTreeMap::new();
         for t in &group {

@@ -165,15 +165,23 @@ fn behind_locks(r: &ThreadRow, home: WaitKey) -> f64 {
 /// Threads that wait for work on a futex handed to them by a producer that feeds others the
 /// same way: a pool's workers. One of them away from its queue delays nothing while the others
 /// take the work; the pool's stalls are its producer's (a dispatcher kept from its poll).
+///
+/// Peers that park each on a word of their own and wake each other with work (a runtime's
+/// scheduler threads: Go parks each M on a note of its own, and the M that finds work wakes an
+/// idle one) are a pool too: a thread whose home's main waker is another such thread.
 fn pool_workers(rows: &[ThreadRow]) -> Vec<u32> {
     let mut fed: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+    let mut producer_of: std::collections::BTreeMap<u32, u32> = Default::default();
     for r in rows {
         let Some(home) = r.stretches.as_ref().and_then(|s| s.home).filter(|k| k.is_futex()) else { continue };
         if let Some(p) = producer(r, home) {
             fed.entry(p).or_default().push(r.tid);
+            producer_of.insert(r.tid, p);
         }
     }
-    fed.into_values().filter(|v| v.len() >= 2).flatten().collect()
+    let peers: Vec<u32> = producer_of.iter().filter(|(_, p)| producer_of.contains_key(p)).map(|(t, _)| *t).collect();
+    let peers = if peers.len() >= 2 { peers } else { vec![] };
+    fed.into_values().filter(|v| v.len() >= 2).flatten().chain(peers).collect()
 }
 
 /// A stall of each serving thread whose stretches away from home went over the objective;

@@ -1,0 +1,3 @@
+module gohttp
+
+go 1.22
