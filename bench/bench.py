@@ -215,8 +215,10 @@ HOOKS = ["sched_switch", "sched_wakeup", "sched_waking", "sched_wakeup_new", "sc
 
 
 def hook_of(prog):
-    """The hook a program runs on, by name: waitmeter's are the hook + "_btf", the floor's the hook."""
-    return prog[:-4] if prog.endswith("_btf") else prog
+    """The hook a program runs on, by name: waitmeter's are the hook + "_btf" (sched_waking's variant
+    without the preempt count, loaded where the kernel's symbols do not name it, is
+    "sched_waking_noirq_btf"), the floor's the hook."""
+    return (prog[:-4] if prog.endswith("_btf") else prog).removesuffix("_noirq")
 
 
 def per_event_costs(sc, bpf):

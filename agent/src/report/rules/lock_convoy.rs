@@ -166,8 +166,7 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
     let ran: u64 = cx.rows.iter().filter(|r| group.contains(&r.tid)).map(|r| r.times.get(State::Running)).sum();
     let taking_turns = (PARKED_HELD * window..=PARKED_SERIAL * window).contains(&(ran as f64));
     let queued = wait_ns as f64 >= CONVOY_SHARE.max(PARKED_QUEUE) * window;
-    (group.len() >= CONVOY_WAITERS && queued && working as f64 >= PARKED_WORKING * window && taking_turns)
-        .then(|| {
+    (group.len() >= CONVOY_WAITERS && queued && working as f64 >= PARKED_WORKING * window && taking_turns).then(|| {
         // the wakers, most waking first
         let mut wakers: BTreeMap<u32, u64> = BTreeMap::new();
         for t in &group {
