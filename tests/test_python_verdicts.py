@@ -305,3 +305,6 @@ def test_a_pool_larger_than_its_cpus_is_oversubscribed(version):
         reports, _ = attach_family(w, 3.0)
     assert len(reports) >= 3, [r["pid"] for r in reports]
     assert not any(f["kind"] == "oversubscribed" for r in reports for f in r["findings"]), reports[0]["verdict"]
+    # the parent and its workers hand tasks and results to each other through pipes: they wait
+    # for work, not on each other
+    assert not any(f["kind"] == "waiting_on_each_other" for r in reports for f in r["findings"]), reports[0]["verdict"]

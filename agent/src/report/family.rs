@@ -44,6 +44,9 @@ pub struct Member {
     /// the same by the member that woke them: PID -> ns
     #[serde(skip)]
     pub woken_by: BTreeMap<u32, u64>,
+    /// its threads' time in the window, summed (what `woken_by_family_ns` is a share of)
+    #[serde(skip)]
+    pub thread_ns: u64,
     /// the blocked state that most of those waits were in, and the code its threads waited in
     /// there (the top site of their own stacks in that state), when named
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -85,6 +88,7 @@ fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
         present_ns: r.exited_after_ns.unwrap_or(r.duration_ns),
         woken_by_family_ns: 0,
         woken_by: BTreeMap::new(),
+        thread_ns: r.threads.iter().map(|t| t.existed_ns).sum(),
         woken_state: None,
         waited_in: None,
     };

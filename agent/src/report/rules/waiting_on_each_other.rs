@@ -22,7 +22,7 @@ use crate::model::partition::secs;
 use crate::model::state::State;
 
 /// A member is one of the waiting when its waits ended by another member's wakeup hold at
-/// least this share of the time it was present (as a thread's `WAITING_SHARE`).
+/// least this share of its threads' time in the window (as a thread's `WAITING_SHARE`).
 pub const SHARE: f64 = 0.2;
 /// ... and it woke the others in turn: the waits of the others it ended hold at least this
 /// share of its own (a producer's consumers are woken by it and wake none of it back).
@@ -81,7 +81,7 @@ pub fn of(family: &Family) -> Option<WaitingOnEachOther> {
     let mut set: BTreeSet<u32> = family
         .members
         .iter()
-        .filter(|m| m.present_ns > 0 && m.woken_by_family_ns as f64 >= SHARE * m.present_ns as f64)
+        .filter(|m| m.thread_ns > 0 && m.woken_by_family_ns as f64 >= SHARE * m.thread_ns as f64)
         .map(|m| m.pid)
         .collect();
     // drop those that did not wake the others in turn, until every one left did
@@ -104,7 +104,7 @@ pub fn of(family: &Family) -> Option<WaitingOnEachOther> {
     }
     let mut waiting: Vec<&Member> = set.iter().filter_map(|p| by_pid(*p)).collect();
     let waited: u64 = waiting.iter().map(|m| m.woken_by_family_ns).sum();
-    let present: u64 = waiting.iter().map(|m| m.present_ns).sum();
+    let present: u64 = waiting.iter().map(|m| m.thread_ns).sum();
     waiting.sort_by(|a, b| b.woken_by_family_ns.cmp(&a.woken_by_family_ns).then(a.pid.cmp(&b.pid)));
     let mut wakers: std::collections::BTreeMap<u32, u64> = Default::default();
     for m in &waiting {
@@ -131,7 +131,7 @@ pub fn of(family: &Family) -> Option<WaitingOnEachOther> {
         processes: waiting
             .iter()
             .take(NAMED)
-            .map(|m| Waiter { pid: m.pid, comm: m.comm.clone(), share: m.woken_by_family_ns as f64 / m.present_ns.max(1) as f64 })
+            .map(|m| Waiter { pid: m.pid, comm: m.comm.clone(), share: m.woken_by_family_ns as f64 / m.thread_ns.max(1) as f64 })
             .collect(),
         waited_ns: waited,
         share: waited as f64 / present.max(1) as f64,
