@@ -34,7 +34,7 @@ const NAMED: usize = 6;
 pub struct WaitingOnEachOther {
     /// how many processes took turns, and the first few, most waiting first
     pub count: usize,
-    pub processes: Vec<Waiter>,
+    pub processes: Vec<Process>,
     /// their waits ended by another of them, summed, and its share of the time they were present
     #[serde(rename = "waited_s", serialize_with = "seconds")]
     pub waited_ns: u64,
@@ -47,23 +47,15 @@ pub struct WaitingOnEachOther {
     pub waited_in: Option<String>,
     /// the members whose wakeups ended the most of those waits (who held, then let go), with
     /// their share of them
-    pub wakers: Vec<Waker>,
+    pub wakers: Vec<Process>,
     #[serde(rename = "window_s", serialize_with = "seconds")]
     pub window_ns: u64,
 }
 
-/// A process as the finding names it.
+/// A process as the finding names it, with its share: of its threads' time spent waiting (a
+/// waiter), or of the others' waits it ended (a waker).
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Waiter {
-    pub pid: u32,
-    pub comm: String,
-    #[serde(serialize_with = "ratio")]
-    pub share: f64,
-}
-
-/// A member that ended the others' waits, and its share of them.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Waker {
+pub struct Process {
     pub pid: u32,
     pub comm: String,
     #[serde(serialize_with = "ratio")]
@@ -131,7 +123,7 @@ pub fn of(family: &Family) -> Option<WaitingOnEachOther> {
         processes: waiting
             .iter()
             .take(NAMED)
-            .map(|m| Waiter { pid: m.pid, comm: m.comm.clone(), share: m.woken_by_family_ns as f64 / m.thread_ns.max(1) as f64 })
+            .map(|m| Process { pid: m.pid, comm: m.comm.clone(), share: m.woken_by_family_ns as f64 / m.thread_ns.max(1) as f64 })
             .collect(),
         waited_ns: waited,
         share: waited as f64 / present.max(1) as f64,
@@ -140,7 +132,7 @@ pub fn of(family: &Family) -> Option<WaitingOnEachOther> {
         wakers: wakers
             .iter()
             .take(3)
-            .filter_map(|(pid, ns)| Some(Waker { pid: *pid, comm: by_pid(*pid)?.comm.clone(), share: *ns as f64 / waited.max(1) as f64 }))
+            .filter_map(|(pid, ns)| Some(Process { pid: *pid, comm: by_pid(*pid)?.comm.clone(), share: *ns as f64 / waited.max(1) as f64 }))
             .collect(),
         window_ns: family.window_ns,
     })
