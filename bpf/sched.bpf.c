@@ -505,7 +505,10 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	closing(&t->d, c);
 	if (wake && told)
 		told_by_waking(t, from, told, c);
+	/* as the wakeup told them: the waker, and a GIL wait's holder where the
+	 * waiter read none (woken_by()) */
 	c->waker = t->d.waker;
+	c->gil_holder = t->d.gil_holder;
 	/* ran for long since its last GIL wait, or blocks on something else: a
 	 * streak of GIL waits is over (its end was not seen: it took the GIL
 	 * without sleeping again) */

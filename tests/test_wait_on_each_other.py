@@ -1,5 +1,5 @@
 """Processes that wait on each other (docs/verdicts.md, "waiting on each other"), measured together
-(`attach --children` of a server's first process), against the server's own account of its waits.
+(`attach --children` of a server's first process, or `attach -p` of each of its backends), against the server's own account of its waits.
 
 A real multi-process server and its own load tool: Debian's PostgreSQL and pgbench, 8 clients, each
 transaction holding what it updated for 4 ms (`pg_sleep`, with the CPUs free). The ground truth is
@@ -39,17 +39,25 @@ LOCKS = ("Lock:", "LWLock:")
 TOLERANCE = 0.15
 
 
-def measure(pg, script, seconds=5.0):
-    """Run pgbench with `script`; meanwhile `attach --children` of the postmaster and the server's
-    own sampling of its backends' waits, over the same seconds. (report of the postmaster, the
-    server's {event: samples}, the backends' PIDs, pgbench's output)."""
+def measure(pg, script, seconds=5.0, by_pid=False):
+    """Run pgbench with `script`; meanwhile `attach --children` of the postmaster (`by_pid`: `attach
+    -p` of each backend, as pg_stat_activity lists them) and the server's own sampling of its
+    backends' waits, over the same seconds. (the report with the family, every report, the server's
+    {event: samples}, the backends' PIDs, pgbench's output)."""
     bench = pg.pgbench(script, CLIENTS, int(seconds + 6), options="-c synchronous_commit=off")
     try:
         threading.Event().wait(1.5)
+        if by_pid:
+            listed = pg.psql("select pid from pg_stat_activity where backend_type = 'client backend' "
+                             "and application_name = 'pgbench'").split()
+            assert len(listed) == CLIENTS, listed
+            targets = [a for pid in listed for a in ("-p", pid)]
+        else:
+            targets = ["--pid", str(pg.postmaster()), "--children"]
         server = {}
         sampler = threading.Thread(target=lambda: server.update(zip(("events", "pids"), pg.sample_waits(seconds))))
         sampler.start()
-        cp = subprocess.run([str(WAITMETER), "attach", "--pid", str(pg.postmaster()), "--children", "--duration", str(seconds),
+        cp = subprocess.run([str(WAITMETER), "attach", *targets, "--duration", str(seconds),
                              "--output", "json"], capture_output=True, text=True, timeout=seconds + 60 * SLOWDOWN)
         sampler.join(timeout=60)
         out, _ = bench.communicate(timeout=60)
@@ -72,8 +80,10 @@ def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_
     pg = Postgres()
     try:
         pg.psql("create table hot (id int primary key, n bigint); insert into hot select g, 0 from generate_series(1, 100) g")
+        pg_root = pg.postmaster()
         root, _, events, backends, out = measure(pg, ONE_ROW)
         croot, creports, cevents, cbackends, cout = measure(pg, OWN_ROWS)
+        proot, _, pevents, pbackends, pout = measure(pg, ONE_ROW, by_pid=True)
     finally:
         pg.close()
     # the server's account: the bug's backends wait on the row's lock, the control's sleep
@@ -81,6 +91,7 @@ def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_
     assert truth > 0.6 and ctruth < 0.1, (events, cevents, out, cout)
     assert len(backends) == CLIENTS and len(cbackends) == CLIENTS, (backends, cbackends)
 
+    assert root["family"]["of"] == "children" and root["pid"] == pg_root, root["family"]
     first = root["verdict"][0]
     assert first.startswith(f"waiting on each other: {CLIENTS} processes were blocked"), root["verdict"]
     found = next(f for f in root["findings"] if f["kind"] == "waiting_on_each_other")
@@ -92,6 +103,17 @@ def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_
     members = {m["pid"]: m for m in root["family"]["members"]}
     for pid in backends:
         assert members[pid]["woken_by_family_s"] >= 0.5 * truth * members[pid]["present_s"], members[pid]
+
+    # the same backends asked for by PID (`attach -p` of each): the same first line, on the
+    # report of the first asked for, which is one of them; no oversubscription is judged of
+    # processes that need not share their CPUs
+    ptruth = lock_share(pevents)
+    assert ptruth > 0.6, (pevents, pout)
+    assert proot["family"]["of"] == "pids" and proot["pid"] in pbackends, proot["family"]
+    assert proot["verdict"][0].startswith(f"waiting on each other: {CLIENTS} processes were blocked"), proot["verdict"]
+    pfound = next(f for f in proot["findings"] if f["kind"] == "waiting_on_each_other")
+    assert abs(pfound["share"] - ptruth) <= TOLERANCE, (pfound["share"], ptruth, pevents)
+    assert not any(f["kind"] == "oversubscribed" for f in proot["findings"]), proot["verdict"]
 
     # the control: no such finding; the backends' sleeps were ended by an interrupt (a timer)
     assert not any(f["kind"] == "waiting_on_each_other" for f in croot["findings"]), croot["verdict"]

@@ -486,6 +486,12 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
             .collect();
         let mut family = family.into_iter();
         reports = watched.iter().zip(reports).map(|(w, r)| if w.root.is_none() { r.with_family(family.next()) } else { r }).collect();
+    } else if reports.len() > 1 {
+        // several processes asked for: whether they waited on each other, on the first's report
+        let others: Vec<&ProcessReport> = reports[1..].iter().collect();
+        let group = crate::report::family::Family::asked(&reports[0], &others);
+        let first = reports.remove(0).with_family(Some(group));
+        reports.insert(0, first);
     }
     if timeline {
         let verdicts: Vec<_> = reports.iter().map(verdict::analyse).collect();

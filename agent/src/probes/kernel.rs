@@ -46,13 +46,22 @@ impl Feature {
         }
     }
 
-    /// The Linux version (or build option) that brought it.
-    pub fn since(self) -> &'static str {
+    /// What brings it: a Linux version, or a build option.
+    pub fn needs(self) -> &'static str {
         match self {
-            Feature::BpfLoop => "5.17",
-            Feature::TaskStorage => "5.11",
-            Feature::IrqContext => "5.10 built with CONFIG_KALLSYMS_ALL",
+            Feature::BpfLoop => "Linux 5.17",
+            Feature::TaskStorage => "Linux 5.11",
+            Feature::IrqContext => "a kernel built with CONFIG_KALLSYMS_ALL",
         }
+    }
+
+    /// Whether its absence changes every measurement, and so is said on stderr at every start.
+    /// The others are in the report's environment, the `waitmeter_kernel_feature` metric and the
+    /// log at `-v`: task local storage is needed by `--syscalls on` alone, which refuses without
+    /// it in a line of its own; the interrupt context changes only the waker of a wait an
+    /// interrupt ended while it interrupted a system call.
+    pub fn warns(self) -> bool {
+        matches!(self, Feature::BpfLoop)
     }
 
     /// What waitmeter does without it.
@@ -113,14 +122,22 @@ impl Kernel {
 
     /// The features it lacks, each with what waitmeter does without it.
     pub fn degraded(&self) -> Vec<String> {
-        Feature::ALL.iter().filter(|f| !self.has(**f)).map(|f| format!("no {} (Linux {}): {}", f.name(), f.since(), f.without())).collect()
+        Feature::ALL.iter().filter(|f| !self.has(**f)).map(|f| degraded(*f)).collect()
     }
 
-    /// One line for the log when anything is degraded.
-    pub fn summary(&self) -> Option<String> {
-        let d = self.degraded();
-        (!d.is_empty()).then(|| format!("kernel {}: {}", self.release, d.join("; ")))
+    /// One line for the log when anything is degraded: `.0` what changes every measurement (a
+    /// warning), `.1` the rest (information).
+    pub fn summary(&self) -> (Option<String>, Option<String>) {
+        let line = |warns: bool| {
+            let d: Vec<String> = Feature::ALL.iter().filter(|f| !self.has(**f) && f.warns() == warns).map(|f| degraded(*f)).collect();
+            (!d.is_empty()).then(|| format!("kernel {}: {}", self.release, d.join("; ")))
+        };
+        (line(true), line(false))
     }
+}
+
+fn degraded(f: Feature) -> String {
+    format!("no {} ({}): {}", f.name(), f.needs(), f.without())
 }
 
 /// Whether the kernel's symbols (`/proc/kallsyms`, addresses shown to root) name the per-CPU
@@ -167,12 +184,16 @@ mod tests {
         let d = k.degraded();
         assert_eq!(d.len(), 1);
         assert!(d[0].starts_with("no bpf_loop (Linux 5.17): the legacy probes: native stacks are walked by frame pointers only"), "{d:?}");
-        assert_eq!(k.summary().unwrap().split(": ").next(), Some("kernel 5.16.0"));
+        assert_eq!(k.summary().0.unwrap().split(": ").next(), Some("kernel 5.16.0"));
+        assert_eq!(k.summary().1, None);
         // without the preempt count among the kernel's symbols: what sched_waking tells apart less
         let no_irq = Kernel { release: "6.18".into(), features: [Feature::BpfLoop, Feature::TaskStorage].into() };
-        assert_eq!(no_irq.degraded(), ["no irq_context (Linux 5.10 built with CONFIG_KALLSYMS_ALL): a wakeup from an interrupt is told apart only where it interrupted a task outside a system call; one that interrupted a system call is charged to that task"]);
+        assert_eq!(no_irq.degraded(), ["no irq_context (a kernel built with CONFIG_KALLSYMS_ALL): a wakeup from an interrupt is told apart only where it interrupted a task outside a system call; one that interrupted a system call is charged to that task"]);
+        // said at -v, not warned of at every start (a host without CONFIG_KALLSYMS_ALL)
+        assert_eq!(no_irq.summary().0, None);
+        assert_eq!(no_irq.summary().1.unwrap(), format!("kernel 6.18: {}", no_irq.degraded()[0]));
         let full = Kernel { release: "6.18".into(), features: Feature::ALL.into() };
-        assert!(full.degraded().is_empty() && full.summary().is_none());
+        assert!(full.degraded().is_empty() && full.summary() == (None, None));
     }
 
     #[test]

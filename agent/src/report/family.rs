@@ -55,9 +55,23 @@ pub struct Member {
     pub waited_in: Option<String>,
 }
 
-/// The family of a process: itself and the processes it started, with the CPUs it may use.
+/// What gathers the processes of a [`Family`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Gathered {
+    /// the process and those it started (`--children`): they share its CPUs
+    Children,
+    /// the processes asked for (`-p A -p B`), which need not share their CPUs: no
+    /// `oversubscribed` is judged of them
+    Pids,
+}
+
+/// The family of a process: itself and the processes it started, with the CPUs it may use; or
+/// the processes asked for together (`attach -p A -p B`), on the first one's report.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Family {
+    /// what gathered them
+    pub of: Gathered,
     /// the CPUs the first process may use (quota, cpuset and affinity; its children inherit them)
     pub cpus: f64,
     #[serde(rename = "window_s", serialize_with = "seconds")]
@@ -73,7 +87,12 @@ impl Family {
         let mut members: Vec<Member> = others.iter().map(|r| member(r, &pids)).collect();
         members.sort_by_key(|m| m.pid);
         members.insert(0, member(root, &pids));
-        Family { cpus: root.cpu_limit_cores, window_ns: root.duration_ns, members }
+        Family { of: Gathered::Children, cpus: root.cpu_limit_cores, window_ns: root.duration_ns, members }
+    }
+
+    /// The processes asked for together, the first as `first`.
+    pub fn asked(first: &ProcessReport, others: &[&ProcessReport]) -> Family {
+        Family { of: Gathered::Pids, ..Family::of(first, others) }
     }
 }
 
@@ -171,6 +190,18 @@ mod tests {
             Oversubscribed { count, processes, cpus, demand_cores, runqueue_ns: 0, runqueue_share, behind_family_share, window_ns: 10 * S }
                 .to_string();
         assert!(line.starts_with("oversubscribed: 4 processes on 2 CPUs want 4.0 CPUs: 2.0× oversubscribed"), "{line}");
+    }
+
+    #[test]
+    fn processes_asked_for_together_are_not_judged_oversubscribed() {
+        // the busy workers of the first test, asked for by PID: they need not share CPUs
+        let workers: Vec<ProcessReport> =
+            (101..105).map(|p| process(p, 5 * S, 49 * S / 10, sibling(if p == 104 { 101 } else { p + 1 }))).collect();
+        let others: Vec<&ProcessReport> = workers[1..].iter().collect();
+        assert!(oversubscribed::of(&Family::of(&workers[0], &others)).is_some());
+        let asked = Family::asked(&workers[0], &others);
+        assert_eq!((asked.of, asked.members.len()), (Gathered::Pids, 4));
+        assert_eq!(oversubscribed::of(&asked), None);
     }
 
     #[test]

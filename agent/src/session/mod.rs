@@ -88,10 +88,14 @@ impl Session {
     pub fn start(opts: &SessionOptions) -> Result<Session> {
         probes::preflight(opts.btf.as_deref())?;
         // below the floor: one line naming the kernel and what it lacks (exit 2); above it, once,
-        // what this kernel's missing features degrade
+        // what this kernel's missing features degrade (a warning where every measurement changes)
         let kernel = probes::kernel::Kernel::probe().map_err(|e| usage!("{e}"))?;
-        if let Some(line) = kernel.summary() {
+        let (warn, info) = kernel.summary();
+        if let Some(line) = warn {
             log::warn!("{line}");
+        }
+        if let Some(line) = info {
+            log::info!("{line}");
         }
         let pidns_ino = procfs::self_pidns_ino().context("failed to read /proc/self/ns/pid")?;
         let translate = pidns_ino != procfs::INIT_PIDNS_INO;

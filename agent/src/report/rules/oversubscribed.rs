@@ -5,7 +5,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::super::evidence::{and_more, cores};
-use super::super::family::{Family, Member};
+use super::super::family::{Family, Gathered, Member};
 use super::super::serial::{ratio, rounded, seconds};
 use super::{Claim, Context};
 use crate::model::partition::secs;
@@ -62,7 +62,8 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
 /// "N processes on M CPUs: k× oversubscribed", when the busy members want more CPUs than
 /// there are and wait for them behind each other.
 pub fn of(family: &Family) -> Option<Oversubscribed> {
-    if family.window_ns == 0 || family.cpus <= 0.0 {
+    // processes asked for together need not share their CPUs
+    if family.of != Gathered::Children || family.window_ns == 0 || family.cpus <= 0.0 {
         return None;
     }
     let window = family.window_ns as f64;

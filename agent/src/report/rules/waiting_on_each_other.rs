@@ -213,6 +213,16 @@ mod tests {
     }
 
     #[test]
+    fn backends_asked_for_by_pid_wait_on_each_other_the_first_among_them() {
+        // `attach -p` of the four backends: no postmaster, the first report is a backend's
+        let backends: Vec<ProcessReport> =
+            (101..105).map(|p| process(p, State::IoWait, 6 * S, &(101..105).filter(|o| *o != p).collect::<Vec<_>>())).collect();
+        let w = of(&Family::asked(&backends[0], &backends[1..].iter().collect::<Vec<_>>())).expect("found");
+        assert_eq!(w.count, 4);
+        assert!(w.processes.iter().any(|p| p.pid == 101), "{:?}", w.processes);
+    }
+
+    #[test]
     fn a_writer_woken_with_work_is_not_one_of_them() {
         // the same backends, and a writer they wake for 9 s of its 10 that wakes none of them
         let mut all: Vec<ProcessReport> =
