@@ -273,3 +273,52 @@ def prometheus(tmp_path, target_port, rule_files=(), job=None, jobs=None):
     with Guard(prom):
         wait_http(f"{base}/-/ready", timeout=30)
         yield base
+
+
+CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
+CGROUP_V2 = Path("/sys/fs/cgroup")
+
+
+def read_cpu_stat(cg):
+    """cpu.stat of cgroup `cg`, either version; v2's throttled_usec also as v1's throttled_time (ns)."""
+    stat = dict(line.split() for line in (cg / "cpu.stat").read_text().splitlines())
+    if "throttled_usec" in stat:
+        stat["throttled_time"] = str(int(stat["throttled_usec"]) * 1000)
+    return stat
+
+
+def v2_controllers():
+    """The controllers of a cgroup v2 hierarchy mounted at /sys/fs/cgroup, or None."""
+    f = CGROUP_V2 / "cgroup.controllers"
+    return f.read_text().split() if f.exists() else None
+
+
+@contextlib.contextmanager
+def cpu_quota_cgroup(quota_us, period_us=100000):
+    """A cgroup with `quota_us` of CPU per `period_us`: a child of the v1 cpu controller where it
+    is mounted (this project's machines), else of the cgroup v2 root with the cpu controller
+    enabled for its children (the kernel matrix' VMs, most nodes); removed afterwards."""
+    name = f"waitmeter-test-{os.getpid()}-{quota_us}"
+    if (CGROUP_V1_CPU / "cpu.cfs_quota_us").exists():
+        cg = CGROUP_V1_CPU / name
+        cg.mkdir()
+        (cg / "cpu.cfs_period_us").write_text(str(period_us))
+        (cg / "cpu.cfs_quota_us").write_text(str(quota_us))
+    elif v2_controllers() and "cpu" in v2_controllers():
+        control = CGROUP_V2 / "cgroup.subtree_control"
+        if "cpu" not in control.read_text().split():
+            control.write_text("+cpu")
+        cg = CGROUP_V2 / name
+        cg.mkdir()
+        (cg / "cpu.max").write_text(f"{quota_us} {period_us}")
+    else:
+        pytest.fail("no cpu controller: neither cgroup v1's at /sys/fs/cgroup/cpu nor cgroup v2's at /sys/fs/cgroup")
+    try:
+        yield cg
+    finally:
+        for _ in range(50):
+            try:
+                cg.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)  # its tasks are still exiting

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, WAITMETER, Guard, Lines, Workload, attach, build_c, by_tid, share
+from conftest import ROOT, WAITMETER, Guard, Lines, Workload, attach, build_c, by_tid, cpu_quota_cgroup, read_cpu_stat, share
 from test_gil import pyenv_python
 
 RELEASE = Path("/proc/sys/kernel/osrelease").read_text().strip()
 
 pytestmark = pytest.mark.needs_root
 
-CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
 
 
 @pytest.fixture(scope="module")
@@ -94,51 +93,11 @@ def test_python_lock_waits_are_futex_waits_woken_by_the_holder(minor):
     assert by_waker.get(str(w.tids["holder"]), 0) >= 0.90 * sum(by_waker.values()), by_waker
 
 
-def read_cpu_stat(cg):
-    """cpu.stat of cgroup `cg`, either version; v2's throttled_usec also as v1's throttled_time (ns)."""
-    stat = dict(line.split() for line in (cg / "cpu.stat").read_text().splitlines())
-    if "throttled_usec" in stat:
-        stat["throttled_time"] = str(int(stat["throttled_usec"]) * 1000)
-    return stat
-
-
-CGROUP_V2 = Path("/sys/fs/cgroup")
-
-
-def v2_controllers():
-    """The controllers of a cgroup v2 hierarchy mounted at /sys/fs/cgroup, or None."""
-    f = CGROUP_V2 / "cgroup.controllers"
-    return f.read_text().split() if f.exists() else None
-
-
 @pytest.fixture
 def throttled_cgroup():
-    """A cgroup with 20 ms of CPU per 100 ms: a child of the v1 cpu controller where it is mounted
-    (this project's machines), else of the cgroup v2 root with the cpu controller enabled for its
-    children (the kernel matrix' VMs, most nodes); removed afterwards."""
-    if (CGROUP_V1_CPU / "cpu.cfs_quota_us").exists():
-        cg = CGROUP_V1_CPU / f"waitmeter-test-{os.getpid()}"
-        cg.mkdir()
-        (cg / "cpu.cfs_period_us").write_text("100000")
-        (cg / "cpu.cfs_quota_us").write_text("20000")
-    elif v2_controllers() and "cpu" in v2_controllers():
-        control = CGROUP_V2 / "cgroup.subtree_control"
-        if "cpu" not in control.read_text().split():
-            control.write_text("+cpu")
-        cg = CGROUP_V2 / f"waitmeter-test-{os.getpid()}"
-        cg.mkdir()
-        (cg / "cpu.max").write_text("20000 100000")
-    else:
-        pytest.fail("no cpu controller: neither cgroup v1's at /sys/fs/cgroup/cpu nor cgroup v2's at /sys/fs/cgroup")
-    try:
+    """A cgroup with 20 ms of CPU per 100 ms (conftest.cpu_quota_cgroup), removed afterwards."""
+    with cpu_quota_cgroup(20000) as cg:
         yield cg
-    finally:
-        for _ in range(50):
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)  # its tasks are still exiting
 
 
 def test_cfs_throttling_matches_cpu_stat(workload_bin, throttled_cgroup):

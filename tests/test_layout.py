@@ -39,8 +39,8 @@ LAYERS = [
     # leaves: no state of their own beyond what they are about, nothing above them
     {"model", "clock", "cgroup", "error", "http_client", "tls", "idhash", "procfs", "shrink", "outfile", "worker", "main"},
     # facts of a process beyond the kernel's: its interpreter (its memory and binaries), its
-    # container and pod (its cgroup path, the node's pod list)
-    {"python", "identity"},
+    # runtime's (a Go executable's build information and GOMAXPROCS), its container and pod (its cgroup path, the node's pod list)
+    {"python", "identity", "runtime"},
     # the kernel's side
     {"probes"},
     # what gathers readings

@@ -16,6 +16,7 @@ mod probes;
 mod procfs;
 mod python;
 mod report;
+mod runtime;
 mod session;
 mod shrink;
 mod stacks;

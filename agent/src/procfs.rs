@@ -163,6 +163,28 @@ pub fn open_in_root(pid: u32, path: &str) -> std::io::Result<fs::File> {
     Ok(unsafe { fs::File::from_raw_fd(fd as i32) })
 }
 
+/// The most of a process' environment read (`environ`): the kernel caps a process' arguments and
+/// environment at a quarter of its stack limit; what is past this is not read.
+const ENVIRON_MAX: u64 = 1 << 20;
+
+/// A process' environment as it started (`/proc/PID/environ`: `NAME=value` entries, NUL-ended),
+/// at most [`ENVIRON_MAX`] bytes. Another user's needs `CAP_SYS_PTRACE`.
+pub fn environ(pid: u32) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    fs::File::open(format!("/proc/{pid}/environ")).ok()?.take(ENVIRON_MAX).read_to_end(&mut out).ok()?;
+    Some(out)
+}
+
+/// The value of `name` in an environment as [`environ`] reads it (the first setting, as
+/// `getenv` finds it); lossy UTF-8.
+pub fn env_var(environ: &[u8], name: &str) -> Option<String> {
+    environ
+        .split(|b| *b == 0)
+        .find_map(|e| e.strip_prefix(name.as_bytes())?.strip_prefix(b"="))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
 /// Inode of a process' PID namespace.
 pub fn pidns_ino(pid: u32) -> Option<u64> {
     fs::metadata(format!("/proc/{pid}/ns/pid")).ok().map(|m| m.ino())
@@ -279,6 +301,17 @@ mod tests {
     const STAT_PY: &str = "4242 (python3.11) S 4100 4242 4100 34816 4242 4194560 1503 0 0 0 12 3 0 0 20 0 3 0 987654 30000000 2500 18446744073709551615 1 1 0 0 0 0 0 16781312 2 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
     const STAT_WEIRD: &str = "77 (a) b (c)) R 1 77 77 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 555 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
     const STAT_KTHREAD: &str = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 2 0 0 18446744073709551615 0 0 0 0 0 0 0 2147483647 0 0 0 0 0 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+
+    #[test]
+    fn a_variable_of_the_environment_is_its_first_setting() {
+        let env = b"PATH=/bin\0GOMAXPROCS=1\0GOMAXPROCSX=9\0GOMAXPROCS=4\0EMPTY=\0";
+        assert_eq!(env_var(env, "GOMAXPROCS").as_deref(), Some("1"));
+        assert_eq!(env_var(env, "EMPTY").as_deref(), Some(""));
+        assert_eq!(env_var(env, "GOMAXPROC"), None);
+        // this process' own, as std reads it
+        let mine = environ(std::process::id()).expect("own environment");
+        assert_eq!(env_var(&mine, "PATH"), std::env::var("PATH").ok());
+    }
 
     #[test]
     fn parses_stat() {

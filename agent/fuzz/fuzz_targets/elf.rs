@@ -19,6 +19,13 @@ fuzz_target!(|data: &[u8]| {
         let _ = runtime.map(|r| elf.sections.iter().find_map(|s| s.file_offset(r)));
         let _ = elf.symbol("_PyRuntime");
         let _ = elf.has_symtab();
+        // a Go executable's build information (agent/src/runtime.rs)
+        if let Some(Ok(info)) = elf.section(".go.buildinfo").map(|s| elf.section_data(s, 4096)) {
+            if let Some(Some(v)) = waitmeter_formats::gobuild::version(&info) {
+                assert!(v.len() <= 128);
+                let _ = waitmeter_formats::gobuild::release(&v);
+            }
+        }
         // a stripped object's MiniDebugInfo (agent/src/stacks/native.rs): unpacked, parsed, its functions
         if let Some(Ok(mini)) = waitmeter_formats::minidebug::of(&elf) {
             if let Ok(inner) = Elf::parse(mini.as_slice()) {

@@ -23,11 +23,13 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// session's probes were loaded for it: a report's environment.
 pub fn environment(session: &Session, pid: u32) -> crate::report::environment::Environment {
     let k = session.kernel();
-    crate::report::environment::Environment::of(crate::procfs::sched_facts(pid)).with_kernel(crate::report::environment::KernelFacts {
-        release: k.release.clone(),
-        features: k.features.iter().map(|f| f.name().to_string()).collect(),
-        degraded: k.degraded(),
-    })
+    crate::report::environment::Environment::of(crate::procfs::sched_facts(pid))
+        .with_kernel(crate::report::environment::KernelFacts {
+            release: k.release.clone(),
+            features: k.features.iter().map(|f| f.name().to_string()).collect(),
+            degraded: k.degraded(),
+        })
+        .with_go(crate::runtime::go(pid))
 }
 
 /// Each feature above the kernel floor and whether the running kernel has it

@@ -21,6 +21,9 @@ pub struct Environment {
     pub nohz_full: Option<String>,
     /// the running kernel as the probes were loaded for it; null: not known to the report
     pub kernel: Option<KernelFacts>,
+    /// a Go process' runtime: its toolchain's version and the GOMAXPROCS it was started with;
+    /// null: not a Go executable (or not readable)
+    pub go: Option<crate::runtime::Go>,
 }
 
 /// The running kernel: its release, the features above waitmeter's floor it has, and what the
@@ -42,7 +45,14 @@ impl Environment {
             isolated_cpus: f.isolated_cpus,
             nohz_full: f.nohz_full,
             kernel: None,
+            go: None,
         }
+    }
+
+    /// With a Go process' runtime facts.
+    pub fn with_go(mut self, go: Option<crate::runtime::Go>) -> Environment {
+        self.go = go;
+        self
     }
 
     /// With the running kernel's facts.

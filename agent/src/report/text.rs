@@ -265,6 +265,10 @@ pub fn environment_line(e: &super::environment::Environment) -> String {
     if let Some(n) = e.nohz_full.as_deref().filter(|n| !n.is_empty() && *n != "(null)") {
         parts.push(format!("nohz_full {n}"));
     }
+    if let Some(go) = &e.go {
+        let gomaxprocs = go.gomaxprocs_env.as_deref().map(|g| format!(", GOMAXPROCS={g}")).unwrap_or_default();
+        parts.push(format!("{}{gomaxprocs}", go.version.as_deref().unwrap_or("Go before 1.18")));
+    }
     format!("environment: {}", parts.join("; "))
 }
 

@@ -125,7 +125,7 @@ pub fn readable(name: &str) -> &str {
 /// they cannot be read. Options in an `@argfile` or a `-XX:Flags=` file are not seen.
 pub fn jvm_frame_pointers(pid: u32) -> Option<bool> {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let environ = crate::procfs::environ(pid)?;
     Some(preserves_frame_pointer(&cmdline, &environ))
 }
 

@@ -241,7 +241,7 @@ const PINNED: &[(&str, &[&str])] = &[
 (
     "CPU quota throttling with the period signature and age",
     &[
-        "CPU quota throttling: the cgroup /svc (quota 0.20 cores) was throttled in 40 periods, 2.00 s; its threads lost 4.00 s runnable but throttled; 40 throttled stretches ended on the 100 ms CFS period boundary: waits cluster at multiples of the period; message age grew 3.5 s (to 4.0 s; mean 2.25 s, max 4.00 s): raise the quota or lower the parallelism",
+        "CPU quota throttling: the cgroup /svc (quota 0.20 cores) was throttled in 40 periods, 2.00 s; its threads lost 4.00 s runnable but throttled (w1 (1) 2.00 s, w2 (2) 2.00 s); 40 throttled stretches ended on the 100 ms CFS period boundary: waits cluster at multiples of the period; message age grew 3.5 s (to 4.0 s; mean 2.25 s, max 4.00 s): raise the quota or lower the parallelism",
     ],
 ),
 (
@@ -318,7 +318,7 @@ const PINNED: &[(&str, &[&str])] = &[
     &[
         "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12), 1% behind a holder not resolved (hand-offs too fast to follow); message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s); CPU 2.7 of 3 cores: this is waiting, not working. Move processor to its own process",
         "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 5.0 s, woken by w1 (1), w2 (2), w3 (3): they take turns on one lock. Kept off the CPU themselves: w1 (1) 20% of its time (throttled 1.00 s), w2 (2) 20% of its time (throttled 1.00 s), w3 (3) 20% of its time (throttled 1.00 s): a holder that cannot run keeps every thread behind it waiting; message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s)",
-        "CPU quota throttling: the cgroup /svc (quota 3.00 cores) was throttled in 40 periods, 2.00 s; its threads lost 3.00 s runnable but throttled; message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s): raise the quota or lower the parallelism",
+        "CPU quota throttling: the cgroup /svc (quota 3.00 cores) was throttled in 40 periods, 2.00 s; its threads lost 3.00 s runnable but throttled (w1 (1) 1.00 s, w2 (2) 1.00 s, w3 (3) 1.00 s); message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s): raise the quota or lower the parallelism",
     ],
 ),
 (
