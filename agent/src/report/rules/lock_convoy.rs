@@ -78,7 +78,8 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
 
 /// The least share of the window a thread of a parked convoy waited for the others.
 const PARKED_MEMBER_SHARE: f64 = 0.2;
-/// The least share of a member's handed waits (on its own words) that the others ended.
+/// The least share of a member's handed waits on one word of its own that the others ended, for
+/// the waits on that word to count as waits for them.
 const PARKED_BY_MEMBERS: f64 = 0.5;
 /// The least time the members spent not waiting (running, runnable, in I/O), summed, as a share
 /// of the window: someone held the lock and worked (a pool idle on its queue does not).
@@ -106,12 +107,16 @@ const PARKED_SERIAL: f64 = 1.3;
 /// held without a break, each a third of its time outside it, wait 1.5 at a time.
 const PARKED_QUEUE: f64 = 1.5;
 
-/// A convoy on a lock whose waiters park each on a word of its own (HotSpot parks a thread on
-/// its own event for a monitor and for `LockSupport.park`): no word has many waiters, but a
-/// group of threads (≥ `CONVOY_WAITERS`) spent ≥ `CONVOY_SHARE` of the window, in all, in waits
-/// that another of them ended, each of them ≥ `PARKED_MEMBER_SHARE` of it, most of its handed
-/// waits ended so; the wakes go round (every member wakes and is woken within the group: a
-/// pipeline, each stage woken by the one before, is not a convoy); each member worked
+/// A waiter's handed waits on one word of its own: by waker (ns), and in all.
+type Handed = (BTreeMap<u32, u64>, u64);
+
+/// A convoy on a lock whose waiters park each on a word of its own (HotSpot parks a thread on an
+/// event of its own for a monitor, and on a parker of its own for `LockSupport.park`): no word
+/// has many waiters, but a group of threads (≥ `CONVOY_WAITERS`) spent ≥ `CONVOY_SHARE` of the
+/// window, in all, in waits that another of them ended, each of them ≥ `PARKED_MEMBER_SHARE` of
+/// it, on words whose handed waits were ended so for the most part (a worker's queue word, fed
+/// by a dispatcher, is not); the wakes go round (every member wakes and is woken within the
+/// group: a pipeline, each stage woken by the one before, is not a convoy); each member worked
 /// (`PARKED_MEMBER_WORK`), and the group worked meanwhile (a pool idle on its queue hands no
 /// lock round), one at a time (`PARKED_HELD`, `PARKED_SERIAL`).
 fn parked(cx: &Context) -> Option<LockConvoy> {
@@ -123,17 +128,44 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
         }
     }
     let own = |addr: u64| !blame::is_parked(addr) && waiters_of.get(&addr).is_some_and(|w| w.len() == 1);
-    // waiter -> (waker -> ns) of its handed waits on words of its own, and those waits in all
-    let mut by: BTreeMap<u32, (BTreeMap<u32, u64>, u64)> = BTreeMap::new();
+    // waiter -> its words of its own -> (waker -> ns) of its handed waits on the word, and those
+    // waits in all; and every waker of a waiter's
+    let mut by: BTreeMap<u32, BTreeMap<u64, Handed>> = BTreeMap::new();
     for r in cx.rows {
         for w in r.futex.iter().filter(|w| w.waker != 0 && w.waker != r.tid && own(w.addr)) {
-            let e = by.entry(r.tid).or_default();
+            let e = by.entry(r.tid).or_default().entry(w.addr).or_default();
             *e.0.entry(w.waker).or_default() += w.ns;
             e.1 += w.ns;
         }
     }
+    let wakers_of = |tid: u32| -> BTreeMap<u32, u64> {
+        let mut all = BTreeMap::new();
+        for (wakers, _) in by[&tid].values() {
+            for (w, ns) in wakers {
+                *all.entry(*w).or_default() += ns;
+            }
+        }
+        all
+    };
+    let wakers_by: BTreeMap<u32, BTreeMap<u32, u64>> = by.keys().map(|t| (*t, wakers_of(*t))).collect();
     let mut group: BTreeSet<u32> = by.keys().copied().collect();
-    let within = |g: &BTreeSet<u32>, tid: u32| by[&tid].0.iter().filter(|(w, _)| g.contains(w)).map(|(_, ns)| *ns).sum::<u64>();
+    // a member's waits for the others: on each word of its own whose handed waits the others
+    // ended for the most part (`PARKED_BY_MEMBERS`). A thread parks on one word for a lock and
+    // on another for its work queue (HotSpot: a monitor's event and LockSupport's parker): the
+    // waits for work that others hand it are not its waits for the lock
+    let within = |g: &BTreeSet<u32>, tid: u32| -> u64 {
+        by[&tid]
+            .values()
+            .map(|(wakers, handed)| {
+                let ns: u64 = wakers.iter().filter(|(w, _)| g.contains(w)).map(|(_, ns)| *ns).sum();
+                if ns as f64 >= PARKED_BY_MEMBERS * *handed as f64 {
+                    ns
+                } else {
+                    0
+                }
+            })
+            .sum()
+    };
     // what each candidate worked (running, runnable, in I/O), read once
     let work: HashMap<u32, u64> = cx
         .rows
@@ -149,13 +181,11 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
             .copied()
             .filter(|t| {
                 let ns = within(&group, *t);
-                ns as f64 >= PARKED_MEMBER_SHARE * window
-                    && ns as f64 >= PARKED_BY_MEMBERS * by[t].1 as f64
-                    && work_of(*t) as f64 >= PARKED_MEMBER_WORK * mean_work
+                ns as f64 >= PARKED_MEMBER_SHARE * window && work_of(*t) as f64 >= PARKED_MEMBER_WORK * mean_work
             })
             .collect();
         // the wakes go round: the part of the group every member reaches and is reached from
-        let keep = round(&keep, |t| by[&t].0.keys().copied().filter(|w| keep.contains(w)).collect());
+        let keep = round(&keep, |t| wakers_by[&t].keys().copied().filter(|w| keep.contains(w)).collect());
         if keep == group {
             break;
         }
@@ -170,7 +200,7 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
         // the wakers, most waking first
         let mut wakers: BTreeMap<u32, u64> = BTreeMap::new();
         for t in &group {
-            for (w, ns) in by[t].0.iter().filter(|(w, _)| group.contains(w)) {
+            for (w, ns) in wakers_by[t].iter().filter(|(w, _)| group.contains(w)) {
                 *wakers.entry(*w).or_default() += ns;
             }
         }
@@ -363,5 +393,36 @@ mod tests {
         let mut shared = rows(&ring, S);
         shared[1].futex[0].addr = 0x1000;
         assert_eq!(convoy_of(shared), 0);
+    }
+
+    /// A pool on a quiet machine whose every task passes one lock: each worker parks on its
+    /// queue's word, woken by the dispatcher with work, for most of its waits, and on its lock
+    /// word, woken by the worker that let go, for a third of its time, holding it a fifth. No worker waits the most
+    /// of its time for the others, yet 4 of them wait at a time: the lock is one convoy, and its
+    /// waits are the lock words' alone. A word woken by the others for less than half of its
+    /// waits is no lock word.
+    #[test]
+    fn a_pool_whose_tasks_pass_one_lock_is_a_convoy_though_it_waits_mostly_for_work() {
+        let pool = |peers_on_lock: u64| -> Vec<ThreadRow> {
+            (1..=6u32)
+                .map(|i| {
+                    let mut r =
+                        row(i, &format!("pool-{i}"), &[(State::FutexWait, 38 * S / 10), (State::Running, S), (State::Runqueue, S / 5)]);
+                    // the queue word: 2 s, ended by the dispatcher (99)
+                    r.futex.push(FutexWait { addr: 0x2000 * i as u64, waker: 99, ns: 2 * S });
+                    // the lock word: 1.8 s, ended by the next worker round, or by the dispatcher
+                    let next = if i == 6 { 1 } else { i + 1 };
+                    r.futex.push(FutexWait { addr: 0x2000 * i as u64 + 8, waker: next, ns: peers_on_lock });
+                    r.futex.push(FutexWait { addr: 0x2000 * i as u64 + 8, waker: 99, ns: 18 * S / 10 - peers_on_lock });
+                    r
+                })
+                .collect()
+        };
+        let f = every_finding_of(pool(18 * S / 10), 5 * S);
+        let convoy = f.iter().find(|f| f.claim.kind() == "lock_convoy").expect("the convoy");
+        assert_eq!(convoy.claim.together(), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(convoy.claim.explains_ns(), 6 * 18 * S / 10, "the lock words' waits, not the queue's");
+        let lock_convoys = |rows| every_finding_of(rows, 5 * S).iter().filter(|f| f.claim.kind() == "lock_convoy").count();
+        assert_eq!(lock_convoys(pool(8 * S / 10)), 0, "a word the others ended 44% of the waits on");
     }
 }
