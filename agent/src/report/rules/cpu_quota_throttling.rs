@@ -93,16 +93,17 @@ fn remedy(quota: Option<f64>, go: Option<&Go>) -> String {
     let (Some(go), Some(q)) = (go, quota) else { return ANY.into() };
     let fits = (q.floor() as u64).max(1);
     let version = go.version.as_deref().unwrap_or("a Go before 1.18");
-    match (go.gomaxprocs_env.as_deref().map(|g| g.trim().parse::<u64>()), go.default_follows_quota()) {
-        (Some(Ok(g)), _) if g > fits => {
+    // the runtime ignores a value that is not a positive number
+    match (go.gomaxprocs_env.as_deref().and_then(|g| g.trim().parse::<u64>().ok()).filter(|g| *g > 0), go.default_follows_quota()) {
+        (Some(g), _) if g > fits => {
             format!("GOMAXPROCS={g} in its environment lets {g} threads run Go code at once on a quota of {q:.2} CPUs: set GOMAXPROCS={fits}, or raise the quota")
         }
-        (Some(Ok(g)), _) => format!("its GOMAXPROCS={g} fits the quota; the rest runs outside Go's scheduler (cgo, the garbage collector's helpers, other threads): raise the quota"),
+        (Some(g), _) => format!("its GOMAXPROCS={g} fits the quota; the rest runs outside Go's scheduler (cgo calls, system calls that let go of their P, threads Go did not start): raise the quota"),
         (_, Some(true)) if (q.ceil() as u64).max(2) > fits => format!(
             "{version}'s default GOMAXPROCS follows the quota rounded up and is at least 2 ({}): set GOMAXPROCS={fits} in its environment, or raise the quota",
             (q.ceil() as u64).max(2)
         ),
-        (_, Some(true)) => "its default GOMAXPROCS follows the quota; the rest runs outside Go's scheduler (cgo, the garbage collector's helpers, other threads): raise the quota".into(),
+        (_, Some(true)) => "its default GOMAXPROCS follows the quota; the rest runs outside Go's scheduler (cgo calls, system calls that let go of their P, threads Go did not start): raise the quota".into(),
         _ => format!(
             "{version}'s default GOMAXPROCS is the CPUs it may run on, not the quota (Go 1.25 and later follow the quota): set GOMAXPROCS={fits} in its environment (or go.uber.org/automaxprocs), or raise the quota"
         ),
@@ -232,6 +233,9 @@ mod tests {
         assert!(remedy(Some(1.0), Some(&go("go1.26.0", Some("8"))))
             .starts_with("GOMAXPROCS=8 in its environment lets 8 threads run Go code at once on a quota of 1.00 CPUs: set GOMAXPROCS=1"));
         assert!(remedy(Some(2.0), Some(&go("go1.26.0", Some("2")))).starts_with("its GOMAXPROCS=2 fits the quota"));
+        // a value the runtime ignores (0, not a number) leaves its default
+        assert!(remedy(Some(0.5), Some(&go("go1.26.0", Some("0")))).contains("set GOMAXPROCS=1 in its environment"));
+        assert!(remedy(Some(0.5), Some(&go("go1.26.0", Some("many")))).starts_with("go1.26.0's default GOMAXPROCS"));
         // no quota (throttled by a parent's), or not Go: as for any process
         assert_eq!(remedy(None, Some(&go("go1.26.0", None))), "raise the quota or lower the parallelism");
         assert_eq!(remedy(Some(0.5), None), "raise the quota or lower the parallelism");
