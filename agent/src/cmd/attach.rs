@@ -490,8 +490,7 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         // several processes asked for: whether they waited on each other, on the first's report
         let others: Vec<&ProcessReport> = reports[1..].iter().collect();
         let group = crate::report::family::Family::asked(&reports[0], &others);
-        let first = reports.remove(0).with_family(Some(group));
-        reports.insert(0, first);
+        reports[0].family = Some(group);
     }
     if timeline {
         let verdicts: Vec<_> = reports.iter().map(verdict::analyse).collect();

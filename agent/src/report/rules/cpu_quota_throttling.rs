@@ -93,15 +93,16 @@ fn remedy(quota: Option<f64>, go: Option<&Go>) -> String {
     let (Some(go), Some(q)) = (go, quota) else { return ANY.into() };
     let fits = (q.floor() as u64).max(1);
     let version = go.version.as_deref().unwrap_or("a Go before 1.18");
+    // Go 1.25+'s default under a quota
+    let follows = (q.ceil() as u64).max(2);
     // the runtime ignores a value that is not a positive number
     match (go.gomaxprocs_env.as_deref().and_then(|g| g.trim().parse::<u64>().ok()).filter(|g| *g > 0), go.default_follows_quota()) {
         (Some(g), _) if g > fits => {
             format!("GOMAXPROCS={g} in its environment lets {g} threads run Go code at once on a quota of {q:.2} CPUs: set GOMAXPROCS={fits}, or raise the quota")
         }
         (Some(g), _) => format!("its GOMAXPROCS={g} fits the quota; the rest runs outside Go's scheduler (cgo calls, system calls that let go of their P, threads Go did not start): raise the quota"),
-        (_, Some(true)) if (q.ceil() as u64).max(2) > fits => format!(
-            "{version}'s default GOMAXPROCS follows the quota rounded up and is at least 2 ({}): set GOMAXPROCS={fits} in its environment, or raise the quota",
-            (q.ceil() as u64).max(2)
+        (_, Some(true)) if follows > fits => format!(
+            "{version}'s default GOMAXPROCS follows the quota rounded up and is at least 2 ({follows}): set GOMAXPROCS={fits} in its environment, or raise the quota"
         ),
         (_, Some(true)) => "its default GOMAXPROCS follows the quota; the rest runs outside Go's scheduler (cgo calls, system calls that let go of their P, threads Go did not start): raise the quota".into(),
         _ => format!(

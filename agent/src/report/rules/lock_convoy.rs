@@ -129,25 +129,17 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
     }
     let own = |addr: u64| !blame::is_parked(addr) && waiters_of.get(&addr).is_some_and(|w| w.len() == 1);
     // waiter -> its words of its own -> (waker -> ns) of its handed waits on the word, and those
-    // waits in all; and every waker of a waiter's
+    // waits in all; and waiter -> (waker -> ns) over all those words
     let mut by: BTreeMap<u32, BTreeMap<u64, Handed>> = BTreeMap::new();
+    let mut wakers_by: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
     for r in cx.rows {
         for w in r.futex.iter().filter(|w| w.waker != 0 && w.waker != r.tid && own(w.addr)) {
             let e = by.entry(r.tid).or_default().entry(w.addr).or_default();
             *e.0.entry(w.waker).or_default() += w.ns;
             e.1 += w.ns;
+            *wakers_by.entry(r.tid).or_default().entry(w.waker).or_default() += w.ns;
         }
     }
-    let wakers_of = |tid: u32| -> BTreeMap<u32, u64> {
-        let mut all = BTreeMap::new();
-        for (wakers, _) in by[&tid].values() {
-            for (w, ns) in wakers {
-                *all.entry(*w).or_default() += ns;
-            }
-        }
-        all
-    };
-    let wakers_by: BTreeMap<u32, BTreeMap<u32, u64>> = by.keys().map(|t| (*t, wakers_of(*t))).collect();
     let mut group: BTreeSet<u32> = by.keys().copied().collect();
     // a member's waits for the others: on each word of its own whose handed waits the others
     // ended for the most part (`PARKED_BY_MEMBERS`). A thread parks on one word for a lock and
@@ -397,10 +389,10 @@ mod tests {
 
     /// A pool on a quiet machine whose every task passes one lock: each worker parks on its
     /// queue's word, woken by the dispatcher with work, for most of its waits, and on its lock
-    /// word, woken by the worker that let go, for a third of its time, holding it a fifth. No worker waits the most
-    /// of its time for the others, yet 4 of them wait at a time: the lock is one convoy, and its
-    /// waits are the lock words' alone. A word woken by the others for less than half of its
-    /// waits is no lock word.
+    /// word, woken by the worker that let go, for a third of its time, holding it a fifth. No
+    /// worker waits the most of its time for the others, yet 2 of them wait at a time: the lock
+    /// is one convoy, and its waits are the lock words' alone. A word woken by the others for
+    /// less than half of its waits is no lock word.
     #[test]
     fn a_pool_whose_tasks_pass_one_lock_is_a_convoy_though_it_waits_mostly_for_work() {
         let pool = |peers_on_lock: u64| -> Vec<ThreadRow> {
