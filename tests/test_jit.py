@@ -246,3 +246,68 @@ def test_a_map_in_the_targets_own_namespaces_is_found_through_its_root():
     busy = max((s for s in report["wait_sites"] if s["role"] == "busy"), key=lambda s: s["seconds"])
     assert "crunchTheLedger [eval]:" in busy["site"].split(" ← ")[0], busy
     assert "writes no perf map" not in cp.stderr, cp.stderr
+
+
+def serve_reports(tmp_path, rows, seconds=4.0):
+    """tests/workloads/report_server.js (Node.js's own `http`) with `rows` to serialize per /report,
+    asked for a report every 150 ms while /ping is timed every 20 ms from outside; meanwhile `attach`.
+    (the report, the pings' latencies in seconds)."""
+    import http.client
+    import threading
+    import time
+
+    script = ROOT / "tests" / "workloads" / "report_server.js"
+    with Workload(*in_dir(tmp_path, node(), "--perf-basic-prof", str(script), str(rows))) as w:
+        port = int(next(line.split()[1] for line in w.lines if line.startswith("port ")))
+        done, pings = threading.Event(), []
+
+        def ask(path, every, out=None):
+            while not done.is_set():
+                t0 = time.monotonic()
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                c.request("GET", path)
+                c.getresponse().read()
+                c.close()
+                if out is not None:
+                    out.append(time.monotonic() - t0)
+                done.wait(every)
+
+        clients = [threading.Thread(target=ask, args=("/report", 0.15)), threading.Thread(target=ask, args=("/ping", 0.02, pings))]
+        try:
+            for c in clients:
+                c.start()
+            report, _ = attach(w.pid, seconds)
+        finally:
+            done.set()
+            for c in clients:
+                c.join(timeout=30)
+            w.close()
+            pathlib.Path(f"/tmp/perf-{w.pid}.map").unlink(missing_ok=True)
+    return report, pings
+
+
+def test_a_node_loop_stalled_in_a_builtin_is_named_by_the_javascript_that_called_it(tmp_path):
+    """The event loop serializes a large array with JSON.stringify: V8's C++ (in the `node`
+    executable, not a system library) is on the CPU, but the code to name is the program's
+    JavaScript function that called it, with the builtin it called (as a Python site names
+    `json.dumps ← handler`) and V8's function inside it. Truth: /ping's latency, timed by its client.
+    Control: the same server answering /report with a string made at start: no stall."""
+    report, pings = serve_reports(tmp_path, 200_000)
+    assert max(pings) >= 0.08, sorted(pings)[-5:]
+    first = report["verdict"][0]
+    assert first.startswith("stall:"), report["verdict"]
+    stall = next(f for f in report["findings"] if f["kind"] == "stall")
+    # the longest stall is what /ping's slowest answer waited, within a ping's own time and spacing
+    assert stall["max_s"] >= 0.6 * max(pings) and stall["max_s"] <= max(pings) + 0.05, (stall, sorted(pings)[-5:])
+    culprit = stall["code"]["culprit"]
+    own = culprit["site"].split(" ← ")
+    # the builtin the JavaScript called, then the program's JavaScript function (renderReport, or
+    # the handler it was inlined into: V8's map names the compiled function only): never V8's C++
+    assert own[0].endswith("Builtin_JsonStringify") and own[1].startswith("JS:") and "report_server.js:" in own[1], culprit
+    assert culprit["share"] >= 0.4, culprit
+    assert culprit["in_c"] and "JsonStringifier" in culprit["in_c"]["function"], culprit
+    assert f"`{culprit['site']}`" in first, first
+
+    calm, cpings = serve_reports(tmp_path, 0)
+    assert max(cpings) < 0.05, sorted(cpings)[-5:]
+    assert not any(f["kind"] == "stall" for f in calm["findings"]), calm["verdict"]

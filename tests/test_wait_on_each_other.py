@@ -16,6 +16,7 @@ pg_stat_activity's wait event of each backend, sampled every 20 ms by a session 
   backends with work to do) are never named in either: waiting for work is not waiting on another.
 """
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ from conftest import SLOWDOWN, WAITMETER
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 from postgres import Postgres  # noqa: E402
+from pyroscope_receiver import go_pprof  # noqa: E402
 
 pytestmark = pytest.mark.needs_root
 
@@ -39,11 +41,12 @@ LOCKS = ("Lock:", "LWLock:")
 TOLERANCE = 0.15
 
 
-def measure(pg, script, seconds=5.0, by_pid=False):
+def measure(pg, script, seconds=5.0, by_pid=False, profile=None):
     """Run pgbench with `script`; meanwhile `attach --children` of the postmaster (`by_pid`: `attach
     -p` of each backend, as pg_stat_activity lists them) and the server's own sampling of its
-    backends' waits, over the same seconds. (the report with the family, every report, the server's
-    {event: samples}, the backends' PIDs, pgbench's output)."""
+    backends' waits, over the same seconds (`profile`: the wait profile written there too). (the
+    report with the family, every report, the server's {event: samples}, the backends' PIDs,
+    pgbench's output)."""
     bench = pg.pgbench(script, CLIENTS, int(seconds + 6), options="-c synchronous_commit=off")
     try:
         threading.Event().wait(1.5)
@@ -57,8 +60,9 @@ def measure(pg, script, seconds=5.0, by_pid=False):
         server = {}
         sampler = threading.Thread(target=lambda: server.update(zip(("events", "pids"), pg.sample_waits(seconds))))
         sampler.start()
+        also = ["--profile", str(profile)] if profile else []
         cp = subprocess.run([str(WAITMETER), "attach", *targets, "--duration", str(seconds),
-                             "--output", "json"], capture_output=True, text=True, timeout=seconds + 60 * SLOWDOWN)
+                             "--output", "json", *also], capture_output=True, text=True, timeout=seconds + 60 * SLOWDOWN)
         sampler.join(timeout=60)
         out, _ = bench.communicate(timeout=60)
     finally:
@@ -76,12 +80,12 @@ def lock_share(events):
 
 
 @pytest.mark.timeout(600)
-def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_do_not():
+def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_do_not(tmp_path):
     pg = Postgres()
     try:
         pg.psql("create table hot (id int primary key, n bigint); insert into hot select g, 0 from generate_series(1, 100) g")
         pg_root = pg.postmaster()
-        root, _, events, backends, out = measure(pg, ONE_ROW)
+        root, _, events, backends, out = measure(pg, ONE_ROW, profile=tmp_path / "family.pb.gz")
         croot, creports, cevents, cbackends, cout = measure(pg, OWN_ROWS)
         proot, _, pevents, pbackends, pout = measure(pg, ONE_ROW, by_pid=True)
     finally:
@@ -96,6 +100,9 @@ def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_
     assert first.startswith(f"waiting on each other: {CLIENTS} processes were blocked"), root["verdict"]
     found = next(f for f in root["findings"] if f["kind"] == "waiting_on_each_other")
     assert abs(found["share"] - truth) <= TOLERANCE, (found["share"], truth, events)
+    # the waiters' code, past the latch every sleep of the server goes through, to the lock the
+    # server's account says they waited for (its heavyweight lock's acquire: a row's lock)
+    assert "WaitLatch ← ProcSleep ← LockAcquire" in first and found["waited_in"] in first, (first, found)
     # the backends, and only they (not the WAL writer or the checkpointer they wake), each woken
     # by another backend
     assert found["count"] == CLIENTS and {p["pid"] for p in found["processes"]} <= backends, (found, backends)
@@ -103,6 +110,16 @@ def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_
     members = {m["pid"]: m for m in root["family"]["members"]}
     for pid in backends:
         assert members[pid]["woken_by_family_s"] >= 0.5 * truth * members[pid]["present_s"], members[pid]
+
+    # the family's wait profile, as Go's own pprof reads it: the backends' lock waits, each
+    # backend's samples labelled with its PID (an autovacuum worker of the hot table may wait on a
+    # lock too), where the server's root process waited for none
+    traces = go_pprof(tmp_path / "family.pb.gz", "-traces", "-tagfocus=role=victim")
+    lock_pids = set()
+    for trace in traces.split("-----------+")[1:]:
+        if "LockAcquireExtended" in trace:
+            lock_pids.update(int(p) for p in re.findall(r"^\s+pid:\s+(\d+)$", trace, re.M))
+    assert len(lock_pids & backends) >= CLIENTS // 2 and pg_root not in lock_pids, (sorted(lock_pids), sorted(backends), traces[:2000])
 
     # the same backends asked for by PID (`attach -p` of each): the same first line, on the
     # report of the first asked for, which is one of them; no oversubscription is judged of
@@ -125,3 +142,16 @@ def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_
                     for who, s in by.items():
                         woken[who] = woken.get(who, 0.0) + s
     assert woken.get("interrupt", 0.0) >= 0.5 * sum(woken.values()), woken
+    # and the code says the same thing as the server: they slept in pg_sleep, through the same
+    # latch as the bug's lock waits, and never in the lock (the rest: waiting for their clients,
+    # which pg_stat_activity's active sessions leave out)
+    slept = {}
+    for r in creports:
+        if r["pid"] in cbackends:
+            for site in r.get("wait_sites", []):
+                if site["role"] == "victim" and site["state"] == "io_wait":
+                    slept[site["site"]] = slept.get(site["site"], 0.0) + site["seconds"]
+    # pgbench's own count: each transaction slept 4 ms in pg_sleep
+    tps = float(re.search(r"tps = ([\d.]+)", cout).group(1))
+    in_sleep = sum(t for site, t in slept.items() if "WaitLatch ← pg_sleep" in site)
+    assert in_sleep >= 0.5 * tps * 0.004 * 5.0 and not any("LockAcquire" in s for s in slept), (tps, slept)

@@ -456,7 +456,8 @@ pub struct AttachArgs {
     /// Refresh interval of the live table in seconds
     #[arg(long, value_name = "SECS", default_value = "1", value_parser = refresh_seconds)]
     pub interval: f64,
-    /// Also write the wait profile of the window here (gzipped pprof: `go tool pprof FILE`)
+    /// Also write the wait profile of the window here (gzipped pprof: `go tool pprof FILE`); of every
+    /// process measured (--children, several --pid), each sample labelled with its pid and comm
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
     /// Also write every thread's state timeline of the window here, with who each wait was spent

@@ -39,7 +39,7 @@ complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l duration 
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l output -d 'Report format: a table for people, or one JSON object for scripts' -r -f -a "text\t''
 json\t''"
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l interval -d 'Refresh interval of the live table in seconds' -r
-complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l profile -d 'Also write the wait profile of the window here (gzipped pprof: `go tool pprof FILE`)' -r -F
+complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l profile -d 'Also write the wait profile of the window here (gzipped pprof: `go tool pprof FILE`); of every process measured (--children, several --pid), each sample labelled with its pid and comm' -r -F
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l trace -d 'Also write every thread\'s state timeline of the window here, with who each wait was spent behind, in the Chrome trace-event format (open it in Perfetto or the Firefox Profiler)' -r -F
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l html -d 'Also write the window as one self-contained web page here: the verdict, every thread\'s timeline with who each wait was spent behind, the blame graph and the wait flame graph (no network: it opens from disk in any current browser)' -r -F
 complete -c waitmeter -n "__fish_waitmeter_using_subcommand attach" -l timeline-buffer-kib -d 'Size of the timeline\'s ring buffer in KiB, with --trace or --html (a power of 2, 4 to 1048576): 16384 holds 350,000 spans, over a second of 100k switches/s (it is read every 250 ms); spans lost are counted and the file says so' -r

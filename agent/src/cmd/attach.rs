@@ -113,13 +113,8 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
             "--age-url joins the age of one process with its threads: give one --pid (or use --age-socket, which is per thread)"
         ));
     }
-    if args.pid.len() > 1 && args.profile.is_some() {
-        return Err(usage!(
-            "--profile writes one process' wait profile: give one --pid (run serves every watched process' at /debug/pprof/wait)"
-        ));
-    }
     // fail before measuring, not after, when the profile cannot be written
-    let mut profile_file = match &args.profile {
+    let profile_file = match &args.profile {
         Some(p) if args.probe.stacks == crate::cli::Stacks::None => {
             return Err(usage!("--profile {} needs stacks: drop --stacks none", p.display()));
         }
@@ -457,17 +452,6 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         let report = report.with_age(own_age).with_stacks(session.wait_stacks(target.id)).with_events_lost(lost.clone());
         // short-lived threads folded by role, their wait stacks with them
         let report = if args.each_thread { report } else { report.with_short_lived_folded() };
-        // the profile is of the process asked for (--children: not of each child)
-        if let (Some(stacks), None, true) = (report.stacks.as_ref(), w.root, profile_file.is_some()) {
-            let file = profile_file.take().expect("checked");
-            let names: HashMap<u32, String> = report.threads.iter().map(|t| (t.tid, t.name.clone())).collect();
-            let builder = crate::export::profile::pprof(stacks, &names, start_unix_ns, end.saturating_sub(t0) as i64);
-            let dropped = builder.dropped();
-            if dropped != Default::default() {
-                log::warn!("the profile is full: {dropped:?} left out");
-            }
-            file.commit(&builder.encode_gzip())?;
-        }
         reports.push(report);
     }
     // the probes detach: a launched command runs on unwatched
@@ -491,6 +475,15 @@ pub fn measure(args: &AttachArgs, all_findings: bool) -> Result<Measured> {
         let others: Vec<&ProcessReport> = reports[1..].iter().collect();
         let group = crate::report::family::Family::asked(&reports[0], &others);
         reports[0].family = Some(group);
+    }
+    // one profile of every process measured (several -p, --children: each sample labelled with its own)
+    if let Some(file) = profile_file {
+        let builder = crate::export::profile::of_reports(&reports, start_unix_ns, end.saturating_sub(t0) as i64);
+        let dropped = builder.dropped();
+        if dropped != Default::default() {
+            log::warn!("the profile is full: {dropped:?} left out");
+        }
+        file.commit(&builder.encode_gzip())?;
     }
     if timeline {
         let verdicts: Vec<_> = reports.iter().map(verdict::analyse).collect();

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use waitmeter_formats::pprof::{Builder, Frame as PFrame};
 
 use crate::model::stacks::{Kind, Role, WaitStacks};
+use crate::report::ProcessReport;
 
 /// A thread's label: its name when known, else its TID.
 fn label(names: &HashMap<u32, String>, tid: u32) -> String {
@@ -30,13 +31,25 @@ pub struct Part<'a> {
     pub labels: Vec<(&'static str, String)>,
 }
 
-/// The pprof profile of `stacks`, which cover `duration_ns` from
-/// `start_unix_ns` (what did not fit: `Builder::dropped`).
-pub fn pprof(stacks: &WaitStacks, names: &HashMap<u32, String>, start_unix_ns: i64, duration_ns: i64) -> Builder {
-    pprof_of(&[Part { stacks, names, labels: vec![] }], start_unix_ns, duration_ns)
+/// The profile of the processes `attach` measured together (several `-p`, `--children`): one
+/// process' as `pprof` makes it, several each sample labelled with its process (`pid`, `comm`),
+/// as `run` labels the processes it watches. Processes without stacks add nothing.
+pub fn of_reports(reports: &[ProcessReport], start_unix_ns: i64, duration_ns: i64) -> Builder {
+    let names: Vec<HashMap<u32, String>> = reports.iter().map(|r| r.threads.iter().map(|t| (t.tid, t.name.clone())).collect()).collect();
+    let several = reports.iter().filter(|r| r.stacks.is_some()).count() > 1;
+    let parts: Vec<Part> = reports
+        .iter()
+        .zip(&names)
+        .filter_map(|(r, names)| {
+            let labels = if several { vec![("pid", r.pid.to_string()), ("comm", r.comm.clone())] } else { vec![] };
+            r.stacks.as_ref().map(|stacks| Part { stacks, names, labels })
+        })
+        .collect();
+    pprof_of(&parts, start_unix_ns, duration_ns)
 }
 
-/// The pprof profile of the wait stacks of several processes.
+/// The pprof profile of the wait stacks of several processes, which cover `duration_ns` from
+/// `start_unix_ns` (what did not fit: `Builder::dropped`).
 pub fn pprof_of(parts: &[Part], start_unix_ns: i64, duration_ns: i64) -> Builder {
     let mut b = Builder::new(&[("wait", "nanoseconds")], ("wait", "nanoseconds"), 1);
     b.set_time(start_unix_ns, duration_ns);
