@@ -549,9 +549,8 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 		c->culprit = t->d.holder;
 	else if (from == WM_STATE_FUTEX_WAIT && t->d.waker && t->d.waker_of == t->d.waker)
 		c->culprit = t->d.waker_stack;
-	/* any other wait's waker of the thread's own process, by its stack at the wakeup */
-	else if (from != WM_STATE_GIL_WAIT && from != WM_STATE_FUTEX_WAIT && c->woke_tid && c->woke_tgid == c->tgid &&
-		 t->d.waker_of == c->woke_tid)
+	/* any other wait's waker, of this process or another, by its stack at the wakeup */
+	else if (from != WM_STATE_GIL_WAIT && from != WM_STATE_FUTEX_WAIT && c->woke_tid && t->d.waker_of == c->woke_tid)
 		c->culprit = t->d.waker_stack;
 	if (now > t->d.since) {
 		if (from < WM_NR_STATES)
@@ -784,9 +783,9 @@ static __always_inline bool preempt_row(struct wm_thread *t, const struct wm_pre
 }
 
 /*
- * As add_ns(), for a run-queue wait: `fresh` is the wait (`ns`) and, for a new
- * entry, the name of the process that had the CPU: `prev`'s (read only then),
- * else as `fresh` has it.
+ * As add_ns(), for a run-queue wait or a wait a wakeup ended: `fresh` is the
+ * wait (`ns`) and, for a new entry, the name of the process that had the CPU
+ * or woke it: `prev`'s (read only then), else as `fresh` has it.
  */
 static __always_inline void add_preempt(struct wm_preempt_key *key, struct wm_preempt *fresh, struct task_struct *prev)
 {
@@ -855,11 +854,12 @@ static __always_inline void charge(struct wm_thread *t, const struct wm_closed *
 		if (c->state == WM_STATE_GIL_WAIT) {
 			blamed = c->gil_holder;
 			role = WM_ROLE_HOLDER;
-		} else if (c->state == WM_STATE_FUTEX_WAIT) {
-			blamed = c->waker;
-			role = WM_ROLE_WAKER;
-		} else if (c->woke_tid && c->woke_tgid == c->tgid) {
-			blamed = c->woke_tid;
+		} else if (c->state == WM_STATE_FUTEX_WAIT || c->woke_tid) {
+			/* the waker: a thread of this process by its TID, a task of
+			 * another by its process (whose stack is that process's) */
+			blamed = c->state == WM_STATE_FUTEX_WAIT ? c->waker : c->woke_tid;
+			if (blamed && blamed == c->woke_tid && c->woke_tgid != c->tgid)
+				blamed = (1ULL << WM_BLAMED_PROCESS_BIT) | c->woke_tgid;
 			role = WM_ROLE_WAKER;
 		}
 		charge_stacks(tid, c->gen, c->state, blamed, &c->stack, role, &c->culprit, delta, (__u64)c->hold_us << 10);
@@ -1428,11 +1428,11 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p, bool irq_
 	 * that switch-out, decides what the word means (told_by_waking) */
 	state = t->d.state;
 	/* the waker's stack as it wakes the thread (it is `current`), at most
-	 * once per interval per (thread, waker): a futex wait's futex waker, of
-	 * any process, or any other wait's waker of the thread's own process
-	 * (whose stacks the agent reads with the waiter's) */
+	 * once per interval per (thread, waker): a futex wait's futex waker, or
+	 * any other wait's waker, of any process (the agent names another
+	 * process's stack with that process: WM_BLAMED_PROCESS_BIT) */
 	if (cfg.stacks && stacks_all && state != WM_STATE_GIL_WAIT && is_blocked(state) &&
-	    (state == WM_STATE_FUTEX_WAIT ? futex : same)) {
+	    (state != WM_STATE_FUTEX_WAIT || futex)) {
 		__u64 now = bpf_ktime_get_ns();
 
 		if (t->d.waker_of != waker || now - t->d.waker_at >= cfg.stack_interval_ns) {

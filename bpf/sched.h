@@ -48,6 +48,10 @@ enum wm_limits {
 	/* a GIL holder id with this bit set is a host TID: the thread whose
 	 * release woke the waiter (the GIL was free when it went to sleep) */
 	WM_HOLDER_WAKER_BIT = 63,
+	/* a wait stack's `blamed` (stacks.h) with this bit set is the host TGID
+	 * of the waker's process, another than the waiter's: the waker's stack
+	 * is that process's */
+	WM_BLAMED_PROCESS_BIT = 32,
 	/* in `wm_waking.word`, above the waker's TID (below PID_MAX_LIMIT, 2^22):
 	 * it is a thread of the waiter's process */
 	WM_EARLY_WAKER_TID = 0x3fffffff,

@@ -144,7 +144,8 @@ struct wm_py_walk {
 struct wm_wait_stack_key {
 	__u32 tid;        /* the thread that waited, host TID */
 	__u32 gen;        /* its incarnation: (u32)start */
-	__u64 blamed;     /* who it waited behind: GIL holder id, waker or preemptor host TID; 0 unknown */
+	__u64 blamed;     /* who it waited behind: GIL holder id, waker or preemptor host TID (a waker of
+			   * another process: its host TGID with sched.h's WM_BLAMED_PROCESS_BIT); 0 unknown */
 	__u8 state;       /* enum wm_state of the wait */
 	__u8 role;        /* enum wm_role: whose stack `stack` is */
 	__u16 _pad;

@@ -103,6 +103,9 @@ def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_
     # the waiters' code, past the latch every sleep of the server goes through, to the lock the
     # server's account says they waited for (its heavyweight lock's acquire: a row's lock)
     assert "WaitLatch ← ProcSleep ← LockAcquire" in first and found["waited_in"] in first, (first, found)
+    # and the wakers' code as they woke them, across processes: the backend that held the row's
+    # lock, letting go of its locks at commit
+    assert "LockRelease" in found.get("woken_from", "") and found["woken_from"] in first, (first, found)
     # the backends, and only they (not the WAL writer or the checkpointer they wake), each woken
     # by another backend
     assert found["count"] == CLIENTS and {p["pid"] for p in found["processes"]} <= backends, (found, backends)

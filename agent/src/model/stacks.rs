@@ -396,6 +396,17 @@ impl WaitStacks {
                 .map(|(k, ns)| (k, *ns)),
         ))
     }
+
+    /// The top site of the wakers' side of the waits of several threads in `state`, of the wakers
+    /// `behind` accepts (the processes of a family: another process's waker is blamed by its PID).
+    pub fn top_waker_site(&self, victims: &[u32], state: State, behind: impl Fn(u32) -> bool) -> Option<Site> {
+        top(by_site_in_c(
+            self.ns
+                .iter()
+                .filter(|(k, _)| victims.contains(&k.victim) && k.state == state && k.role == Role::Waker && behind(k.blamed))
+                .map(|(k, ns)| (k, *ns)),
+        ))
+    }
 }
 
 /// The site of stacks no frame of which is named.

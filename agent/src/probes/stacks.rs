@@ -89,6 +89,10 @@ fn unwind_row(r: &waitmeter_formats::cfi::Row) -> wm_unwind_row {
     wm_unwind_row { pc: r.pc as u32, cfa_off, fp_at: fp, kind: kind.0 as u8, fp_saved: u8::from(fp_at.is_some()) }
 }
 
+/// A wait stack's `blamed` with this bit: the host TGID of a waker of another process than the
+/// waiter's, whose stack (role waker) is that process's (bpf/stacks.h).
+pub const BLAMED_PROCESS: u64 = 1 << super::abi::skel::types::wm_limits::WM_BLAMED_PROCESS_BIT.0;
+
 /// A wait charged to a stack, as the kernel keyed it (host IDs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RawWait {

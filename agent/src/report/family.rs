@@ -53,6 +53,10 @@ pub struct Member {
     pub woken_state: Option<State>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waited_in: Option<String>,
+    /// the code the other members ran as they woke its threads from those waits (the top site of
+    /// their stacks at the wakeups), when named
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub woken_from: Option<String>,
 }
 
 /// What gathers the processes of a [`Family`].
@@ -110,6 +114,7 @@ fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
         thread_ns: r.threads.iter().map(|t| t.existed_ns).sum(),
         woken_state: None,
         waited_in: None,
+        woken_from: None,
     };
     let mut by_state: BTreeMap<State, u64> = BTreeMap::new();
     for t in &r.threads {
@@ -143,6 +148,7 @@ fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
     if let (Some(state), Some(stacks)) = (m.woken_state, r.stacks.as_ref()) {
         let tids: Vec<u32> = r.threads.iter().map(|t| t.tid).collect();
         m.waited_in = stacks.top_site_of(&tids, state, crate::model::stacks::Role::Victim, None).map(|s| s.text);
+        m.woken_from = stacks.top_waker_site(&tids, state, |by| by != r.pid && family.contains(&by)).map(|s| s.text);
     }
     m
 }

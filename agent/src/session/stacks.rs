@@ -13,7 +13,7 @@ use crate::model::loss::{Lost, Probe, Reason};
 use crate::model::partition::ThreadSample;
 use crate::model::stacks::{Key, Lengths, Role, WaitStacks};
 use crate::model::state::State;
-use crate::probes::stacks::RawWait;
+use crate::probes::stacks::{RawWait, BLAMED_PROCESS};
 use crate::python::layout::GilLocation;
 use crate::stacks::unwind::{self, Unwind};
 use crate::stacks::{python, Join, Namer, Options};
@@ -223,16 +223,23 @@ impl Session {
                 continue;
             };
             let Some(t) = self.targets.get(&id) else { continue };
-            // the stack's own process: the victim's, or the culprit's
+            // who it waited behind: a thread of its process, or (a waker of another process) that
+            // process, by its PID (a PID is no TID of another process: one numbering)
             let blamed = match (w.state, w.blamed) {
                 (_, 0) => 0,
                 (State::GilWait, h) => resolver.holder_tid(self, t, h),
                 (_, host) => resolver.ns_tid(self, host as u32),
             };
-            let pt = st.py.get(&id).map(|v| &v.0);
+            // the stack's own process: the victim's, or a waker's of another process (named with
+            // that process's objects, and its Python frames when it is watched too)
+            let (pid, pt) = if w.role == Role::Waker && w.blamed & BLAMED_PROCESS != 0 {
+                (blamed, self.targets.values().find(|o| o.pid == blamed).and_then(|o| st.py.get(&o.id)).map(|v| &v.0))
+            } else {
+                (t.pid, st.py.get(&id).map(|v| &v.0))
+            };
             // a GIL holder's native frames were sampled while it ran (bpf/holder_samples.bpf.h)
             let join = if w.role == Role::Holder { Join::EvalLoop } else { Join::Interpreter };
-            let stack = st.namer.stack(&maps, t.pid, pt, w.native, w.py, join, now);
+            let stack = st.namer.stack(&maps, pid, pt, w.native, w.py, join, now);
             st.stores.entry(id).or_default().add_waits(Key { victim, blamed, state: w.state, role: w.role, stack }, ns, &lengths);
         }
         if st.opts.keep {

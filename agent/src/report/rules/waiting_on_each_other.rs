@@ -45,6 +45,9 @@ pub struct WaitingOnEachOther {
     pub state: State,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waited_in: Option<String>,
+    /// the code the wakers ran as they woke them (the site most of them name): what let go
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub woken_from: Option<String>,
     /// the members whose wakeups ended the most of those waits (who held, then let go), with
     /// their share of them
     pub wakers: Vec<Process>,
@@ -129,6 +132,7 @@ pub fn of(family: &Family) -> Option<WaitingOnEachOther> {
         share: waited as f64 / present.max(1) as f64,
         state,
         waited_in: mode(&|m| m.waited_in.clone()),
+        woken_from: mode(&|m| m.woken_from.clone()),
         wakers: wakers
             .iter()
             .take(3)
@@ -155,7 +159,7 @@ impl Claim for WaitingOnEachOther {
 
 impl fmt::Display for WaitingOnEachOther {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let WaitingOnEachOther { count, processes, share, state, waited_in, wakers, window_ns, .. } = self;
+        let WaitingOnEachOther { count, processes, share, state, waited_in, woken_from, wakers, window_ns, .. } = self;
         let names = processes.iter().map(|p| format!("{} ({}) {:.0}%", p.comm, p.pid, 100.0 * p.share)).collect();
         let woke: Vec<String> = wakers.iter().map(|w| format!("{} ({}) {:.0}%", w.comm, w.pid, 100.0 * w.share)).collect();
         write!(
@@ -168,7 +172,10 @@ impl fmt::Display for WaitingOnEachOther {
             woke.join(", "),
         )?;
         if let Some(site) = waited_in {
-            write!(f, ". They waited in {site}")?;
+            write!(f, ". They waited in `{site}`")?;
+        }
+        if let Some(site) = woken_from {
+            write!(f, "; the wakers woke them from `{site}`")?;
         }
         write!(f, ". Find what they queue on where they wait (a database server's own view of its waits names the lock); hold it for less, or spread the work over more of it")
     }
@@ -210,6 +217,45 @@ mod tests {
         assert!(w.processes.iter().all(|p| (101..105).contains(&p.pid)) && w.wakers.iter().all(|p| (101..105).contains(&p.pid)));
         let line = w.to_string();
         assert!(line.starts_with("waiting on each other: 4 processes were blocked 60% of their time in the 10.0 s"), "{line}");
+    }
+
+    #[test]
+    fn the_finding_names_where_they_waited_and_what_the_wakers_ran_across_processes() {
+        use crate::model::stacks::{Frame, Key, Role, WaitStacks};
+        let frames = |names: &[&str]| -> crate::model::stacks::Stack {
+            names.iter().map(|n| Frame::native((*n).into(), "/usr/lib/postgresql/15/bin/postgres".into())).collect()
+        };
+        let lock = frames(&["WaitLatch", "ProcSleep", "LockAcquireExtended"]);
+        let commit = frames(&["ProcLockWakeup", "LockReleaseAll", "CommitTransactionCommand"]);
+        let stranger = frames(&["kill_from_outside"]);
+        let mut backends: Vec<ProcessReport> =
+            (101..105).map(|p| process(p, State::IoWait, 6 * S, &(101..105).filter(|o| *o != p).collect::<Vec<_>>())).collect();
+        for r in &mut backends {
+            let mut w = WaitStacks::default();
+            let key = |blamed, role, stack: &crate::model::stacks::Stack| Key {
+                victim: r.pid,
+                blamed,
+                state: State::IoWait,
+                role,
+                stack: stack.clone(),
+            };
+            w.add(key(0, Role::Victim, &lock), 6 * S);
+            // the wakers are other backends (by PID); a process outside the family is not one
+            // of them, however much it woke
+            w.add(key(if r.pid == 101 { 102 } else { 101 }, Role::Waker, &commit), 3 * S);
+            w.add(key(999, Role::Waker, &stranger), 5 * S);
+            r.stacks = Some(w);
+        }
+        let w = of(&family(process(100, State::IoWait, 0, &[]), &backends)).expect("found");
+        assert_eq!(w.waited_in.as_deref(), Some("WaitLatch (postgres) ← ProcSleep ← LockAcquireExtended"));
+        assert_eq!(w.woken_from.as_deref(), Some("ProcLockWakeup (postgres) ← LockReleaseAll ← CommitTransactionCommand"));
+        let line = w.to_string();
+        assert!(
+            line.contains(
+                "They waited in `WaitLatch (postgres) ← ProcSleep ← LockAcquireExtended`; the wakers woke them from `ProcLockWakeup"
+            ),
+            "{line}"
+        );
     }
 
     #[test]
