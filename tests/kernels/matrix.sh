@@ -50,8 +50,20 @@ for s in "${series[@]}"; do
 	echo "kernels: $s: ${#TESTS[@]} tests or files of tests, started $(date -u +%H:%M:%S)"
 	# CI: a test that cannot run fails (tests/conftest.py); the guest's pytest writes no cache; the
 	# tests' deadlines (not their measurements) are longer in the emulated CPU
-	if WAITMETER_TEST_SLOWDOWN=${WAITMETER_TEST_SLOWDOWN:-8} WAITMETER_VM_ENV="PATH CI WAITMETER_TEST_SLOWDOWN GOCACHE" tests/kernels/boot.sh --timeout "${WAITMETER_VM_TIMEOUT:-1500}" "$s" \
-		.venv/bin/python -m pytest -p no:cacheprovider -rs -q --durations=5 --junitxml "tests/.build/artefacts/kernel-$s.xml" "${tests[@]}"; then
+	run() {
+		WAITMETER_TEST_SLOWDOWN=${WAITMETER_TEST_SLOWDOWN:-8} WAITMETER_VM_ENV="PATH CI WAITMETER_TEST_SLOWDOWN GOCACHE" tests/kernels/boot.sh --timeout "${WAITMETER_VM_TIMEOUT:-1500}" "$s" \
+			.venv/bin/python -m pytest -p no:cacheprovider -rs -q --durations=5 --junitxml "tests/.build/artefacts/kernel-$s.xml" "${tests[@]}"
+	}
+	rc=0
+	run || rc=$?
+	# 125: the guest reported no exit status (it died under its tests, the emulator failed): run
+	# once more, its console kept this time (a test that failed is never run again)
+	if [ "$rc" = 125 ]; then
+		echo "kernels: $s: the guest died without an exit status; once more, its console in tests/.build/artefacts/console-$s.log"
+		rc=0
+		WAITMETER_VM_VERBOSE=1 run > >(tee "tests/.build/artefacts/console-$s.log" | grep -v '^\[ *[0-9.]*\]') 2>&1 || rc=$?
+	fi
+	if [ "$rc" = 0 ]; then
 		echo "kernels: $s: passed in $((SECONDS - t0)) s"
 	else
 		echo "kernels: $s: FAILED in $((SECONDS - t0)) s"
