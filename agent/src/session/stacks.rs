@@ -233,7 +233,11 @@ impl Session {
             // the stack's own process: the victim's, or a waker's of another process (named with
             // that process's objects, and its Python frames when it is watched too)
             let (pid, pt) = if w.role == Role::Waker && w.blamed & BLAMED_PROCESS != 0 {
-                (blamed, self.targets.values().find(|o| o.pid == blamed).and_then(|o| st.py.get(&o.id)).map(|v| &v.0))
+                let target = self.targets.values().find(|o| o.pid == blamed);
+                if target.is_none() {
+                    st.namer.native.jit.quiet(blamed);
+                }
+                (blamed, target.and_then(|o| st.py.get(&o.id)).map(|v| &v.0))
             } else {
                 (t.pid, st.py.get(&id).map(|v| &v.0))
             };

@@ -244,6 +244,12 @@ impl Jit {
         m.map.name(ip).map(str::to_string)
     }
 
+    /// Process `pid` is not one measured (a waker of another process, whose stack is named): what
+    /// its runtime lacks is not told, the remedies being for the processes asked for.
+    pub fn quiet(&mut self, pid: u32) {
+        self.maps.entry(pid).or_default().told = true;
+    }
+
     /// Whether process `pid` has a perf map (found at least once).
     #[cfg(test)]
     pub fn has_map(&self, pid: u32) -> bool {
