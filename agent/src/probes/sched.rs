@@ -258,6 +258,8 @@ fn open_and_load_in(storage: &'static mut MaybeUninit<OpenObject>, opts: &SchedO
     // the unwind rows are an array (all of it allocated): none when no native stack is taken
     if opts.stacks & super::stacks::MODE_NATIVE == 0 {
         open.maps.unwind_rows.set_max_entries(1)?;
+    } else {
+        open.maps.unwind_rows.set_max_entries(super::stacks::UNWIND_ROWS)?;
     }
     open.maps.exits.set_max_entries(opts.exit_buffer_bytes)?;
     if opts.timeline_bytes > 0 {
