@@ -3,7 +3,7 @@
 //! waits charged to stacks out of the kernel into per-target stores, with
 //! their threads named as the rest of the report names them. The naming and
 //! the store are `crate::stacks`' and `model::stacks`'.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::resolve::HolderResolver;
 use super::{Session, Target};
@@ -43,6 +43,9 @@ pub(super) struct StackState {
     /// as last given
     unwind: Option<Unwind>,
     unwound: HashMap<u64, (u64, Option<(u64, u64)>)>,
+    /// processes not measured whose stacks were named (wakers of another process): what the
+    /// namer keeps of each is forgotten once it exits
+    strangers: HashSet<u32>,
 }
 
 impl StackState {
@@ -60,6 +63,7 @@ impl StackState {
             pending: vec![],
             unwind: None,
             unwound: HashMap::new(),
+            strangers: HashSet::new(),
         }
     }
 }
@@ -234,7 +238,7 @@ impl Session {
             // that process's objects, and its Python frames when it is watched too)
             let (pid, pt) = if w.role == Role::Waker && w.blamed & BLAMED_PROCESS != 0 {
                 let target = self.targets.values().find(|o| o.pid == blamed);
-                if target.is_none() {
+                if target.is_none() && st.strangers.insert(blamed) {
                     st.namer.native.jit.quiet(blamed);
                 }
                 (blamed, target.and_then(|o| st.py.get(&o.id)).map(|v| &v.0))
@@ -246,6 +250,14 @@ impl Session {
             let stack = st.namer.stack(&maps, pid, pt, w.native, w.py, join, now);
             st.stores.entry(id).or_default().add_waits(Key { victim, blamed, state: w.state, role: w.role, stack }, ns, &lengths);
         }
+        let StackState { strangers, namer, .. } = &mut st;
+        strangers.retain(|pid| {
+            let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+            if !alive {
+                namer.forget(*pid);
+            }
+            alive
+        });
         if st.opts.keep {
             let (native_named, py_named) = st.namer.named();
             let (n, p) = maps.trim(native_named, py_named);
