@@ -101,6 +101,11 @@ const PARKED_HELD: f64 = 0.5;
 /// pool's workers on busy CPUs). Waiting for work is idle, and a CPU's shortage is its own
 /// finding.
 const PARKED_SERIAL: f64 = 1.3;
+/// ... and they wanted at most this many CPUs' worth, running or waiting for one: members taking
+/// turns on a lock wait blocked, not runnable (the next holder may wait for a CPU once it is
+/// woken, on busy CPUs), where a pool whose work needs more CPUs than it has queues for them
+/// (that is run-queue saturation, its own finding).
+const PARKED_WANTED: f64 = 2.5;
 /// The least mean number of members waiting for the others (their waits within the group over
 /// the window): a queue behind the lock. A runtime's idle threads taking turns to run one
 /// request at a time (a closed-loop client) wait about one at a time; three threads on a lock
@@ -186,7 +191,11 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
     let wait_ns: u64 = group.iter().map(|t| within(&group, *t)).sum();
     let working: u64 = group.iter().map(|t| work_of(*t)).sum();
     let ran: u64 = cx.rows.iter().filter(|r| group.contains(&r.tid)).map(|r| r.times.get(State::Running)).sum();
-    let taking_turns = (PARKED_HELD * window..=PARKED_SERIAL * window).contains(&(ran as f64));
+    // what they wanted of the CPUs: what they ran and what they waited for a CPU (a pool's
+    // workers on busy CPUs ran about one CPU's worth because that is what they got, not because
+    // one held a lock: many of them were runnable at once)
+    let wanted: u64 = ran + cx.rows.iter().filter(|r| group.contains(&r.tid)).map(|r| r.times.get(State::Runqueue)).sum::<u64>();
+    let taking_turns = (PARKED_HELD * window..=PARKED_SERIAL * window).contains(&(ran as f64)) && wanted as f64 <= PARKED_WANTED * window;
     let queued = wait_ns as f64 >= CONVOY_SHARE.max(PARKED_QUEUE) * window;
     (group.len() >= CONVOY_WAITERS && queued && working as f64 >= PARKED_WORKING * window && taking_turns).then(|| {
         // the wakers, most waking first
