@@ -389,21 +389,16 @@ impl WaitStacks {
     /// The top site of one side of the waits of several threads (a convoy's waiters, a pool's
     /// GIL waiters; behind `blamed` when given).
     pub fn top_site_of(&self, victims: &[u32], state: State, role: Role, blamed: Option<u32>) -> Option<Site> {
-        top(by_site_in_c(
-            self.ns
-                .iter()
-                .filter(|(k, _)| victims.contains(&k.victim) && k.state == state && k.role == role && blamed.is_none_or(|b| k.blamed == b))
-                .map(|(k, ns)| (k, *ns)),
-        ))
+        self.top_site_behind(victims, state, role, |b| blamed.is_none_or(|x| b == x))
     }
 
-    /// The top site of the wakers' side of the waits of several threads in `state`, of the wakers
-    /// `behind` accepts (the processes of a family: another process's waker is blamed by its PID).
-    pub fn top_waker_site(&self, victims: &[u32], state: State, behind: impl Fn(u32) -> bool) -> Option<Site> {
+    /// `top_site_of`, behind the blamed that `behind` accepts (a family's wakers: another
+    /// process's waker is blamed by its PID).
+    pub fn top_site_behind(&self, victims: &[u32], state: State, role: Role, behind: impl Fn(u32) -> bool) -> Option<Site> {
         top(by_site_in_c(
             self.ns
                 .iter()
-                .filter(|(k, _)| victims.contains(&k.victim) && k.state == state && k.role == Role::Waker && behind(k.blamed))
+                .filter(|(k, _)| victims.contains(&k.victim) && k.state == state && k.role == role && behind(k.blamed))
                 .map(|(k, ns)| (k, *ns)),
         ))
     }

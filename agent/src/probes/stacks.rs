@@ -89,8 +89,8 @@ fn unwind_row(r: &waitmeter_formats::cfi::Row) -> wm_unwind_row {
     wm_unwind_row { pc: r.pc as u32, cfa_off, fp_at: fp, kind: kind.0 as u8, fp_saved: u8::from(fp_at.is_some()) }
 }
 
-/// Unwind rows of all objects built without frame pointers (12 bytes each: 6 MiB, allocated at
-/// load), twice the probe's default: a server that maps many such objects needs more (Debian's
+/// Unwind rows of all objects built without frame pointers (12 bytes each, 16 in the array: 8 MiB
+/// of map memory, allocated at load), twice the probe's default: a server that maps many such objects needs more (Debian's
 /// PostgreSQL 15 and its libraries: ICU's 58,426 rows did not fit after 212,005 of 262,144).
 pub const UNWIND_ROWS: u32 = 1 << 19;
 

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::serial::seconds;
 use super::ProcessReport;
 use crate::model::blame::{Preemptor, Waker};
+use crate::model::stacks::Role;
 use crate::model::state::State;
 
 /// A thread runnable (running, queued, throttled) at least this share of the time it existed
@@ -147,8 +148,8 @@ fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
     m.woken_state = by_state.into_iter().max_by_key(|(s, ns)| (*ns, std::cmp::Reverse(*s))).map(|(s, _)| s);
     if let (Some(state), Some(stacks)) = (m.woken_state, r.stacks.as_ref()) {
         let tids: Vec<u32> = r.threads.iter().map(|t| t.tid).collect();
-        m.waited_in = stacks.top_site_of(&tids, state, crate::model::stacks::Role::Victim, None).map(|s| s.text);
-        m.woken_from = stacks.top_waker_site(&tids, state, |by| by != r.pid && family.contains(&by)).map(|s| s.text);
+        m.waited_in = stacks.top_site_of(&tids, state, Role::Victim, None).map(|s| s.text);
+        m.woken_from = stacks.top_site_behind(&tids, state, Role::Waker, |by| by != r.pid && family.contains(&by)).map(|s| s.text);
     }
     m
 }

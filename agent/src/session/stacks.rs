@@ -237,7 +237,7 @@ impl Session {
             // the stack's own process: the victim's, or a waker's of another process (named with
             // that process's objects, and its Python frames when it is watched too)
             let (pid, pt) = if w.role == Role::Waker && w.blamed & BLAMED_PROCESS != 0 {
-                let target = self.targets.values().find(|o| o.pid == blamed);
+                let target = self.target_by_pid(blamed);
                 if target.is_none() && st.strangers.insert(blamed) {
                     st.namer.native.jit.quiet(blamed);
                 }

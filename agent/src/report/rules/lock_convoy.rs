@@ -190,11 +190,13 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
     }
     let wait_ns: u64 = group.iter().map(|t| within(&group, *t)).sum();
     let working: u64 = group.iter().map(|t| work_of(*t)).sum();
-    let ran: u64 = cx.rows.iter().filter(|r| group.contains(&r.tid)).map(|r| r.times.get(State::Running)).sum();
-    // what they wanted of the CPUs: what they ran and what they waited for a CPU (a pool's
-    // workers on busy CPUs ran about one CPU's worth because that is what they got, not because
-    // one held a lock: many of them were runnable at once)
-    let wanted: u64 = ran + cx.rows.iter().filter(|r| group.contains(&r.tid)).map(|r| r.times.get(State::Runqueue)).sum::<u64>();
+    // what they ran, and what they wanted of the CPUs: that and what they waited for a CPU (a
+    // pool's workers on busy CPUs ran about one CPU's worth because that is what they got, not
+    // because one held a lock: many of them were runnable at once)
+    let (ran, wanted) = cx.rows.iter().filter(|r| group.contains(&r.tid)).fold((0u64, 0u64), |(ran, wanted), r| {
+        let running = r.times.get(State::Running);
+        (ran + running, wanted + running + r.times.get(State::Runqueue))
+    });
     let taking_turns = (PARKED_HELD * window..=PARKED_SERIAL * window).contains(&(ran as f64)) && wanted as f64 <= PARKED_WANTED * window;
     let queued = wait_ns as f64 >= CONVOY_SHARE.max(PARKED_QUEUE) * window;
     (group.len() >= CONVOY_WAITERS && queued && working as f64 >= PARKED_WORKING * window && taking_turns).then(|| {
