@@ -24,7 +24,7 @@ export HELM
 # the bench's small BPF loaders use, which tests/test_bench_loaders.py runs, PostgreSQL for the
 # database a FastAPI handler calls synchronously in tests/test_stall_verdicts.py)
 BUILD_PKGS := build-essential pkg-config clang-19 libelf-dev zlib1g-dev
-TEST_PKGS  := chromium bpftool prometheus libcap2-bin util-linux python3-venv openssl maven openjdk-17-jdk-headless groff-base systemd nginx libc6-dbg xz-utils libbpf1 postgresql
+TEST_PKGS  := chromium bpftool prometheus libcap2-bin util-linux python3-venv openssl maven openjdk-17-jdk-headless groff-base systemd nginx libc6-dbg xz-utils libbpf1 postgresql bpftrace
 # $(call apt,PACKAGES): install those not installed yet
 apt = @missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

@@ -111,7 +111,7 @@ static __always_inline void sample_busy(void *ctx, __u32 tgid, __u32 tid)
 		return;
 	key.native = own.native;
 	key.py = own.py;
-	if (!add_wait(&key, cfg.sample_period_ns, 0))
+	if (!add_wait(&key, cfg.sample_period_ns, 0, false))
 		stack_loss(WM_STACK_STAT_WAIT_MAP_FULL);
 }
 

@@ -258,6 +258,7 @@ struct wm_enter {
 	bool new_stack;   /* `stack` is the thread's own, taken now */
 	bool new_blamed;  /* `blamed` is the GIL holder's, taken now */
 	__u16 gil_switch; /* entering gil_wait: the GIL's switch_number, low bits */
+	__u32 stack_site; /* new_stack: where the thread entered the kernel (entry_site()) */
 	struct wm_stack_ref stack;
 	struct wm_stack_ref blamed;
 };
@@ -413,6 +414,7 @@ static __always_inline void told_by_waking(struct wm_thread *t, __u32 from, __u6
 		t->d.waker_stack = t->waking.stack;
 		t->d.waker_of = waker;
 		t->d.waker_at = t->waking.stack_at;
+		t->d.waker_site = t->waking.site;
 	}
 	if (from != WM_STATE_GIL_WAIT) {
 		__u32 how = (told >> WM_WAKING_CTX_SHIFT) & 3;
@@ -584,7 +586,7 @@ static __always_inline bool transition(struct wm_thread *t, const struct wm_ente
 	if (e->new_stack) {
 		t->d.stack = e->stack;
 		t->d.stack_at = now;
-		t->d.stack_syscall = (__u32)(e->syscall + 1);
+		t->d.stack_site = e->stack_site;
 	}
 	if (e->new_blamed) {
 		t->d.holder = e->blamed;
@@ -1183,6 +1185,7 @@ WM_PTR_ARGS_FN int switch_stacks(struct wm_switch_work *w)
 	struct wm_thread *t;
 	__u32 tid, tgid;
 	__s32 native;
+	__u32 site;
 	__u64 now;
 
 	if (!w)
@@ -1203,15 +1206,19 @@ WM_PTR_ARGS_FN int switch_stacks(struct wm_switch_work *w)
 		o->e.stack.native = -1;
 		o->e.stack.py = 0;
 		o->e.new_stack = true;
-	} else if (now - t->d.stack_at >= cfg.stack_interval_ns || t->d.stack_syscall != (__u32)(o->e.syscall + 1)) {
-		/* the last stack is reused only for a block in the same syscall
-		 * within the interval: another wait takes its own (never a stack
-		 * left from an earlier, different wait) */
-		own_stacks(tgid, tid, &o->e.stack);
-		o->e.new_stack = true;
-		o->own = o->e.stack;
 	} else {
-		o->own = t->d.stack;
+		/* the last stack is reused only for a block made from the same
+		 * call within the interval: another wait takes its own (never a
+		 * stack left from an earlier, different wait) */
+		site = entry_site(wm_current_task());
+		if (now - t->d.stack_at >= cfg.stack_interval_ns || !site || t->d.stack_site != site) {
+			own_stacks(tgid, tid, &o->e.stack);
+			o->e.new_stack = true;
+			o->e.stack_site = site;
+			o->own = o->e.stack;
+		} else {
+			o->own = t->d.stack;
+		}
 	}
 	/* the holder's native stack: sampled in its own context during this hold */
 	native = o->e.gil_holder ? holder_wanted(tgid, o->holder_tstate, o->e.gil_switch, now) : -1;
@@ -1435,9 +1442,13 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p, bool irq_
 	    (state != WM_STATE_FUTEX_WAIT || futex)) {
 		__u64 now = bpf_ktime_get_ns();
 
-		if (t->d.waker_of != waker || now - t->d.waker_at >= cfg.stack_interval_ns) {
+		__u32 site = entry_site(cur);
+
+		/* reused only for the same waker waking from the same call */
+		if (t->d.waker_of != waker || now - t->d.waker_at >= cfg.stack_interval_ns || !site || t->d.waker_site != site) {
 			own_stacks(cur_tgid, waker, &t->waking.stack);
 			t->waking.stack_at = now;
+			t->waking.site = site;
 			word |= 1ULL << WM_WAKING_STACK_BIT;
 		}
 	}

@@ -163,7 +163,9 @@ struct wm_thread_data {
 	 * first of them began, in units of 1024 ns, truncated (differences wrap
 	 * correctly for 73 minutes); 0 none. */
 	__u32 streak_at;
-	__u32 _pad_waking; /* was early_waker: sched_waking now tells struct wm_waking */
+	/* where the waker entered the kernel when `waker_stack` was taken
+	 * (entry_site()): reused for the same waker only from the same call */
+	__u32 waker_site;
 	/* when its last GIL wait ended by a release (it took the GIL then), in
 	 * 1024 ns like `streak_at`, and the GIL's switch_number (low bits) from
 	 * then on: the switch_number counts changes of holder, so a waiter that
@@ -176,11 +178,12 @@ struct wm_thread_data {
 	 * waiter read): where the hold began, which a waiter that came late (it
 	 * was queued for a CPU meanwhile) did not see; 0 unknown */
 	__u32 hold_from;
-	/* the syscall `stack` was taken in, plus 1 (0: not in one): a stack is
-	 * reused within cfg.stack_interval_ns only for a block in the same
-	 * syscall (an event loop's poll is not charged the stack of the write
-	 * it made before it) */
-	__u32 stack_syscall;
+	/* where the thread entered the kernel when `stack` was taken (stacks.bpf.h
+	 * entry_site(): user return address, stack pointer, syscall): a stack is
+	 * reused within cfg.stack_interval_ns only for a block made from the same
+	 * call (an event loop's poll is not charged the stack of the write it made
+	 * before it, nor a backend's sleep that of its wait for its client) */
+	__u32 stack_site;
 	/* wait stacks (bpf/stacks.bpf.h): the thread's own stack as of its last
 	 * switch-out that took one, and the last stacks of the GIL holder and of
 	 * the waker it waited behind (one slot each: a thread that alternates GIL
@@ -217,6 +220,8 @@ struct wm_waking {
 	__u32 by_tgid;    /* a task waker's host TGID */
 	struct wm_stack_ref stack;
 	__u64 stack_at;
+	__u32 site;       /* where the waker entered the kernel when `stack` was taken (entry_site()) */
+	__u32 _pad;
 	__u64 task;       /* a task waker's task_struct, for its process' name in a new row */
 };
 

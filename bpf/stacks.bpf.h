@@ -116,6 +116,26 @@ static __always_inline __u64 py_mix(__u64 h, __u64 v)
 }
 
 /*
+ * Where `current` entered the kernel, in 32 bits: its user return address,
+ * stack pointer and system call (-1 outside one). Two blocks of a thread
+ * with the same value were made from the same call, and the second may
+ * reuse the first's stack; a block from another caller takes its own (a
+ * database backend's pg_sleep and its read of the client's socket sleep in
+ * the same epoll_wait, called from frames at other depths: one charged to
+ * the other's stack was a stack left from an earlier wait). 0: unknown.
+ */
+static __always_inline __u32 entry_site(struct task_struct *task)
+{
+	struct pt_regs *regs = wm_current_regs(task);
+	__u64 h;
+
+	if (!regs)
+		return 0;
+	h = py_mix(py_mix(py_mix(0xcbf29ce484222325ULL, WM_REG(regs, ip)), WM_REG(regs, sp)), WM_REG(regs, orig_ax));
+	return (__u32)(h >> 32) ^ (__u32)h;
+}
+
+/*
  * The Python stack of the thread whose PyThreadState is `tstate`, in the
  * address space of `current` (the same process): stored in `py_stacks`,
  * returned as its key (0: none). Reads of another running thread's frames
@@ -387,8 +407,9 @@ static __always_inline __u32 wait_bucket(__u64 delta)
 }
 
 /* `delta` ns of wait charged to `key`, and with `len` one hold of that
- * length (0: none); false: the map is full. */
-static __always_inline bool add_wait(struct wm_wait_stack_key *key, __u64 delta, __u64 len)
+ * length (0: none), or (`one`, a victim's entry) one wait; false: the map is
+ * full. */
+static __always_inline bool add_wait(struct wm_wait_stack_key *key, __u64 delta, __u64 len, bool one)
 {
 	__u32 bucket, us;
 
@@ -405,6 +426,8 @@ static __always_inline bool add_wait(struct wm_wait_stack_key *key, __u64 delta,
 			return false;
 	}
 	__sync_fetch_and_add(&v->ns, delta);
+	if (one)
+		__sync_fetch_and_add(&v->waits, 1);
 	if (!len)
 		return true;
 	bucket = wait_bucket(len);
@@ -434,14 +457,14 @@ static __always_inline void charge_stacks(__u32 tid, __u32 gen, __u32 state, __u
 		key.role = WM_ROLE_VICTIM;
 		key.native = victim->native;
 		key.py = victim->py;
-		if (!add_wait(&key, delta, 0))
+		if (!add_wait(&key, delta, 0, true))
 			stack_loss(WM_STACK_STAT_WAIT_MAP_FULL);
 	}
 	if (culprit && has_stack(culprit) && (stacks_all || (state == WM_STATE_GIL_WAIT && role == WM_ROLE_HOLDER))) {
 		key.role = role;
 		key.native = culprit->native;
 		key.py = culprit->py;
-		if (!add_wait(&key, delta, hold_ns))
+		if (!add_wait(&key, delta, hold_ns, false))
 			stack_loss(WM_STACK_STAT_WAIT_MAP_FULL);
 	}
 }

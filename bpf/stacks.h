@@ -163,7 +163,7 @@ struct wm_wait_stack_key {
 struct wm_wait_stack_val {
 	__u64 ns;
 	__u64 held_ns;                    /* the holds' lengths, summed */
-	__u32 waits;                      /* holds counted */
+	__u32 waits;                      /* holds counted; on a victim's entry, its waits */
 	__u32 max_us;                     /* the longest, µs (saturating) */
 	__u32 buckets[WM_WAIT_BUCKETS];
 };

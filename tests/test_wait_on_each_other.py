@@ -3,16 +3,20 @@
 
 A real multi-process server and its own load tool: Debian's PostgreSQL and pgbench, 8 clients, each
 transaction holding what it updated for 4 ms (`pg_sleep`, with the CPUs free). The ground truth is
-pg_stat_activity's wait event of each backend, sampled every 20 ms by a session of its own.
+pg_stat_activity's wait event of each backend, sampled every 20 ms by a session of its own; the
+transactions committed, as the table counts them; and the backends' wakeups of each other, as
+bpftrace counts the kernel's wakings among them (tests/helpers/wakings.py).
 
 - Bug: every client updates the same row. The backends queue on its lock (`Lock:transactionid`,
   `Lock:tuple`: ~85% of their samples). A lock wait sleeps in the backend's latch (epoll_wait) and
   ends when the backend that held the row commits and sets the latch of the next one (a signal
   from another process): no futex, no GIL, no run queue. The first line says the 8 backends waited
-  on each other for the share of their time the server counted, each woken by another of them.
+  on each other for the share of their time the server counted, each woken by another of them, as
+  often as bpftrace counted (about 11 wakeups a commit: a commit wakes every waiter of the row).
 - Control: each client updates its own row. The backends sleep in pg_sleep (`Timeout:PgSleep`:
   ~93%), a wait a timer ends, no process: no finding of processes waiting on each other, and the
-  sleeps' waker is an interrupt. The server's background processes (the WAL writer, woken by the
+  sleeps' waker is an interrupt. The time in pg_sleep is 4 ms a commit, charged to pg_sleep's
+  stack, not to that of the wait for the client made just before from the same epoll_wait. The server's background processes (the WAL writer, woken by the
   backends with work to do) are never named in either: waiting for work is not waiting on another.
 """
 import json
@@ -20,6 +24,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +32,7 @@ import pytest
 from conftest import SLOWDOWN, WAITMETER
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
+import wakings  # noqa: E402
 from postgres import Postgres  # noqa: E402
 from pyroscope_receiver import go_pprof  # noqa: E402
 
@@ -46,23 +52,29 @@ def measure(pg, script, seconds=5.0, by_pid=False, profile=None):
     -p` of each backend, as pg_stat_activity lists them) and the server's own sampling of its
     backends' waits, over the same seconds (`profile`: the wait profile written there too). (the
     report with the family, every report, the server's {event: samples}, the backends' PIDs,
-    pgbench's output)."""
-    bench = pg.pgbench(script, CLIENTS, int(seconds + 6), options="-c synchronous_commit=off")
+    pgbench's output, the rates measured outside waitmeter meanwhile: {"commits": the
+    transactions committed a second, as the table counts them (each adds 1 to a row), "wakings":
+    the backends' wakeups of each other a second, as bpftrace counts them}."""
+    bench = pg.pgbench(script, CLIENTS, int(seconds + 8), options="-c synchronous_commit=off")
     try:
         threading.Event().wait(1.5)
+        listed = pg.psql("select pid from pg_stat_activity where backend_type = 'client backend' "
+                         "and application_name = 'pgbench'").split()
+        assert len(listed) == CLIENTS, listed
         if by_pid:
-            listed = pg.psql("select pid from pg_stat_activity where backend_type = 'client backend' "
-                             "and application_name = 'pgbench'").split()
-            assert len(listed) == CLIENTS, listed
             targets = [a for pid in listed for a in ("-p", pid)]
         else:
             targets = ["--pid", str(pg.postmaster()), "--children"]
         server = {}
         sampler = threading.Thread(target=lambda: server.update(zip(("events", "pids"), pg.sample_waits(seconds))))
         sampler.start()
+        counter = wakings.start(listed, seconds)
         also = ["--profile", str(profile)] if profile else []
+        n0, t0 = int(pg.psql("select sum(n) from hot")), time.monotonic()
         cp = subprocess.run([str(WAITMETER), "attach", *targets, "--duration", str(seconds),
                              "--output", "json", *also], capture_output=True, text=True, timeout=seconds + 60 * SLOWDOWN)
+        n1, t1 = int(pg.psql("select sum(n) from hot")), time.monotonic()
+        rates = {"commits": (n1 - n0) / (t1 - t0), "wakings": wakings.count(counter) / seconds}
         sampler.join(timeout=60)
         out, _ = bench.communicate(timeout=60)
     finally:
@@ -72,7 +84,7 @@ def measure(pg, script, seconds=5.0, by_pid=False, profile=None):
     assert cp.returncode == 0, cp.stderr
     reports = [json.loads(line) for line in cp.stdout.splitlines() if line.strip()]
     root = next(r for r in reports if r.get("family"))
-    return root, reports, server["events"], server["pids"], out
+    return root, reports, server["events"], server["pids"], out, rates
 
 
 def lock_share(events):
@@ -85,9 +97,9 @@ def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_
     try:
         pg.psql("create table hot (id int primary key, n bigint); insert into hot select g, 0 from generate_series(1, 100) g")
         pg_root = pg.postmaster()
-        root, _, events, backends, out = measure(pg, ONE_ROW, profile=tmp_path / "family.pb.gz")
-        croot, creports, cevents, cbackends, cout = measure(pg, OWN_ROWS)
-        proot, _, pevents, pbackends, pout = measure(pg, ONE_ROW, by_pid=True)
+        root, _, events, backends, out, rates = measure(pg, ONE_ROW, profile=tmp_path / "family.pb.gz")
+        croot, creports, cevents, cbackends, cout, crates = measure(pg, OWN_ROWS)
+        proot, _, pevents, pbackends, pout, _ = measure(pg, ONE_ROW, by_pid=True)
     finally:
         pg.close()
     # the server's account: the bug's backends wait on the row's lock, the control's sleep
@@ -110,6 +122,13 @@ def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_
     # by another backend
     assert found["count"] == CLIENTS and {p["pid"] for p in found["processes"]} <= backends, (found, backends)
     assert found["wakers"] and {w["pid"] for w in found["wakers"]} <= backends, found
+    # how often they woke each other, as bpftrace counted the kernel's wakings among the backends
+    # over the same seconds (an upper bound by the timers' wakings that interrupted a backend);
+    # at least once a commit (the row's lock changed hands at each), more when a commit's release
+    # wakes every waiter of the row and one gets it
+    assert 0.8 * rates["wakings"] <= found["wakeups_per_s"] <= 1.15 * rates["wakings"], (found, rates)
+    assert found["wakeups_per_s"] >= rates["commits"], (found, rates)
+    assert "; woken by one another " in first, first
     members = {m["pid"]: m for m in root["family"]["members"]}
     for pid in backends:
         assert members[pid]["woken_by_family_s"] >= 0.5 * truth * members[pid]["present_s"], members[pid]
@@ -154,7 +173,9 @@ def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_
             for site in r.get("wait_sites", []):
                 if site["role"] == "victim" and site["state"] == "io_wait":
                     slept[site["site"]] = slept.get(site["site"], 0.0) + site["seconds"]
-    # pgbench's own count: each transaction slept 4 ms in pg_sleep
-    tps = float(re.search(r"tps = ([\d.]+)", cout).group(1))
+    # the table's own count over the attach: each transaction slept 4 ms in pg_sleep (and the
+    # wait for the client between them is charged to its own code, never the sleep's: each block
+    # is charged to the stack it was made from, not one left from an earlier wait)
     in_sleep = sum(t for site, t in slept.items() if "WaitLatch ← pg_sleep" in site)
-    assert in_sleep >= 0.5 * tps * 0.004 * 5.0 and not any("LockAcquire" in s for s in slept), (tps, slept)
+    expected = crates["commits"] * 0.004 * 5.0
+    assert 0.8 * expected <= in_sleep <= 1.3 * expected and not any("LockAcquire" in s for s in slept), (crates, slept)

@@ -281,6 +281,8 @@ pub struct WaitStacks {
     pub ns: HashMap<Key, u64>,
     /// the waits' lengths of the GIL holders' entries (role holder)
     pub lengths: HashMap<Key, Lengths>,
+    /// how many waits the victims' entries (role victim) were charged
+    pub waits: HashMap<Key, u64>,
     /// time of entries beyond MAX_ENTRIES (counted, not kept)
     pub dropped_ns: u64,
 }
@@ -332,16 +334,32 @@ impl WaitStacks {
         for (k, l) in self.lengths.drain() {
             lengths.entry(key(k)).or_default().add(&l);
         }
+        let mut waits: HashMap<Key, u64> = HashMap::with_capacity(self.waits.len());
+        for (k, n) in self.waits.drain() {
+            *waits.entry(key(k)).or_default() += n;
+        }
         self.ns = ns;
         self.lengths = lengths;
+        self.waits = waits;
     }
 
-    /// `add`, with the waits' lengths (kept for GIL holders' entries).
+    /// `add`, with the waits' lengths (kept for GIL holders' entries) or their number (a
+    /// victim's entries).
     pub fn add_waits(&mut self, k: Key, ns: u64, l: &Lengths) {
-        if k.role == Role::Holder && k.state == State::GilWait && (self.ns.contains_key(&k) || self.ns.len() < MAX_ENTRIES) {
-            self.lengths.entry(k.clone()).or_default().add(l);
+        if self.ns.contains_key(&k) || self.ns.len() < MAX_ENTRIES {
+            if k.role == Role::Holder && k.state == State::GilWait {
+                self.lengths.entry(k.clone()).or_default().add(l);
+            } else if k.role == Role::Victim && l.waits > 0 {
+                *self.waits.entry(k.clone()).or_default() += l.waits;
+            }
         }
         self.add(k, ns);
+    }
+
+    /// How many waits of `victims` in `state` ended behind the blamed that `behind` accepts (a
+    /// family's hand-offs: each a wakeup by another of them).
+    pub fn waits_behind(&self, victims: &[u32], state: State, behind: impl Fn(u32) -> bool) -> u64 {
+        self.waits.iter().filter(|(k, _)| victims.contains(&k.victim) && k.state == state && behind(k.blamed)).map(|(_, n)| n).sum()
     }
 
     /// The GIL holders' code by the time others waited behind it, with the

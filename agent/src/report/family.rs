@@ -45,6 +45,10 @@ pub struct Member {
     /// the same by the member that woke them: PID -> ns
     #[serde(skip)]
     pub woken_by: BTreeMap<u32, u64>,
+    /// how many of those waits there were: the others' wakeups of it (counted with the waits'
+    /// stacks; none without them)
+    #[serde(rename = "woken_by_family", skip_serializing_if = "Option::is_none")]
+    pub wakeups: Option<u64>,
     /// its threads' time in the window, summed (what `woken_by_family_ns` is a share of)
     #[serde(skip)]
     pub thread_ns: u64,
@@ -112,6 +116,7 @@ fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
         present_ns: r.exited_after_ns.unwrap_or(r.duration_ns),
         woken_by_family_ns: 0,
         woken_by: BTreeMap::new(),
+        wakeups: None,
         thread_ns: r.threads.iter().map(|t| t.existed_ns).sum(),
         woken_state: None,
         waited_in: None,
@@ -144,6 +149,11 @@ fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
             })
             .map(|(_, ns)| ns)
             .sum::<u64>();
+    }
+    if let Some(stacks) = r.stacks.as_ref() {
+        let tids: Vec<u32> = r.threads.iter().map(|t| t.tid).collect();
+        m.wakeups =
+            Some(by_state.keys().map(|state| stacks.waits_behind(&tids, *state, |by| by != r.pid && family.contains(&by))).sum());
     }
     m.woken_state = by_state.into_iter().max_by_key(|(s, ns)| (*ns, std::cmp::Reverse(*s))).map(|(s, _)| s);
     if let (Some(state), Some(stacks)) = (m.woken_state, r.stacks.as_ref()) {

@@ -14,7 +14,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::super::evidence::and_more;
+use super::super::evidence::{and_more, human_rate};
 use super::super::family::{Family, Member};
 use super::super::serial::{ratio, seconds};
 use super::{Claim, Context};
@@ -40,6 +40,14 @@ pub struct WaitingOnEachOther {
     pub waited_ns: u64,
     #[serde(serialize_with = "ratio")]
     pub share: f64,
+    /// how many of those waits there were, each ended by one of them waking another (the rate
+    /// the turns passed: a release that wakes every waiter, of whom one gets its turn, counts
+    /// each), when the waits' stacks counted them
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wakeups: Option<u64>,
+    /// the same a second of the window
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wakeups_per_s: Option<f64>,
     /// the blocked state most of those waits were in, and the code they waited in there (the
     /// site most of them name)
     pub state: State,
@@ -121,7 +129,11 @@ pub fn of(family: &Family) -> Option<WaitingOnEachOther> {
     let state = mode(&|m| m.woken_state.map(|s| s.name().to_string()))
         .and_then(|name| State::ALL.into_iter().find(|s| s.name() == name))
         .unwrap_or(State::Other);
+    let wakeups: Option<u64> = waiting.iter().map(|m| m.wakeups).sum();
+    let window_s = family.window_ns as f64 / 1e9;
     Some(WaitingOnEachOther {
+        wakeups,
+        wakeups_per_s: wakeups.filter(|_| window_s > 0.0).map(|n| (n as f64 / window_s * 10.0).round() / 10.0),
         count: waiting.len(),
         processes: waiting
             .iter()
@@ -159,7 +171,8 @@ impl Claim for WaitingOnEachOther {
 
 impl fmt::Display for WaitingOnEachOther {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let WaitingOnEachOther { count, processes, share, state, waited_in, woken_from, wakers, window_ns, .. } = self;
+        let WaitingOnEachOther { count, processes, share, wakeups, wakeups_per_s, state, waited_in, woken_from, wakers, window_ns, waited_ns } =
+            self;
         let names = processes.iter().map(|p| format!("{} ({}) {:.0}%", p.comm, p.pid, 100.0 * p.share)).collect();
         let woke: Vec<String> = wakers.iter().map(|w| format!("{} ({}) {:.0}%", w.comm, w.pid, 100.0 * w.share)).collect();
         write!(
@@ -171,6 +184,14 @@ impl fmt::Display for WaitingOnEachOther {
             and_more(names, *count),
             woke.join(", "),
         )?;
+        if let (Some(n), Some(rate)) = (wakeups.filter(|n| *n > 0), wakeups_per_s) {
+            write!(
+                f,
+                "; woken by one another {}/s, after a wait of {:.1} ms on average",
+                human_rate(*rate),
+                *waited_ns as f64 / n as f64 / 1e6
+            )?;
+        }
         if let Some(site) = waited_in {
             write!(f, ". They waited in `{site}`")?;
         }
@@ -217,6 +238,9 @@ mod tests {
         assert!(w.processes.iter().all(|p| (101..105).contains(&p.pid)) && w.wakers.iter().all(|p| (101..105).contains(&p.pid)));
         let line = w.to_string();
         assert!(line.starts_with("waiting on each other: 4 processes were blocked 60% of their time in the 10.0 s"), "{line}");
+        // without the waits' stacks nothing counted the wakeups: no rate is made up
+        assert_eq!((w.wakeups, w.wakeups_per_s), (None, None));
+        assert!(!line.contains("woken by one another"), "{line}");
     }
 
     #[test]
@@ -239,7 +263,9 @@ mod tests {
                 role,
                 stack: stack.clone(),
             };
-            w.add(key(0, Role::Victim, &lock), 6 * S);
+            // each woken 600 times by the others (its 6 s of waits: 10 ms each)
+            let woke = if r.pid == 101 { 102 } else { 101 };
+            w.add_waits(key(woke, Role::Victim, &lock), 6 * S, &crate::model::stacks::Lengths { waits: 600, ..Default::default() });
             // the wakers are other backends (by PID); a process outside the family is not one
             // of them, however much it woke
             w.add(key(if r.pid == 101 { 102 } else { 101 }, Role::Waker, &commit), 3 * S);
@@ -249,7 +275,9 @@ mod tests {
         let w = of(&family(process(100, State::IoWait, 0, &[]), &backends)).expect("found");
         assert_eq!(w.waited_in.as_deref(), Some("WaitLatch (postgres) ← ProcSleep ← LockAcquireExtended"));
         assert_eq!(w.woken_from.as_deref(), Some("ProcLockWakeup (postgres) ← LockReleaseAll ← CommitTransactionCommand"));
+        assert_eq!((w.wakeups, w.wakeups_per_s), (Some(2400), Some(240.0)));
         let line = w.to_string();
+        assert!(line.contains("; woken by one another 240/s, after a wait of 10.0 ms on average."), "{line}");
         assert!(
             line.contains(
                 "They waited in `WaitLatch (postgres) ← ProcSleep ← LockAcquireExtended`; the wakers woke them from `ProcLockWakeup"
