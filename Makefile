@@ -106,7 +106,7 @@ lint: setup-build
 integration: setup build release
 	$(PYTHON) -m pytest -rs --durations=25 tests/
 
-# Bounded fuzzing of the parsers of hostile input (ELF, exposition, HTTP heads, debug offsets, line tables, perf maps, symbol names): FUZZ_SECONDS each.
+# Bounded fuzzing of the parsers of hostile input (ELF, exposition, HTTP heads, debug offsets, line tables, perf maps, symbol names, call frame information, VMStructs, Go function tables): FUZZ_SECONDS each.
 fuzz: setup
 	bash agent/fuzz/run.sh $(FUZZ_SECONDS)
 

@@ -9,8 +9,9 @@ cgroup's own cpu.stat (periods throttled in the window), the runtime's own sched
 (GODEBUG=schedtrace: `gomaxprocs=N`), and `go version` of the toolchain that built it.
 
 - Bug: GOMAXPROCS as the runtime chose it. At least 2 (the runtime's floor under a quota) threads
-  run Go code at once on half a CPU: the throttling line names the threads and says to set
-  GOMAXPROCS=1.
+  run Go code at once on half a CPU: the throttling line names the threads and the code they ran
+  (the hash the handler calls, walked out of its frameless assembly by the Go runtime's own
+  function table), and says to set GOMAXPROCS=1.
 - The same with GOMAXPROCS=1 in its environment: still throttled (one busy thread on half a CPU),
   but the line says its GOMAXPROCS fits and does not say to set it.
 - Control: the same service and load without a quota: no throttling line.
@@ -90,6 +91,12 @@ def test_a_throttled_go_service_hears_of_gomaxprocs_and_is_named_by_its_threads(
         assert f"({t['thread']['tid']}) {t['wait_s']:.2f} s" in line, (t, line)
     most = max(threads.values(), key=lambda t: t["seconds"]["throttled"])
     assert found["threads"][0]["thread"]["tid"] == most["tid"], (found["threads"], most)
+    # and by the code they ran when the quota ran out, as the service's source says: its handler
+    # hashes in a loop, so the stacks stand in the hash's assembly, whose leaf keeps no frame
+    # pointer (a frame-pointer walk ended there); the Go runtime's own table steps out of it, to
+    # the standard library's call and the service's own function that made it
+    assert "crypto/sha256.Sum256 ← main.handler (gohttp)" in found.get("site", ""), found
+    assert found["site"] in line, (found["site"], line)
 
     pline = next(v for v in pinned["verdict"] if v.startswith("CPU quota throttling:"))
     assert pinned["environment"]["go"]["gomaxprocs_env"] == "1", pinned["environment"]

@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(elf exposition http_head debug_offsets linetable perfmap demangle cfi hotspot)
+[ ${#targets[@]} -gt 0 ] || targets=(elf exposition http_head debug_offsets linetable perfmap demangle cfi hotspot gopclntab)
 export PATH="$PWD/../../.tools/bin:$HOME/.cargo/bin:$PATH"
 command -v cargo-fuzz >/dev/null || { echo "fuzz: cargo-fuzz is missing: run make setup"; exit 1; }
 # cargo fuzz needs nightly for its -Z flags: rustup's nightly when there is one, else the stable
@@ -32,6 +32,16 @@ for t in "${targets[@]}"; do
         done
         seeds+=("$scratch/elf-seeds")
         echo "fuzz: elf seeds: $(ls "$scratch/elf-seeds" | wc -l) real interpreter files"
+    fi
+    # a real Go executable's function table (the toolchain's own), after its code's address
+    if [ "$t" = gopclntab ]; then
+        mkdir -p "$scratch/gopclntab-seeds"
+        go=$(command -v go || echo /usr/local/go/bin/go)
+        text=$(readelf -SW "$go" | awk '{ for (i = 1; i < NF; i++) if ($i == ".text") print $(i + 2) }')
+        python3 -c 'import struct, sys; sys.stdout.buffer.write(struct.pack("<Q", int(sys.argv[1], 16)))' "$text" >"$scratch/gopclntab-seeds/go"
+        objcopy -O binary --only-section=.gopclntab "$go" "$scratch/gopclntab.bin"
+        cat "$scratch/gopclntab.bin" >>"$scratch/gopclntab-seeds/go"
+        seeds+=("$scratch/gopclntab-seeds")
     fi
     # the debug-offset tables recorded from real interpreters
     [ "$t" = debug_offsets ] && seeds+=("../formats/testdata/debug_offsets")

@@ -29,6 +29,28 @@ pub fn version(section: &[u8]) -> Option<Option<String>> {
     Some(text.chars().all(|c| c.is_ascii_graphic() || c == ' ').then(|| text.to_string()))
 }
 
+/// The main module's path, as the section's module information says it (`go version -m`: the
+/// `mod` line; Go 1.18 on, after the version string): the application's own code is in its
+/// packages (and in package `main`), the rest of a Go executable is the standard library's and its
+/// dependencies'. None when the section holds none (a build outside a module, before Go 1.18).
+pub fn main_module(section: &[u8]) -> Option<String> {
+    if section.get(..MAGIC.len())? != MAGIC || section.get(15)? & 2 == 0 {
+        return None;
+    }
+    let (len, used) = uvarint(section.get(32..)?)?;
+    let at = 32usize.checked_add(used)?.checked_add(usize::try_from(len).ok()?)?;
+    let (len, used) = uvarint(section.get(at..)?)?;
+    let start = at.checked_add(used)?;
+    let info = section.get(start..start.checked_add(usize::try_from(len).ok()?.min(MAX_MODINFO))?)?;
+    let text = String::from_utf8_lossy(info);
+    let path = text.lines().find_map(|l| l.strip_prefix("mod\t"))?.split('\t').next()?.trim();
+    (!path.is_empty() && path.len() <= MAX_VERSION as usize * 4 && !path.contains(char::is_whitespace)).then(|| path.to_string())
+}
+
+/// Module information read at most (its `dep` lines come after the `mod` line, which is all
+/// that is read).
+const MAX_MODINFO: usize = 64 << 10;
+
 /// An unsigned LEB128 varint (encoding/binary's `Uvarint`): its value and the bytes it took; at
 /// most 10 bytes.
 fn uvarint(b: &[u8]) -> Option<(u64, usize)> {
@@ -67,6 +89,18 @@ mod tests {
     }
 
     #[test]
+    fn the_main_module_is_read_from_the_module_information() {
+        let mut s = section(2, b"go1.26.0");
+        s.pop(); // the module information's length, written below
+        let info = b"0w\xaf\x0c\x92t\x08\x02A\xe1\xc1\x07\xe6\xd6\x18\xe6path\texample.com/svc/cmd/svc\nmod\texample.com/svc\t(devel)\t\ndep\tgolang.org/x/net\tv0.30.0\th1:x=\n";
+        s.push(info.len() as u8);
+        s.extend(info);
+        assert_eq!(main_module(&s), Some("example.com/svc".into()));
+        assert_eq!(main_module(&section(2, b"go1.26.0")), None, "no module information");
+        assert_eq!(main_module(&section(0, b"")), None, "before 1.18");
+    }
+
+    #[test]
     fn the_inline_version_is_read() {
         assert_eq!(version(&section(2, b"go1.26.0")), Some(Some("go1.26.0".into())));
         assert_eq!(release("go1.26.0"), Some((1, 26)));
@@ -91,6 +125,7 @@ mod tests {
         assert_eq!(version(&section(2, b"go1.2\n\x07")), Some(None));
         for n in 0..40 {
             let _ = version(&section(2, b"go1.26.0")[..n]);
+            let _ = main_module(&section(2, b"go1.26.0")[..n]);
         }
     }
 
@@ -110,5 +145,10 @@ mod tests {
         let said = std::process::Command::new(&exe).arg("version").output().expect("go version").stdout;
         let v = version(&data).expect("go build information").expect("an inline version");
         assert!(String::from_utf8_lossy(&said).contains(&format!("{v} ")), "{v} against {}", String::from_utf8_lossy(&said));
+        // its main module, as `go version -m` says it
+        let m = std::process::Command::new(&exe).args(["version", "-m"]).arg(&exe).output().expect("go version -m").stdout;
+        let m = String::from_utf8_lossy(&m);
+        let said = m.lines().find_map(|l| l.trim().strip_prefix("mod\t")).map(|l| l.split('\t').next().unwrap_or("").to_string());
+        assert_eq!(main_module(&data), said, "{m}");
     }
 }

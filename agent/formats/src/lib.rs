@@ -3,7 +3,7 @@
 //! processes it attaches to (it runs as root), the `_Py_DebugOffsets` table it
 //! reads from their memory, the Python line tables it symbolises their stacks
 //! with (and the frame layouts it walks them by), the Prometheus expositions of
-//! the applications whose age it reads, the perf maps their JITs write, the call frame information of their objects (`.eh_frame`), a JVM's description of its own structures (VMStructs, read from its memory), the C++ and Rust symbol names of their files and the symbol tables packed in them (MiniDebugInfo), the Go toolchain's build information in a Go executable, and the HTTP request heads its
+//! the applications whose age it reads, the perf maps their JITs write, the call frame information of their objects (`.eh_frame`), a JVM's description of its own structures (VMStructs, read from its memory), the C++ and Rust symbol names of their files and the symbol tables packed in them (MiniDebugInfo), the Go toolchain's build information and the Go runtime's function table (`.gopclntab`) in a Go executable, and the HTTP request heads its
 //! endpoint receives. Every read is bounds-checked, every offset sum checked;
 //! bad input is an error value, never a panic, and nothing here allocates
 //! more than a small multiple of its input.
@@ -19,6 +19,7 @@ pub mod demangle;
 pub mod elf;
 pub mod exposition;
 pub mod gobuild;
+pub mod gopclntab;
 pub mod hotspot;
 pub mod http;
 pub mod minidebug;

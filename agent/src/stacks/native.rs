@@ -1,8 +1,8 @@
 //! Naming native addresses: the mapping an address falls in
 //! (/proc/PID/maps), the object file there (opened through the target's
 //! root, so right inside containers), and the function symbol covering it
-//! (.symtab, else .dynsym, the separate debug file its build ID names and the
-//! MiniDebugInfo packed in it),
+//! (.symtab, else .dynsym, a Go executable's own function table, the separate
+//! debug file its build ID names and the MiniDebugInfo packed in it),
 //! C++ and Rust names demangled (`formats::demangle`).
 //! An object without either names its frames
 //! `[file+offset]` (as perf does), never guessed. Files and their
@@ -40,6 +40,10 @@ struct Symbols {
     /// the build ID a debuginfod server is being asked for (the symbols are read again once
     /// it answered)
     pending: Option<Vec<u8>>,
+    /// a Go executable: its main module's path, when its build information says it (its
+    /// functions outside it and package `main` are the standard library's and its
+    /// dependencies': `go_own`)
+    go: Option<Option<String>>,
 }
 
 impl Symbols {
@@ -53,7 +57,12 @@ impl Symbols {
         let elf = Elf::parse(&src).ok()?;
         let mut funcs = ranges(&elf);
         let mut pending = None;
-        if !elf.has_symtab() {
+        // a stripped Go executable still has the runtime's own table of its functions (and no
+        // debug file of its own to look for)
+        let go = if elf.has_symtab() { vec![] } else { go_functions(&elf, path) };
+        let is_go = !go.is_empty();
+        funcs.extend(go);
+        if !elf.has_symtab() && !is_go {
             // the separate debug file has every function; MiniDebugInfo only when there is none
             // (unpacking it is the dearer read, and it holds a subset). The system's first, then
             // a debuginfod server's (cached; asked for in the background when it is not)
@@ -77,7 +86,11 @@ impl Symbols {
         funcs.dedup_by_key(|f| f.0);
         // SHT_PROGBITS with SHF_EXECINSTR: where code lies in the file
         let sections = elf.sections.iter().filter(|s| s.kind == 1 && s.addr != 0).map(|s| (s.offset, s.size, s.addr)).collect();
-        Some(Symbols { funcs, sections, pending })
+        let go = elf.section(".gopclntab").or_else(|| elf.section(".data.rel.ro.gopclntab")).map(|_| {
+            let info = elf.section(".go.buildinfo").cloned()?;
+            waitmeter_formats::gobuild::main_module(&elf.section_data(&info, 1 << 20).ok()?)
+        });
+        Some(Symbols { funcs, sections, pending, go })
     }
 
     /// The link-time address of file offset `off`.
@@ -90,6 +103,26 @@ impl Symbols {
         let (start, end, name) = &self.funcs[i];
         (addr >= *start && addr < *end).then_some(name.as_str())
     }
+
+    /// Whether function `name` of this object is a library's that lives in it: a Go executable's
+    /// function that is not the application's own (`go_own`).
+    fn library(&self, name: &str) -> bool {
+        self.go.as_ref().is_some_and(|module| !go_own(name, module.as_deref()))
+    }
+}
+
+/// Whether a function of a Go executable is the application's own: in package `main`, or in a
+/// package of its main module (an import path under the module's path). The rest of the
+/// executable is the Go standard library and runtime, and the dependencies, as a Python site
+/// counts the standard library and the installed packages as libraries.
+fn go_own(name: &str, module: Option<&str>) -> bool {
+    // a generic instantiation's type arguments name other packages: the function's own path ends
+    // before them
+    let base = name.split('[').next().unwrap_or(name);
+    let slash = base.rfind('/').map_or(0, |i| i + 1);
+    let Some(dot) = base[slash..].find('.') else { return false };
+    let pkg = &base[..slash + dot];
+    pkg == "main" || module.is_some_and(|m| pkg == m || pkg.strip_prefix(m).is_some_and(|rest| rest.starts_with('/')))
 }
 
 /// The functions of the separate debug file of the object with build ID `id`, under process
@@ -146,6 +179,22 @@ fn mini_functions<S: waitmeter_formats::elf::Source + ?Sized>(elf: &Elf<'_, S>, 
             vec![]
         }
     }
+}
+
+/// The functions of a Go executable from the Go runtime's own table (`.gopclntab`), which a
+/// stripped one keeps (`-ldflags "-s -w"`); none for any other object. Said once per file when
+/// it cannot be read.
+fn go_functions<S: waitmeter_formats::elf::Source + ?Sized>(elf: &Elf<'_, S>, path: &std::path::Path) -> Vec<(u64, u64, String)> {
+    let Some(sec) = elf.section(".gopclntab").or_else(|| elf.section(".data.rel.ro.gopclntab")).cloned() else { return vec![] };
+    let text = elf.section(".text").map_or(0, |t| t.addr);
+    let read = elf.section_data(&sec, 64 << 20).and_then(|data| {
+        let t = waitmeter_formats::gopclntab::Pclntab::parse(&data, text)?;
+        Ok(t.functions(MAX_FUNCTIONS).into_iter().map(|f| (f.start, f.end, f.name)).collect())
+    });
+    read.unwrap_or_else(|e| {
+        log::warn!("{}: its Go function table (.gopclntab) is not read ({e:#}): its functions stay unnamed", path.display());
+        vec![]
+    })
 }
 
 /// An object's functions as (start, end, name), by link-time address.
@@ -257,8 +306,12 @@ impl Native {
             };
         };
         let off = ip - m.start + m.offset;
-        let name = self.symbols(pid, &m.path).and_then(|s| s.address(off).and_then(|a| s.function(a).map(str::to_string)));
+        let symbols = self.symbols(pid, &m.path);
+        let name = symbols.as_ref().and_then(|s| s.address(off).and_then(|a| s.function(a).map(str::to_string)));
         match name {
+            Some(n) if symbols.as_ref().is_some_and(|s| s.library(&n)) => {
+                Frame::native_library(crate::model::stacks::clean(&n), m.path.clone())
+            }
             Some(n) => {
                 // C++ and Rust names as a reader knows them
                 let n = waitmeter_formats::demangle::demangle(&n).unwrap_or(n);
@@ -298,6 +351,59 @@ mod tests {
         assert!(f[0].function.contains("marker_function_for_symbols"), "{:?}", f[0]);
         let unknown = n.frames(std::process::id(), &[8], crate::clock::monotonic_ns());
         assert!(unknown[0].function.starts_with("[unknown]"), "{:?}", unknown[0]);
+    }
+
+    /// A Go executable stripped of its symbol table (`-ldflags "-s -w"`, as images ship them) is
+    /// named from the Go runtime's own table, as the unstripped one's `.symtab` names it.
+    #[test]
+    fn a_stripped_go_executable_is_named_from_its_function_table() {
+        let path = std::env::var("PATH").unwrap_or_default();
+        let go = std::env::split_paths(&path)
+            .chain(["/usr/local/go/bin".into()])
+            .map(|d| d.join("go"))
+            .find(|p| p.exists())
+            .expect("a Go toolchain on PATH or in /usr/local/go (make setup)");
+        let dir = std::env::temp_dir().join(format!("wm-go-strip-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let stripped = dir.join("go");
+        let ok = std::process::Command::new("objcopy").arg("--strip-all").arg(&go).arg(&stripped).status().map(|s| s.success());
+        assert_eq!(ok.ok(), Some(true), "objcopy --strip-all (binutils)");
+        let full = Symbols::load(std::process::id(), &go, None).expect("the Go toolchain's symbols");
+        let bare = Symbols::load(std::process::id(), &stripped, None).expect("the stripped copy's");
+        std::fs::remove_dir_all(&dir).unwrap();
+        let main = full.funcs.iter().find(|f| f.2 == "main.main").expect("main.main in .symtab");
+        assert_eq!(bare.function(main.0 + 1), Some("main.main"));
+        assert!(bare.funcs.len() * 10 >= full.funcs.len() * 9, "{} of {}", bare.funcs.len(), full.funcs.len());
+    }
+
+    /// A Go executable's own code is its main module's and package main's; the standard library,
+    /// the runtime and the dependencies are libraries, however their names are shaped.
+    #[test]
+    fn a_go_functions_owner_is_read_from_its_package_path() {
+        let m = Some("example.com/svc");
+        for own in [
+            "main.handler",
+            "main.(*server).ServeHTTP",
+            "example.com/svc.Run",
+            "example.com/svc/internal/db.(*Pool).Get",
+            "main.Map[go.shape.int]",
+        ] {
+            assert!(go_own(own, m), "{own}");
+        }
+        for lib in [
+            "crypto/sha256.Sum256",
+            "runtime.futex.abi0",
+            "net/http.(*conn).serve",
+            "example.com/svcx.F",
+            "github.com/lib/pq.(*conn).Query",
+            "type:.eq.main.T",
+            "sync.(*Mutex).Lock",
+            "slices.Sort[go.shape.[]main.T]",
+            "runtime",
+        ] {
+            assert!(!go_own(lib, m), "{lib}");
+        }
+        assert!(go_own("main.handler", None) && !go_own("encoding/json.Marshal", None), "no module information: package main");
     }
 
     /// The same file seen through two processes is parsed once; the least recently used object

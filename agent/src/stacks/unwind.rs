@@ -21,6 +21,7 @@ use crate::probes::stacks::{UnwindMap, UNWIND_MAX_MAPS};
 use crate::python::binary::FileSource;
 use waitmeter_formats::cfi::{self, Row};
 use waitmeter_formats::elf::Elf;
+use waitmeter_formats::gopclntab::Pclntab;
 
 /// Rows of one object at most (the C library has ~28k, libstdc++ ~30k).
 const MAX_OBJECT_ROWS: usize = 1 << 21;
@@ -70,19 +71,49 @@ fn table(path: &std::path::Path) -> anyhow::Result<Option<(Vec<Row>, u64)>> {
     let size = file.metadata()?.len();
     let src = FileSource::new(file, size);
     let elf = Elf::parse(&src)?;
-    let Some(eh) = elf.section(".eh_frame").cloned() else { return Ok(None) };
-    let data = elf.section_data(&eh, MAX_EH_FRAME)?;
-    let t = cfi::parse(&data, eh.addr, MAX_OBJECT_ROWS)?;
-    if t.keeps_frame_pointers() || t.rows.is_empty() {
-        return Ok(None);
-    }
+    let go = go_table(&elf)?;
+    let eh = match elf.section(".eh_frame").cloned() {
+        Some(eh) => Some(cfi::parse(&elf.section_data(&eh, MAX_EH_FRAME)?, eh.addr, MAX_OBJECT_ROWS)?),
+        None => None,
+    };
+    let rows = match (go, eh) {
+        // Go's assembly need not keep a frame pointer however the rest is built: its table always
+        (Some(go), eh) => with_go(go.rows, eh.map(|t| t.rows).unwrap_or_default()),
+        (None, Some(t)) if !t.keeps_frame_pointers() && !t.rows.is_empty() => t.rows,
+        (None, _) => return Ok(None),
+    };
     // the probe keeps a row's address in 32 bits
-    if t.rows.last().is_some_and(|r| r.pc > u64::from(u32::MAX)) {
+    if rows.last().is_some_and(|r| r.pc > u64::from(u32::MAX)) {
         anyhow::bail!("code past 4 GiB of link-time addresses");
     }
     // code sections: link-time address less file offset, one for the object's code segment
     let text = elf.section(".text").filter(|s| s.addr != 0).ok_or_else(|| anyhow::anyhow!("no .text section"))?;
-    Ok(Some((t.rows, text.addr.wrapping_sub(text.offset))))
+    Ok(Some((rows, text.addr.wrapping_sub(text.offset))))
+}
+
+/// The Go runtime's function table of a Go executable (`.gopclntab`; `.data.rel.ro.gopclntab` in
+/// a position-independent one) as unwind rows; None when it has none.
+fn go_table<S: waitmeter_formats::elf::Source + ?Sized>(elf: &Elf<'_, S>) -> anyhow::Result<Option<cfi::Table>> {
+    let Some(sec) = elf.section(".gopclntab").or_else(|| elf.section(".data.rel.ro.gopclntab")).cloned() else { return Ok(None) };
+    let text = elf.section(".text").map_or(0, |t| t.addr);
+    let data = elf.section_data(&sec, MAX_EH_FRAME)?;
+    Ok(Some(Pclntab::parse(&data, text)?.unwind(MAX_OBJECT_ROWS)?))
+}
+
+/// Go's rows where its functions are, and the `.eh_frame` rows elsewhere (an executable linked
+/// with C code through cgo): sorted by address, adjacent rows differing.
+fn with_go(go: Vec<Row>, eh: Vec<Row>) -> Vec<Row> {
+    let (Some(lo), Some(hi)) = (go.first().map(|r| r.pc), go.last().map(|r| r.pc)) else { return eh };
+    // the rule in force at `hi` before Go's rows: where C code follows Go's
+    let after = eh.iter().take_while(|r| r.pc <= hi).last().map(|r| r.rule);
+    let mut rows: Vec<Row> = eh.iter().filter(|r| r.pc < lo).copied().collect();
+    rows.extend(go);
+    if let (Some(rule), Some(last)) = (after, rows.last_mut()) {
+        last.rule = rule; // Go's last row: the Stop at the end of its code
+    }
+    rows.extend(eh.into_iter().filter(|r| r.pc > hi));
+    rows.dedup_by(|b, a| a.rule == b.rule);
+    rows
 }
 
 impl Unwind {
@@ -202,6 +233,39 @@ impl Unwind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Go executable keeps frame pointers but its assembly need not: it is unwound by the Go
+    /// runtime's own table, every function of it; where C code of its own follows Go's (cgo), the
+    /// `.eh_frame` rows stand.
+    #[test]
+    fn a_go_executable_is_unwound_by_its_function_table() {
+        let path = std::env::var("PATH").unwrap_or_default();
+        let go = std::env::split_paths(&path)
+            .chain(["/usr/local/go/bin".into()])
+            .map(|d| d.join("go"))
+            .find(|p| p.exists())
+            .expect("a Go toolchain on PATH or in /usr/local/go (make setup)");
+        let (rows, _) = table(&go).unwrap().expect("a Go executable gets a table");
+        assert!(rows.len() > 10_000 && rows.windows(2).all(|w| w[0].pc < w[1].pc && w[0].rule != w[1].rule), "{}", rows.len());
+
+        use waitmeter_formats::cfi::{Cfa, Rule};
+        let sp = |n| Rule::Step { cfa: Cfa::Sp(n), fp_at: None };
+        let row = |pc, rule| Row { pc, rule };
+        let go_rows = vec![row(0x2000, sp(8)), row(0x2004, sp(0x20)), row(0x2100, Rule::Stop)];
+        let c_rows = vec![row(0x1000, sp(8)), row(0x1010, sp(16)), row(0x1100, Rule::Stop), row(0x2000, sp(8)), row(0x2200, sp(8))];
+        assert_eq!(
+            with_go(go_rows, c_rows),
+            [
+                row(0x1000, sp(8)),
+                row(0x1010, sp(16)),
+                row(0x1100, Rule::Stop),
+                row(0x2000, sp(8)),
+                row(0x2004, sp(0x20)),
+                row(0x2100, sp(8))
+            ],
+            "C's rows before and after Go's, Go's between; the rule in force after Go's code is C's"
+        );
+    }
 
     /// This test's own process maps the C library (Debian builds it without frame pointers):
     /// its code mapping gets its rows, placed once however often asked; an array too small
