@@ -152,8 +152,7 @@ fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
     }
     if let Some(stacks) = r.stacks.as_ref() {
         let tids: Vec<u32> = r.threads.iter().map(|t| t.tid).collect();
-        m.wakeups =
-            Some(by_state.keys().map(|state| stacks.waits_behind(&tids, *state, |by| by != r.pid && family.contains(&by))).sum());
+        m.wakeups = Some(by_state.keys().map(|state| stacks.waits_behind(&tids, *state, |by| by != r.pid && family.contains(&by))).sum());
     }
     m.woken_state = by_state.into_iter().max_by_key(|(s, ns)| (*ns, std::cmp::Reverse(*s))).map(|(s, _)| s);
     if let (Some(state), Some(stacks)) = (m.woken_state, r.stacks.as_ref()) {

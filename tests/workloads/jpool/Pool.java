@@ -3,7 +3,8 @@
 // SHA-256 `work` times (?work=N, default 8). With `locked`, every request hashes inside one
 // synchronized method (a monitor: the pool takes turns on it). Prints "ready", and on a line
 // "stats" on stdin one JSON line of the JVM's own accounting since the last: the workers' time
-// BLOCKED on a monitor and WAITING (ThreadMXBean's contention monitoring), requests served.
+// BLOCKED on a monitor and how many times they blocked on one, WAITING (ThreadMXBean's contention
+// monitoring), requests served.
 import com.sun.net.httpserver.HttpServer;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -77,20 +78,21 @@ public class Pool {
         System.out.println("ready");
         System.out.flush();
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
-        long blocked0 = 0, waited0 = 0, served0 = 0, t0 = System.nanoTime();
+        long blocked0 = 0, waited0 = 0, served0 = 0, entries0 = 0, t0 = System.nanoTime();
         for (String line; (line = in.readLine()) != null; ) {
             if (!line.trim().equals("stats")) continue;
-            long blocked = 0, waited = 0;
+            long blocked = 0, waited = 0, entries = 0;
             for (ThreadInfo t : mx.getThreadInfo(mx.getAllThreadIds())) {
                 if (t == null || !t.getThreadName().startsWith("pool-")) continue;
                 blocked += t.getBlockedTime();
+                entries += t.getBlockedCount();
                 waited += t.getWaitedTime();
             }
             long now = System.nanoTime(), n = served.get();
-            System.out.printf("{\"seconds\": %.3f, \"blocked_s\": %.3f, \"waited_s\": %.3f, \"served\": %d}%n",
-                    (now - t0) / 1e9, (blocked - blocked0) / 1e3, (waited - waited0) / 1e3, n - served0);
+            System.out.printf("{\"seconds\": %.3f, \"blocked_s\": %.3f, \"blocked\": %d, \"waited_s\": %.3f, \"served\": %d}%n",
+                    (now - t0) / 1e9, (blocked - blocked0) / 1e3, entries - entries0, (waited - waited0) / 1e3, n - served0);
             System.out.flush();
-            blocked0 = blocked; waited0 = waited; served0 = n; t0 = now;
+            blocked0 = blocked; waited0 = waited; served0 = n; entries0 = entries; t0 = now;
         }
         server.stop(0);
         pool.shutdownNow();

@@ -7,7 +7,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::super::code::{self, Code};
-use super::super::evidence::ThreadRef;
+use super::super::evidence::{human_rate, ThreadRef};
 use super::super::serial::{hex_some, seconds};
 use super::super::ThreadRow;
 use super::idle_threads::home_word;
@@ -16,7 +16,7 @@ use super::unmeasured_gil::{on_unmeasured_gil, unmeasured_python};
 use super::{Claim, Context, Repeat};
 use crate::model::blame::{self, CONVOY_SHARE, CONVOY_WAITERS};
 use crate::model::partition::secs;
-use crate::model::stacks::WaitStacks;
+use crate::model::stacks::{between_work, Role, WaitStacks};
 use crate::model::state::State;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -31,6 +31,15 @@ pub struct LockConvoy {
     #[serde(rename = "window_s", serialize_with = "seconds")]
     pub window_ns: u64,
     pub wakers: Vec<ThreadRef>,
+    /// how many waiters waited at a time on average: the queue behind the lock
+    #[serde(serialize_with = "super::super::serial::ratio")]
+    pub waiting_at_a_time: f64,
+    /// how many of their waits a waker among them ended (each a hand-off of the lock), when the
+    /// waits' stacks counted them, and the same a second of the window
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoffs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoffs_per_s: Option<f64>,
     /// the process runs a CPython whose GIL waitmeter does not measure, and whose symbols do
     /// not say where its GIL is: its version (this futex may be the GIL)
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -63,8 +72,12 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
                 .then(|| (f, contenders.iter().map(|r| r.tid).collect::<Vec<u32>>(), wait_ns))
         })
         .map(|(f, waiters, wait_ns)| -> Box<dyn Claim> {
+            let (handoffs, handoffs_per_s) = handoffs(cx, &waiters, &f.wakers);
             Box::new(LockConvoy {
                 futex: Some(f.addr),
+                waiting_at_a_time: wait_ns as f64 / window,
+                handoffs,
+                handoffs_per_s,
                 waiters,
                 wait_ns,
                 window_ns: cx.window_ns,
@@ -133,16 +146,21 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
         }
     }
     let own = |addr: u64| !blame::is_parked(addr) && waiters_of.get(&addr).is_some_and(|w| w.len() == 1);
+    // waiting for work is idle: the part of each (waiter, waker)'s waits made between units of
+    // work (their stacks hold no application code) is no wait for a lock
+    let idle = between_work_shares(cx.report.stacks.as_ref());
+    let for_lock = |tid: u32, waker: u32, ns: u64| (ns as f64 * (1.0 - idle.get(&(tid, waker)).copied().unwrap_or(0.0))) as u64;
     // waiter -> its words of its own -> (waker -> ns) of its handed waits on the word, and those
     // waits in all; and waiter -> (waker -> ns) over all those words
     let mut by: BTreeMap<u32, BTreeMap<u64, Handed>> = BTreeMap::new();
     let mut wakers_by: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
     for r in cx.rows {
         for w in r.futex.iter().filter(|w| w.waker != 0 && w.waker != r.tid && own(w.addr)) {
+            let ns = for_lock(r.tid, w.waker, w.ns);
             let e = by.entry(r.tid).or_default().entry(w.addr).or_default();
-            *e.0.entry(w.waker).or_default() += w.ns;
-            e.1 += w.ns;
-            *wakers_by.entry(r.tid).or_default().entry(w.waker).or_default() += w.ns;
+            *e.0.entry(w.waker).or_default() += ns;
+            e.1 += ns;
+            *wakers_by.entry(r.tid).or_default().entry(w.waker).or_default() += ns;
         }
     }
     let mut group: BTreeSet<u32> = by.keys().copied().collect();
@@ -209,15 +227,45 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
         }
         let mut wakers: Vec<(u32, u64)> = wakers.into_iter().collect();
         wakers.sort_by_key(|(t, ns)| (std::cmp::Reverse(*ns), *t));
+        let waiters: Vec<u32> = group.iter().copied().collect();
+        let (handoffs, handoffs_per_s) = handoffs(cx, &waiters, &waiters);
         LockConvoy {
             futex: None,
-            waiters: group.iter().copied().collect(),
+            waiting_at_a_time: wait_ns as f64 / cx.window_ns.max(1) as f64,
+            handoffs,
+            handoffs_per_s,
+            waiters,
             wait_ns,
             window_ns: cx.window_ns,
             wakers: wakers.iter().map(|(t, _)| thread_ref(*t, cx.rows)).collect(),
             unmeasured_python: None,
         }
     })
+}
+
+/// Of each (waiter, waker)'s futex waits charged to stacks, the share made between units of work
+/// (`stacks::between_work`); none without the waits' stacks.
+fn between_work_shares(stacks: Option<&WaitStacks>) -> HashMap<(u32, u32), f64> {
+    let mut by: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
+    for (k, ns) in stacks.iter().flat_map(|s| s.ns.iter()) {
+        if k.state == State::FutexWait && k.role == Role::Victim && k.blamed != 0 {
+            let e = by.entry((k.victim, k.blamed)).or_default();
+            e.1 += ns;
+            if between_work(&k.stack) {
+                e.0 += ns;
+            }
+        }
+    }
+    by.into_iter().map(|(k, (idle, all))| (k, idle as f64 / all.max(1) as f64)).collect()
+}
+
+/// How many futex waits of `waiters` one of `wakers` ended, and the same a second of the window:
+/// the lock's hand-offs (a lock wakes one waiter at its release). None without the waits' stacks,
+/// which count them.
+fn handoffs(cx: &Context, waiters: &[u32], wakers: &[u32]) -> (Option<u64>, Option<f64>) {
+    let n = cx.report.stacks.as_ref().map(|s| s.waits_behind(waiters, State::FutexWait, |by| wakers.contains(&by)));
+    let window_s = cx.window_ns as f64 / 1e9;
+    (n, n.filter(|_| window_s > 0.0).map(|n| (n as f64 / window_s * 10.0).round() / 10.0))
 }
 
 /// The largest set of `nodes` in which every node reaches every other along `next` (a waiter's
@@ -287,12 +335,18 @@ impl Claim for LockConvoy {
 
 impl fmt::Display for LockConvoy {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let LockConvoy { futex, waiters, wait_ns, window_ns, wakers, unmeasured_python } = self;
+        let LockConvoy { futex, waiters, wait_ns, window_ns, wakers, waiting_at_a_time, handoffs, handoffs_per_s, unmeasured_python } =
+            self;
         let wakers: Vec<String> = wakers.iter().take(4).map(ThreadRef::or_thread_tid).collect();
+        // the queue, and how often the lock changed hands
+        let queue = match (handoffs.filter(|n| *n > 0), handoffs_per_s) {
+            (Some(_), Some(rate)) => format!(" ({waiting_at_a_time:.1} waiting at a time; handed on {}/s)", human_rate(*rate)),
+            _ => format!(" ({waiting_at_a_time:.1} waiting at a time)"),
+        };
         let Some(futex) = futex else {
             return write!(
                 f,
-                "lock convoy: {} threads waited {:.1} s in total in {:.1} s, each woken by another of them ({}): they take turns on one lock, \
+                "lock convoy: {} threads waited {:.1} s in total in {:.1} s{queue}, each woken by another of them ({}): they take turns on one lock, \
                  whose waiters each park on a word of their own (as a JVM monitor or a java.util.concurrent lock parks them)",
                 waiters.len(),
                 secs(*wait_ns),
@@ -303,7 +357,7 @@ impl fmt::Display for LockConvoy {
         let word = if blame::is_parked(*futex) { "CPython lock" } else { "futex" };
         write!(
             f,
-            "lock convoy on {word} {:#x}: {} threads waited {:.1} s in total in {:.1} s, woken by {}: they take turns on one lock",
+            "lock convoy on {word} {:#x}: {} threads waited {:.1} s in total in {:.1} s{queue}, woken by {}: they take turns on one lock",
             blame::address(*futex),
             waiters.len(),
             secs(*wait_ns),
@@ -340,9 +394,52 @@ mod tests {
         // as shown, the convoy's waiters are in its line
         assert_eq!(kinds(&findings_of(rows, 4 * S, 4.0, None)), ["lock_convoy"]);
         let wakers = vec![named(2, "w2"), named(3, "w3"), ThreadRef { tid: 99, name: None, folded: 0 }];
-        let convoy =
-            LockConvoy { futex: Some(0xabc), waiters: vec![1, 2, 3], wait_ns: 9 * S, window_ns: 4 * S, wakers, unmeasured_python: None };
-        check(&f[0], convoy, 9 * S, "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 4.0 s, woken by w2 (2), w3 (3), thread 99: they take turns on one lock");
+        let convoy = LockConvoy {
+            futex: Some(0xabc),
+            waiters: vec![1, 2, 3],
+            wait_ns: 9 * S,
+            window_ns: 4 * S,
+            wakers,
+            waiting_at_a_time: 2.25,
+            handoffs: None,
+            handoffs_per_s: None,
+            unmeasured_python: None,
+        };
+        check(
+            &f[0],
+            convoy,
+            9 * S,
+            "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 4.0 s (2.2 waiting at a time), woken by w2 (2), w3 (3), thread 99: they take turns on one lock",
+        );
+    }
+
+    /// With the waits' stacks, which count each wait, the line says how often the lock changed
+    /// hands: the waiters' futex waits a waker of the lock ended, not those it did not (a timeout,
+    /// another thread).
+    #[test]
+    fn a_convoy_says_how_often_the_lock_was_handed_on() {
+        use crate::model::stacks::{Frame, Key, Lengths, Role};
+        let rows: Vec<ThreadRow> = (1..=3)
+            .map(|i| {
+                let mut r = row(i, &format!("w{i}"), &[(State::FutexWait, 3 * S), (State::Running, S)]);
+                r.futex.push(FutexWait { addr: 0xabc, waker: if i == 3 { 1 } else { i + 1 }, ns: 3 * S });
+                r
+            })
+            .collect();
+        let mut r = ProcessReport::new(1, "svc".into(), None, 4 * S, None, rows);
+        r.cpu_limit_cores = 4.0;
+        let mut w = WaitStacks::default();
+        let stack: crate::model::stacks::Stack = vec![Frame::native("pthread_mutex_lock".into(), "/lib/libc.so.6".into())].into();
+        for (victim, blamed, waits) in [(1, 2, 300), (2, 3, 300), (3, 1, 300), (3, 0, 1000), (2, 77, 1000)] {
+            let key = Key { victim, blamed, state: State::FutexWait, role: Role::Victim, stack: stack.clone() };
+            w.add_waits(key, S, &Lengths { waits, ..Default::default() });
+        }
+        r.stacks = Some(w);
+        let f = crate::report::fixtures::all_findings(&r);
+        let convoy = f.iter().find(|f| f.claim.kind() == "lock_convoy").expect("the convoy");
+        let json = serde_json::to_value(convoy).unwrap();
+        assert_eq!((json["handoffs"].as_u64(), json["handoffs_per_s"].as_f64()), (Some(900), Some(225.0)), "{json}");
+        assert!(convoy.to_string().contains("in 4.0 s (2.2 waiting at a time; handed on 225/s), woken by"), "{convoy}");
     }
 
     /// Threads that each park on a word of their own (a JVM monitor's waiters), woken by one
@@ -367,13 +464,22 @@ mod tests {
         let f = findings_of(rows(&ring, S), 4 * S, 4.0, None);
         assert_eq!(kinds(&f), ["lock_convoy"]);
         let wakers = vec![named(3, "w3"), named(1, "w1"), named(4, "w4"), named(2, "w2")];
-        let convoy =
-            LockConvoy { futex: None, waiters: vec![1, 2, 3, 4], wait_ns: 12 * S, window_ns: 4 * S, wakers, unmeasured_python: None };
+        let convoy = LockConvoy {
+            futex: None,
+            waiters: vec![1, 2, 3, 4],
+            wait_ns: 12 * S,
+            window_ns: 4 * S,
+            wakers,
+            waiting_at_a_time: 3.0,
+            handoffs: None,
+            handoffs_per_s: None,
+            unmeasured_python: None,
+        };
         check(
             &f[0],
             convoy,
             12 * S,
-            "lock convoy: 4 threads waited 12.0 s in total in 4.0 s, each woken by another of them (w3 (3), w1 (1), w4 (4), w2 (2)): they take turns on one lock, whose waiters each park on a word of their own (as a JVM monitor or a java.util.concurrent lock parks them)",
+            "lock convoy: 4 threads waited 12.0 s in total in 4.0 s (3.0 waiting at a time), each woken by another of them (w3 (3), w1 (1), w4 (4), w2 (2)): they take turns on one lock, whose waiters each park on a word of their own (as a JVM monitor or a java.util.concurrent lock parks them)",
         );
         let convoy_of = |rows: Vec<ThreadRow>| kinds(&every_finding_of(rows, 4 * S)).iter().filter(|k| *k == "lock_convoy").count();
         assert_eq!(convoy_of(rows(&[(2, 1), (3, 2), (4, 3)], S)), 0, "a pipeline");
@@ -396,6 +502,40 @@ mod tests {
         let mut shared = rows(&ring, S);
         shared[1].futex[0].addr = 0x1000;
         assert_eq!(convoy_of(shared), 0);
+    }
+
+    /// Threads woken round by one another, each parked on a word of its own, whose waits hold no
+    /// application code (a Go runtime's idle threads, parked in its scheduler until one that
+    /// found work wakes another): waiting for work, no convoy. The same waits made from the
+    /// application's code, taking a lock: the convoy.
+    #[test]
+    fn threads_woken_round_between_units_of_work_are_no_convoy() {
+        use crate::model::stacks::{Frame, Key, Stack};
+        let ring = [(1u32, 2u32), (2, 3), (3, 4), (4, 1)];
+        let of = |stack: Stack| {
+            let rows: Vec<ThreadRow> = ring
+                .iter()
+                .map(|(i, w)| {
+                    let mut r = row(*i, &format!("w{i}"), &[(State::FutexWait, 3 * S), (State::Running, S)]);
+                    r.futex.push(FutexWait { addr: 0x1000 * *i as u64, waker: *w, ns: 3 * S });
+                    r
+                })
+                .collect();
+            let mut r = ProcessReport::new(1, "svc".into(), None, 4 * S, None, rows);
+            r.cpu_limit_cores = 4.0;
+            let mut w = WaitStacks::default();
+            for (victim, blamed) in ring {
+                w.add(Key { victim, blamed, state: State::FutexWait, role: Role::Victim, stack: stack.clone() }, 3 * S);
+            }
+            r.stacks = Some(w);
+            crate::report::fixtures::all_findings(&r).iter().filter(|f| f.claim.kind() == "lock_convoy").count()
+        };
+        let lib = |f: &str| Frame::native_library(f.into(), "/srv/svc".into());
+        let parked: Stack = vec![lib("runtime.futex.abi0"), lib("runtime.notesleep"), lib("runtime.stopm"), lib("runtime.schedule")].into();
+        assert_eq!(of(parked), 0, "waiting for work");
+        let locking: Stack =
+            vec![lib("runtime.futex.abi0"), lib("sync.(*Mutex).lockSlow"), Frame::native("main.reprice".into(), "/srv/svc".into())].into();
+        assert_eq!(of(locking), 1, "a lock taken in the middle of the work");
     }
 
     /// A pool on a quiet machine whose every task passes one lock: each worker parks on its

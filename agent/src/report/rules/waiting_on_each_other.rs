@@ -171,8 +171,19 @@ impl Claim for WaitingOnEachOther {
 
 impl fmt::Display for WaitingOnEachOther {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let WaitingOnEachOther { count, processes, share, wakeups, wakeups_per_s, state, waited_in, woken_from, wakers, window_ns, waited_ns } =
-            self;
+        let WaitingOnEachOther {
+            count,
+            processes,
+            share,
+            wakeups,
+            wakeups_per_s,
+            state,
+            waited_in,
+            woken_from,
+            wakers,
+            window_ns,
+            waited_ns,
+        } = self;
         let names = processes.iter().map(|p| format!("{} ({}) {:.0}%", p.comm, p.pid, 100.0 * p.share)).collect();
         let woke: Vec<String> = wakers.iter().map(|w| format!("{} ({}) {:.0}%", w.comm, w.pid, 100.0 * w.share)).collect();
         write!(

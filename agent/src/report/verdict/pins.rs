@@ -267,7 +267,7 @@ const PINNED: &[(&str, &[&str])] = &[
 (
     "lock convoys: named wakers, an unknown one, timeouts",
     &[
-        "lock convoy on futex 0xabc: 6 threads waited 18.0 s in total in 4.0 s, woken by w2 (2), w3 (3), w4 (4), w5 (5): they take turns on one lock",
+        "lock convoy on futex 0xabc: 6 threads waited 18.0 s in total in 4.0 s (4.5 waiting at a time), woken by w2 (2), w3 (3), w4 (4), w5 (5): they take turns on one lock",
         "thread t7 (7) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
         "thread t8 (8) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), 100% of it ended by a timeout or signal, not a wake-up: idle or contended",
         "thread t9 (9) spent 3.0 s of 4.0 s blocked on a lock or condition (futex) (75%), woken by thread 98 100% of the time: idle or contended",
@@ -310,21 +310,21 @@ const PINNED: &[(&str, &[&str])] = &[
 (
     "a convoy on a CPython lock (parking lot)",
     &[
-        "lock convoy on CPython lock 0x7f00004a: 3 threads waited 9.0 s in total in 4.0 s, woken by a1 (1), a2 (2), a3 (3): they take turns on one lock",
+        "lock convoy on CPython lock 0x7f00004a: 3 threads waited 9.0 s in total in 4.0 s (2.2 waiting at a time), woken by a1 (1), a2 (2), a3 (3): they take turns on one lock",
     ],
 ),
 (
     "ranking: starvation, throttling, convoy, then per thread",
     &[
         "GIL starvation: thread ingest (11) lost 9.4 s of 10.0 s waiting for the GIL held by processor (12), 1% behind a holder not resolved (hand-offs too fast to follow); message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s); CPU 2.7 of 3 cores: this is waiting, not working. Move processor to its own process",
-        "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 5.0 s, woken by w1 (1), w2 (2), w3 (3): they take turns on one lock. Kept off the CPU themselves: w1 (1) 20% of its time (throttled 1.00 s), w2 (2) 20% of its time (throttled 1.00 s), w3 (3) 20% of its time (throttled 1.00 s): a holder that cannot run keeps every thread behind it waiting; message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s)",
+        "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 5.0 s (1.8 waiting at a time), woken by w1 (1), w2 (2), w3 (3): they take turns on one lock. Kept off the CPU themselves: w1 (1) 20% of its time (throttled 1.00 s), w2 (2) 20% of its time (throttled 1.00 s), w3 (3) 20% of its time (throttled 1.00 s): a holder that cannot run keeps every thread behind it waiting; message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s)",
         "CPU quota throttling: the cgroup /svc (quota 3.00 cores) was throttled in 40 periods, 2.00 s; its threads lost 3.00 s runnable but throttled (w1 (1) 1.00 s, w2 (2) 1.00 s, w3 (3) 1.00 s); message age grew 6.1 s (to 6.2 s; mean 3.15 s, max 6.20 s): raise the quota or lower the parallelism",
     ],
 ),
 (
     "ranking: age rising while idle before a convoy",
     &[
-        "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 4.0 s, woken by w1 (1), w2 (2), w3 (3): they take turns on one lock; message age grew 8.0 s (to 9.0 s; mean 5.00 s, max 9.00 s)",
+        "lock convoy on futex 0xabc: 3 threads waited 9.0 s in total in 4.0 s (2.2 waiting at a time), woken by w1 (1), w2 (2), w3 (3): they take turns on one lock; message age grew 8.0 s (to 9.0 s; mean 5.00 s, max 9.00 s)",
         "age rising while the CPU is idle: message age grew 8.0 s (to 9.0 s; mean 5.00 s, max 9.00 s) in 4.0 s; CPU 0.8 of 4 cores: the work is waiting for something other than the CPU; the longest wait: thread w3 (3), 3.0 s blocked on a lock or condition (futex)",
         "idle: 1 thread (worker) was blocked or asleep nearly all the window, and no thread waited on it; -v lists it",
     ],
