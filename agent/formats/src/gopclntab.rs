@@ -22,6 +22,9 @@ use anyhow::{bail, Context, Result};
 
 use crate::cfi::{Cfa, Row, Rule, Table};
 
+/// The section's name in an executable, and in a position-independent one.
+pub const SECTIONS: [&str; 2] = [".gopclntab", ".data.rel.ro.gopclntab"];
+
 const MAGIC_116: u32 = 0xffff_fffa;
 const MAGIC_118: u32 = 0xffff_fff0;
 const MAGIC_120: u32 = 0xffff_fff1;
@@ -327,12 +330,7 @@ mod tests {
     /// executable's table names its functions and unwinds every one of them.
     #[test]
     fn a_go_executable_of_this_machine() {
-        let path = std::env::var("PATH").unwrap_or_default();
-        let go = std::env::split_paths(&path)
-            .chain(["/usr/local/go/bin".into()])
-            .map(|d| d.join("go"))
-            .find(|p| p.exists())
-            .expect("a Go toolchain on PATH or in /usr/local/go (make setup)");
+        let go = crate::testing::go_toolchain();
         let bytes = std::fs::read(go).unwrap();
         let elf = crate::elf::Elf::parse(bytes.as_slice()).unwrap();
         let sec = elf.section(".gopclntab").expect("a Go executable has its function table").clone();

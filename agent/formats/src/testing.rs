@@ -10,3 +10,14 @@ pub fn skip(reason: &str) {
     }
     eprintln!("skipped: {reason}");
 }
+
+/// The Go toolchain's `go` executable (`make setup` needs one, to build helm): on `PATH`, else
+/// in /usr/local/go. A real Go executable for the tests of the readers of Go's tables.
+pub fn go_toolchain() -> std::path::PathBuf {
+    let path = std::env::var("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([std::path::PathBuf::from("/usr/local/go/bin")])
+        .map(|d| d.join("go"))
+        .find(|p| p.exists())
+        .expect("a Go toolchain on PATH or in /usr/local/go (make setup)")
+}

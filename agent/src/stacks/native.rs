@@ -20,6 +20,7 @@ use crate::probes::stacks::JAVA_METHOD;
 use crate::python::binary::FileSource;
 use crate::python::{parse_maps, Mapping};
 use waitmeter_formats::elf::Elf;
+use waitmeter_formats::gopclntab;
 
 /// Function symbols kept per object (libpython has ~12k, a big C++ program more).
 const MAX_FUNCTIONS: usize = 1 << 20;
@@ -86,7 +87,7 @@ impl Symbols {
         funcs.dedup_by_key(|f| f.0);
         // SHT_PROGBITS with SHF_EXECINSTR: where code lies in the file
         let sections = elf.sections.iter().filter(|s| s.kind == 1 && s.addr != 0).map(|s| (s.offset, s.size, s.addr)).collect();
-        let go = elf.section(".gopclntab").or_else(|| elf.section(".data.rel.ro.gopclntab")).map(|_| {
+        let go = gopclntab::SECTIONS.iter().find_map(|n| elf.section(n)).map(|_| {
             let info = elf.section(".go.buildinfo").cloned()?;
             waitmeter_formats::gobuild::main_module(&elf.section_data(&info, 1 << 20).ok()?)
         });
@@ -185,10 +186,10 @@ fn mini_functions<S: waitmeter_formats::elf::Source + ?Sized>(elf: &Elf<'_, S>, 
 /// stripped one keeps (`-ldflags "-s -w"`); none for any other object. Said once per file when
 /// it cannot be read.
 fn go_functions<S: waitmeter_formats::elf::Source + ?Sized>(elf: &Elf<'_, S>, path: &std::path::Path) -> Vec<(u64, u64, String)> {
-    let Some(sec) = elf.section(".gopclntab").or_else(|| elf.section(".data.rel.ro.gopclntab")).cloned() else { return vec![] };
+    let Some(sec) = gopclntab::SECTIONS.iter().find_map(|n| elf.section(n)).cloned() else { return vec![] };
     let text = elf.section(".text").map_or(0, |t| t.addr);
     let read = elf.section_data(&sec, 64 << 20).and_then(|data| {
-        let t = waitmeter_formats::gopclntab::Pclntab::parse(&data, text)?;
+        let t = gopclntab::Pclntab::parse(&data, text)?;
         Ok(t.functions(MAX_FUNCTIONS).into_iter().map(|f| (f.start, f.end, f.name)).collect())
     });
     read.unwrap_or_else(|e| {
@@ -357,12 +358,7 @@ mod tests {
     /// named from the Go runtime's own table, as the unstripped one's `.symtab` names it.
     #[test]
     fn a_stripped_go_executable_is_named_from_its_function_table() {
-        let path = std::env::var("PATH").unwrap_or_default();
-        let go = std::env::split_paths(&path)
-            .chain(["/usr/local/go/bin".into()])
-            .map(|d| d.join("go"))
-            .find(|p| p.exists())
-            .expect("a Go toolchain on PATH or in /usr/local/go (make setup)");
+        let go = waitmeter_formats::testing::go_toolchain();
         let dir = std::env::temp_dir().join(format!("wm-go-strip-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let stripped = dir.join("go");

@@ -21,7 +21,7 @@ use crate::probes::stacks::{UnwindMap, UNWIND_MAX_MAPS};
 use crate::python::binary::FileSource;
 use waitmeter_formats::cfi::{self, Row};
 use waitmeter_formats::elf::Elf;
-use waitmeter_formats::gopclntab::Pclntab;
+use waitmeter_formats::gopclntab::{self, Pclntab};
 
 /// Rows of one object at most (the C library has ~28k, libstdc++ ~30k).
 const MAX_OBJECT_ROWS: usize = 1 << 21;
@@ -94,7 +94,7 @@ fn table(path: &std::path::Path) -> anyhow::Result<Option<(Vec<Row>, u64)>> {
 /// The Go runtime's function table of a Go executable (`.gopclntab`; `.data.rel.ro.gopclntab` in
 /// a position-independent one) as unwind rows; None when it has none.
 fn go_table<S: waitmeter_formats::elf::Source + ?Sized>(elf: &Elf<'_, S>) -> anyhow::Result<Option<cfi::Table>> {
-    let Some(sec) = elf.section(".gopclntab").or_else(|| elf.section(".data.rel.ro.gopclntab")).cloned() else { return Ok(None) };
+    let Some(sec) = gopclntab::SECTIONS.iter().find_map(|n| elf.section(n)).cloned() else { return Ok(None) };
     let text = elf.section(".text").map_or(0, |t| t.addr);
     let data = elf.section_data(&sec, MAX_EH_FRAME)?;
     Ok(Some(Pclntab::parse(&data, text)?.unwind(MAX_OBJECT_ROWS)?))
@@ -239,12 +239,7 @@ mod tests {
     /// `.eh_frame` rows stand.
     #[test]
     fn a_go_executable_is_unwound_by_its_function_table() {
-        let path = std::env::var("PATH").unwrap_or_default();
-        let go = std::env::split_paths(&path)
-            .chain(["/usr/local/go/bin".into()])
-            .map(|d| d.join("go"))
-            .find(|p| p.exists())
-            .expect("a Go toolchain on PATH or in /usr/local/go (make setup)");
+        let go = waitmeter_formats::testing::go_toolchain();
         let (rows, _) = table(&go).unwrap().expect("a Go executable gets a table");
         assert!(rows.len() > 10_000 && rows.windows(2).all(|w| w[0].pc < w[1].pc && w[0].rule != w[1].rule), "{}", rows.len());
 

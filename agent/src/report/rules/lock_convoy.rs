@@ -380,15 +380,20 @@ mod tests {
     use super::*;
     use crate::report::fixtures::*;
 
-    #[test]
-    fn lock_convoy() {
-        let rows: Vec<ThreadRow> = (1..=3)
+    /// Three threads waiting 3 s of 4 on one word, each woken by the next; the last by `last`.
+    fn three_on_one_word(last: u32) -> Vec<ThreadRow> {
+        (1..=3)
             .map(|i| {
                 let mut r = row(i, &format!("w{i}"), &[(State::FutexWait, 3 * S), (State::Running, S)]);
-                r.futex.push(FutexWait { addr: 0xabc, waker: if i == 3 { 99 } else { i + 1 }, ns: 3 * S });
+                r.futex.push(FutexWait { addr: 0xabc, waker: if i == 3 { last } else { i + 1 }, ns: 3 * S });
                 r
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn lock_convoy() {
+        let rows = three_on_one_word(99);
         let f = every_finding_of(rows.clone(), 4 * S);
         assert_eq!(kinds(&f), ["lock_convoy", "blocked", "blocked", "blocked"]);
         // as shown, the convoy's waiters are in its line
@@ -419,14 +424,7 @@ mod tests {
     #[test]
     fn a_convoy_says_how_often_the_lock_was_handed_on() {
         use crate::model::stacks::{Frame, Key, Lengths, Role};
-        let rows: Vec<ThreadRow> = (1..=3)
-            .map(|i| {
-                let mut r = row(i, &format!("w{i}"), &[(State::FutexWait, 3 * S), (State::Running, S)]);
-                r.futex.push(FutexWait { addr: 0xabc, waker: if i == 3 { 1 } else { i + 1 }, ns: 3 * S });
-                r
-            })
-            .collect();
-        let mut r = ProcessReport::new(1, "svc".into(), None, 4 * S, None, rows);
+        let mut r = ProcessReport::new(1, "svc".into(), None, 4 * S, None, three_on_one_word(1));
         r.cpu_limit_cores = 4.0;
         let mut w = WaitStacks::default();
         let stack: crate::model::stacks::Stack = vec![Frame::native("pthread_mutex_lock".into(), "/lib/libc.so.6".into())].into();
