@@ -103,6 +103,12 @@ pub fn cores(c: f64) -> String {
     }
 }
 
+/// `n` a second of a window of `window_ns`, to a tenth (as the JSON gives a rate); none for an
+/// empty window.
+pub fn per_second(n: u64, window_ns: u64) -> Option<f64> {
+    (window_ns > 0).then(|| (n as f64 / (window_ns as f64 / 1e9) * 10.0).round() / 10.0)
+}
+
 /// A count or a rate as people say it: "850", "12k", "1.3M".
 pub fn human_rate(x: f64) -> String {
     match x {

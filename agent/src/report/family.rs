@@ -150,15 +150,17 @@ fn member(r: &ProcessReport, family: &HashSet<u32>) -> Member {
             .map(|(_, ns)| ns)
             .sum::<u64>();
     }
+    // another member woke them (a PID is no TID of another process)
+    let by_family = |by: u32| by != r.pid && family.contains(&by);
+    let woken_state = by_state.iter().max_by_key(|(s, ns)| (**ns, std::cmp::Reverse(**s))).map(|(s, _)| *s);
+    m.woken_state = woken_state;
     if let Some(stacks) = r.stacks.as_ref() {
         let tids: Vec<u32> = r.threads.iter().map(|t| t.tid).collect();
-        m.wakeups = Some(by_state.keys().map(|state| stacks.waits_behind(&tids, *state, |by| by != r.pid && family.contains(&by))).sum());
-    }
-    m.woken_state = by_state.into_iter().max_by_key(|(s, ns)| (*ns, std::cmp::Reverse(*s))).map(|(s, _)| s);
-    if let (Some(state), Some(stacks)) = (m.woken_state, r.stacks.as_ref()) {
-        let tids: Vec<u32> = r.threads.iter().map(|t| t.tid).collect();
-        m.waited_in = stacks.top_site_of(&tids, state, Role::Victim, None).map(|s| s.text);
-        m.woken_from = stacks.top_site_behind(&tids, state, Role::Waker, |by| by != r.pid && family.contains(&by)).map(|s| s.text);
+        m.wakeups = Some(by_state.keys().map(|state| stacks.waits_behind(&tids, *state, by_family)).sum());
+        if let Some(state) = woken_state {
+            m.waited_in = stacks.top_site_of(&tids, state, Role::Victim, None).map(|s| s.text);
+            m.woken_from = stacks.top_site_behind(&tids, state, Role::Waker, by_family).map(|s| s.text);
+        }
     }
     m
 }

@@ -7,7 +7,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::super::code::{self, Code};
-use super::super::evidence::{human_rate, ThreadRef};
+use super::super::evidence::{human_rate, per_second, ThreadRef};
 use super::super::serial::{hex_some, seconds};
 use super::super::ThreadRow;
 use super::idle_threads::home_word;
@@ -264,8 +264,7 @@ fn between_work_shares(stacks: Option<&WaitStacks>) -> HashMap<(u32, u32), f64> 
 /// which count them.
 fn handoffs(cx: &Context, waiters: &[u32], wakers: &[u32]) -> (Option<u64>, Option<f64>) {
     let n = cx.report.stacks.as_ref().map(|s| s.waits_behind(waiters, State::FutexWait, |by| wakers.contains(&by)));
-    let window_s = cx.window_ns as f64 / 1e9;
-    (n, n.filter(|_| window_s > 0.0).map(|n| (n as f64 / window_s * 10.0).round() / 10.0))
+    (n, n.and_then(|n| per_second(n, cx.window_ns)))
 }
 
 /// The largest set of `nodes` in which every node reaches every other along `next` (a waiter's

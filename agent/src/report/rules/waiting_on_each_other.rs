@@ -14,7 +14,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::super::evidence::{and_more, human_rate};
+use super::super::evidence::{and_more, human_rate, per_second};
 use super::super::family::{Family, Member};
 use super::super::serial::{ratio, seconds};
 use super::{Claim, Context};
@@ -130,10 +130,9 @@ pub fn of(family: &Family) -> Option<WaitingOnEachOther> {
         .and_then(|name| State::ALL.into_iter().find(|s| s.name() == name))
         .unwrap_or(State::Other);
     let wakeups: Option<u64> = waiting.iter().map(|m| m.wakeups).sum();
-    let window_s = family.window_ns as f64 / 1e9;
     Some(WaitingOnEachOther {
         wakeups,
-        wakeups_per_s: wakeups.filter(|_| window_s > 0.0).map(|n| (n as f64 / window_s * 10.0).round() / 10.0),
+        wakeups_per_s: wakeups.and_then(|n| per_second(n, family.window_ns)),
         count: waiting.len(),
         processes: waiting
             .iter()
