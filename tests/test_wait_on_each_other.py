@@ -18,6 +18,12 @@ bpftrace counts the kernel's wakings among them (tests/helpers/wakings.py).
   sleeps' waker is an interrupt. The time in pg_sleep is 4 ms a commit, charged to pg_sleep's
   stack, not to that of the wait for the client made just before from the same epoll_wait. The server's background processes (the WAL writer, woken by the
   backends with work to do) are never named in either: waiting for work is not waiting on another.
+
+The same server watched by `waitmeter run --pid POSTMASTER --children` (a sidecar's view), scraped by
+a real Prometheus that evaluates the mixin's rules: the backends, and only they, have the gauge of
+processes waiting on each other at the share the server counted, and the alert is pending for each;
+on their own rows neither, though the counter of who woke whom shows each backend woken by its
+client (pgbench, not watched) across processes.
 """
 import json
 import re
@@ -25,11 +31,13 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import SLOWDOWN, WAITMETER
+from conftest import ROOT, SLOWDOWN, WAITMETER, Guard, free_port, prometheus, wait_http
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 import wakings  # noqa: E402
@@ -179,3 +187,84 @@ def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_
     in_sleep = sum(t for site, t in slept.items() if "WaitLatch ← pg_sleep" in site)
     expected = crates["commits"] * 0.004 * 5.0
     assert 0.8 * expected <= in_sleep <= 1.3 * expected and not any("LockAcquire" in s for s in slept), (crates, slept)
+
+
+RULES = ROOT / "dashboards" / "rules" / "waitmeter-rules.yaml"
+ALERT = "WaitmeterProcessesWaitOnEachOther"
+
+
+def api(base, path, **params):
+    with urllib.request.urlopen(f"{base}{path}?" + urllib.parse.urlencode(params), timeout=10) as r:
+        body = json.load(r)
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def served(pg, script, tmp_path):
+    """pgbench running `script`, the server watched by `run --pid POSTMASTER --children` and scraped
+    by a real Prometheus with the mixin's rules, the server sampling its backends' waits meanwhile.
+    Returns ({pid: the gauge}, the alerts, {(pid, waker_comm): woken seconds}, the server's events,
+    the backends' PIDs, pgbench's output)."""
+    bench = pg.pgbench(script, CLIENTS, int(75 * SLOWDOWN), options="-c synchronous_commit=off")
+    try:
+        threading.Event().wait(1.5)
+        backends = {int(p) for p in pg.psql("select pid from pg_stat_activity where backend_type = 'client backend' "
+                                            "and application_name = 'pgbench'").split()}
+        assert len(backends) == CLIENTS, backends
+        port = free_port()
+        agent = subprocess.Popen([str(WAITMETER), "run", "--pid", str(pg.postmaster()), "--children",
+                                  "--listen", f"127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
+        with Guard(agent):
+            wait_http(f"http://127.0.0.1:{port}/metrics")
+            with prometheus(tmp_path, port, [RULES]) as base:
+                threading.Event().wait(12)
+                # the server's account over the seconds that end at the agent's 40 s boundary
+                events, _ = pg.sample_waits(27)
+                threading.Event().wait(3)
+                gauge = {int(r["metric"]["pid"]): float(r["value"][1]) for r in
+                         api(base, "/api/v1/query", query="waitmeter_process_wait_on_each_other_ratio")["result"]}
+                alerts = [a for a in api(base, "/api/v1/alerts")["alerts"] if a["labels"]["alertname"] == ALERT]
+                woken = {(int(r["metric"]["pid"]), r["metric"]["waker_comm"]): float(r["value"][1]) for r in api(
+                    base, "/api/v1/query", query="sum by (pid, waker_comm) (waitmeter_woken_by_process_seconds_total)")["result"]}
+        out, _ = bench.communicate(timeout=int(75 * SLOWDOWN) + 60)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+    return gauge, alerts, woken, events, backends, out
+
+
+@pytest.mark.timeout(600)
+def test_a_sidecar_exports_and_alerts_on_the_backends_that_wait_on_each_other_and_not_on_their_own_rows(tmp_path):
+    pg = Postgres()
+    try:
+        pg.psql("create table hot (id int primary key, n bigint); insert into hot select g, 0 from generate_series(1, 100) g")
+        (tmp_path / "bug").mkdir()
+        (tmp_path / "control").mkdir()
+        gauge, alerts, woken, events, backends, out = served(pg, ONE_ROW, tmp_path / "bug")
+        cgauge, calerts, cwoken, cevents, cbackends, cout = served(pg, OWN_ROWS, tmp_path / "control")
+    finally:
+        pg.close()
+    truth, ctruth = lock_share(events), lock_share(cevents)
+    print(f"bug: server {truth:.2f} in lock waits, gauge {gauge}; control: server {ctruth:.2f}, gauge {cgauge}")
+    assert truth > 0.6 and ctruth < 0.1, (events, cevents, out, cout)
+    # the backends, and only they (not the WAL writer or the checkpointer they wake with work, nor
+    # the postmaster), at the share of their time the server counted in lock waits
+    assert set(gauge) == backends, (gauge, backends)
+    mean = sum(gauge.values()) / len(gauge)
+    assert abs(mean - truth) <= TOLERANCE, (gauge, truth, events)
+    # the alert of the mixin, pending (its `for` is 5 minutes) for each of them, naming the
+    # backend that woke it most
+    assert {int(a["labels"]["pid"]) for a in alerts} == backends, alerts
+    assert all(a["state"] == "pending" for a in alerts), alerts
+    assert all(re.search(r"mostly by pid (\d+) \(postgres\)", a["annotations"]["description"]) for a in alerts), alerts
+    named = {int(re.search(r"mostly by pid (\d+)", a["annotations"]["description"]).group(1)) for a in alerts}
+    assert named <= backends, (named, backends)
+    # who woke whom: the backends by each other (postgres) far more than by their client
+    for pid in backends:
+        assert woken.get((pid, "postgres"), 0.0) > 2 * woken.get((pid, "pgbench"), 0.0), (pid, woken)
+
+    # the control: no process waited on another; the gauge and the alert stay away, though each
+    # backend was woken across processes, by its client's requests (pgbench: not watched)
+    assert cgauge == {} and calerts == [], (cgauge, calerts)
+    assert all(cwoken.get((pid, "pgbench"), 0.0) > 0 for pid in cbackends), (cwoken, cbackends)

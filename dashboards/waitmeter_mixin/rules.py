@@ -69,6 +69,12 @@ def alert_rules():
         '{{ with $labels.container }}{{ if ne . "waitmeter" }}, container {{ . }}{{ end }}{{ end }})'
         "{{ else }}{{ with $labels.container_id }} (container {{ slice . 0 12 }}){{ end }}{{ end }}"
     )
+    w = a["waitingOnEachOther"]
+    waker = (
+        '{{ with printf "topk(1, sum by (waker_pid, waker_comm) (rate(waitmeter_woken_by_process_seconds_total'
+        '{pid=%q, instance=%q, waker_pid!=\\"other\\"}[5m])))" $labels.pid $labels.instance | query }}'
+        '{{ with . | first }}, mostly by pid {{ label "waker_pid" . }} ({{ label "waker_comm" . }}){{ end }}{{ end }}'
+    )
     g, i, t, q, c = a["gilStarvation"], a["ageRisingWhileIdle"], a["cpuThrottling"], a["runqueueSaturation"], a["lockConvoy"]
     s = a["threadSaturation"]
     st = a["servingThreadStall"]
@@ -161,6 +167,20 @@ def alert_rules():
             f" word {{{{ $labels.futex }}}} over 5 minutes, with {c['waiters']} or more distinct waiters: a lock convoy.",
         ),
         (
+            "WaitmeterProcessesWaitOnEachOther",
+            # the agent judges who waits on each other (it sees who woke whom, three or more processes
+            # whose wakers wake one another: what PromQL cannot join); the alert takes their shares
+            f"waitmeter_process_wait_on_each_other_ratio >= {w['share']}",
+            w["for"],
+            "warning",
+            "Processes wait on each other.",
+            f"The threads of pid {{{{ $labels.pid }}}}{pod} were blocked {{{{ $value | humanizePercentage }}}} of their time"
+            f" in the agent's last minute (threshold {w['share']:.0%}) until another process woke them{waker}, of processes that"
+            " wake one another: they take turns on something shared (a lock in shared memory, a latch, a pipe), each"
+            " waiting for the others to let go, as a database's backends queue on one row's lock. Adding processes"
+            " adds waiting, not throughput.",
+        ),
+        (
             "WaitmeterClockSyscalls",
             'sum without (syscall) (rate(waitmeter_process_syscalls_total{syscall=~"clock_gettime|gettimeofday|time"}[5m]))'
             f" >= {a['clockSyscalls']['perSecond']}",
@@ -221,6 +241,7 @@ def alert_rules():
         "WaitmeterRunqueueSaturation": process,
         "WaitmeterServingThreadStalled": process,
         "WaitmeterLockConvoy": process,
+        "WaitmeterProcessesWaitOnEachOther": process,
         "WaitmeterClockSyscalls": process,
     }
     out = []

@@ -7,6 +7,19 @@ was running) from its task, so its count is an upper bound by those."""
 import re
 import shutil
 import subprocess
+from pathlib import Path
+
+TRACEFS = Path("/sys/kernel/tracing")
+
+
+def mount_tracefs():
+    """bpftrace finds tracepoints in tracefs, which a machine without systemd may not have mounted
+    (waitmeter's own probes do not need it): mount it where the kernel offers it. Returns whether
+    this mounted it (then `count` unmounts it)."""
+    if (TRACEFS / "events").is_dir():
+        return False
+    subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True, capture_output=True, timeout=30)
+    return True
 
 
 def start(pids, seconds):
@@ -17,11 +30,21 @@ def start(pids, seconds):
     among = lambda field: " || ".join(f"{field} == {p}" for p in pids)  # noqa: E731
     prog = (f"tracepoint:sched:sched_waking /({among('pid')}) && ({among('args->pid')}) && pid != args->pid/ "
             f"{{ @n = count(); }} interval:s:{int(seconds)} {{ exit(); }}")
-    return subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    mounted = mount_tracefs()
+    proc = subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.mounted_tracefs = mounted
+    return proc
 
 
 def count(proc, timeout=120):
-    out, err = proc.communicate(timeout=timeout)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if getattr(proc, "mounted_tracefs", False):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            subprocess.run(["umount", str(TRACEFS)], check=True, capture_output=True, timeout=30)
     assert proc.returncode == 0, err
     m = re.search(r"^@n: (\d+)$", out, re.M)
     return int(m.group(1)) if m else 0

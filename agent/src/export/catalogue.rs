@@ -98,6 +98,22 @@ pub const FUTEX_WORD_WAITERS: Metric = Metric {
     help: "Distinct threads that waited on the futex word in the agent's last 60 s (a window of the agent's clock, moved every 10 s: the same for every scraper). Three or more, blocked most of the time and waking each other (waitmeter_futex_wait_seconds_total by waker): a lock convoy.",
 };
 
+pub const WOKEN_BY_PROCESS_SECONDS: Metric = Metric {
+    base: "waitmeter_woken_by_process",
+    kind: Kind::Counter,
+    unit: Some("seconds"),
+    labels: &["pid", "state", "waker_pid", "waker_comm"],
+    help: "Time a process' threads spent blocked (state: futex_wait, io_wait, sleep, other) until a thread of another process woke them, whatever the wait (a lock's release in shared memory, a latch set by a signal, a pipe or socket written, a futex), by that process (waker_pid, waker_comm: PIDs of the agent's namespace; the first 10 per process, the rest summed as waker_pid=\"other\"), summed over the threads. Wakeups from an interrupt (a timer, the network, a disk) are no process' and are not counted. Watched processes that wake one another a large share of their time wait on each other (a database's backends queued on one row's lock): waitmeter_process_wait_on_each_other_ratio; a process woken by another that it does not wake back waits for work from it.",
+};
+
+pub const PROCESS_WAIT_ON_EACH_OTHER_RATIO: Metric = Metric {
+    base: "waitmeter_process_wait_on_each_other_ratio",
+    kind: Kind::Gauge,
+    unit: None,
+    labels: &["pid"],
+    help: "Of watched processes that waited on each other in the agent's last 60 s (a window of the agent's clock, moved every 10 s: the same for every scraper), the share of each one's threads' time blocked until another of them woke them; absent for the other processes. They are those of `waitmeter attach`'s finding \"waiting on each other\" (docs/verdicts.md): three or more, each woken by the others for at least 20% of its time, waking them in turn, by processes that wake one another (not a consumer and its producer, a server and its clients, two tiers of workers). Its series are few: they are what WaitmeterProcessesWaitOnEachOther alerts on.",
+};
+
 pub const CGROUP_THROTTLED_SECONDS: Metric = Metric {
     base: "waitmeter_cgroup_throttled",
     kind: Kind::Counter,
@@ -309,6 +325,8 @@ pub const ALL: &[&Metric] = &[
     &FUTEX_WAIT_SECONDS,
     &FUTEX_WORD_WAIT_SECONDS,
     &FUTEX_WORD_WAITERS,
+    &WOKEN_BY_PROCESS_SECONDS,
+    &PROCESS_WAIT_ON_EACH_OTHER_RATIO,
     &CGROUP_THROTTLED_SECONDS,
     &CGROUP_THROTTLED_PERIODS,
     &CGROUP_PERIODS,

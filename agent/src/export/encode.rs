@@ -60,6 +60,8 @@ pub struct Exposition {
     pub futex_seconds: Vec<(Labels, f64)>,
     pub futex_word_seconds: Vec<(Labels, f64)>,
     pub futex_word_waiters: Vec<(Labels, i64)>,
+    pub woken_by_process: Vec<(Labels, f64)>,
+    pub each_other_ratio: Vec<(Labels, f64)>,
     pub cgroup_throttled: Vec<(Labels, f64)>,
     pub cgroup_throttled_periods: Vec<(Labels, f64)>,
     pub cgroup_periods: Vec<(Labels, f64)>,
@@ -181,6 +183,8 @@ impl Collector for Exposition {
         counters(&mut enc, &catalogue::FUTEX_WAIT_SECONDS, &self.futex_seconds)?;
         counters(&mut enc, &catalogue::FUTEX_WORD_WAIT_SECONDS, &self.futex_word_seconds)?;
         gauges(&mut enc, &catalogue::FUTEX_WORD_WAITERS, &self.futex_word_waiters)?;
+        counters(&mut enc, &catalogue::WOKEN_BY_PROCESS_SECONDS, &self.woken_by_process)?;
+        gauges(&mut enc, &catalogue::PROCESS_WAIT_ON_EACH_OTHER_RATIO, &self.each_other_ratio)?;
         counters(&mut enc, &catalogue::CGROUP_THROTTLED_SECONDS, &self.cgroup_throttled)?;
         counters(&mut enc, &catalogue::CGROUP_THROTTLED_PERIODS, &self.cgroup_throttled_periods)?;
         counters(&mut enc, &catalogue::CGROUP_PERIODS, &self.cgroup_periods)?;

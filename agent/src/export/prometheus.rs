@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use super::encode::{Exposition, Labels};
 use super::futex_words::FutexWords;
-use crate::model::blame::Preemptor;
+use crate::model::blame::{Preemptor, Waker};
+use crate::model::each_other;
 use crate::model::hist::HoldHist;
-use crate::model::labels::{busiest_apart, sanitize, LabelBook, BUSIEST};
+use crate::model::labels::{busiest_apart, sanitize, LabelBook, BUSIEST, OTHER};
 use crate::model::loss::Lost;
 use crate::model::partition::{secs, Snapshot, ThreadSample, Times};
 use crate::model::stacks::{site_function, Lengths, WaitStacks};
@@ -26,6 +27,10 @@ pub const WINDOW_SPAN_NS: u64 = 60_000_000_000;
 /// Distinct functions per process with their own `function` label in
 /// `waitmeter_gil_function_hold_seconds`; the rest are "other".
 pub const MAX_FUNCTION_LABELS: usize = 10;
+
+/// Processes per watched process with their own `waker_pid` label in
+/// `waitmeter_woken_by_process_seconds_total` (the first to wake it); the rest are "other".
+pub const MAX_WAKER_PROCESSES: usize = 10;
 
 /// How long the series of an exited process are still served.
 pub const EXITED_RETENTION_NS: u64 = 300 * 1_000_000_000;
@@ -113,7 +118,26 @@ struct Totals {
     futex: BTreeMap<(SeriesKey, Label), u64>,
     /// (waiter series, preemptor label) -> run-queue ns
     runqueue: BTreeMap<(SeriesKey, Label), u64>,
+    /// (process, blocked state, waking process' labels) -> ns its threads were blocked until it
+    /// woke them (no thread label: a thread's numbers stay counted whatever its label)
+    woken: BTreeMap<(u64, State, ProcessLabels), u64>,
+    /// (process, waking process' PID) -> the same, for `each_other`: of every waker, not only
+    /// those with labels (the exited threads' kept for the wakers still watched)
+    woken_pids: BTreeMap<(u64, u32), u64>,
 }
+
+/// The numbers at one window boundary of the agent's clock.
+#[derive(Debug)]
+struct Boundary {
+    at: u64,
+    /// each series' times
+    times: BTreeMap<SeriesKey, Times>,
+    /// (process, waking process' PID) -> ns blocked until it woke them
+    woken: BTreeMap<(u64, u32), u64>,
+}
+
+/// A waking process' labels: its PID and its name ("other", "other" past the bound).
+type ProcessLabels = (Label, Label);
 
 impl Totals {
     fn forget(&mut self, target: u64) {
@@ -122,6 +146,8 @@ impl Totals {
         self.holds.retain(|k, _| k.target != target);
         self.futex.retain(|k, _| k.0.target != target);
         self.runqueue.retain(|k, _| k.0.target != target);
+        self.woken.retain(|k, _| k.0 != target);
+        self.woken_pids.retain(|k, _| k.0 != target);
     }
 }
 
@@ -137,11 +163,14 @@ pub struct Exporter {
     folded: Totals,
     /// per target: bounded labels for preempting processes
     preemptor_books: HashMap<u64, LabelBook>,
+    /// per target: the processes that woke its threads with labels of their own (PID, name;
+    /// at most MAX_WAKER_PROCESSES, kept while the target is: every counter only grows)
+    waker_processes: HashMap<u64, Vec<(u32, Label)>>,
     /// futex wait by word, for waitmeter_futex_word_*
     words: FutexWords,
     /// each series' times at the window boundaries of the last WINDOW_SPAN_NS
     /// (oldest first; the first is the baseline of the wait ratio)
-    windows: VecDeque<(u64, BTreeMap<SeriesKey, Times>)>,
+    windows: VecDeque<Boundary>,
     /// (target, TID) -> thread label, for naming GIL holders (also after they exit)
     tid_labels_by_target: IdMap<(u64, u32), Label>,
     /// (target, holder label, function label) -> the GIL holds ended there
@@ -214,6 +243,7 @@ impl Exporter {
             thread_labels: IdMap::default(),
             folded: Totals::default(),
             preemptor_books: HashMap::new(),
+            waker_processes: HashMap::new(),
             words: FutexWords::default(),
             windows: VecDeque::new(),
             tid_labels_by_target: IdMap::default(),
@@ -388,8 +418,8 @@ impl Exporter {
             f.futex.retain(|(k, by), _| !(gone(k) || k.target == target && **by == *name));
             f.runqueue.retain(|(k, by), _| !(gone(k) || k.target == target && **by == *name));
             self.stretch_totals.retain(|(k, _), _| !gone(k));
-            for (_, w) in self.windows.iter_mut() {
-                w.retain(|k, _| !gone(k));
+            for b in self.windows.iter_mut() {
+                b.times.retain(|k, _| !gone(k));
             }
         }
     }
@@ -424,6 +454,25 @@ impl Exporter {
         }
     }
 
+    /// The labels of a process that woke a thread of `target`: its own while there is room
+    /// (a PID reused by another program is another process), else "other".
+    fn waker_process_labels(&mut self, target: u64, pid: u32, comm: &str) -> ProcessLabels {
+        let other = || -> ProcessLabels { (OTHER.into(), OTHER.into()) };
+        if pid == 0 {
+            return other();
+        }
+        let known = self.waker_processes.entry(target).or_default();
+        if let Some((_, name)) = known.iter().find(|(p, name)| *p == pid && &**name == comm) {
+            return (pid.to_string().into(), name.clone());
+        }
+        if known.len() >= MAX_WAKER_PROCESSES {
+            return other();
+        }
+        let name: Label = comm.into();
+        known.push((pid, name.clone()));
+        (pid.to_string().into(), name)
+    }
+
     /// Add a thread's numbers to the series labelled `k`.
     fn add(&mut self, into: &mut Totals, target: u64, k: &SeriesKey, s: &ThreadSample) {
         into.times.entry(k.clone()).or_default().add(&s.times);
@@ -438,6 +487,15 @@ impl Exporter {
         }
         for (p, ns) in &s.runqueue_by {
             *into.runqueue.entry((k.clone(), self.preemptor_label(target, p))).or_default() += ns;
+        }
+        for ((state, waker), ns) in &s.woken_by {
+            if let Waker::Process { pid, comm } = waker {
+                let by = self.waker_process_labels(target, *pid, comm);
+                *into.woken.entry((target, *state, by)).or_default() += ns;
+                if *pid != 0 {
+                    *into.woken_pids.entry((target, *pid)).or_default() += ns;
+                }
+            }
         }
     }
 
@@ -505,6 +563,7 @@ impl Exporter {
             self.name_labels.remove(t);
             self.folded.forget(*t);
             self.preemptor_books.remove(t);
+            self.waker_processes.remove(t);
             self.words.forget(*t);
             self.function_books.remove(t);
             self.gil_functions.retain(|k, _| k.0 != *t);
@@ -515,8 +574,9 @@ impl Exporter {
             self.apart.retain(|k, _| k.0 != *t);
             self.demoted.retain(|k, _| k.0 != *t);
             self.rebalanced_at.remove(t);
-            for (_, w) in self.windows.iter_mut() {
-                w.retain(|k, _| k.target != *t);
+            for b in self.windows.iter_mut() {
+                b.times.retain(|k, _| k.target != *t);
+                b.woken.retain(|k, _| k.0 != *t);
             }
             self.stretch_totals.retain(|(k, _), _| k.target != *t);
             self.stretch_seen.retain(|_, s| s.target != *t);
@@ -634,10 +694,10 @@ impl Exporter {
     /// A window boundary of the agent's clock (every WINDOW_STEP_NS, whether
     /// or not anyone scrapes): the numbers the windowed values are computed from.
     pub fn window(&mut self, now: u64, snap: &Snapshot) {
-        let times = self.totals(snap).times;
-        self.windows.push_back((now, times));
+        let Totals { times, woken_pids: woken, .. } = self.totals(snap);
+        self.windows.push_back(Boundary { at: now, times, woken });
         // keep one boundary at or before now - span: the baseline
-        while self.windows.len() > 2 && self.windows[1].0 + WINDOW_SPAN_NS <= now {
+        while self.windows.len() > 2 && self.windows[1].at + WINDOW_SPAN_NS <= now {
             self.windows.pop_front();
         }
         self.words.window(now, snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))));
@@ -668,10 +728,52 @@ impl Exporter {
             }
         }
         self.tid_labels_by_target.retain(|k, _| named.contains(k));
+        // exited threads' waits ended by a process matter while it is watched (`each_other`)
+        let watched: HashSet<u32> = snap.live.values().flatten().map(|s| s.pid).collect();
+        self.folded.woken_pids.retain(|(_, pid), _| watched.contains(pid));
         crate::shrink::shrink(&mut self.thread_labels);
         crate::shrink::shrink(&mut self.baselines);
         crate::shrink::shrink(&mut self.busy);
         crate::shrink::shrink(&mut self.tid_labels_by_target);
+    }
+
+    /// `waitmeter_process_wait_on_each_other_ratio`: over the agent's window, the watched processes
+    /// that waited on each other (`model::each_other`), each with the share of its threads' time
+    /// that the others ended by waking them.
+    fn waiting_on_each_other(&self, procs: &[ProcessInfo]) -> Vec<(Labels, f64)> {
+        let Some(newest) = self.windows.back() else { return vec![] };
+        let base = (self.windows.len() > 1).then(|| &self.windows[0]);
+        let mut thread_ns: HashMap<u64, u64> = HashMap::new();
+        for (k, t) in &newest.times {
+            let window = match base.and_then(|b| b.times.get(k)) {
+                Some(before) => t.since(before),
+                None => *t,
+            };
+            *thread_ns.entry(k.target).or_default() += window.total();
+        }
+        let mut woken: HashMap<u64, BTreeMap<u32, u64>> = HashMap::new();
+        for ((target, by), ns) in &newest.woken {
+            let before = base.and_then(|b| b.woken.get(&(*target, *by))).copied().unwrap_or(0);
+            woken.entry(*target).or_default().insert(*by, ns.saturating_sub(before));
+        }
+        let measured: Vec<each_other::Process> = procs
+            .iter()
+            .filter(|p| p.alive)
+            .map(|p| each_other::Process {
+                pid: p.pid,
+                thread_ns: thread_ns.get(&p.id).copied().unwrap_or(0),
+                woken_by: woken.remove(&p.id).unwrap_or_default(),
+            })
+            .collect();
+        let set = each_other::waiting(&measured);
+        measured
+            .iter()
+            .filter(|p| set.contains(&p.pid))
+            .map(|p| {
+                let by_others: u64 = p.woken_by.iter().filter(|(by, _)| **by != p.pid && set.contains(by)).map(|(_, ns)| ns).sum();
+                (vec![("pid".to_string(), p.pid.to_string())], by_others as f64 / p.thread_ns.max(1) as f64)
+            })
+            .collect()
     }
 
     /// Entries of the exporter's maps (for tests and the churn benchmark).
@@ -680,7 +782,7 @@ impl Exporter {
         vec![
             ("thread_labels", self.thread_labels.len()),
             ("tid_labels_by_target", self.tid_labels_by_target.len()),
-            ("windows", self.windows.iter().map(|w| w.1.len()).sum()),
+            ("windows", self.windows.iter().map(|b| b.times.len() + b.woken.len()).sum()),
             ("words", self.words.len()),
             ("baselines", self.baselines.len()),
             ("busy", self.busy.len()),
@@ -702,7 +804,7 @@ impl Exporter {
         status: &AgentStatus,
     ) -> String {
         let totals = self.totals(snap);
-        let Totals { times: series, gil, holds, futex, runqueue } = totals;
+        let Totals { times: series, gil, holds, futex, runqueue, woken, .. } = totals;
         let mut futex_seconds = vec![];
         let words = self.words.render(snap.live.iter().flat_map(|(t, threads)| threads.iter().map(move |s| (*t, s))));
         self.prune(snap);
@@ -732,6 +834,19 @@ impl Exporter {
             let Some(p) = by_id.get(&k.target) else { continue };
             futex_seconds.push((series_labels(p, k, false, &[("waker", waker)]), secs(*ns)));
         }
+        let woken_by_process = woken
+            .into_iter()
+            .filter_map(|((target, state, (pid, comm)), ns)| {
+                let p = by_id.get(&target)?;
+                let labels = [
+                    ("pid", p.pid.to_string()),
+                    ("state", state.name().to_string()),
+                    ("waker_pid", pid.to_string()),
+                    ("waker_comm", comm.to_string()),
+                ];
+                Some((labels.into_iter().map(|(n, v)| (n.to_string(), v)).collect(), secs(ns)))
+            })
+            .collect();
         let word_labels = |target: u64, futex: &str| {
             let p = by_id.get(&target)?;
             Some(vec![("pid".to_string(), p.pid.to_string()), ("futex".to_string(), futex.to_string())])
@@ -746,8 +861,8 @@ impl Exporter {
         let cgroup_periods = cgroups.iter().map(|c| (cg(c), c.stat.nr_periods as f64)).collect();
         let cgroup_quota = cgroups.iter().filter_map(|c| Some((cg(c), c.quota_cores?))).collect();
         let mut wait_ratio = vec![];
-        if let Some((_, newest)) = self.windows.back() {
-            let base = (self.windows.len() > 1).then(|| &self.windows[0].1);
+        if let Some(Boundary { times: newest, .. }) = self.windows.back() {
+            let base = (self.windows.len() > 1).then(|| &self.windows[0].times);
             for (k, t) in newest {
                 let Some(p) = by_id.get(&k.target) else { continue };
                 let window = match base.and_then(|b| b.get(k)) {
@@ -759,6 +874,7 @@ impl Exporter {
                 }
             }
         }
+        let each_other_ratio = self.waiting_on_each_other(procs);
         let mut thread_stretches = vec![];
         for ((k, wait), h) in &self.stretch_totals {
             let Some(p) = by_id.get(&k.target) else { continue };
@@ -855,6 +971,8 @@ impl Exporter {
             futex_seconds,
             futex_word_seconds,
             futex_word_waiters,
+            woken_by_process,
+            each_other_ratio,
             cgroup_throttled,
             cgroup_throttled_periods,
             cgroup_periods,
@@ -1202,6 +1320,137 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} not in {text}");
         }
+    }
+
+    /// `waitmeter_woken_by_process_seconds_total` of pid 10: (state, waker_pid, waker_comm) -> value.
+    fn woken(text: &str) -> BTreeMap<(String, String, String), f64> {
+        text.lines()
+            .filter(|l| l.starts_with("waitmeter_woken_by_process_seconds_total{pid=\"10\""))
+            .filter_map(|l| {
+                let label = |n: &str| Some(l.split(&format!("{n}=\"")).nth(1)?.split('"').next()?.to_string());
+                Some(((label("state")?, label("waker_pid")?, label("waker_comm")?), l.rsplit(' ').next()?.parse().ok()?))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn waits_another_process_ended_are_summed_by_that_process_bounded_and_only_grow() {
+        let procs =
+            [ProcessInfo { id: 1, pid: 10, comm: "postgres".into(), alive: true, cpu_limit_cores: 2.0, identity: Default::default() }];
+        let ms = 1_000_000u64;
+        let by = |pid: u32, comm: &str| Waker::Process { pid, comm: comm.into() };
+        let mut e = Exporter::new(1, false);
+        // two threads (one of them past the thread-label bound): the process' sum, whatever their labels
+        let mut a = sample(1, "backend", 0, 100 * ms, false);
+        a.woken_by.insert((State::IoWait, by(20, "postgres")), 300 * ms);
+        a.woken_by.insert((State::FutexWait, by(20, "postgres")), 50 * ms);
+        // a thread of its own, an interrupt, a softirq: no other process woke these
+        a.woken_by.insert((State::FutexWait, Waker::Thread(2)), 900 * ms);
+        a.woken_by.insert((State::Sleep, Waker::Interrupt), 900 * ms);
+        a.woken_by.insert((State::IoWait, Waker::Softirq), 900 * ms);
+        let mut b = sample(2, "bgworker", 0, 100 * ms, false);
+        b.woken_by.insert((State::IoWait, by(20, "postgres")), 100 * ms);
+        // the probe's merged wakers, and a PID of the same number that is another program now
+        b.woken_by.insert((State::IoWait, Waker::merged()), 7 * ms);
+        b.woken_by.insert((State::IoWait, by(20, "cron")), 2 * ms);
+        let mut snap = Snapshot::default();
+        snap.live.insert(1, vec![a.clone(), b.clone()]);
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        let key = |state: &str, pid: &str, comm: &str| (state.to_string(), pid.to_string(), comm.to_string());
+        let first = woken(&text);
+        assert_eq!(
+            first,
+            BTreeMap::from([
+                (key("io_wait", "20", "postgres"), 0.4),
+                (key("futex_wait", "20", "postgres"), 0.05),
+                (key("io_wait", "20", "cron"), 0.002),
+                (key("io_wait", "other", "other"), 0.007),
+            ]),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE waitmeter_woken_by_process_seconds counter"), "{text}");
+
+        // more wakers than MAX_WAKER_PROCESSES: the first ones keep their labels, the rest are
+        // "other"; thread b exits with a little more, and its seconds stay counted
+        for i in 0..MAX_WAKER_PROCESSES as u32 {
+            a.woken_by.insert((State::IoWait, by(100 + i, "peer")), ms);
+        }
+        b.woken_by.insert((State::IoWait, by(20, "postgres")), 150 * ms);
+        b.exited = true;
+        e.fold_exits(&BTreeMap::from([(1, vec![b])]));
+        snap.live.insert(1, vec![a]);
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        let now = woken(&text);
+        let own = now.keys().filter(|k| k.1 != "other").map(|k| (k.1.clone(), k.2.clone())).collect::<HashSet<_>>();
+        assert_eq!(own.len(), MAX_WAKER_PROCESSES, "{now:?}");
+        assert!((now[&key("io_wait", "20", "postgres")] - 0.45).abs() < 1e-9, "{now:?}");
+        let others = now[&key("io_wait", "other", "other")];
+        // two of the ten new ones past the bound of ten, beside the merged
+        assert!((others - 0.009).abs() < 1e-9, "{now:?}");
+        for (k, v) in &first {
+            assert!(now[k] >= *v, "{k:?} went down: {first:?} then {now:?}");
+        }
+        e.forget(&[1]);
+        let text = e.render(&[], &[], &AgeExport::default(), &Snapshot::default(), &AgentStatus::default());
+        assert!(woken(&text).is_empty() && e.waker_processes.is_empty(), "{text}");
+    }
+
+    #[test]
+    fn processes_that_wake_one_another_are_judged_over_the_agents_window() {
+        let s = 1_000_000_000u64;
+        let info = |id: u64, pid: u32| ProcessInfo {
+            id,
+            pid,
+            comm: "postgres".into(),
+            alive: true,
+            cpu_limit_cores: 2.0,
+            identity: Default::default(),
+        };
+        // three backends (21-23) that wake one another; a server (30) and its two clients (31, 32)
+        let procs = [info(1, 21), info(2, 22), info(3, 23), info(4, 30), info(5, 31), info(6, 32)];
+        let by = |pid: u32| Waker::Process { pid, comm: "postgres".into() };
+        // each process one thread that existed `at` s, woken by each of `wakers` for `share` of it
+        let snapshot = |at: u64, share: f64| {
+            let mut snap = Snapshot::default();
+            let shape: [(u64, u32, &[u32]); 6] =
+                [(1, 21, &[22, 23]), (2, 22, &[21, 23]), (3, 23, &[21, 22]), (4, 30, &[31, 32]), (5, 31, &[30]), (6, 32, &[30])];
+            for (id, pid, wakers) in shape {
+                let mut t = sample(pid, "backend", 0, at * s, false);
+                t.pid = pid;
+                for w in wakers {
+                    t.woken_by.insert((State::IoWait, by(*w)), (share * (at * s) as f64) as u64 / wakers.len() as u64);
+                }
+                snap.live.insert(id, vec![t]);
+            }
+            snap
+        };
+        let gauge = |text: &str| -> BTreeMap<String, f64> {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("waitmeter_process_wait_on_each_other_ratio{pid=\""))
+                .filter_map(|l| Some((l.split('"').next()?.to_string(), l.rsplit(' ').next()?.parse().ok()?)))
+                .collect()
+        };
+        let mut e = Exporter::new(10, false);
+        // the first 100 s: 10% of their time (below the share); the next 60 s (the window): 70%
+        e.window(0, &snapshot(100, 0.1));
+        let text = e.render(&procs, &[], &AgeExport::default(), &snapshot(100, 0.1), &AgentStatus::default());
+        assert!(gauge(&text).is_empty(), "{text}");
+        let mut snap = snapshot(100, 0.1);
+        for threads in snap.live.values_mut() {
+            let t = &mut threads[0];
+            t.times = sample(t.pid, "backend", 0, 160 * s, false).times;
+            for ns in t.woken_by.values_mut() {
+                *ns += 42 * s / 2;
+            }
+        }
+        e.window(WINDOW_SPAN_NS, &snap);
+        let text = e.render(&procs, &[], &AgeExport::default(), &snap, &AgentStatus::default());
+        // in the window: 42 s of 60 woken by the others, for the backends only (the server's clients
+        // never wake one another)
+        let g = gauge(&text);
+        assert_eq!(g.keys().cloned().collect::<Vec<_>>(), ["21", "22", "23"], "{text}");
+        assert!(g.values().all(|v| (v - 0.7).abs() < 1e-6), "{g:?}");
+        assert!(text.contains("# TYPE waitmeter_process_wait_on_each_other_ratio gauge"), "{text}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! Nothing here touches the kernel, /proc or the network; everything is unit-tested.
 pub mod age;
 pub mod blame;
+pub mod each_other;
 pub mod hist;
 pub mod history;
 pub mod labels;

@@ -4,12 +4,9 @@
 //! queued on one row's lock, workers taking turns on a shared-memory lock. No single process'
 //! report can say it: each sees only that it slept, and who woke it (`family.rs`).
 //!
-//! Waiting for work is not this: a writer or a consumer woken by the others with work to do
-//! (a database's WAL writer, a pool's collector) is woken by them and wakes none of them. So the
-//! processes named are those that were woken by the others for `SHARE` of their time **and**
-//! woke the others in turn (`MUTUAL`): they take turns on something, each waiting for the
-//! others to let go.
-use std::collections::BTreeSet;
+//! Which of them waited on each other is `model::each_other`'s rule: woken by the others for a
+//! share of their time, waking them in turn, by processes that wake one another (not waiting
+//! for work: a database's WAL writer, a pool's collector; not a server and its clients).
 use std::fmt;
 
 use serde::Serialize;
@@ -18,15 +15,10 @@ use super::super::evidence::{and_more, human_rate, per_second};
 use super::super::family::{Family, Member};
 use super::super::serial::{ratio, seconds};
 use super::{Claim, Context};
+use crate::model::each_other;
 use crate::model::partition::secs;
 use crate::model::state::State;
 
-/// A member is one of the waiting when its waits ended by another member's wakeup hold at
-/// least this share of its threads' time in the window (as a thread's `WAITING_SHARE`).
-pub const SHARE: f64 = 0.2;
-/// ... and it woke the others in turn: the waits of the others it ended hold at least this
-/// share of its own (a producer's consumers are woken by it and wake none of it back).
-pub const MUTUAL: f64 = 0.1;
 /// The members and wakers a finding names.
 const NAMED: usize = 6;
 
@@ -78,31 +70,13 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
     cx.report.family.as_ref().and_then(of).map(|o| -> Box<dyn Claim> { Box::new(o) }).into_iter().collect()
 }
 
-/// The members that waited on each other (`SHARE`, `MUTUAL`), when at least two did.
+/// The members that waited on each other (`model::each_other::waiting`), when three or more did.
 pub fn of(family: &Family) -> Option<WaitingOnEachOther> {
     let by_pid = |pid: u32| family.members.iter().find(|m| m.pid == pid);
-    let mut set: BTreeSet<u32> = family
-        .members
-        .iter()
-        .filter(|m| m.thread_ns > 0 && m.woken_by_family_ns as f64 >= SHARE * m.thread_ns as f64)
-        .map(|m| m.pid)
-        .collect();
-    // drop those that did not wake the others in turn, until every one left did
-    loop {
-        let woke = |pid: u32, set: &BTreeSet<u32>| -> u64 {
-            set.iter().filter(|w| **w != pid).filter_map(|w| by_pid(*w)?.woken_by.get(&pid)).sum()
-        };
-        let keep: BTreeSet<u32> = set
-            .iter()
-            .copied()
-            .filter(|p| woke(*p, &set) as f64 >= MUTUAL * by_pid(*p).map_or(0, |m| m.woken_by_family_ns) as f64)
-            .collect();
-        if keep.len() == set.len() {
-            break;
-        }
-        set = keep;
-    }
-    if set.len() < 2 {
+    let measured: Vec<each_other::Process> =
+        family.members.iter().map(|m| each_other::Process { pid: m.pid, thread_ns: m.thread_ns, woken_by: m.woken_by.clone() }).collect();
+    let set = each_other::waiting(&measured);
+    if set.is_empty() {
         return None;
     }
     let mut waiting: Vec<&Member> = set.iter().filter_map(|p| by_pid(*p)).collect();
@@ -322,12 +296,24 @@ mod tests {
         // a producer wakes four consumers with work 9 s of their 10; none wakes another
         let consumers: Vec<ProcessReport> = (101..105).map(|p| process(p, State::FutexWait, 9 * S, &[100])).collect();
         assert_eq!(of(&family(process(100, State::Sleep, 0, &[]), &consumers)), None);
-        // backends that wake each other for a tenth of their time (below SHARE)
+        // backends that wake each other for a tenth of their time (below each_other::SHARE)
         let light: Vec<ProcessReport> =
             (101..105).map(|p| process(p, State::IoWait, S, &(101..105).filter(|o| *o != p).collect::<Vec<_>>())).collect();
         assert_eq!(of(&family(process(100, State::IoWait, 0, &[]), &light)), None);
         // one pair is not enough when only one of them wakes the other
         let pair = [process(101, State::IoWait, 6 * S, &[102]), process(102, State::IoWait, 6 * S, &[103])];
         assert_eq!(of(&family(process(100, State::IoWait, 0, &[]), &pair)), None);
+    }
+
+    #[test]
+    fn a_server_woken_by_its_clients_requests_and_waking_them_with_answers_is_not() {
+        // `attach -p` of a server and four clients: each pair wakes each other, the clients never
+        // one another
+        let mut star: Vec<ProcessReport> = (101..105).map(|p| process(p, State::IoWait, 8 * S, &[100])).collect();
+        let server = process(100, State::IoWait, 9 * S, &[101, 102, 103, 104]);
+        assert_eq!(of(&Family::asked(&server, &star.iter().collect::<Vec<_>>())), None);
+        // nor are two processes alone, which wake each other as a client and its server do
+        star.truncate(1);
+        assert_eq!(of(&Family::asked(&process(100, State::IoWait, 9 * S, &[101]), &star.iter().collect::<Vec<_>>())), None);
     }
 }
