@@ -15,7 +15,9 @@ convoy"), against each runtime's own account of what its threads did.
   first line is the convoy of the pool, its waiters at a time are the JVM's, within a third, and
   its hand-offs a second are the JVM's count of entries that blocked on the monitor, within 0.8–2×.
   On a quiet machine (6 clients, ~4 ms under the lock), the workers wait mostly for work and a
-  third of their time on the lock: the lock, judged as a whole, is still the convoy.
+  third of their time on the lock: the lock, judged as a whole, is still the convoy. Its code names
+  the method that takes the lock (Pool.reprice, inlined by the JIT into the handler) and the
+  handler that releases it, read from the JVM's code cache (no perf map is written).
 """
 import json
 import os
@@ -139,6 +141,16 @@ def assert_the_convoy_is_the_jvms(report, said, least):
     assert abs(first["waiting_at_a_time"] - ours) < 0.01 and f"({first['waiting_at_a_time']:.1f} waiting at a time;" in report["verdict"][0], first
     jvm_blocked = said["blocked"] / said["seconds"]
     assert 0.8 * jvm_blocked <= first["handoffs_per_s"] <= 2.0 * jvm_blocked, (first["handoffs_per_s"], said)
+    # the code: where the waiters waited for the lock is the method the source takes it in
+    # (Pool.reprice's synchronized block, compiled into the request's handler or interpreted,
+    # named either way, without a perf map), and the releasers released it in the JVM's monitor
+    # exit, not where the dispatcher hands the pool's workers their next request (a release in
+    # code compiled without a safepoint there is named by the compilation's method: C2's leaf call
+    # to the monitor's slow exit in a handler compiled into the JDK's Filter$Chain.doFilter)
+    code = first.get("code") or {}
+    victim, culprit = (code.get("victim") or {}).get("site", ""), (code.get("culprit") or {}).get("site", "")
+    assert "Pool.reprice" in victim and f"`{victim}`" in report["verdict"][0], (code, report["verdict"][0])
+    assert re.match(r"(SharedRuntime|InterpreterRuntime|ObjectMonitor)::\w*monitor\w*(exit|unlock)", culprit, re.I), code
 
 
 @pytest.mark.timeout(300)

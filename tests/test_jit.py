@@ -166,14 +166,15 @@ def test_interpreted_java_frames_are_named_by_the_method_they_run(tmp_path):
 
 
 def test_a_jvm_without_frame_pointers_or_a_map_is_told_once_each_and_measured_whole():
-    """The same JVM started as most are (no flag, no map): one warning names the map's remedy,
-    one the flag; the partition is whole and the finding names no address."""
+    """The same JVM started as most are (no flag, no map): one warning names the flag; none asks
+    for a map (its compiled code is named from its code cache); the partition is whole and the
+    finding names no address."""
     with fix_pair("spin", slow_ms=20, rate=50) as f:
         tids = f.processor_tids()
         report, cp = attach(f.acceptor.pid, 4.0)
     no_map = [ln for ln in cp.stderr.splitlines() if "writes no perf map" in ln]
     no_fp = [ln for ln in cp.stderr.splitlines() if "without -XX:+PreserveFramePointer" in ln]
-    assert len(no_map) == 1 and "Compiler.perfmap" in no_map[0], cp.stderr
+    assert not no_map, cp.stderr
     assert len(no_fp) == 1 and "stop at the first JIT-compiled" in no_fp[0], cp.stderr
     proc = by_tid(report)[tids[0]]
     assert sum(proc["seconds"].values()) >= 0.95 * proc["existed_s"], proc

@@ -1,9 +1,9 @@
 //! The VMStructs reader on a JVM's memory (whatever a hostile process holds there): the input
 //! is the memory, mapped at 0x10000; its first 11 words are the globals' addresses, the next one
-//! a Method* to name.
+//! a Method* to name, the next an address of compiled code to look up in the code cache.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use waitmeter_formats::hotspot::{interpreter, layout, method_name, Globals, Memory, MAX_SYMBOL};
+use waitmeter_formats::hotspot::{code_blob, interpreter, layout, method_name, Blob, Globals, Memory, MAX_SYMBOL};
 
 struct Image<'a>(&'a [u8]);
 
@@ -23,7 +23,7 @@ impl Memory for Image<'_> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    if data.len() < 96 {
+    if data.len() < 104 {
         return;
     }
     let word = |i: usize| u64::from_le_bytes(data[i * 8..i * 8 + 8].try_into().unwrap());
@@ -38,6 +38,9 @@ fuzz_target!(|data: &[u8]| {
         }
         if let Some(n) = method_name(&mem, &l, word(11)) {
             assert!(n.len() <= 2 * MAX_SYMBOL + 1);
+        }
+        if let Some(Blob::Methods(m)) = code_blob(&mem, &l, word(12)) {
+            assert!(!m.is_empty() && m.len() <= 33);
         }
     }
 });

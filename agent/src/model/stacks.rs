@@ -120,6 +120,11 @@ fn is_stub(f: &Frame, managed: bool) -> bool {
     f.kind == Kind::Unknown || f.function.starts_with('[') || generated && RUNTIME_STUBS.iter().any(|p| f.function.starts_with(p))
 }
 
+/// Whether a JIT's name is one of its runtime's stubs (`StubRoutines (1)`, `Interpreter`).
+pub fn is_runtime_stub(name: &str) -> bool {
+    RUNTIME_STUBS.iter().any(|p| name.starts_with(p))
+}
+
 /// Generated code that is the runtime's rather than the application's: the JVM's interpreter,
 /// stubs and the JDK's own classes; V8's builtins, bytecode handlers and Node.js's internals.
 fn is_runtime_jit(name: &str) -> bool {
@@ -552,6 +557,26 @@ pub fn site_parts(stack: &[Frame]) -> (String, Option<String>) {
             let inner = leaf.filter(|f| call.is_none_or(|c| !std::ptr::eq(*f, c))).map(|f| c_function(&f.function).to_string());
             (site, inner)
         }
+        // a runtime's stack whose generated code is all its libraries' (a JVM pool's worker waiting
+        // for a task, `Unsafe_Park ← java.util.concurrent.ForkJoinPool.managedBlock ← …`; a monitor
+        // released in a JDK method a handler was compiled into): the runtime call it was in and its
+        // innermost generated frames, where it was, not the C library's function alone
+        (None, None) if stack.iter().any(|f| f.kind == Kind::Jit && !is_stub(f, true)) => {
+            let i = stack.iter().position(|f| f.kind == Kind::Jit && !is_stub(f, true)).unwrap_or(0);
+            let mut names = vec![stack[i].function.clone()];
+            names.extend(
+                stack[i + 1..]
+                    .iter()
+                    .filter(|f| !is_stub(f, true))
+                    .take_while(|f| f.kind == Kind::Jit)
+                    .take(SITE_FRAMES - 2)
+                    .map(|f| f.function.clone()),
+            );
+            match stack[..i].iter().rev().find(|f| !is_stub(f, true)) {
+                Some(call) => (format!("{} ← {}", c_function(&call.function), names.join(" ← ")), None),
+                None => (names.join(" ← "), None),
+            }
+        }
         // a stack all in the libraries linked into the program's own file (a Go runtime's idle
         // thread: `runtime.futex ← runtime.futexsleep ← runtime.notesleep ← runtime.stopm`): its
         // innermost frames, as a program's own are named
@@ -608,6 +633,33 @@ mod tests {
 
     fn py(f: &str, file: &str, line: u32) -> Frame {
         Frame::python(f.into(), file.into(), line)
+    }
+
+    #[test]
+    fn a_runtimes_stack_of_library_code_is_named_by_its_innermost_generated_frames() {
+        let libc = |f: &str| Frame::native(f.into(), "/usr/lib/x86_64-linux-gnu/libc.so.6".into());
+        let jvm = |f: &str| Frame::native(f.into(), "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so".into());
+        let waiting = [
+            libc("__futex_abstimed_wait_common"),
+            libc("pthread_cond_wait"),
+            jvm("Parker::park"),
+            jvm("Unsafe_Park"),
+            Frame::jit("JVM monitorexit_nofpu Runtime1 stub".into()),
+            Frame::jit("java.util.concurrent.ForkJoinPool.managedBlock".into()),
+            Frame::jit("java.util.concurrent.locks.AbstractQueuedSynchronizer$ConditionObject.await".into()),
+            Frame::jit("StubRoutines (1)".into()),
+            Frame::jit("java.util.concurrent.LinkedBlockingQueue.take".into()),
+            Frame::jit("java.util.concurrent.ThreadPoolExecutor.getTask".into()),
+            jvm("JavaCalls::call_helper"),
+        ];
+        assert_eq!(
+            site_of(&waiting),
+            "Unsafe_Park ← java.util.concurrent.ForkJoinPool.managedBlock ← java.util.concurrent.locks.AbstractQueuedSynchronizer$ConditionObject.await ← java.util.concurrent.LinkedBlockingQueue.take"
+        );
+        // with the application's frame on it, the application's frame leads as before
+        let mut locked = waiting[..4].to_vec();
+        locked.push(Frame::jit("Pool.reprice".into()));
+        assert_eq!(site_of(&locked), "Unsafe_Park ← Pool.reprice");
     }
 
     /// Waits between units of work hold no application code; a lock's wait holds its caller; an

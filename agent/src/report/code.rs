@@ -118,11 +118,15 @@ pub fn busy(thread: &ThreadRef, stacks: &WaitStacks) -> Option<Code> {
     Some(Code { role: Role::Busy, culprit: Some(side(thread.clone(), s)), victim: None, holds: None })
 }
 
-/// A convoy: the code that released the lock (the wakers' top site) and
-/// where the waiters waited for it, over all its waiters.
-pub fn convoy(waiters: &[u32], stacks: &WaitStacks) -> Option<Code> {
-    let culprit = stacks.top_site_of(waiters, State::FutexWait, Role::Waker, None).map(|s| side(anyone("the releasers"), s));
-    let victim = stacks.top_site_of(waiters, State::FutexWait, Role::Victim, None).map(|s| side(anyone("the waiters"), s));
+/// A convoy: the code that released the lock (the wakers' top site as they woke the waiters) and
+/// where the waiters waited for it, over the waits one of the lock's `wakers` ended: the hand-offs
+/// of the lock, not the waiters' other waits (a pool's worker waiting for its next task, woken by
+/// the dispatcher, is not waiting for the lock).
+pub fn convoy(waiters: &[u32], wakers: &[u32], stacks: &WaitStacks) -> Option<Code> {
+    let culprit =
+        stacks.top_site_behind(waiters, State::FutexWait, Role::Waker, |b| wakers.contains(&b)).map(|s| side(anyone("the releasers"), s));
+    let victim =
+        stacks.top_site_behind(waiters, State::FutexWait, Role::Victim, |b| wakers.contains(&b)).map(|s| side(anyone("the waiters"), s));
     (culprit.is_some() || victim.is_some()).then_some(Code { role: Role::Waker, culprit, victim, holds: None })
 }
 

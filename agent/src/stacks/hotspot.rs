@@ -1,4 +1,5 @@
-//! Interpreted Java frames, named by the method they run.
+//! Java frames, named by the method they run: interpreted ones by the `Method*` in their frame,
+//! compiled ones by the code cache's nmethod that holds their address.
 //!
 //! HotSpot's perf map names compiled methods; every interpreted frame runs the same template
 //! interpreter, which the map can only call `Interpreter`. A method that holds a lock but is
@@ -7,6 +8,13 @@
 //! `Method*` its frame holds (`bpf/stacks.bpf.h`, tagged `WM_JAVA_METHOD`), inside the
 //! interpreter's code range this module gives it; this module reads the method's class and name
 //! from the JVM's memory by the layout libjvm describes (`formats::hotspot`: VMStructs).
+//!
+//! Compiled frames are named by a perf map when the JVM writes one (`jit.rs`); without one (the
+//! default), by the code cache, as HotSpot finds the blob of an address itself: the code heap
+//! that holds it, its segment map walked back to the block's start, the `nmethod` there and its
+//! `Method*`, and the methods the compiler inlined at that address, from the nmethod's own debug
+//! information (its `PcDesc` there and the scopes it describes), as HotSpot names them in a
+//! stack trace: a `synchronized` method inlined into its caller is a frame of its own.
 //!
 //! Per process: libjvm's exported tables found once (its `.dynsym`, through the process's root),
 //! the layout read once, each method's name once (a bounded cache). A JVM whose tables cannot be
@@ -102,6 +110,32 @@ impl Hotspot {
         let name = hotspot::method_name(&Mem(Process::new(pid)), &l, method);
         self.names.insert((pid, method), name.clone());
         name
+    }
+
+    /// The names of the compiled Java methods running at `pc` in process `pid`, innermost first (those
+    /// inlined there, then the compilation's), or of the runtime's stub there, found in the JVM's
+    /// code cache (`formats::hotspot::code_blob`): what a perf map would say, without one, and the
+    /// inlined methods it cannot say. None when `pid` is no HotSpot JVM whose tables are read, or `pc` is in no
+    /// blob of its code cache.
+    pub fn compiled(&mut self, pid: u32, pc: u64) -> Option<Vec<String>> {
+        let l = self.layout(pid)?;
+        l.code_cache?;
+        match hotspot::code_blob(&Mem(Process::new(pid)), &l, pc)? {
+            hotspot::Blob::Methods(methods) => {
+                let names: Vec<String> = methods.into_iter().filter_map(|m| self.method(pid, m)).collect();
+                (!names.is_empty()).then_some(names)
+            }
+            // the runtime's own code, as its perf map names it, marked as the JVM's where the name
+            // does not say so (`monitorexit_nofpu Runtime1 stub`): a stub, passed over in a site
+            hotspot::Blob::Stub(name) if crate::model::stacks::is_runtime_stub(&name) => Some(vec![name]),
+            hotspot::Blob::Stub(name) => Some(vec![format!("JVM {name}")]),
+        }
+    }
+
+    /// Whether process `pid` is a HotSpot JVM whose code cache is read (its compiled frames are
+    /// named without a perf map).
+    pub fn reads_code_cache(&mut self, pid: u32) -> bool {
+        self.layout(pid).is_some_and(|l| l.code_cache.is_some())
     }
 
     /// Forget a process (it exited).

@@ -193,6 +193,9 @@ struct Map {
     found: bool,
     /// said that the runtime writes no map (once)
     told: bool,
+    /// its generated code is named without a map (a JVM whose code cache is read): no map is
+    /// asked for
+    needless: bool,
 }
 
 #[derive(Default)]
@@ -228,7 +231,7 @@ impl Jit {
         if !m.told {
             m.told = true;
             let rt = Runtime::of(pid);
-            if !m.found {
+            if !m.found && !m.needless {
                 if let Some(rt) = rt {
                     log::warn!("process {pid} ({}) writes no perf map: its {} frames stay unnamed; {}", rt.name(), rt.code(), rt.remedy());
                 }
@@ -242,6 +245,12 @@ impl Jit {
             }
         }
         m.map.name(ip).map(str::to_string)
+    }
+
+    /// Process `pid`'s generated code is named without a perf map (a JVM whose code cache is
+    /// read): its runtime is not told to write one.
+    pub fn needless(&mut self, pid: u32) {
+        self.maps.entry(pid).or_default().needless = true;
     }
 
     /// Process `pid` is not one measured (a waker of another process, whose stack is named): what

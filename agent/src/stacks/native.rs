@@ -283,19 +283,31 @@ impl Native {
     /// Name the frames of a native stack of process `pid` (return addresses,
     /// leaf first; the leaf is the instruction itself).
     pub fn frames(&mut self, pid: u32, ips: &[u64], now: u64) -> Vec<Frame> {
-        ips.iter()
-            .enumerate()
-            .map(|(i, ip)| {
-                if ip & JAVA_METHOD != 0 {
-                    // an interpreted Java frame: the Method* it runs (bpf/stacks.bpf.h)
-                    let name = self.hotspot.method(pid, ip & !JAVA_METHOD);
-                    return Frame::jit(crate::model::stacks::clean(name.as_deref().unwrap_or("Interpreter")));
+        let mut out = Vec::with_capacity(ips.len());
+        if self.hotspot.reads_code_cache(pid) {
+            self.jit.needless(pid);
+        }
+        for (i, ip) in ips.iter().enumerate() {
+            if ip & JAVA_METHOD != 0 {
+                // an interpreted Java frame: the Method* it runs (bpf/stacks.bpf.h)
+                let name = self.hotspot.method(pid, ip & !JAVA_METHOD);
+                out.push(Frame::jit(crate::model::stacks::clean(name.as_deref().unwrap_or("Interpreter"))));
+                continue;
+            }
+            // a return address is the instruction after the call
+            let ip = if i == 0 { *ip } else { ip.saturating_sub(1) };
+            if self.mapping(pid, ip, now).is_none() {
+                // a JVM's compiled code: its code cache says whose it is, and which methods were
+                // inlined there (a frame each, innermost first), which a perf map cannot say and
+                // no JVM writes unasked; other generated code is named by its perf map
+                if let Some(names) = self.hotspot.compiled(pid, ip) {
+                    out.extend(names.iter().map(|n| Frame::jit(crate::model::stacks::clean(n))));
+                    continue;
                 }
-                // a return address is the instruction after the call
-                let ip = if i == 0 { *ip } else { ip.saturating_sub(1) };
-                self.frame(pid, ip, now)
-            })
-            .collect()
+            }
+            out.push(self.frame(pid, ip, now));
+        }
+        out
     }
 
     fn frame(&mut self, pid: u32, ip: u64, now: u64) -> Frame {

@@ -328,7 +328,7 @@ impl Claim for LockConvoy {
         self.wakers.iter().map(|t| t.tid).collect()
     }
     fn code(&self, stacks: &WaitStacks, _switch_ns: u64) -> Option<Code> {
-        code::convoy(&self.waiters, stacks)
+        code::convoy(&self.waiters, &self.wakers.iter().map(|t| t.tid).collect::<Vec<u32>>(), stacks)
     }
 }
 
