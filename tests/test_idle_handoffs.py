@@ -151,6 +151,8 @@ def assert_the_convoy_is_the_jvms(report, said, least):
     victim, culprit = (code.get("victim") or {}).get("site", ""), (code.get("culprit") or {}).get("site", "")
     assert "Pool.reprice" in victim and f"`{victim}`" in report["verdict"][0], (code, report["verdict"][0])
     assert re.match(r"(SharedRuntime|InterpreterRuntime|ObjectMonitor)::\w*monitor\w*(exit|unlock)", culprit, re.I), code
+    # and the lock by what its frames say it is: the source's `synchronized`, a JVM monitor
+    assert first.get("mechanism") == "jvm_monitor" and "one lock, a JVM monitor: `synchronized`," in report["verdict"][0], first
 
 
 @pytest.mark.timeout(300)

@@ -227,6 +227,8 @@ def test_a_jvm_lock_convoy_names_the_method_holding_the_lock(jvm_convoy):
     first = report["verdict"][0]
     assert "released it in `InterpreterRuntime::monitorexit ← fixengine.Main$OrderBook.match ← " in first, first
     assert "waited in `InterpreterRuntime::monitorenter ← fixengine.Main$OrderBook.match ← " in first, first
+    # the lock as its frames say: the order book's synchronized method, a JVM monitor
+    assert report["findings"][0].get("mechanism") == "jvm_monitor" and "a JVM monitor: `synchronized`" in first, first
 
 
 def test_a_map_in_the_targets_own_namespaces_is_found_through_its_root():

@@ -44,6 +44,63 @@ pub struct LockConvoy {
     /// not say where its GIL is: its version (this futex may be the GIL)
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unmeasured_python: Option<String>,
+    /// the lock, as the waiters' frames name the operation they waited in (most of the hand-offs'
+    /// wait): `jvm_monitor`, `java_util_concurrent`, `go_mutex`; none when no frame says
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mechanism: Option<Mechanism>,
+}
+
+/// A lock whose waiters park each on a word of their own, as the frames of their waits say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    /// a `synchronized` block or method: HotSpot's monitor enter (`ObjectMonitor::enter`, the
+    /// interpreter's, C1's or C2's `monitorenter`)
+    JvmMonitor,
+    /// a `java.util.concurrent.locks` lock (`ReentrantLock`, a `ReadWriteLock`)
+    JavaUtilConcurrent,
+    /// Go's `sync.Mutex` or `sync.RWMutex` (its waiters park on the runtime's semaphore)
+    GoMutex,
+}
+
+impl Mechanism {
+    /// What the frames of one wait say, innermost first.
+    fn of(stack: &[crate::model::stacks::Frame]) -> Option<Mechanism> {
+        stack.iter().find_map(|f| {
+            let n = f.function.as_str();
+            if n.starts_with("ObjectMonitor::") || n.contains("monitorenter") || n.contains("complete_monitor_locking") {
+                Some(Mechanism::JvmMonitor)
+            } else if n.starts_with("java.util.concurrent.locks.") {
+                Some(Mechanism::JavaUtilConcurrent)
+            } else if n.starts_with("sync.(*Mutex)") || n.starts_with("sync.(*RWMutex)") {
+                Some(Mechanism::GoMutex)
+            } else {
+                None
+            }
+        })
+    }
+
+    fn said(self) -> &'static str {
+        match self {
+            Mechanism::JvmMonitor => "a JVM monitor: `synchronized`",
+            Mechanism::JavaUtilConcurrent => "a java.util.concurrent lock",
+            Mechanism::GoMutex => "a Go sync.Mutex",
+        }
+    }
+}
+
+/// The mechanism most of the waits of `waiters` that one of `wakers` ended name, weighed by their
+/// time (`Mechanism::of`); none without the waits' stacks or when no frame says.
+fn mechanism(stacks: Option<&WaitStacks>, waiters: &[u32], wakers: &[u32]) -> Option<Mechanism> {
+    let mut by: BTreeMap<Mechanism, u64> = BTreeMap::new();
+    for (k, ns) in stacks.iter().flat_map(|s| s.ns.iter()) {
+        if k.state == State::FutexWait && k.role == Role::Victim && waiters.contains(&k.victim) && wakers.contains(&k.blamed) {
+            if let Some(m) = Mechanism::of(&k.stack) {
+                *by.entry(m).or_default() += ns;
+            }
+        }
+    }
+    by.into_iter().max_by_key(|(m, ns)| (*ns, std::cmp::Reverse(*m))).map(|(m, _)| m)
 }
 
 /// Many threads queueing on one futex word (`CONVOY_WAITERS`, `CONVOY_SHARE` of the window),
@@ -74,6 +131,7 @@ pub fn find(cx: &Context) -> Vec<Box<dyn Claim>> {
         .map(|(f, waiters, wait_ns)| -> Box<dyn Claim> {
             let (handoffs, handoffs_per_s) = handoffs(cx, &waiters, &f.wakers);
             Box::new(LockConvoy {
+                mechanism: mechanism(report.stacks.as_ref(), &waiters, &f.wakers),
                 futex: Some(f.addr),
                 waiting_at_a_time: wait_ns as f64 / window,
                 handoffs,
@@ -230,6 +288,7 @@ fn parked(cx: &Context) -> Option<LockConvoy> {
         let waiters: Vec<u32> = group.iter().copied().collect();
         let (handoffs, handoffs_per_s) = handoffs(cx, &waiters, &waiters);
         LockConvoy {
+            mechanism: mechanism(cx.report.stacks.as_ref(), &waiters, &waiters),
             futex: None,
             waiting_at_a_time: wait_ns as f64 / cx.window_ns.max(1) as f64,
             handoffs,
@@ -334,8 +393,18 @@ impl Claim for LockConvoy {
 
 impl fmt::Display for LockConvoy {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let LockConvoy { futex, waiters, wait_ns, window_ns, wakers, waiting_at_a_time, handoffs, handoffs_per_s, unmeasured_python } =
-            self;
+        let LockConvoy {
+            futex,
+            waiters,
+            wait_ns,
+            window_ns,
+            wakers,
+            waiting_at_a_time,
+            handoffs,
+            handoffs_per_s,
+            unmeasured_python,
+            mechanism,
+        } = self;
         let wakers: Vec<String> = wakers.iter().take(4).map(ThreadRef::or_thread_tid).collect();
         // the queue, and how often the lock changed hands
         let queue = match (handoffs.filter(|n| *n > 0), handoffs_per_s) {
@@ -343,10 +412,14 @@ impl fmt::Display for LockConvoy {
             _ => format!(" ({waiting_at_a_time:.1} waiting at a time)"),
         };
         let Some(futex) = futex else {
+            // the lock as the waiters' frames name it, else only what was seen
+            let lock = match mechanism {
+                Some(m) => format!("one lock, {}, whose waiters each park on a word of their own", m.said()),
+                None => "one lock whose waiters each park on a word of their own".to_string(),
+            };
             return write!(
                 f,
-                "lock convoy: {} threads waited {:.1} s in total in {:.1} s{queue}, each woken by another of them ({}): they take turns on one lock, \
-                 whose waiters each park on a word of their own (as a JVM monitor or a java.util.concurrent lock parks them)",
+                "lock convoy: {} threads waited {:.1} s in total in {:.1} s{queue}, each woken by another of them ({}): they take turns on {lock}",
                 waiters.len(),
                 secs(*wait_ns),
                 secs(*window_ns),
@@ -408,6 +481,7 @@ mod tests {
             handoffs: None,
             handoffs_per_s: None,
             unmeasured_python: None,
+            mechanism: None,
         };
         check(
             &f[0],
@@ -471,12 +545,39 @@ mod tests {
             handoffs: None,
             handoffs_per_s: None,
             unmeasured_python: None,
+            mechanism: None,
         };
         check(
             &f[0],
-            convoy,
+            convoy.clone(),
             12 * S,
-            "lock convoy: 4 threads waited 12.0 s in total in 4.0 s (3.0 waiting at a time), each woken by another of them (w3 (3), w1 (1), w4 (4), w2 (2)): they take turns on one lock, whose waiters each park on a word of their own (as a JVM monitor or a java.util.concurrent lock parks them)",
+            "lock convoy: 4 threads waited 12.0 s in total in 4.0 s (3.0 waiting at a time), each woken by another of them (w3 (3), w1 (1), w4 (4), w2 (2)): they take turns on one lock whose waiters each park on a word of their own",
+        );
+        // the lock as the frames of the waits name it: a JVM monitor's enter, on most of them
+        let frames = |names: &[&str]| -> Vec<crate::model::stacks::Frame> {
+            names.iter().map(|n| crate::model::stacks::Frame::jit((*n).into())).collect()
+        };
+        let mut w = WaitStacks::default();
+        let key = |victim, blamed, stack: Vec<crate::model::stacks::Frame>| crate::model::stacks::Key {
+            victim,
+            blamed,
+            state: State::FutexWait,
+            role: Role::Victim,
+            stack: stack.into(),
+        };
+        w.add(key(1, 2, frames(&["ObjectMonitor::EnterI", "Pool.reprice"])), 3 * S);
+        w.add(key(2, 3, frames(&["ObjectMonitor::EnterI", "Pool.reprice"])), 3 * S);
+        w.add(key(3, 4, frames(&["java.util.concurrent.locks.ReentrantLock.lock", "Pool.other"])), S);
+        // a wait no member ended (a dispatcher's hand of work) says nothing of the lock
+        w.add(key(4, 9, frames(&["java.util.concurrent.locks.AbstractQueuedSynchronizer.acquire"])), 9 * S);
+        assert_eq!(mechanism(Some(&w), &[1, 2, 3, 4], &[1, 2, 3, 4]), Some(Mechanism::JvmMonitor));
+        assert_eq!(mechanism(None, &[1, 2, 3, 4], &[1, 2, 3, 4]), None);
+        let named_lock = LockConvoy { mechanism: Some(Mechanism::JvmMonitor), ..convoy.clone() };
+        assert!(
+            named_lock
+                .to_string()
+                .ends_with("they take turns on one lock, a JVM monitor: `synchronized`, whose waiters each park on a word of their own"),
+            "{named_lock}"
         );
         let convoy_of = |rows: Vec<ThreadRow>| kinds(&every_finding_of(rows, 4 * S)).iter().filter(|k| *k == "lock_convoy").count();
         assert_eq!(convoy_of(rows(&[(2, 1), (3, 2), (4, 3)], S)), 0, "a pipeline");
