@@ -45,11 +45,10 @@ pub struct Hotspot {
     names: HashMap<(u32, u64), Option<String>>,
 }
 
-/// libjvm's globals in process `pid`, when it maps one.
-fn globals(pid: u32) -> anyhow::Result<Option<Globals>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+/// libjvm's globals in process `pid` (its `/proc/PID/maps` as `text`), when it maps one.
+fn globals(pid: u32, text: &str) -> anyhow::Result<Option<Globals>> {
     let Some(m) =
-        crate::python::parse_maps(&text).into_iter().find(|m| m.exec && m.path.rsplit('/').next().is_some_and(|b| b == "libjvm.so"))
+        crate::python::parse_maps(text).into_iter().find(|m| m.exec && m.path.rsplit('/').next().is_some_and(|b| b == "libjvm.so"))
     else {
         return Ok(None);
     };
@@ -73,7 +72,12 @@ impl Hotspot {
         if let Some(l) = self.procs.get(&pid) {
             return *l;
         }
-        let l = match globals(pid) {
+        // maps that cannot be read say nothing of a JVM (the Python check has said so already)
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            self.procs.insert(pid, None);
+            return None;
+        };
+        let l = match globals(pid, &text) {
             Ok(None) => None,
             Ok(Some(g)) => match hotspot::layout(&Mem(Process::new(pid)), &g) {
                 Ok(l) => Some(l),
