@@ -275,6 +275,17 @@ def prometheus(tmp_path, target_port, rule_files=(), job=None, jobs=None):
         yield base
 
 
+def prometheus_api(base, path, **params):
+    """The `data` of a successful answer of the Prometheus HTTP API at `base` (`/api/v1/query`,
+    `/api/v1/alerts`, ...)."""
+    import urllib.parse
+    import urllib.request
+    with urllib.request.urlopen(f"{base}{path}?" + urllib.parse.urlencode(params), timeout=10) as r:
+        body = json.load(r)
+    assert body["status"] == "success", body
+    return body["data"]
+
+
 CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
 CGROUP_V2 = Path("/sys/fs/cgroup")
 

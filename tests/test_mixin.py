@@ -9,12 +9,11 @@ import subprocess
 import sys
 import time
 import urllib.parse
-import urllib.request
 
 import pytest
 import yaml
 
-from conftest import ROOT, WAITMETER, Guard, Workload, free_port, prometheus, wait_http, which
+from conftest import ROOT, WAITMETER, Guard, Workload, free_port, prometheus, prometheus_api as api, wait_http, which
 from test_age import CLIENT, app_python  # noqa: F401  (fixture)
 from test_blame import throttled_cgroup  # noqa: F401  (fixture)
 from test_gil import STARVE
@@ -162,13 +161,6 @@ def test_the_four_dashboards_of_the_mixin():
 
 
 # ------------------------------------------------------------------ end to end
-
-
-def api(base, path, **params):
-    with urllib.request.urlopen(f"{base}{path}?" + urllib.parse.urlencode(params), timeout=10) as r:
-        body = json.load(r)
-    assert body["status"] == "success", body
-    return body["data"]
 
 
 def substitute(expr, pids):

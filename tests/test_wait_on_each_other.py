@@ -31,13 +31,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SLOWDOWN, WAITMETER, Guard, free_port, prometheus, wait_http
+from conftest import ROOT, SLOWDOWN, WAITMETER, Guard, free_port, prometheus, prometheus_api as api, wait_http
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 import wakings  # noqa: E402
@@ -191,13 +189,6 @@ def test_backends_queued_on_one_rows_lock_wait_on_each_other_and_their_own_rows_
 
 RULES = ROOT / "dashboards" / "rules" / "waitmeter-rules.yaml"
 ALERT = "WaitmeterProcessesWaitOnEachOther"
-
-
-def api(base, path, **params):
-    with urllib.request.urlopen(f"{base}{path}?" + urllib.parse.urlencode(params), timeout=10) as r:
-        body = json.load(r)
-    assert body["status"] == "success", body
-    return body["data"]
 
 
 def served(pg, script, tmp_path):

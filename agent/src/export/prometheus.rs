@@ -737,6 +737,19 @@ impl Exporter {
         crate::shrink::shrink(&mut self.tid_labels_by_target);
     }
 
+    /// Each series' times over the agent's window: since its oldest boundary (all of them for a
+    /// series younger than that).
+    fn windowed(&self) -> impl Iterator<Item = (&SeriesKey, Times)> + '_ {
+        let base = (self.windows.len() > 1).then(|| &self.windows[0].times);
+        self.windows.back().into_iter().flat_map(|b| b.times.iter()).map(move |(k, t)| {
+            let window = match base.and_then(|b| b.get(k)) {
+                Some(before) => t.since(before),
+                None => *t,
+            };
+            (k, window)
+        })
+    }
+
     /// `waitmeter_process_wait_on_each_other_ratio`: over the agent's window, the watched processes
     /// that waited on each other (`model::each_other`), each with the share of its threads' time
     /// that the others ended by waking them.
@@ -744,11 +757,7 @@ impl Exporter {
         let Some(newest) = self.windows.back() else { return vec![] };
         let base = (self.windows.len() > 1).then(|| &self.windows[0]);
         let mut thread_ns: HashMap<u64, u64> = HashMap::new();
-        for (k, t) in &newest.times {
-            let window = match base.and_then(|b| b.times.get(k)) {
-                Some(before) => t.since(before),
-                None => *t,
-            };
+        for (k, window) in self.windowed() {
             *thread_ns.entry(k.target).or_default() += window.total();
         }
         let mut woken: HashMap<u64, BTreeMap<u32, u64>> = HashMap::new();
@@ -861,17 +870,10 @@ impl Exporter {
         let cgroup_periods = cgroups.iter().map(|c| (cg(c), c.stat.nr_periods as f64)).collect();
         let cgroup_quota = cgroups.iter().filter_map(|c| Some((cg(c), c.quota_cores?))).collect();
         let mut wait_ratio = vec![];
-        if let Some(Boundary { times: newest, .. }) = self.windows.back() {
-            let base = (self.windows.len() > 1).then(|| &self.windows[0].times);
-            for (k, t) in newest {
-                let Some(p) = by_id.get(&k.target) else { continue };
-                let window = match base.and_then(|b| b.get(k)) {
-                    Some(before) => t.since(before),
-                    None => *t,
-                };
-                if let Some(r) = window.wait_ratio() {
-                    wait_ratio.push((series_labels(p, k, false, &[]), r));
-                }
+        for (k, window) in self.windowed() {
+            let Some(p) = by_id.get(&k.target) else { continue };
+            if let Some(r) = window.wait_ratio() {
+                wait_ratio.push((series_labels(p, k, false, &[]), r));
             }
         }
         let each_other_ratio = self.waiting_on_each_other(procs);

@@ -64,6 +64,8 @@ pub fn waiting(all: &[Process]) -> BTreeSet<u32> {
     // until every one left did
     loop {
         let woke = |a: u32| -> u64 { set.iter().map(|b| ended(*b, a)).sum() };
+        // each one's waits that another of the set ended
+        let of: BTreeMap<u32, u64> = set.iter().map(|b| (*b, set.iter().map(|c| ended(*b, *c)).sum())).collect();
         let peers = |a: u32| -> f64 {
             let wakers: Vec<(u32, u64)> = set.iter().map(|b| (*b, ended(a, *b))).filter(|(_, ns)| *ns > 0).collect();
             let weight: u64 = wakers.iter().map(|(_, ns)| ns).sum();
@@ -73,9 +75,8 @@ pub fn waiting(all: &[Process]) -> BTreeSet<u32> {
             let among = wakers
                 .iter()
                 .map(|(b, ns)| {
-                    let of_b: u64 = set.iter().map(|c| ended(*b, *c)).sum();
                     let by_wakers: u64 = wakers.iter().filter(|(c, _)| c != b).map(|(c, _)| ended(*b, *c)).sum();
-                    *ns as f64 * by_wakers as f64 / of_b.max(1) as f64
+                    *ns as f64 * by_wakers as f64 / of[b].max(1) as f64
                 })
                 .sum::<f64>();
             among / weight as f64

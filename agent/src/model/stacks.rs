@@ -117,7 +117,7 @@ const RUNTIME_STUBS: [&str; 10] =
 /// the runtime's C++ (`InterpreterRuntime::monitorexit`, a namespaced name) is a call.
 fn is_stub(f: &Frame, managed: bool) -> bool {
     let generated = f.kind == Kind::Jit || managed && f.kind == Kind::Native && !f.function.contains("::");
-    f.kind == Kind::Unknown || f.function.starts_with('[') || generated && RUNTIME_STUBS.iter().any(|p| f.function.starts_with(p))
+    f.kind == Kind::Unknown || f.function.starts_with('[') || generated && is_runtime_stub(&f.function)
 }
 
 /// Whether a JIT's name is one of its runtime's stubs (`StubRoutines (1)`, `Interpreter`).
@@ -132,7 +132,7 @@ fn is_runtime_jit(name: &str) -> bool {
     let bare = name.split_once(':').filter(|(tier, _)| !tier.contains(' ')).map_or(name, |(_, rest)| rest);
     let bare = bare.trim_start_matches(['*', '~', '^', '+']);
     let jdk = ["java.", "javax.", "jdk.", "sun.", "com.sun.", "Ljava/", "Ljdk/", "Lsun/", "node:", "internal/"];
-    RUNTIME_STUBS.iter().any(|p| name.starts_with(p))
+    is_runtime_stub(name)
         || name.split_whitespace().any(|w| jdk.iter().any(|p| w.starts_with(p)))
         || jdk.iter().any(|p| bare.starts_with(p))
 }
@@ -426,12 +426,22 @@ impl WaitStacks {
     /// `top_site_of`, behind the blamed that `behind` accepts (a family's wakers: another
     /// process's waker is blamed by its PID).
     pub fn top_site_behind(&self, victims: &[u32], state: State, role: Role, behind: impl Fn(u32) -> bool) -> Option<Site> {
-        top(by_site_in_c(
-            self.ns
-                .iter()
-                .filter(|(k, _)| victims.contains(&k.victim) && k.state == state && k.role == role && behind(k.blamed))
-                .map(|(k, ns)| (k, *ns)),
-        ))
+        top(by_site_in_c(self.select_behind(victims, state, role, behind)))
+    }
+
+    /// The entries of several threads' waits in `state`, one side (`role`), behind the blamed that
+    /// `behind` accepts.
+    pub fn select_behind<'a>(
+        &'a self,
+        victims: &'a [u32],
+        state: State,
+        role: Role,
+        behind: impl Fn(u32) -> bool + 'a,
+    ) -> impl Iterator<Item = (&'a Key, u64)> + 'a {
+        self.ns
+            .iter()
+            .filter(move |(k, _)| victims.contains(&k.victim) && k.state == state && k.role == role && behind(k.blamed))
+            .map(|(k, ns)| (k, *ns))
     }
 }
 

@@ -123,7 +123,6 @@ impl Hotspot {
     /// blob of its code cache.
     pub fn compiled(&mut self, pid: u32, pc: u64) -> Option<Vec<String>> {
         let l = self.layout(pid)?;
-        l.code_cache?;
         match hotspot::code_blob(&Mem(Process::new(pid)), &l, pc)? {
             hotspot::Blob::Methods(methods) => {
                 let names: Vec<String> = methods.into_iter().filter_map(|m| self.method(pid, m)).collect();

@@ -296,32 +296,31 @@ impl Native {
             }
             // a return address is the instruction after the call
             let ip = if i == 0 { *ip } else { ip.saturating_sub(1) };
-            if self.mapping(pid, ip, now).is_none() {
-                // a JVM's compiled code: its code cache says whose it is, and which methods were
-                // inlined there (a frame each, innermost first), which a perf map cannot say and
-                // no JVM writes unasked; other generated code is named by its perf map
-                if let Some(names) = self.hotspot.compiled(pid, ip) {
-                    out.extend(names.iter().map(|n| Frame::jit(crate::model::stacks::clean(n))));
-                    continue;
-                }
-            }
-            out.push(self.frame(pid, ip, now));
+            self.frame(pid, ip, now, &mut out);
         }
         out
     }
 
-    fn frame(&mut self, pid: u32, ip: u64, now: u64) -> Frame {
+    /// The frame at `ip`, or the frames: a JVM's compiled code is one for each method inlined there.
+    fn frame(&mut self, pid: u32, ip: u64, now: u64, out: &mut Vec<Frame>) {
         let Some(m) = self.mapping(pid, ip, now) else {
-            // not in a file: generated code, named if the runtime writes a perf map
-            return match self.jit.name(pid, ip, now) {
+            // not in a file: generated code. A JVM's code cache says whose it is, and which methods
+            // were inlined there (a frame each, innermost first), which a perf map cannot say and no
+            // JVM writes unasked; other generated code is named if the runtime writes a perf map
+            if let Some(names) = self.hotspot.compiled(pid, ip) {
+                out.extend(names.iter().map(|n| Frame::jit(crate::model::stacks::clean(n))));
+                return;
+            }
+            out.push(match self.jit.name(pid, ip, now) {
                 Some(name) => Frame::jit(crate::model::stacks::clean(super::jit::readable(&name))),
                 None => Frame::unknown(format!("[unknown] {ip:#x}")),
-            };
+            });
+            return;
         };
         let off = ip - m.start + m.offset;
         let symbols = self.symbols(pid, &m.path);
         let name = symbols.as_ref().and_then(|s| s.address(off).and_then(|a| s.function(a).map(str::to_string)));
-        match name {
+        out.push(match name {
             Some(n) if symbols.as_ref().is_some_and(|s| s.library(&n)) => {
                 Frame::native_library(crate::model::stacks::clean(&n), m.path.clone())
             }
@@ -335,7 +334,7 @@ impl Native {
                 let base = m.path.rsplit('/').next().unwrap_or(&m.path);
                 Frame::native(crate::model::stacks::clean(&format!("[{base}+{off:#x}]")), m.path.clone())
             }
-        }
+        });
     }
 
     /// Forget a process (it exited).

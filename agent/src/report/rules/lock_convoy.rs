@@ -93,11 +93,9 @@ impl Mechanism {
 /// time (`Mechanism::of`); none without the waits' stacks or when no frame says.
 fn mechanism(stacks: Option<&WaitStacks>, waiters: &[u32], wakers: &[u32]) -> Option<Mechanism> {
     let mut by: BTreeMap<Mechanism, u64> = BTreeMap::new();
-    for (k, ns) in stacks.iter().flat_map(|s| s.ns.iter()) {
-        if k.state == State::FutexWait && k.role == Role::Victim && waiters.contains(&k.victim) && wakers.contains(&k.blamed) {
-            if let Some(m) = Mechanism::of(&k.stack) {
-                *by.entry(m).or_default() += ns;
-            }
+    for (k, ns) in stacks.into_iter().flat_map(|s| s.select_behind(waiters, State::FutexWait, Role::Victim, |b| wakers.contains(&b))) {
+        if let Some(m) = Mechanism::of(&k.stack) {
+            *by.entry(m).or_default() += ns;
         }
     }
     by.into_iter().max_by_key(|(m, ns)| (*ns, std::cmp::Reverse(*m))).map(|(m, _)| m)
@@ -387,7 +385,7 @@ impl Claim for LockConvoy {
         self.wakers.iter().map(|t| t.tid).collect()
     }
     fn code(&self, stacks: &WaitStacks, _switch_ns: u64) -> Option<Code> {
-        code::convoy(&self.waiters, &self.wakers.iter().map(|t| t.tid).collect::<Vec<u32>>(), stacks)
+        code::convoy(&self.waiters, &self.culprits(), stacks)
     }
 }
 
